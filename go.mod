@@ -1,0 +1,11 @@
+module github.com/profsym/profsym
+
+go 1.26
+
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/ulikunitz/xz v0.5.17 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)
