@@ -1,0 +1,48 @@
+// Command profsym is profsym's command-line tool: symbolize addresses like
+// llvm-symbolizer, and (as the project grows) record, resolve and inspect
+// profiles with the same engine the collector components use.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+type command struct {
+	name, summary string
+	run           func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"symbolize", "resolve addresses of an object to functions, files and lines (llvm-symbolizer compatible)", runSymbolize},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: profsym COMMAND [options]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdin, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "profsym: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/profsym/profsym/internal/symbolize"
+)
+
+// funcFlag is llvm-symbolizer's --functions[=none|short|linkage]: a bare
+// --functions (or -f) means linkage.
+type funcFlag struct{ v string }
+
+func (f *funcFlag) String() string   { return f.v }
+func (f *funcFlag) IsBoolFlag() bool { return true }
+func (f *funcFlag) Set(s string) error {
+	switch s {
+	case "true", "linkage":
+		f.v = "linkage"
+	case "short", "none":
+		f.v = s
+	case "false":
+		f.v = "none"
+	default:
+		return fmt.Errorf("--functions takes none, short or linkage, not %q", s)
+	}
+	return nil
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type symbolizeCmd struct {
+	obj, buildID, style, adjust string
+	inlines, noInlines          bool
+	demangle, noDemangle        bool
+	printAddr, useSymtab        bool
+	functions                   funcFlag
+	debugDirs                   listFlag
+	vma                         uint64
+	json                        bool
+}
+
+// runSymbolize implements `profsym symbolize`, a drop-in for the common uses
+// of llvm-symbolizer (pprof's included). Only usage errors exit non-zero:
+// a missing or corrupt file is reported per input and the tool goes on.
+func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &symbolizeCmd{functions: funcFlag{"linkage"}}
+	fs := flag.NewFlagSet("profsym symbolize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, n := range []string{"obj", "exe", "e"} {
+		fs.StringVar(&c.obj, n, "", "object file to symbolize (as --obj)")
+	}
+	fs.StringVar(&c.buildID, "build-id", "", "GNU build id (hex) of the object, looked up in the debug directories")
+	fs.StringVar(&c.style, "output-style", "LLVM", "LLVM or JSON")
+	for _, n := range []string{"inlines", "inlining", "i"} {
+		fs.BoolVar(&c.inlines, n, true, "print inlined frames")
+	}
+	fs.BoolVar(&c.noInlines, "no-inlines", false, "print only the outermost function")
+	for _, n := range []string{"demangle", "C"} {
+		fs.BoolVar(&c.demangle, n, true, "demangle C++ and Rust names")
+	}
+	fs.BoolVar(&c.noDemangle, "no-demangle", false, "print mangled names")
+	for _, n := range []string{"print-address", "addresses", "a"} {
+		fs.BoolVar(&c.printAddr, n, false, "print the address before its frames")
+	}
+	fs.BoolVar(&c.useSymtab, "use-symbol-table", true, "name the outermost frame from the ELF symbol table")
+	for _, n := range []string{"functions", "f"} {
+		fs.Var(&c.functions, n, "function names: none, short or linkage")
+	}
+	fs.Var(&c.debugDirs, "debug-file-directory", "folder with .build-id/ debug files (repeatable)")
+	fs.StringVar(&c.adjust, "adjust-vma", "0", "offset added to the object's addresses (lookups use ADDR-OFF)")
+
+	// llvm-symbolizer accepts options after addresses: parse in rounds.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if err == flag.ErrHelp {
+				return 0
+			}
+			return 2
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+	switch strings.ToUpper(c.style) {
+	case "LLVM", "GNU":
+	case "JSON":
+		c.json = true
+	default:
+		fmt.Fprintf(stderr, "profsym symbolize: unknown --output-style %q (LLVM or JSON)\n", c.style)
+		return 2
+	}
+	var err error
+	if c.vma, err = strconv.ParseUint(c.adjust, 0, 64); err != nil {
+		fmt.Fprintf(stderr, "profsym symbolize: bad --adjust-vma %q\n", c.adjust)
+		return 2
+	}
+	opt := symbolize.DefaultOptions()
+	opt.Inlines = c.inlines && !c.noInlines
+	opt.Demangle = c.demangle && !c.noDemangle
+	opt.UseSymbolTable = c.useSymtab
+	if len(c.debugDirs) > 0 {
+		opt.DebugDirs = append([]string(nil), c.debugDirs...)
+	}
+	r := symbolize.New(opt)
+	defer r.Close()
+	ctx := context.Background()
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+
+	if len(pos) > 0 {
+		// Addresses on the command line: one JSON array, like llvm.
+		target := c.defaultTarget()
+		var recs []jsonRecord
+		for _, a := range pos {
+			addr, perr := strconv.ParseUint(a, 0, 64)
+			if perr != nil {
+				c.writeText(w, target, a, nil, nil)
+				continue
+			}
+			res := c.lookup(ctx, r, target, addr)
+			if c.json {
+				recs = append(recs, c.record(target, addr, res))
+			} else {
+				c.report(stderr, target, res.Err)
+				c.writeText(w, target, a, &addr, res.Frames)
+			}
+		}
+		if c.json {
+			b, _ := json.Marshal(recs)
+			w.Write(b)
+			w.WriteByte('\n')
+		}
+		return 0
+	}
+
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		target, addrStr, ok := c.parseInput(line)
+		if !ok {
+			// llvm echoes lines it cannot parse; keep output aligned.
+			fmt.Fprintln(w, line)
+			w.Flush()
+			continue
+		}
+		addr, perr := strconv.ParseUint(addrStr, 0, 64)
+		if perr != nil {
+			fmt.Fprintln(w, line)
+			w.Flush()
+			continue
+		}
+		res := c.lookup(ctx, r, target, addr)
+		if c.json {
+			b, _ := json.Marshal(c.record(target, addr, res))
+			w.Write(b)
+			w.WriteByte('\n')
+		} else {
+			c.report(stderr, target, res.Err)
+			c.writeText(w, target, addrStr, &addr, res.Frames)
+		}
+		// pprof talks to us through a pipe, line by line: flush per answer.
+		w.Flush()
+	}
+	return 0
+}
+
+func (c *symbolizeCmd) defaultTarget() symbolize.Target {
+	return symbolize.Target{Path: c.obj, BuildID: c.buildID}
+}
+
+// parseInput splits a stdin line: "ADDR", "FILE ADDR", "BUILDID:HEX ADDR",
+// optionally preceded by llvm's "CODE" or "DATA" command word.
+func (c *symbolizeCmd) parseInput(line string) (symbolize.Target, string, bool) {
+	fields := strings.Fields(line)
+	if len(fields) > 0 && (fields[0] == "CODE" || fields[0] == "DATA") {
+		fields = fields[1:]
+	}
+	switch len(fields) {
+	case 1:
+		return c.defaultTarget(), fields[0], true
+	case 2:
+		if id, ok := strings.CutPrefix(fields[0], "BUILDID:"); ok {
+			return symbolize.Target{BuildID: id}, fields[1], true
+		}
+		return symbolize.Target{Path: strings.Trim(fields[0], `"`)}, fields[1], true
+	}
+	return symbolize.Target{}, "", false
+}
+
+type lookupResult struct {
+	Frames []symbolize.Frame
+	Err    error
+}
+
+func (c *symbolizeCmd) lookup(ctx context.Context, r *symbolize.Resolver, t symbolize.Target, addr uint64) lookupResult {
+	if t.Path == "" && t.BuildID == "" {
+		return lookupResult{Err: fmt.Errorf("no object: give --obj, --build-id, or FILE ADDR")}
+	}
+	h, err := r.Open(ctx, t)
+	if err != nil {
+		return lookupResult{Err: err}
+	}
+	defer h.Close()
+	frames, err := h.Lookup(addr-c.vma, nil)
+	if symbolize.IsUnresolved(err) {
+		err = nil // an unknown address is "??", not an error
+	}
+	return lookupResult{Frames: frames, Err: err}
+}
+
+func (c *symbolizeCmd) report(stderr io.Writer, t symbolize.Target, err error) {
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym symbolize: %s: %v\n", t, err)
+	}
+}
+
+func (c *symbolizeCmd) name(f symbolize.Frame) string {
+	switch c.functions.v {
+	case "none":
+		return ""
+	case "short":
+		return shortName(f.Function)
+	}
+	return f.Function
+}
+
+// writeText prints llvm-symbolizer's LLVM style: per frame a name line and a
+// file:line:column line, then a blank line.
+func (c *symbolizeCmd) writeText(w *bufio.Writer, t symbolize.Target, raw string, addr *uint64, frames []symbolize.Frame) {
+	if c.printAddr {
+		if addr != nil {
+			fmt.Fprintf(w, "0x%x\n", *addr)
+		} else {
+			fmt.Fprintln(w, raw)
+		}
+	}
+	if len(frames) == 0 {
+		frames = []symbolize.Frame{{}}
+	}
+	for _, f := range frames {
+		if c.functions.v != "none" {
+			n := c.name(f)
+			if n == "" {
+				n = "??"
+			}
+			w.WriteString(n)
+			w.WriteByte('\n')
+		}
+		file := f.File
+		if file == "" {
+			file = "??"
+		}
+		fmt.Fprintf(w, "%s:%d:%d\n", file, f.Line, f.Column)
+	}
+	w.WriteByte('\n')
+}
+
+type jsonSymbol struct {
+	Column        uint32
+	Discriminator uint32
+	FileName      string
+	FunctionName  string
+	Line          uint32
+	StartAddress  string
+	StartFileName string
+	StartLine     uint32
+}
+
+type jsonError struct {
+	Message string
+}
+
+type jsonRecord struct {
+	Address    string
+	Error      *jsonError `json:",omitempty"`
+	ModuleName string
+	Symbol     []jsonSymbol `json:",omitempty"`
+}
+
+func (c *symbolizeCmd) record(t symbolize.Target, addr uint64, res lookupResult) jsonRecord {
+	rec := jsonRecord{Address: fmt.Sprintf("0x%x", addr), ModuleName: t.Path}
+	if t.Path == "" {
+		rec.ModuleName = "BUILDID:" + t.BuildID
+	}
+	if res.Err != nil {
+		rec.Error = &jsonError{Message: res.Err.Error()}
+		return rec
+	}
+	frames := res.Frames
+	if len(frames) == 0 {
+		frames = []symbolize.Frame{{}}
+	}
+	for _, f := range frames {
+		s := jsonSymbol{Column: f.Column, Discriminator: f.Discriminator, FileName: f.File,
+			FunctionName: c.name(f), Line: f.Line, StartFileName: f.StartFile, StartLine: f.StartLine}
+		if f.StartAddress != 0 {
+			s.StartAddress = fmt.Sprintf("0x%x", f.StartAddress)
+		}
+		rec.Symbol = append(rec.Symbol, s)
+	}
+	return rec
+}
+
+// shortName drops namespaces and parameters: "ns::Box<int>::get(int) const"
+// becomes "get", as llvm's --functions=short does.
+func shortName(s string) string {
+	depth := 0
+	end := len(s)
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '<', '(':
+			if depth == 0 && s[i] == '(' && i > 0 {
+				end = i
+				i = len(s)
+				continue
+			}
+			depth++
+		case '>', ')':
+			depth--
+		}
+	}
+	s = s[:end]
+	depth = 0
+	for i := len(s) - 1; i > 0; i-- {
+		switch s[i] {
+		case '>', ')':
+			depth++
+		case '<', '(':
+			depth--
+		case ':':
+			if depth == 0 && s[i-1] == ':' {
+				return s[i+1:]
+			}
+		}
+	}
+	return s
+}
+

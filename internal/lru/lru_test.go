@@ -1,0 +1,52 @@
+package lru
+
+import "testing"
+
+func TestBoundsAndOrder(t *testing.T) {
+	var gone []int
+	c := New[int, int](10, 0, func(v int) int64 { return int64(v) }, func(k, _ int) { gone = append(gone, k) })
+	c.Add(1, 4)
+	c.Add(2, 4)
+	if _, ok := c.Get(1); !ok { // 1 becomes most recent
+		t.Fatal("1 missing")
+	}
+	c.Add(3, 4) // 12 > 10: evicts 2, the least recently used
+	if _, ok := c.Get(2); ok {
+		t.Fatal("2 should be evicted")
+	}
+	if len(gone) != 1 || gone[0] != 2 {
+		t.Fatalf("evicted %v, want [2]", gone)
+	}
+	if s := c.Stats(); s.Bytes != 8 || s.Entries != 2 || s.Evictions != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	c.Add(4, 100) // larger than the bound: kept alone
+	if _, ok := c.Get(4); !ok || c.Stats().Entries != 1 {
+		t.Fatalf("oversized entry: %+v", c.Stats())
+	}
+}
+
+func TestTouchGrowth(t *testing.T) {
+	sizes := map[string]int64{"a": 1, "b": 1}
+	c := New[string, string](5, 0, func(v string) int64 { return sizes[v] }, nil)
+	c.Add("a", "a")
+	c.Add("b", "b")
+	sizes["b"] = 5
+	c.Touch("b")
+	if _, ok := c.Get("a"); ok {
+		t.Fatal("a should be evicted after b grew")
+	}
+	if c.Stats().Bytes != 5 {
+		t.Fatalf("bytes %d", c.Stats().Bytes)
+	}
+}
+
+func TestMaxEntries(t *testing.T) {
+	c := New[int, int](0, 2, nil, nil)
+	for i := 0; i < 5; i++ {
+		c.Add(i, i)
+	}
+	if s := c.Stats(); s.Entries != 2 {
+		t.Fatalf("entries %d", s.Entries)
+	}
+}

@@ -1,0 +1,328 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// llvmRecord is one line of llvm-symbolizer's JSON output.
+type llvmRecord struct {
+	Address string
+	Symbol  []struct {
+		FunctionName string
+		FileName     string
+		Line         uint32
+		Column       uint32
+		StartLine    uint32
+	}
+}
+
+// llvmSymbolize runs llvm-symbolizer-19 once over all addresses.
+func llvmSymbolize(t *testing.T, obj string, addrs []uint64, extra ...string) []llvmRecord {
+	t.Helper()
+	tool := testfixture.NeedTool(t, "llvm-symbolizer-19")
+	var in bytes.Buffer
+	for _, a := range addrs {
+		fmt.Fprintf(&in, "0x%x\n", a)
+	}
+	args := append([]string{"--obj=" + obj, "--inlines", "--output-style=JSON"}, extra...)
+	cmd := exec.Command(tool, args...)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("llvm-symbolizer: %v", err)
+	}
+	var recs []llvmRecord
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r llvmRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("llvm-symbolizer output %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != len(addrs) {
+		t.Fatalf("llvm-symbolizer answered %d of %d addresses", len(recs), len(addrs))
+	}
+	return recs
+}
+
+// sampleAddresses picks every function start, every function's second
+// instruction region and a dense stride through .text, so inlined ranges
+// are well covered. n bounds the stride sample.
+func sampleAddresses(t *testing.T, path string, n int) []uint64 {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	text := f.Section(".text")
+	if text == nil {
+		t.Fatalf("%s: no .text", path)
+	}
+	set := map[uint64]bool{}
+	syms, _ := f.Symbols()
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value >= text.Addr && s.Value < text.Addr+text.Size {
+			set[s.Value] = true
+			if s.Size > 8 {
+				set[s.Value+s.Size/2] = true
+			}
+		}
+	}
+	stride := text.Size / uint64(n)
+	if stride == 0 {
+		stride = 1
+	}
+	// An odd stride avoids sampling only instruction-aligned boundaries.
+	stride |= 1
+	for a := text.Addr; a < text.Addr+text.Size; a += stride {
+		set[a] = true
+	}
+	out := make([]uint64, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+type agreement struct {
+	resolved, outer, chain, line int
+	samples                      []string
+}
+
+func (a *agreement) pct(n int) float64 { return 100 * float64(n) / float64(max(a.resolved, 1)) }
+
+// compare symbolizes addrs in ours (via the resolver) and in ref (via llvm)
+// and counts agreement over the addresses llvm resolves.
+func compare(t *testing.T, r *Resolver, ours Target, ref string, addrs []uint64, llvmArgs ...string) *agreement {
+	t.Helper()
+	want := llvmSymbolize(t, ref, addrs, llvmArgs...)
+	got := r.Symbolize(context.Background(), ours, addrs)
+	a := &agreement{}
+	for i, w := range want {
+		if len(w.Symbol) == 0 || w.Symbol[len(w.Symbol)-1].FunctionName == "" || w.Symbol[len(w.Symbol)-1].FunctionName == "??" {
+			continue
+		}
+		a.resolved++
+		g := got[i].Frames
+		var gOuter, wOuter string
+		if len(g) > 0 {
+			gOuter = g[len(g)-1].Function
+		}
+		wOuter = w.Symbol[len(w.Symbol)-1].FunctionName
+		if gOuter == wOuter {
+			a.outer++
+		}
+		same := len(g) == len(w.Symbol)
+		for j := 0; same && j < len(g); j++ {
+			same = g[j].Function == w.Symbol[j].FunctionName
+		}
+		if same {
+			a.chain++
+		}
+		if len(g) > 0 && g[0].File == w.Symbol[0].FileName && g[0].Line == w.Symbol[0].Line {
+			a.line++
+		}
+		if (!same || gOuter != wOuter || len(g) == 0 || g[0].Line != w.Symbol[0].Line) && len(a.samples) < 8 {
+			var gs, ws []string
+			for _, f := range g {
+				gs = append(gs, fmt.Sprintf("%s@%s:%d", f.Function, filepath.Base(f.File), f.Line))
+			}
+			for _, f := range w.Symbol {
+				ws = append(ws, fmt.Sprintf("%s@%s:%d", f.FunctionName, filepath.Base(f.FileName), f.Line))
+			}
+			a.samples = append(a.samples, fmt.Sprintf("%#x: profsym %v (err %v)\n\t\tllvm %v", addrs[i], gs, got[i].Err, ws))
+		}
+	}
+	return a
+}
+
+func (a *agreement) check(t *testing.T, name string) {
+	t.Helper()
+	t.Logf("%s: %d resolved by llvm; outer name %.2f%%, inline chain %.2f%%, innermost file:line %.2f%%",
+		name, a.resolved, a.pct(a.outer), a.pct(a.chain), a.pct(a.line))
+	for _, s := range a.samples {
+		t.Logf("  differs at %s", s)
+	}
+	if a.resolved < 100 {
+		t.Errorf("%s: only %d addresses resolved by llvm-symbolizer; fixture too small", name, a.resolved)
+	}
+	if a.pct(a.outer) < 99.5 {
+		t.Errorf("%s: outermost name agreement %.2f%% < 99.5%%", name, a.pct(a.outer))
+	}
+	if a.pct(a.chain) < 98 {
+		t.Errorf("%s: inline chain agreement %.2f%% < 98%%", name, a.pct(a.chain))
+	}
+	if a.pct(a.line) < 98 {
+		t.Errorf("%s: innermost file:line agreement %.2f%% < 98%%", name, a.pct(a.line))
+	}
+}
+
+var cSources = []string{"engine/c/main.c", "engine/c/hash.c", "engine/c/sort.c"}
+
+func TestAccuracyC(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"O0-dwarf5", []string{"-O0", "-g"}},
+		{"O2-dwarf4", []string{"-O2", "-gdwarf-4"}},
+		{"O3-dwarf5", []string{"-O3", "-gdwarf-5"}},
+		{"O2-gz-zlib", []string{"-O2", "-g", "-gz=zlib"}},
+		{"O2-gz-zstd", []string{"-O2", "-g", "-gz=zstd"}},
+		{"O2-no-pie", []string{"-O2", "-g", "-no-pie", "-fno-pie"}},
+		{"O3-shared", []string{"-O3", "-g", "-shared", "-fPIC"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srcs := cSources
+			if strings.Contains(tc.name, "shared") {
+				srcs = []string{"engine/c/lib.c", "engine/c/hash.c", "engine/c/sort.c"}
+			}
+			if strings.Contains(tc.name, "zstd") && !gccSupports(t, "-gz=zstd") {
+				testfixture.SkipOrFail(t, "gcc here cannot emit zstd-compressed debug sections")
+			}
+			bin := testfixture.Build(t, testfixture.Spec{Name: "c-" + tc.name, Lang: "c", Sources: srcs, Args: tc.args})
+			r := New(DefaultOptions())
+			defer r.Close()
+			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, tc.name)
+		})
+	}
+}
+
+func gccSupports(t *testing.T, flag string) bool {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "x.c")
+	os.WriteFile(src, []byte("int main(void){return 0;}\n"), 0o644)
+	return exec.Command("gcc", "-g", flag, "-o", filepath.Join(dir, "x"), src).Run() == nil
+}
+
+// Stripped binaries find their DWARF in a separate file, by .gnu_debuglink
+// and by build id under a debug directory.
+func TestAccuracySeparateDebug(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "c-O2-split", Lang: "c", Sources: cSources, Args: []string{"-O2", "-g", "-Wl,--build-id"}})
+	addrs := sampleAddresses(t, bin, 3000)
+
+	t.Run("debuglink", func(t *testing.T) {
+		stripped, _ := testfixture.SplitDebug(t, bin, true)
+		r := New(Options{Inlines: true, Demangle: true, UseSymbolTable: true})
+		defer r.Close()
+		compare(t, r, Target{Path: stripped}, bin, addrs).check(t, "debuglink")
+	})
+	t.Run("build-id-dir", func(t *testing.T) {
+		stripped, debug := testfixture.SplitDebug(t, bin, false)
+		id := buildIDOf(t, stripped)
+		dir := t.TempDir()
+		p := filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.Rename(debug, p); err != nil {
+			t.Fatal(err)
+		}
+		r := New(Options{Inlines: true, Demangle: true, UseSymbolTable: true, DebugDirs: []string{dir}})
+		defer r.Close()
+		compare(t, r, Target{Path: stripped}, bin, addrs).check(t, "build-id-dir")
+		// By build id alone, the debug file is enough to symbolize.
+		compare(t, r, Target{BuildID: id}, bin, addrs).check(t, "by-build-id")
+	})
+}
+
+func buildIDOf(t *testing.T, path string) string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := f.Section(".note.gnu.build-id")
+	if s == nil {
+		t.Fatalf("%s has no build id", path)
+	}
+	b, _ := s.Data()
+	// namesz(4) descsz(4) type(4) "GNU\0" desc
+	return hex.EncodeToString(b[16:])
+}
+
+func TestAccuracyCPP(t *testing.T) {
+	for _, opt := range []string{"-O0", "-O2"} {
+		t.Run(opt, func(t *testing.T) {
+			bin := testfixture.Build(t, testfixture.Spec{Name: "cpp" + opt, Lang: "c++", Sources: []string{"engine/cpp/main.cc"}, Args: []string{opt, "-g", "-std=c++17"}})
+			r := New(DefaultOptions())
+			defer r.Close()
+			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, "c++"+opt)
+		})
+	}
+}
+
+func TestAccuracyGo(t *testing.T) {
+	full := testfixture.Build(t, testfixture.Spec{Name: "gofix", Lang: "go", Sources: []string{"engine/go"}})
+	stripped := testfixture.Build(t, testfixture.Spec{Name: "gofix-stripped", Lang: "go", Sources: []string{"engine/go"}, Args: []string{"-ldflags=-s -w"}})
+	addrs := sampleAddresses(t, full, 4000)
+	r := New(DefaultOptions())
+	defer r.Close()
+	t.Run("dwarf", func(t *testing.T) {
+		compare(t, r, Target{Path: full}, full, addrs).check(t, "go")
+	})
+	t.Run("stripped", func(t *testing.T) {
+		// Same code, no DWARF and no .symtab: names, lines and inlined
+		// frames come from .gopclntab alone.
+		compare(t, r, Target{Path: stripped}, full, addrs).check(t, "go -s -w")
+	})
+}
+
+// Rust is compared with demangling off on both sides: llvm-symbolizer 19
+// demangles legacy Rust names with its Itanium demangler, which keeps the
+// hash and the $LT$ escapes ("S$LT$T$GT$::show::h79de9c7de3d0d1b4") where
+// rustfilt and profsym print "S<T>::show"; raw names compare exactly.
+func TestAccuracyRust(t *testing.T) {
+	for _, tc := range []struct{ name, mangling string }{{"legacy", "legacy"}, {"v0", "v0"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := testfixture.Build(t, testfixture.Spec{Name: "rust-" + tc.name, Lang: "rust", Sources: []string{"engine/rust/main.rs"},
+				Args: []string{"-g", "-C", "opt-level=2", "-C", "symbol-mangling-version=" + tc.mangling}})
+			opt := DefaultOptions()
+			opt.Demangle = false
+			r := New(opt)
+			defer r.Close()
+			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000), "--no-demangle").check(t, "rust "+tc.name)
+		})
+	}
+}
+
+// libc.so.6 is stripped; its DWARF is libc6-dbg's file under
+// /usr/lib/debug/.build-id.
+func TestAccuracyLibc(t *testing.T) {
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	id := buildIDOf(t, libc)
+	if _, err := os.Stat(filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")); err != nil {
+		testfixture.SkipOrFail(t, "libc6-dbg is not installed: %v", err)
+	}
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	f.Close()
+	var addrs []uint64
+	step := text.Size / 5000
+	for a := text.Addr; a < text.Addr+text.Size; a += step | 1 {
+		addrs = append(addrs, a)
+	}
+	r := New(DefaultOptions())
+	defer r.Close()
+	compare(t, r, Target{Path: libc}, libc, addrs).check(t, "libc")
+}

@@ -1,0 +1,242 @@
+package symbolize
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"sync/atomic"
+
+	"github.com/profsym/profsym/internal/buildid"
+	"github.com/profsym/profsym/internal/debuginfo"
+	"github.com/profsym/profsym/internal/dwarfsym"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/gopclntab"
+	"github.com/profsym/profsym/internal/symbol"
+	"github.com/profsym/profsym/internal/symtab"
+)
+
+// object is one binary with every symbol source found for it. Sources are
+// built when the object is opened; each parses lazily inside.
+type object struct {
+	bin *elfx.File // the binary itself (may be nil when only a debug file is known)
+	dbg *elfx.File // separate debug file, nil when none
+
+	buildID []byte
+
+	dwarf  *dwarfsym.Table
+	gopcln *gopclntab.Table
+	syms   []*symtab.Table // debug file's first: it has the full .symtab
+
+	// why explains the missing DWARF (no_debug_info, build_id_mismatch, ...).
+	why error
+
+	refs    atomic.Int32
+	retired atomic.Bool
+	close   sync.Once
+}
+
+// openObject opens the binary at path (or only a debug file) and attaches
+// every source available.
+func openObject(binPath, debugPath string, debugDirs []string) (*object, error) {
+	o := &object{}
+	var err error
+	if binPath != "" {
+		if o.bin, err = elfx.Open(binPath); err != nil {
+			return nil, classify(err)
+		}
+		o.buildID, _ = buildid.GNU(o.bin)
+	}
+	switch {
+	case debugPath != "":
+		o.dbg, err = elfx.Open(debugPath)
+		if err != nil {
+			o.why = classify(err)
+		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {
+			o.dbg.Close()
+			o.dbg = nil
+			o.why = fmt.Errorf("%s: %w", debugPath, symbol.ErrBuildIDMismatch)
+		}
+	case o.bin != nil && !o.bin.HasSection(".debug_info"):
+		p, ferr := debuginfo.Find(binPath, o.bin, o.buildID, debugDirs)
+		if ferr == nil {
+			if o.dbg, err = elfx.Open(p); err != nil {
+				o.why = classify(err)
+				o.dbg = nil
+			}
+		} else {
+			o.why = ferr
+		}
+	}
+	if o.bin == nil && o.dbg == nil {
+		return nil, fmt.Errorf("no file: %w", symbol.ErrNotFound)
+	}
+
+	// DWARF: from the debug file when there is one, else the binary.
+	for _, f := range []*elfx.File{o.dbg, o.bin} {
+		if f == nil || !f.HasSection(".debug_info") {
+			continue
+		}
+		t, derr := dwarfsym.New(f)
+		if derr == nil {
+			o.dwarf = t
+			o.why = nil
+			break
+		}
+		if o.why == nil || !errors.Is(derr, symbol.ErrNoDebugInfo) {
+			o.why = derr
+		}
+	}
+	if o.bin != nil {
+		if t, gerr := gopclntab.New(o.bin); gerr == nil {
+			o.gopcln = t
+		}
+	}
+	// The symbol table: the debug file's is usually the complete one (the
+	// stripped binary keeps only .dynsym); merge both by preferring the
+	// debug file and falling back to the binary.
+	for _, f := range []*elfx.File{o.dbg, o.bin} {
+		if f == nil {
+			continue
+		}
+		if t, serr := symtab.New(f); serr == nil {
+			o.syms = append(o.syms, t)
+		}
+	}
+	if o.why == nil && o.dwarf == nil {
+		o.why = symbol.ErrNoDebugInfo
+	}
+	return o, nil
+}
+
+// sameBuildID reports whether f carries the build id want. A binary without
+// a build id cannot be checked this way (its debuglink CRC was checked by the
+// finder instead); a debug file without one never matches a binary with one.
+func sameBuildID(want []byte, f *elfx.File) bool {
+	if len(want) == 0 {
+		return true
+	}
+	got, _ := buildid.GNU(f)
+	return bytes.Equal(got, want)
+}
+
+func classify(err error) error {
+	if errors.Is(err, symbol.ErrCorruptFile) || errors.Is(err, symbol.ErrNotFound) {
+		return err
+	}
+	var pe interface{ Timeout() bool }
+	if errors.As(err, &pe) && pe.Timeout() {
+		return fmt.Errorf("%w: %v", symbol.ErrTimeout, err)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %v", symbol.ErrNotFound, err)
+	}
+	return fmt.Errorf("%w: %v", symbol.ErrCorruptFile, err)
+}
+
+// sizeBytes is the object's cost in the object cache.
+func (o *object) sizeBytes() int64 {
+	var n int64 = 4096
+	if o.bin != nil {
+		n += o.bin.SizeBytes()
+	}
+	if o.dbg != nil {
+		n += o.dbg.SizeBytes()
+	}
+	if o.dwarf != nil {
+		n += o.dwarf.SizeBytes()
+	}
+	if o.gopcln != nil {
+		n += o.gopcln.SizeBytes()
+	}
+	for _, t := range o.syms {
+		n += t.SizeBytes()
+	}
+	return n
+}
+
+// acquire pins the object against closing while a lookup uses it.
+func (o *object) acquire() { o.refs.Add(1) }
+
+// release undoes acquire, closing a retired object when its last user leaves.
+func (o *object) release() {
+	if o.refs.Add(-1) == 0 && o.retired.Load() {
+		o.closeFiles()
+	}
+}
+
+// retire is called when the cache drops the object.
+func (o *object) retire() {
+	o.retired.Store(true)
+	if o.refs.Load() == 0 {
+		o.closeFiles()
+	}
+}
+
+func (o *object) closeFiles() {
+	o.close.Do(func() {
+		if o.bin != nil {
+			o.bin.Close()
+		}
+		if o.dbg != nil {
+			o.dbg.Close()
+		}
+	})
+}
+
+// lookup resolves one ELF virtual address. Frames come innermost first.
+// Following llvm-symbolizer, the outermost frame takes its name and start
+// address from the symbol table when a symbol covers the address: the table
+// names the real (possibly cloned, e.g. ".constprop.0") function that the
+// address belongs to, where DWARF names only the source function.
+func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.Frame, error) {
+	base := len(dst)
+	var err error
+	if o.dwarf != nil {
+		dst, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
+		if err != nil {
+			dst = dst[:base]
+		}
+	}
+	if len(dst) == base && o.gopcln != nil {
+		var gerr error
+		dst, gerr = o.gopcln.Lookup(pc, opt.Inlines, dst)
+		if gerr != nil {
+			dst = dst[:base]
+			if err == nil {
+				err = gerr
+			}
+		}
+	}
+	if opt.UseSymbolTable {
+		if name, start, ok := o.symbolAt(pc); ok {
+			if len(dst) == base {
+				dst = append(dst, symbol.Frame{Name: name, StartAddress: start})
+			} else {
+				outer := &dst[len(dst)-1]
+				outer.Name = name
+				outer.StartAddress = start
+			}
+		}
+	}
+	if len(dst) > base {
+		return dst, nil
+	}
+	if err != nil {
+		return dst, err
+	}
+	if o.why != nil {
+		return dst, o.why
+	}
+	return dst, symbol.ErrNoDebugInfo
+}
+
+func (o *object) symbolAt(pc uint64) (string, uint64, bool) {
+	for _, t := range o.syms {
+		if name, start, _, ok := t.Lookup(pc); ok {
+			return name, start, true
+		}
+	}
+	return "", 0, false
+}

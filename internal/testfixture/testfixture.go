@@ -1,0 +1,193 @@
+// Package testfixture compiles the test programs under testdata/src with the
+// real toolchains (gcc, g++, go, rustc) and caches the results, so that every
+// package's tests run against real binaries without committing any.
+package testfixture
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI, where missing tools or
+// privileges are failures rather than reasons to skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// SkipOrFail skips the test on a developer machine and fails it under CI.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("CI=true: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// NeedTool returns the path of an executable, trying each name in order, or
+// skips/fails the test.
+func NeedTool(t testing.TB, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	SkipOrFail(t, "none of %v is installed (see .ci/run for the packages)", names)
+	return ""
+}
+
+// Root returns the repository root (the folder holding go.mod).
+func Root(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Src returns the path of a file under testdata/src.
+func Src(t testing.TB, name string) string {
+	return filepath.Join(Root(t), "testdata", "src", name)
+}
+
+// Spec describes one fixture build.
+type Spec struct {
+	Name    string   // output file name, also part of the cache key
+	Lang    string   // "c", "c++", "go" or "rust"
+	Sources []string // paths under testdata/src (for go: one package folder)
+	Args    []string // extra compiler flags
+}
+
+var mu sync.Mutex
+
+// CacheDir is where built fixtures are kept between runs.
+func CacheDir() string {
+	if d := os.Getenv("PROFSYM_FIXTURE_CACHE"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "profsym-fixtures")
+}
+
+// Build compiles spec (once per content hash) and returns the output path.
+func Build(t testing.TB, spec Spec) string {
+	t.Helper()
+	key := sha256.New()
+	fmt.Fprintf(key, "%s\x00%s\x00%q\x00", spec.Name, spec.Lang, spec.Args)
+	for _, s := range spec.Sources {
+		p := Src(t, s)
+		hashTree(t, key, p)
+	}
+	var compiler []string
+	switch spec.Lang {
+	case "c":
+		compiler = []string{NeedTool(t, "gcc")}
+	case "c++":
+		compiler = []string{NeedTool(t, "g++")}
+	case "go":
+		compiler = []string{NeedTool(t, "go"), "build"}
+	case "rust":
+		compiler = []string{NeedTool(t, "rustc")}
+	default:
+		t.Fatalf("unknown fixture language %q", spec.Lang)
+	}
+	ver, _ := exec.Command(compiler[0], "--version").CombinedOutput()
+	if spec.Lang == "go" {
+		ver, _ = exec.Command(compiler[0], "version").CombinedOutput()
+	}
+	key.Write(ver)
+	dir := filepath.Join(CacheDir(), hex.EncodeToString(key.Sum(nil))[:20])
+	out := filepath.Join(dir, spec.Name)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	tmpOut := filepath.Join(tmp, spec.Name)
+	var cmd *exec.Cmd
+	switch spec.Lang {
+	case "go":
+		args := append([]string{"build", "-o", tmpOut}, spec.Args...)
+		args = append(args, ".")
+		cmd = exec.Command(compiler[0], args...)
+		cmd.Dir = Src(t, spec.Sources[0])
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	default:
+		args := append([]string{}, spec.Args...)
+		args = append(args, "-o", tmpOut)
+		for _, s := range spec.Sources {
+			args = append(args, Src(t, s))
+		}
+		cmd = exec.Command(compiler[0], args...)
+		cmd.Dir = tmp
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building fixture %s: %v\n%s\n%s", spec.Name, err, strings.Join(cmd.Args, " "), b)
+	}
+	if err := os.Rename(tmpOut, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func hashTree(t testing.TB, h interface{ Write([]byte) (int, error) }, p string) {
+	err := filepath.Walk(p, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Run runs a command and fails the test with its output on error.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	b, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	return string(b)
+}
+
+// SplitDebug makes a stripped copy of bin plus a separate debug file, the way
+// distributions package them. With link set, the stripped copy carries a
+// .gnu_debuglink to the debug file, which sits next to it as NAME.debug.
+// It returns (stripped, debug) paths inside a fresh folder.
+func SplitDebug(t testing.TB, bin string, link bool) (string, string) {
+	t.Helper()
+	objcopy := NeedTool(t, "objcopy")
+	dir := t.TempDir()
+	base := filepath.Base(bin)
+	stripped := filepath.Join(dir, base)
+	debug := filepath.Join(dir, base+".debug")
+	Run(t, objcopy, "--only-keep-debug", bin, debug)
+	args := []string{"--strip-all"}
+	if link {
+		args = append(args, "--add-gnu-debuglink="+debug)
+	}
+	args = append(args, bin, stripped)
+	Run(t, objcopy, args...)
+	return stripped, debug
+}
