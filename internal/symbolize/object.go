@@ -210,13 +210,16 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 		}
 	}
 	if opt.UseSymbolTable {
-		if name, start, ok := o.symbolAt(pc); ok {
+		if name, start, t, ok := o.symbolAt(pc); ok {
 			if len(dst) == base {
 				dst = append(dst, symbol.Frame{Name: name, StartAddress: start})
 			} else {
 				outer := &dst[len(dst)-1]
 				outer.Name = name
 				outer.StartAddress = start
+			}
+			if outer := &dst[len(dst)-1]; outer.File == "" {
+				outer.File = t.FileAt(pc)
 			}
 		}
 	}
@@ -232,11 +235,11 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 	return dst, symbol.ErrNoDebugInfo
 }
 
-func (o *object) symbolAt(pc uint64) (string, uint64, bool) {
+func (o *object) symbolAt(pc uint64) (string, uint64, *symtab.Table, bool) {
 	for _, t := range o.syms {
 		if name, start, _, ok := t.Lookup(pc); ok {
-			return name, start, true
+			return name, start, t, true
 		}
 	}
-	return "", 0, false
+	return "", 0, nil, false
 }

@@ -131,11 +131,13 @@ func (r *Resolver) Close() error {
 	return nil
 }
 
-// Handle pins one object for a batch of lookups. Close it when done.
+// Handle pins one object for a batch of lookups. Close it when done. A
+// Handle is used by one goroutine at a time; open one per goroutine.
 type Handle struct {
-	r   *Resolver
-	key string
-	obj *object
+	r       *Resolver
+	key     string
+	obj     *object
+	scratch []symbol.Frame
 }
 
 // Open returns a handle on t's object, opening and indexing it on first use.
@@ -268,8 +270,8 @@ func (h *Handle) BuildID() []byte { return h.obj.buildID }
 // Lookup appends the frames of one address to dst, innermost first. An
 // unresolved address leaves dst as it was and returns the reason.
 func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
-	var buf [8]symbol.Frame
-	raw, err := h.obj.lookup(addr, &h.r.opt, buf[:0])
+	raw, err := h.obj.lookup(addr, &h.r.opt, h.scratch[:0])
+	h.scratch = raw
 	for _, f := range raw {
 		name := f.Name
 		if h.r.opt.Demangle {

@@ -1,0 +1,364 @@
+//go:build ignore
+
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * profsym CPU sampler.
+ *
+ * A perf_event program runs on every CPU at the configured frequency and
+ * records pid, tid, comm, CPU, kernel and user stack. Two interchangeable
+ * programs exist so the trade-off can be re-measured (see
+ * internal/sampler/README.md):
+ *
+ *   profile_agg     aggregates in the kernel: counts in a hash map keyed by
+ *                   pid/tid/cpu/stack ids, stacks in STACK_TRACE maps. Two
+ *                   buffers; userspace flips active_buf and drains the idle
+ *                   one. This is the default.
+ *   profile_rb      sends every sample through a ring buffer and lets
+ *                   userspace aggregate.
+ *
+ * Both notify userspace once per new process (events ring buffer), and the
+ * tp_btf hooks notify on exec and on process exit so that userspace can read
+ * /proc/PID/maps before the address space changes or goes away.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define MAX_STACK_DEPTH 127 /* kernel's sysctl_perf_event_max_stack default */
+#define EEXIST 17
+#define ENOMEM 12
+#define E2BIG 7
+#define EFAULT 14
+
+char LICENSE[] SEC("license") = "GPL"; /* bpf_get_stack{,id} are GPL-only */
+
+/* Set by the loader before load. */
+volatile const bool kernel_stacks = true;
+volatile const __u32 max_depth = MAX_STACK_DEPTH;
+
+/* Which aggregation buffer (0 or 1) the agg program writes; flipped by
+ * userspace through the mmapped .bss before draining the other one. */
+__u32 active_buf = 0;
+
+struct sample_key {
+	__u32 pid; /* tgid */
+	__u32 tid;
+	__u32 cpu;
+	__s32 kstack; /* stack id, -1 when none */
+	__s32 ustack;
+	__u32 pad;
+};
+
+struct sample_value {
+	__u64 count;
+	__u64 first_ns; /* CLOCK_BOOTTIME */
+	__u64 last_ns;
+	char comm[16];
+};
+
+struct rb_sample {
+	__u32 pid;
+	__u32 tid;
+	__u32 cpu;
+	__u32 kstack_len; /* frames */
+	__u32 ustack_len; /* frames */
+	__u32 pad;
+	__u64 ts_ns;
+	char comm[16];
+	/* kstack_len kernel frames, then ustack_len user frames; only the used
+	 * part is sent, so a record is a few hundred bytes, not 2 KB. */
+	__u64 frames[2 * MAX_STACK_DEPTH];
+};
+
+/* Per-CPU counters; userspace sums them. */
+struct stats {
+	__u64 samples;         /* program runs attributed to a task (idle skipped) */
+	__u64 lost_stack;      /* stack id errors: -EEXIST bucket collision, -ENOMEM */
+	__u64 lost_map_full;   /* counts hash full */
+	__u64 lost_ringbuf;    /* sample ring buffer reserve failed */
+	__u64 lost_events;     /* process event ring buffer reserve failed */
+	__u64 truncated;       /* a stack reached max_depth (ring buffer mode) */
+};
+
+enum proc_event_kind {
+	PROC_NEW = 1,  /* first sample of this tgid */
+	PROC_EXEC = 2, /* a sampled tgid replaced its image */
+	PROC_EXIT = 3, /* a sampled tgid's last thread is exiting */
+};
+
+struct proc_event {
+	__u32 pid;
+	__u32 kind;
+	__u64 ts_ns;
+	__u32 has_mm; /* exit: address space not yet torn down */
+	__u32 pad;
+};
+
+/* BTF keeps only types reachable from a symbol; these anchor the ring buffer
+ * record types for bpf2go's -type. */
+struct rb_sample *unused_rb_sample __attribute__((unused));
+struct proc_event *unused_proc_event __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stats);
+} stats_map SEC(".maps");
+
+/* Sizes below are defaults; the loader overrides them before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sample_key);
+	__type(value, struct sample_value);
+} counts0 SEC(".maps"), counts1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks0 SEC(".maps"), stacks1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); /* resized by the loader per CPU count */
+} samples SEC(".maps");
+
+/* Where a ring buffer record is assembled before its used part is copied. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rb_sample);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} events SEC(".maps");
+
+/* Never read by a program. Updating an ARRAY_OF_MAPS from userspace makes
+ * the kernel wait for an RCU grace period (maybe_wait_bpf_programs()), i.e.
+ * for every program that may still use the old active_buf to finish, so the
+ * drained buffer is quiescent. */
+struct barrier_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} barrier_inner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct barrier_inner);
+} barrier SEC(".maps") = {
+	.values = { &barrier_inner },
+};
+
+/* tgids already announced to userspace. LRU: an evicted entry only causes a
+ * duplicate PROC_NEW, which userspace tolerates. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, __u8);
+} seen SEC(".maps");
+
+static __always_inline struct stats *get_stats(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&stats_map, &zero);
+}
+
+static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, __u32 has_mm)
+{
+	struct proc_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		if (st)
+			st->lost_events++;
+		return false;
+	}
+	ev->pid = pid;
+	ev->kind = kind;
+	ev->ts_ns = bpf_ktime_get_boot_ns();
+	ev->has_mm = has_mm;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return true;
+}
+
+static __always_inline void announce(struct stats *st, __u32 tgid)
+{
+	__u8 one = 1;
+
+	if (bpf_map_lookup_elem(&seen, &tgid))
+		return;
+	/* NOEXIST: when two CPUs race on a new tgid only one announces it. */
+	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))
+		return;
+	if (!emit_event(st, tgid, PROC_NEW, 1))
+		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
+}
+
+/* Returns the stack id, -1 for "no stack" (user stack of a kernel thread,
+ * kernel stack of a sample taken in user mode), or -2 when the sample must
+ * be dropped. */
+static __always_inline long stack_id(void *ctx, void *map, __u64 flags, struct stats *st)
+{
+	long id = bpf_get_stackid(ctx, map, flags);
+	if (id >= 0)
+		return id;
+	if (id == -EFAULT)
+		return -1;
+	st->lost_stack++;
+	return -2;
+}
+
+static __always_inline int record_agg(void *ctx, void *counts, void *stacks, struct stats *st,
+				      __u32 tgid, __u32 tid)
+{
+	struct sample_key key = {};
+	struct sample_value *val;
+	__u64 now = bpf_ktime_get_boot_ns();
+	long id;
+
+	key.pid = tgid;
+	key.tid = tid;
+	key.cpu = bpf_get_smp_processor_id();
+	key.kstack = -1;
+	if (kernel_stacks) {
+		id = stack_id(ctx, stacks, 0, st);
+		if (id == -2)
+			return 0;
+		key.kstack = id;
+	}
+	id = stack_id(ctx, stacks, BPF_F_USER_STACK, st);
+	if (id == -2)
+		return 0;
+	key.ustack = id;
+
+	/* The key holds the CPU and a perf_event program does not nest on one
+	 * CPU, so nobody else updates this entry concurrently. */
+	val = bpf_map_lookup_elem(counts, &key);
+	if (val) {
+		val->count++;
+		val->last_ns = now;
+		return 0;
+	}
+	struct sample_value nv = {};
+	nv.count = 1;
+	nv.first_ns = now;
+	nv.last_ns = now;
+	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
+	if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST))
+		st->lost_map_full++;
+	return 0;
+}
+
+SEC("perf_event")
+int profile_agg(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	struct stats *st;
+
+	if (tid == 0) /* idle task */
+		return 0;
+	st = get_stats();
+	if (!st)
+		return 0;
+	st->samples++;
+	announce(st, tgid);
+
+	/* Two call sites so the verifier sees one constant map per call. */
+	if (active_buf & 1)
+		return record_agg(ctx, &counts1, &stacks1, st, tgid, tid);
+	return record_agg(ctx, &counts0, &stacks0, st, tgid, tid);
+}
+
+SEC("perf_event")
+int profile_rb(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 depth = max_depth, zero = 0;
+	struct rb_sample *s;
+	struct stats *st;
+	long n, kn = 0, un = 0;
+	__u64 size;
+
+	if (tid == 0)
+		return 0;
+	st = get_stats();
+	if (!st)
+		return 0;
+	st->samples++;
+	announce(st, tgid);
+
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	if (depth > MAX_STACK_DEPTH)
+		depth = MAX_STACK_DEPTH;
+	s->pid = tgid;
+	s->tid = tid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->pad = 0;
+	s->ts_ns = bpf_ktime_get_boot_ns();
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	if (kernel_stacks) {
+		n = bpf_get_stack(ctx, s->frames, depth * sizeof(__u64), 0);
+		if (n > 0)
+			kn = n / sizeof(__u64);
+	}
+	if (kn > MAX_STACK_DEPTH) /* for the verifier */
+		kn = MAX_STACK_DEPTH;
+	n = bpf_get_stack(ctx, &s->frames[kn], depth * sizeof(__u64), BPF_F_USER_STACK);
+	if (n > 0)
+		un = n / sizeof(__u64);
+	if (un > MAX_STACK_DEPTH)
+		un = MAX_STACK_DEPTH;
+	s->kstack_len = kn;
+	s->ustack_len = un;
+	if (kn == depth || un == depth)
+		st->truncated++;
+	size = __builtin_offsetof(struct rb_sample, frames) + (kn + un) * sizeof(__u64);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	if (bpf_ringbuf_output(&samples, s, size, 0))
+		st->lost_ringbuf++;
+	return 0;
+}
+
+/* Fires in do_exit() for every thread; only the last one ends the process.
+ * signal->live was already decremented, so 0 means the whole group is dead. */
+SEC("tp_btf/sched_process_exit")
+int handle_exit(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	__u32 tgid;
+
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	tgid = BPF_CORE_READ(p, tgid);
+	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
+		return 0;
+	emit_event(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int handle_exec(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+
+	if (!bpf_map_lookup_elem(&seen, &tgid))
+		return 0;
+	emit_event(get_stats(), tgid, PROC_EXEC, 1);
+	return 0;
+}

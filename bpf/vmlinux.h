@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Minimal, hand-written stand-in for a bpftool-generated vmlinux.h.
+ *
+ * Only what profile.c uses is declared. Kernel structs carry
+ * preserve_access_index so that field offsets are relocated against the
+ * running kernel's BTF at load time (CO-RE): the layout written here does
+ * not need to match any real kernel, only the field names and types do.
+ * Generating this file from the build machine's kernel would make the
+ * committed object depend on that kernel, which CI cannot reproduce.
+ */
+#ifndef PROFSYM_VMLINUX_H
+#define PROFSYM_VMLINUX_H
+
+typedef signed char __s8;
+typedef unsigned char __u8;
+typedef short __s16;
+typedef unsigned short __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef long long __s64;
+typedef unsigned long long __u64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+enum { false = 0, true = 1 };
+
+/* UAPI constants (include/uapi/linux/bpf.h); these are ABI and never change. */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_STACK_TRACE = 7,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_ARRAY_OF_MAPS = 12,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+enum {
+	BPF_F_SKIP_FIELD_MASK = 0xffULL,
+	BPF_F_USER_STACK = (1ULL << 8),
+	BPF_F_FAST_STACK_CMP = (1ULL << 9),
+	BPF_F_REUSE_STACKID = (1ULL << 10),
+	BPF_F_USER_BUILD_ID = (1ULL << 11),
+};
+
+enum {
+	BPF_RB_NO_WAKEUP = (1ULL << 0),
+	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
+};
+
+/* The perf_event program context; the verifier rewrites accesses to it. */
+struct bpf_perf_event_data;
+
+/* Kernel-internal types, relocated via CO-RE. */
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	unsigned long start_code;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	struct mm_struct *mm;
+	struct signal_struct *signal;
+} __attribute__((preserve_access_index));
+
+#endif /* PROFSYM_VMLINUX_H */

@@ -1,0 +1,263 @@
+package sampler
+
+import (
+	"bufio"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// newSampler starts a sampler or skips (fails under CI) when the machine
+// lacks what it needs.
+func newSampler(t testing.TB, cfg Config) *Sampler {
+	t.Helper()
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func buildC(t testing.TB) string {
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "sampler-hot", Lang: "c", Sources: []string{"sampler/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"},
+	})
+}
+
+func buildGo(t testing.TB) string {
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"},
+	})
+}
+
+type mapping struct {
+	start, end, off uint64
+	path            string
+}
+
+// procWatcher plays the part of the future normalizer: it reads
+// /proc/PID/maps as soon as the sampler announces a process, so that PCs of
+// processes that have exited by the time of Drain can still be mapped.
+type procWatcher struct {
+	mu    sync.Mutex
+	maps  map[uint32][]mapping
+	exits map[uint32]Event
+	execs map[uint32]int
+}
+
+func watch(s *Sampler) *procWatcher {
+	w := &procWatcher{maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{}}
+	go func() {
+		for ev := range s.Events() {
+			switch ev.Kind {
+			case ProcessNew, ProcessExec:
+				m, err := readMaps(ev.Pid)
+				w.mu.Lock()
+				if err == nil {
+					w.maps[ev.Pid] = m
+				}
+				if ev.Kind == ProcessExec {
+					w.execs[ev.Pid]++
+				}
+				w.mu.Unlock()
+			case ProcessExit:
+				w.mu.Lock()
+				w.exits[ev.Pid] = ev
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+func (w *procWatcher) mapsOf(pid uint32) []mapping {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.maps[pid]
+}
+
+func (w *procWatcher) exitOf(pid uint32) (Event, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ev, ok := w.exits[pid]
+	return ev, ok
+}
+
+func readMaps(pid uint32) ([]mapping, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(int(pid)) + "/maps")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mapping
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fields[0], "-")
+		var m mapping
+		m.start, _ = strconv.ParseUint(lo, 16, 64)
+		m.end, _ = strconv.ParseUint(hi, 16, 64)
+		m.off, _ = strconv.ParseUint(fields[2], 16, 64)
+		m.path = fields[5]
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// fileOffset maps a runtime PC to an offset in bin, if bin maps it.
+func fileOffset(maps []mapping, bin string, pc uint64) (uint64, bool) {
+	for _, m := range maps {
+		if m.path == bin && pc >= m.start && pc < m.end {
+			return pc - m.start + m.off, true
+		}
+	}
+	return 0, false
+}
+
+// funcRange returns the file-offset range of a function symbol in bin.
+func funcRange(t testing.TB, bin, name string) (lo, hi uint64) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name != name || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Memsz {
+				lo = s.Value - p.Vaddr + p.Off
+				return lo, lo + s.Size
+			}
+		}
+	}
+	t.Fatalf("%s: no function %s", bin, name)
+	return 0, 0
+}
+
+// runFixture runs bin to completion and returns its pid and the CPU time it
+// got (machines are shared, so that is what bounds the sample count).
+func runFixture(t testing.TB, bin string, args ...string) (uint32, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	return pid, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+// checkSampleCount fails unless n samples at hz are at least half of what
+// cpu time should have produced.
+func checkSampleCount(t testing.TB, n uint64, cpu time.Duration, hz int) {
+	t.Helper()
+	want := cpu.Seconds() * float64(hz)
+	t.Logf("%d samples for %v of CPU (%.0f expected at %d Hz)", n, cpu.Round(time.Millisecond), want, hz)
+	if n < 10 || float64(n) < 0.5*want {
+		t.Fatalf("only %d samples for %v of CPU at %d Hz", n, cpu, hz)
+	}
+}
+
+func samplesOf(b Batch, pid uint32) []Sample {
+	var out []Sample
+	for _, s := range b.Samples {
+		if s.Pid == pid {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func realPath(t testing.TB, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// waitFor polls cond for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+type ksym struct {
+	addr uint64
+	name string
+}
+
+func kallsyms(t testing.TB) []ksym {
+	t.Helper()
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []ksym
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 3 || (fields[1] != "t" && fields[1] != "T") {
+			continue
+		}
+		a, err := strconv.ParseUint(fields[0], 16, 64)
+		if err != nil || a == 0 {
+			continue
+		}
+		out = append(out, ksym{a, fields[2]})
+	}
+	if len(out) == 0 {
+		testfixture.SkipOrFail(t, "/proc/kallsyms shows no addresses (kptr_restrict?)")
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
+	return out
+}
+
+func ksymName(syms []ksym, pc uint64) string {
+	i := sort.Search(len(syms), func(i int) bool { return syms[i].addr > pc })
+	if i == 0 {
+		return "?"
+	}
+	return syms[i-1].name
+}

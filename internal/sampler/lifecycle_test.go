@@ -1,0 +1,221 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestLifecycle(t *testing.T) {
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	forModes(t, func(t *testing.T, m Mode) {
+		fds, gs := countFDs(t), runtime.NumGoroutine()
+		for cycle := 0; cycle < 2; cycle++ {
+			s, err := New(Config{SampleRate: 99, KernelStacks: true, Mode: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(); !errors.Is(err, ErrStarted) {
+				t.Errorf("second Start: %v, want ErrStarted", err)
+			}
+			time.Sleep(300 * time.Millisecond) // this process is mostly idle; others may run
+			for i := 0; i < 3; i++ {
+				if _, err := s.Drain(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := s.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Samples == 0 {
+				t.Error("no samples at all")
+			}
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+			if _, err := s.Drain(); !errors.Is(err, ErrClosed) {
+				t.Errorf("Drain after Close: %v", err)
+			}
+			if err := s.Start(); !errors.Is(err, ErrClosed) {
+				t.Errorf("Start after Close: %v", err)
+			}
+			// Buffered events remain readable; then the channel must end.
+			done := make(chan struct{})
+			go func() {
+				for range s.Events() {
+				}
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Second):
+				t.Error("Events not closed")
+			}
+			if got := countFDs(t); got != fds {
+				t.Errorf("cycle %d: %d fds open after Close, %d before", cycle, got, fds)
+			}
+		}
+		if !waitFor(time.Second, func() bool { return runtime.NumGoroutine() <= gs }) {
+			t.Errorf("%d goroutines after Close, %d before", runtime.NumGoroutine(), gs)
+		}
+	})
+}
+
+// A sampler that is never started must close cleanly too.
+func TestCloseWithoutStart(t *testing.T) {
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	fds := countFDs(t)
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := countFDs(t); got != fds {
+		t.Errorf("%d fds open after Close, %d before", got, fds)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, cfg := range []Config{
+		{SampleRate: -1},
+		{MaxStackDepth: 128},
+		{MaxStackDepth: -1},
+		{Mode: 7},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string]string{
+		"0-1\n":       "[0 1]",
+		"0":           "[0]",
+		"0-2,4,6-7\n": "[0 1 2 4 6 7]",
+	} {
+		got, err := parseCPUList(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a", "3-1", "1-"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestCheckMessages(t *testing.T) {
+	all := uint64(1<<capBPF | 1<<capPerfmon)
+	ok := host{capEff: all, release: "6.18.44-fc-v595", paranoid: 2}
+	if err := ok.check(); err != nil {
+		t.Fatalf("complete host: %v", err)
+	}
+	for _, tc := range []struct {
+		h    host
+		want []string
+	}{
+		{host{capEff: 0, release: "6.1.0", paranoid: 2}, []string{"CAP_BPF and CAP_PERFMON"}},
+		{host{capEff: 1 << capBPF, release: "6.1.0", paranoid: 2}, []string{"CAP_PERFMON"}},
+		{host{capEff: 1 << capSysAdmin, release: "6.1.0", paranoid: 3}, nil},
+		{host{capEff: all, release: "5.10.0-28-amd64", paranoid: 2}, []string{"kernel >= 5.15 (running 5.10.0-28-amd64)"}},
+		{host{capEff: all, release: "6.1.0", btfErr: &os.PathError{Op: "open", Path: btfPath, Err: os.ErrNotExist}, paranoid: 2},
+			[]string{"kernel BTF /sys/kernel/btf/vmlinux"}},
+		{host{capEff: all, release: "6.1.0", paranoid: 3}, []string{"perf_event_paranoid=3 needs CAP_SYS_ADMIN"}},
+		{host{capEff: 0, release: "4.19.0", paranoid: 3}, []string{"CAP_BPF", "kernel >= 5.15", "perf_event_paranoid=3"}},
+	} {
+		err := tc.h.check()
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.h, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%+v: no error", tc.h)
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") {
+			t.Errorf("multi-line message %q", msg)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%+v: %q lacks %q", tc.h, msg, w)
+			}
+		}
+	}
+}
+
+// New run without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN must fail with the one
+// line that names them. The child is this test binary under setpriv, with
+// those capabilities removed from its bounding set.
+func TestNewWithoutCapabilities(t *testing.T) {
+	if os.Getenv("PROFSYM_SAMPLER_CHILD") == "nocaps" {
+		_, err := New(Config{})
+		if err == nil {
+			os.Stdout.WriteString("NEW SUCCEEDED\n")
+			os.Exit(0)
+		}
+		os.Stdout.WriteString("ERR: " + err.Error() + "\n")
+		os.Exit(0)
+	}
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	setpriv := testfixture.NeedTool(t, "setpriv")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--bounding-set=-bpf,-perfmon,-sys_admin", "--inh-caps=-bpf,-perfmon,-sys_admin",
+		exe, "-test.run=^TestNewWithoutCapabilities$")
+	cmd.Env = append(os.Environ(), "PROFSYM_SAMPLER_CHILD=nocaps")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	line := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "ERR: ") || strings.HasPrefix(l, "NEW SUCCEEDED") {
+			line = l
+		}
+	}
+	t.Logf("child: %s", line)
+	if !strings.Contains(line, "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)") {
+		t.Errorf("child said %q, want the missing capabilities named", line)
+	}
+}

@@ -1,0 +1,499 @@
+// Package sampler loads profsym's eBPF CPU sampler (package bpf), attaches it
+// to a CPU-clock perf event on every online CPU and hands out aggregated raw
+// samples: pid, tid, comm, CPU, user and kernel program counters, count and
+// time range. It does no symbolization; user PCs are raw virtual addresses of
+// the sampled process, to be mapped through /proc/PID/maps by the caller, who
+// learns about new, exec'ing and exiting processes through Events.
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/bpf"
+)
+
+// MaxStackDepth is the deepest stack the kernel walks by default
+// (sysctl kernel.perf_event_max_stack).
+const MaxStackDepth = 127
+
+// Mode selects where samples are aggregated.
+type Mode int
+
+const (
+	// ModeKernelAggregation counts samples in a BPF hash map keyed by
+	// pid/tid/cpu/stack ids and keeps stacks in STACK_TRACE maps; two
+	// buffers are swapped on every Drain. The default: it is the cheaper of
+	// the two as measured (see README.md).
+	ModeKernelAggregation Mode = iota
+	// ModeRingBuffer sends every sample through a ring buffer and aggregates
+	// in Go. Kept so that the choice can be re-measured.
+	ModeRingBuffer
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeKernelAggregation:
+		return "kernel-aggregation"
+	case ModeRingBuffer:
+		return "ring-buffer"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Config configures a Sampler.
+type Config struct {
+	// SampleRate is the sampling frequency per CPU in Hz (perf frequency
+	// mode). Zero means 99.
+	SampleRate int
+	// MaxStackDepth caps user and kernel stacks, 1..127. Zero means 127.
+	MaxStackDepth int
+	// KernelStacks also records the kernel stack of each sample.
+	KernelStacks bool
+	// Logger is optional.
+	Logger *zap.Logger
+	// Mode is ModeKernelAggregation unless set.
+	Mode Mode
+	// StackMapEntries sizes each of the two STACK_TRACE maps (kernel
+	// aggregation); zero means 16384. Bucket collisions are counted as lost.
+	StackMapEntries int
+	// CountMapEntries sizes each of the two count hash maps; zero means 16384.
+	CountMapEntries int
+}
+
+// Sample is one aggregated row: every sample of one thread on one CPU with
+// the same stacks since the previous Drain.
+type Sample struct {
+	Pid, Tid  uint32
+	Comm      string // thread name at the first sample
+	CPU       uint32
+	UserPCs   []uint64 // leaf first; PCs after the first are return addresses
+	KernelPCs []uint64 // leaf first; empty unless Config.KernelStacks
+	Count     uint64
+	FirstNs   int64 // Unix time of the first and last sample, ns
+	LastNs    int64
+	Truncated bool // a stack reached MaxStackDepth and may be cut short
+}
+
+// Batch is what Drain returns.
+type Batch struct {
+	Samples []Sample
+}
+
+// Stats are cumulative counters since New.
+type Stats struct {
+	Samples uint64 // perf events on a non-idle task
+	// Lost is the sum of the Lost* counters: samples not in any Batch.
+	Lost        uint64
+	LostStack   uint64 // stack id error: STACK_TRACE bucket collision or map full
+	LostMapFull uint64 // count map full
+	LostRingbuf uint64 // sample ring buffer full
+	Truncated   uint64 // samples with a stack at MaxStackDepth
+	// LostEvents counts process events dropped in the kernel (ring buffer
+	// full) or in Go (Events channel full).
+	LostEvents uint64
+}
+
+// EventKind says what happened to a process.
+type EventKind uint32
+
+// Event kinds, as numbered by the BPF program.
+const (
+	ProcessNew  EventKind = 1 // first sample of this pid since it was last seen
+	ProcessExec EventKind = 2 // a sampled process called execve: its maps changed
+	ProcessExit EventKind = 3 // a sampled process's last thread is exiting
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case ProcessNew:
+		return "new"
+	case ProcessExec:
+		return "exec"
+	case ProcessExit:
+		return "exit"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint32(k))
+}
+
+// Event tells the caller when to read /proc/PID/maps: on ProcessNew and
+// ProcessExec right away, and on ProcessExit as a last chance (the address
+// space may already be gone; MMAlive says whether it still was when the
+// kernel sent it). Samples of exited processes stay in the next Batch.
+type Event struct {
+	Pid     uint32
+	Kind    EventKind
+	TimeNs  int64 // Unix time, ns
+	MMAlive bool
+}
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("sampler: closed")
+
+// ErrStarted is returned by a second Start.
+var ErrStarted = errors.New("sampler: already started")
+
+// cpuEvent is one online CPU's perf event and the link attaching the
+// sampling program to it; the Sampler owns both.
+type cpuEvent struct {
+	cpu  int
+	fd   int
+	link link.Link
+}
+
+// Sampler owns every kernel object it creates: the BPF programs and maps
+// (objs), one perf event fd and link per CPU, the tracing links and the ring
+// buffer readers. Close releases all of them.
+type Sampler struct {
+	cfg  Config
+	log  *zap.Logger
+	objs objects
+
+	cpus         []cpuEvent
+	tracing      []link.Link
+	eventsRd     *ringbuf.Reader
+	samplesRd    *ringbuf.Reader // ModeRingBuffer only
+	events       chan Event
+	eventsClosed bool
+	wg           sync.WaitGroup
+
+	mu      sync.Mutex // serializes Start, Drain and Close
+	started bool
+	closed  bool
+	active  uint32 // kernel aggregation: buffer the program writes
+
+	agg            *rbAggregator // ModeRingBuffer only
+	truncatedUser  atomic.Uint64 // counted in Go (kernel aggregation)
+	lostEventsUser atomic.Uint64
+}
+
+// Kernel objects, in groups per mode: only the chosen mode's objects are
+// loaded, so the other's maps (up to tens of MB of stack buckets) are never
+// created.
+type commonObjs struct {
+	HandleExit *ebpf.Program  `ebpf:"handle_exit"`
+	HandleExec *ebpf.Program  `ebpf:"handle_exec"`
+	StatsMap   *ebpf.Map      `ebpf:"stats_map"`
+	Events     *ebpf.Map      `ebpf:"events"`
+	Seen       *ebpf.Map      `ebpf:"seen"`
+	ActiveBuf  *ebpf.Variable `ebpf:"active_buf"`
+}
+
+type aggObjs struct {
+	ProfileAgg   *ebpf.Program `ebpf:"profile_agg"`
+	Counts0      *ebpf.Map     `ebpf:"counts0"`
+	Counts1      *ebpf.Map     `ebpf:"counts1"`
+	Stacks0      *ebpf.Map     `ebpf:"stacks0"`
+	Stacks1      *ebpf.Map     `ebpf:"stacks1"`
+	Barrier      *ebpf.Map     `ebpf:"barrier"`
+	BarrierInner *ebpf.Map     `ebpf:"barrier_inner"`
+}
+
+type rbObjs struct {
+	ProfileRb *ebpf.Program `ebpf:"profile_rb"`
+	Samples   *ebpf.Map     `ebpf:"samples"`
+	Scratch   *ebpf.Map     `ebpf:"scratch"`
+}
+
+// ringSize gives each CPU 256 KiB of sample ring: at 99 Hz and a few hundred
+// bytes a record that is several seconds of slack for a descheduled reader.
+func ringSize(cpus int) uint32 {
+	size := uint32(1 << 18)
+	for size < uint32(max(cpus, 1))<<18 && size < 1<<26 {
+		size <<= 1
+	}
+	return size
+}
+
+type objects struct {
+	commonObjs
+	aggObjs // zero in ModeRingBuffer
+	rbObjs  // zero in ModeKernelAggregation
+}
+
+func (o *objects) profile() *ebpf.Program {
+	if o.ProfileAgg != nil {
+		return o.ProfileAgg
+	}
+	return o.ProfileRb
+}
+
+func (o *objects) counts(i uint32) *ebpf.Map {
+	if i == 0 {
+		return o.Counts0
+	}
+	return o.Counts1
+}
+
+func (o *objects) stacks(i uint32) *ebpf.Map {
+	if i == 0 {
+		return o.Stacks0
+	}
+	return o.Stacks1
+}
+
+func (o *objects) close() error {
+	var errs []error
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb} {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
+		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	*o = objects{}
+	return errors.Join(errs...)
+}
+
+func (c *Config) setDefaults() error {
+	if c.SampleRate == 0 {
+		c.SampleRate = 99
+	}
+	if c.SampleRate < 0 {
+		return fmt.Errorf("sampler: SampleRate %d Hz must be positive", c.SampleRate)
+	}
+	if c.MaxStackDepth == 0 {
+		c.MaxStackDepth = MaxStackDepth
+	}
+	if c.MaxStackDepth < 1 || c.MaxStackDepth > MaxStackDepth {
+		return fmt.Errorf("sampler: MaxStackDepth %d outside 1..%d", c.MaxStackDepth, MaxStackDepth)
+	}
+	if c.StackMapEntries == 0 {
+		c.StackMapEntries = 16384
+	}
+	if c.CountMapEntries == 0 {
+		c.CountMapEntries = 16384
+	}
+	if c.Mode != ModeKernelAggregation && c.Mode != ModeRingBuffer {
+		return fmt.Errorf("sampler: unknown mode %v", c.Mode)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// New checks prerequisites, loads the BPF objects and attaches the sampling
+// program to a disabled perf event on every online CPU. Sampling begins with
+// Start.
+func New(cfg Config) (s *Sampler, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := CheckPrerequisites(); err != nil {
+		return nil, err
+	}
+	s = &Sampler{cfg: cfg, log: cfg.Logger, events: make(chan Event, 4096)}
+	defer func() {
+		if err != nil {
+			s.release()
+			s = nil
+		}
+	}()
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	if err := s.openPerfEvents(); err != nil {
+		return nil, err
+	}
+	for _, p := range []*ebpf.Program{s.objs.HandleExit, s.objs.HandleExec} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return nil, fmt.Errorf("sampler: attaching %s: %w", p, err)
+		}
+		s.tracing = append(s.tracing, l)
+	}
+	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
+		return nil, fmt.Errorf("sampler: events ring buffer: %w", err)
+	}
+	if cfg.Mode == ModeRingBuffer {
+		if s.samplesRd, err = ringbuf.NewReader(s.objs.Samples); err != nil {
+			return nil, fmt.Errorf("sampler: samples ring buffer: %w", err)
+		}
+		s.agg = newRBAggregator(cfg.MaxStackDepth)
+	}
+	s.log.Info("sampler ready", zap.Int("cpus", len(s.cpus)), zap.Int("hz", cfg.SampleRate),
+		zap.Stringer("mode", cfg.Mode), zap.Int("max_stack_depth", cfg.MaxStackDepth),
+		zap.Bool("kernel_stacks", cfg.KernelStacks))
+	return s, nil
+}
+
+func (s *Sampler) load() error {
+	spec, err := bpf.LoadProfile()
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if err := spec.Variables[bpf.ProfileVarKernelStacks].Set(s.cfg.KernelStacks); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if err := spec.Variables[bpf.ProfileVarMaxDepth].Set(uint32(s.cfg.MaxStackDepth)); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	for _, name := range []string{bpf.ProfileMapStacks0, bpf.ProfileMapStacks1} {
+		// The kernel walks value_size/8 frames, so this is the depth cap.
+		spec.Maps[name].ValueSize = uint32(8 * s.cfg.MaxStackDepth)
+		spec.Maps[name].MaxEntries = uint32(s.cfg.StackMapEntries)
+	}
+	for _, name := range []string{bpf.ProfileMapCounts0, bpf.ProfileMapCounts1} {
+		spec.Maps[name].MaxEntries = uint32(s.cfg.CountMapEntries)
+	}
+	ncpu := runtime.NumCPU()
+	if cpus, err := onlineCPUs(); err == nil {
+		ncpu = len(cpus)
+	}
+	spec.Maps[bpf.ProfileMapSamples].MaxEntries = ringSize(ncpu)
+
+	var err2 error
+	if s.cfg.Mode == ModeKernelAggregation {
+		var o struct {
+			commonObjs
+			aggObjs
+		}
+		err2 = spec.LoadAndAssign(&o, nil)
+		s.objs = objects{commonObjs: o.commonObjs, aggObjs: o.aggObjs}
+	} else {
+		var o struct {
+			commonObjs
+			rbObjs
+		}
+		err2 = spec.LoadAndAssign(&o, nil)
+		s.objs = objects{commonObjs: o.commonObjs, rbObjs: o.rbObjs}
+	}
+	if err2 != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err2, &ve) {
+			s.log.Error("BPF verifier rejected the sampler", zap.String("log", fmt.Sprintf("%+v", ve)))
+		}
+		if errors.Is(err2, unix.EPERM) {
+			return fmt.Errorf("sampler: loading BPF objects (missing CAP_BPF/CAP_PERFMON?): %w", err2)
+		}
+		return fmt.Errorf("sampler: loading BPF objects: %w", err2)
+	}
+	return nil
+}
+
+// Start enables the perf events and the readers. It fails on a second call.
+func (s *Sampler) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.started {
+		return ErrStarted
+	}
+	s.wg.Add(1)
+	go s.readEvents()
+	if s.samplesRd != nil {
+		s.wg.Add(1)
+		go s.readSamples()
+	}
+	for _, c := range s.cpus {
+		if err := unix.IoctlSetInt(c.fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("sampler: enabling perf event on CPU %d: %w", c.cpu, err)
+		}
+	}
+	s.started = true
+	return nil
+}
+
+// Events delivers process notifications. It is closed by Close. When the
+// caller falls behind, events are dropped and counted in Stats.LostEvents.
+func (s *Sampler) Events() <-chan Event { return s.events }
+
+// Drain returns everything aggregated since the previous Drain (or Start).
+func (s *Sampler) Drain() (Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Batch{}, ErrClosed
+	}
+	if s.cfg.Mode == ModeRingBuffer {
+		return s.agg.swap(), nil
+	}
+	return s.drainKernel()
+}
+
+// Stats returns cumulative counters.
+func (s *Sampler) Stats() (Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Stats{}, ErrClosed
+	}
+	var per []bpf.ProfileStats
+	if err := s.objs.StatsMap.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("sampler: reading stats: %w", err)
+	}
+	var st Stats
+	for _, p := range per {
+		st.Samples += p.Samples
+		st.LostStack += p.LostStack
+		st.LostMapFull += p.LostMapFull
+		st.LostRingbuf += p.LostRingbuf
+		st.LostEvents += p.LostEvents
+		st.Truncated += p.Truncated
+	}
+	st.Truncated += s.truncatedUser.Load()
+	st.LostEvents += s.lostEventsUser.Load()
+	st.Lost = st.LostStack + st.LostMapFull + st.LostRingbuf
+	return st, nil
+}
+
+// Close disables sampling and releases every kernel object. It is safe to
+// call more than once.
+func (s *Sampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.release()
+}
+
+// release tears down in reverse order of creation: stop the event sources,
+// then unblock and join the readers, then drop programs and maps.
+func (s *Sampler) release() error {
+	var errs []error
+	for _, c := range s.cpus {
+		// Best effort: closing the fd stops the event anyway.
+		_ = unix.IoctlSetInt(c.fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+		if c.link != nil {
+			errs = append(errs, c.link.Close())
+		}
+		errs = append(errs, unix.Close(c.fd))
+	}
+	s.cpus = nil
+	for _, l := range s.tracing {
+		errs = append(errs, l.Close())
+	}
+	s.tracing = nil
+	if s.eventsRd != nil {
+		errs = append(errs, s.eventsRd.Close())
+	}
+	if s.samplesRd != nil {
+		errs = append(errs, s.samplesRd.Close())
+	}
+	s.wg.Wait()
+	s.eventsRd, s.samplesRd = nil, nil
+	if !s.eventsClosed {
+		close(s.events) // readers are joined: no more sends
+		s.eventsClosed = true
+	}
+	errs = append(errs, s.objs.close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,216 @@
+package sampler
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	fixtureSeconds = "3"
+	kernelBase     = 0xffff800000000000
+)
+
+// checkHotLeaf asserts that at least 90% of pid's samples have their leaf PC
+// in hot and that the chain of those reaches caller.
+func checkHotLeaf(t *testing.T, w *procWatcher, b Batch, pid uint32, cpu time.Duration, bin, hot, caller string) {
+	t.Helper()
+	bin = realPath(t, bin)
+	hotLo, hotHi := funcRange(t, bin, hot)
+	mainLo, mainHi := funcRange(t, bin, caller)
+	maps := w.mapsOf(pid)
+	if maps == nil {
+		t.Fatalf("no ProcessNew event (and so no maps) for pid %d", pid)
+	}
+	var total, inHot, reaches uint64
+	var misses []string
+	for _, s := range samplesOf(b, pid) {
+		total += s.Count
+		if len(s.UserPCs) == 0 {
+			continue
+		}
+		off, ok := fileOffset(maps, bin, s.UserPCs[0])
+		if !ok || off < hotLo || off >= hotHi {
+			if len(misses) < 5 {
+				misses = append(misses, fmt.Sprintf("%#x (tid %d %q)", s.UserPCs[0], s.Tid, s.Comm))
+			}
+			continue
+		}
+		inHot += s.Count
+		for _, pc := range s.UserPCs[1:] {
+			// Return addresses point after the call; step back into it.
+			if off, ok := fileOffset(maps, bin, pc-1); ok && off >= mainLo && off < mainHi {
+				reaches += s.Count
+				break
+			}
+		}
+	}
+	t.Logf("pid %d: %d samples, %d with leaf in %s, %d of those reach %s; other leaves: %v",
+		pid, total, inHot, hot, reaches, caller, misses)
+	checkSampleCount(t, total, cpu, 99)
+	if float64(inHot) < 0.9*float64(total) {
+		t.Errorf("%d/%d samples in %s, want >= 90%%", inHot, total, hot)
+	}
+	if float64(reaches) < 0.9*float64(inHot) {
+		t.Errorf("%d/%d hot samples have %s in their chain, want >= 90%%", reaches, inHot, caller)
+	}
+}
+
+func forModes(t *testing.T, f func(t *testing.T, m Mode)) {
+	for _, m := range []Mode{ModeKernelAggregation, ModeRingBuffer} {
+		t.Run(m.String(), func(t *testing.T) { f(t, m) })
+	}
+}
+
+func TestCFixture(t *testing.T) {
+	bin := buildC(t)
+	forModes(t, func(t *testing.T, m Mode) {
+		s := newSampler(t, Config{SampleRate: 99, Mode: m})
+		w := watch(s)
+		pid, cpu := runFixture(t, bin, fixtureSeconds)
+		// The process is gone; its samples and maps must not be.
+		if !waitFor(2*time.Second, func() bool { _, ok := w.exitOf(pid); return ok }) {
+			t.Errorf("no ProcessExit event for pid %d", pid)
+		} else {
+			ev, _ := w.exitOf(pid)
+			t.Logf("exit event: %+v", ev)
+		}
+		b, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHotLeaf(t, w, b, pid, cpu, bin, "hot", "main")
+		st, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stats: %+v", st)
+	})
+}
+
+func TestGoFixture(t *testing.T) {
+	bin := buildGo(t)
+	s := newSampler(t, Config{SampleRate: 99})
+	w := watch(s)
+	pid, cpu := runFixture(t, bin, fixtureSeconds)
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHotLeaf(t, w, b, pid, cpu, bin, "main.hot", "main.main")
+}
+
+func TestKernelStacks(t *testing.T) {
+	bin := buildC(t)
+	syms := kallsyms(t)
+	forModes(t, func(t *testing.T, m Mode) {
+		s := newSampler(t, Config{SampleRate: 99, KernelStacks: true, Mode: m})
+		w := watch(s)
+		pid, cpu := runFixture(t, bin, fixtureSeconds, "syscall")
+		b, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		realBin := realPath(t, bin)
+		mainLo, mainHi := funcRange(t, realBin, "main")
+		maps := w.mapsOf(pid)
+		var total, withK, readPath, userMain uint64
+		top := map[string]uint64{}
+		for _, smp := range samplesOf(b, pid) {
+			total += smp.Count
+			if len(smp.KernelPCs) == 0 {
+				continue
+			}
+			withK += smp.Count
+			var names []string
+			for _, pc := range smp.KernelPCs {
+				if pc < kernelBase {
+					t.Fatalf("kernel PC %#x below %#x", pc, uint64(kernelBase))
+				}
+				names = append(names, ksymName(syms, pc))
+			}
+			top[names[0]] += smp.Count
+			chain := strings.Join(names, ";")
+			if strings.Contains(chain, "vfs_read") || strings.Contains(chain, "ksys_read") {
+				readPath += smp.Count
+			}
+			for _, pc := range smp.UserPCs[min(1, len(smp.UserPCs)):] {
+				if off, ok := fileOffset(maps, realBin, pc-1); ok && off >= mainLo && off < mainHi {
+					userMain += smp.Count
+					break
+				}
+			}
+		}
+		t.Logf("pid %d: %d samples, %d with kernel stack, %d through vfs_read/ksys_read, %d reach main in user; kernel leaves: %v",
+			pid, total, withK, readPath, userMain, top)
+		checkSampleCount(t, total, cpu, 99)
+		if float64(withK) < 0.8*float64(total) {
+			t.Errorf("%d/%d samples have a kernel stack, want >= 80%%", withK, total)
+		}
+		if float64(readPath) < 0.8*float64(withK) {
+			t.Errorf("%d/%d kernel stacks go through vfs_read/ksys_read, want >= 80%%", readPath, withK)
+		}
+		if float64(userMain) < 0.8*float64(withK) {
+			t.Errorf("%d/%d samples in the kernel have main in their user chain, want >= 80%%", userMain, withK)
+		}
+	})
+}
+
+// Without KernelStacks no kernel PC may appear.
+func TestNoKernelStacks(t *testing.T) {
+	bin := buildC(t)
+	s := newSampler(t, Config{SampleRate: 99})
+	pid, _ := runFixture(t, bin, "1", "syscall")
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, smp := range samplesOf(b, pid) {
+		n++
+		if len(smp.KernelPCs) != 0 {
+			t.Fatalf("kernel PCs without KernelStacks: %+v", smp)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no samples")
+	}
+}
+
+// A sampled process that execs is announced again, so its maps are re-read
+// and PCs of the new image map to the new binary.
+func TestExecEvent(t *testing.T) {
+	bin := buildC(t)
+	s := newSampler(t, Config{SampleRate: 99})
+	w := watch(s)
+	// The shell spins long enough to be sampled, then becomes the fixture.
+	script := `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec "$0" 1`
+	pid, cpu := runFixture(t, "/bin/sh", "-c", script, bin)
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	execs := w.execs[pid]
+	w.mu.Unlock()
+	if execs == 0 {
+		t.Fatalf("no ProcessExec event for pid %d", pid)
+	}
+	realBin := realPath(t, bin)
+	lo, hi := funcRange(t, realBin, "hot")
+	maps := w.mapsOf(pid)
+	var total, inHot uint64
+	for _, smp := range samplesOf(b, pid) {
+		total += smp.Count
+		if len(smp.UserPCs) > 0 {
+			if off, ok := fileOffset(maps, realBin, smp.UserPCs[0]); ok && off >= lo && off < hi {
+				inHot += smp.Count
+			}
+		}
+	}
+	t.Logf("pid %d: %d samples over %v of CPU, %d in hot after exec", pid, total, cpu, inHot)
+	if inHot == 0 {
+		t.Error("no sample of the exec'd image maps into hot")
+	}
+}

@@ -1,0 +1,165 @@
+package symbolize
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// benchObject is one binary of the side-by-side benchmark.
+type benchObject struct {
+	name  string
+	path  string
+	addrs []uint64
+}
+
+// goCompile builds Go's own compiler with DWARF (release toolchains ship it
+// without), cached next to the other fixtures.
+func goCompile(b *testing.B) string {
+	gobin := testfixture.NeedTool(b, "go")
+	ver, _ := exec.Command(gobin, "version").Output()
+	out := filepath.Join(testfixture.CacheDir(), fmt.Sprintf("compile-%x", bytes.TrimSpace(ver)))
+	out = filepath.Join(filepath.Dir(out), filepath.Base(out)[:min(len(filepath.Base(out)), 60)])
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	os.MkdirAll(filepath.Dir(out), 0o755)
+	tmp := out + ".tmp"
+	cmd := exec.Command(gobin, "build", "-o", tmp, "cmd/compile")
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "CGO_ENABLED=0")
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build cmd/compile: %v\n%s", err, o)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// spread returns n addresses spread evenly over .text.
+func spread(b *testing.B, path string, n int) []uint64 {
+	f, err := elf.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	text := f.Section(".text")
+	step := text.Size/uint64(n) | 1
+	out := make([]uint64, 0, n)
+	for a := text.Addr; a < text.Addr+text.Size && len(out) < n; a += step {
+		out = append(out, a)
+	}
+	return out
+}
+
+func benchObjects(b *testing.B) []benchObject {
+	const n = 10000
+	var objs []benchObject
+	c := goCompile(b)
+	objs = append(objs, benchObject{"go-compile", c, spread(b, c, n)})
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err == nil {
+		objs = append(objs, benchObject{"libc", libc, spread(b, libc, n)})
+	}
+	return objs
+}
+
+// runTool runs one symbolizer process over addrs on stdin and returns its
+// wall time and peak RSS.
+func runTool(b *testing.B, argv []string, addrs []uint64) (time.Duration, int64) {
+	var in bytes.Buffer
+	for _, a := range addrs {
+		fmt.Fprintf(&in, "0x%x\n", a)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = &in
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("%v: %v", argv, err)
+	}
+	wall := time.Since(start)
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if bytes.Count(out.Bytes(), []byte("\n\n")) < len(addrs) {
+		b.Fatalf("%v answered %d of %d addresses", argv, bytes.Count(out.Bytes(), []byte("\n\n")), len(addrs))
+	}
+	return wall, ru.Maxrss * 1024
+}
+
+func buildCLI(b *testing.B) string {
+	out := filepath.Join(b.TempDir(), "profsym")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/profsym")
+	cmd.Dir = testfixture.Root(b)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building profsym: %v\n%s", err, o)
+	}
+	return out
+}
+
+// BenchmarkSymbolizeCold runs profsym symbolize and llvm-symbolizer-19 as
+// separate processes over the same 10,000 addresses, alternating, and
+// reports wall time and peak RSS of each and their ratios (target: <= 1).
+func BenchmarkSymbolizeCold(b *testing.B) {
+	llvm := testfixture.NeedTool(b, "llvm-symbolizer-19")
+	cli := buildCLI(b)
+	for _, o := range benchObjects(b) {
+		b.Run(o.name, func(b *testing.B) {
+			var pw, lw time.Duration
+			var pr, lr int64
+			for i := 0; i < b.N; i++ {
+				w, r := runTool(b, []string{cli, "symbolize", "--inlines", "--obj=" + o.path}, o.addrs)
+				pw += w
+				pr = max(pr, r)
+				w, r = runTool(b, []string{llvm, "--inlines", "--obj=" + o.path}, o.addrs)
+				lw += w
+				lr = max(lr, r)
+			}
+			b.ReportMetric(float64(pw.Milliseconds())/float64(b.N), "profsym-ms")
+			b.ReportMetric(float64(lw.Milliseconds())/float64(b.N), "llvm-ms")
+			b.ReportMetric(float64(pw)/float64(lw), "time-ratio")
+			b.ReportMetric(float64(pr)/(1<<20), "profsym-rss-MB")
+			b.ReportMetric(float64(lr)/(1<<20), "llvm-rss-MB")
+			b.ReportMetric(float64(pr)/float64(lr), "rss-ratio")
+		})
+	}
+}
+
+// BenchmarkSymbolizeWarm measures a resident resolver with inlines: every
+// object already opened and every unit touched once.
+func BenchmarkSymbolizeWarm(b *testing.B) {
+	for _, o := range benchObjects(b) {
+		b.Run(o.name, func(b *testing.B) {
+			r := New(DefaultOptions())
+			defer r.Close()
+			h, err := r.Open(context.Background(), Target{Path: o.path})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close()
+			var dst []Frame
+			for _, a := range o.addrs {
+				dst, _ = h.Lookup(a, dst[:0])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			n := 0
+			for i := 0; i < b.N; i++ {
+				for _, a := range o.addrs {
+					dst, _ = h.Lookup(a, dst[:0])
+					n++
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/addr")
+		})
+	}
+}

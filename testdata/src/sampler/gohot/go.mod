@@ -1,0 +1,3 @@
+module profsym.test/gohot
+
+go 1.26
