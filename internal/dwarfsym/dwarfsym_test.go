@@ -120,6 +120,9 @@ func fixtures(t *testing.T) []fixture {
 	fs = append(fs,
 		cFixture(t, "c-O2-nopie", "-O2", "-gdwarf-4", "-fno-pie", "-no-pie"),
 		cFixture(t, "c-O2-zlib", "-O2", "-gdwarf-5", "-gz=zlib"),
+		// LTO: inlined instances refer across units (DW_FORM_ref_addr)
+		// to the abstract functions of the early-debug units.
+		cFixture(t, "c-O2-flto", "-O2", "-gdwarf-5", "-flto"),
 		fixture{"cpp-O2-dwarf5", testfixture.Build(t, testfixture.Spec{Name: "cpp-O2-dwarf5", Lang: "c++", Sources: []string{"dwarf/cpp/main.cc"}, Args: []string{"-O2", "-gdwarf-5"}})},
 		fixture{"cpp-O1-dwarf4", testfixture.Build(t, testfixture.Spec{Name: "cpp-O1-dwarf4", Lang: "c++", Sources: []string{"dwarf/cpp/main.cc"}, Args: []string{"-O1", "-gdwarf-4"}})},
 		fixture{"so-O3", testfixture.Build(t, testfixture.Spec{Name: "libwork.so", Lang: "c", Sources: []string{"dwarf/c/util.c", "dwarf/c/work.c"}, Args: []string{"-O3", "-g", "-shared", "-fPIC"}})},
@@ -376,8 +379,8 @@ func checkAccuracy(t *testing.T, fx fixture, maxAddrs int) {
 		}
 		compare(a, want[i], frames, &sc)
 	}
-	t.Logf("%-26s addrs=%d resolved=%d extra=%d chain=%.2f%% inner=%.2f%% col+disc=%.2f%% start=%.2f%% outername=%.2f%%",
-		fx.name, len(addrs), sc.n, sc.extra, pct(sc.chain, sc.n), pct(sc.inner, sc.n), pct(sc.col, sc.n), pct(sc.start, sc.n), pct(sc.outerName, sc.n))
+	t.Logf("%-26s parsed=%dKiB addrs=%d resolved=%d extra=%d chain=%.2f%% inner=%.2f%% col+disc=%.2f%% start=%.2f%% outername=%.2f%%",
+		fx.name, tab.SizeBytes()>>10, len(addrs), sc.n, sc.extra, pct(sc.chain, sc.n), pct(sc.inner, sc.n), pct(sc.col, sc.n), pct(sc.start, sc.n), pct(sc.outerName, sc.n))
 	for _, b := range sc.bad {
 		t.Log("  mismatch ", b)
 	}
@@ -434,6 +437,40 @@ func TestNoInlines(t *testing.T) {
 		if len(one) != 1 || one[0].Name != outer.Name || one[0].File != inner.File || one[0].Line != inner.Line || one[0].StartAddress != outer.StartAddress {
 			t.Fatalf("%#x: no-inlines %+v, want name of %+v at %s:%d", a, one, outer, inner.File, inner.Line)
 		}
+	}
+}
+
+// TestCorruptUnit garbles the DIEs of every unit after its unit DIE: the
+// index still builds from .debug_aranges, and lookups must fail with
+// ErrCorruptFile rather than panic or answer nonsense.
+func TestCorruptUnit(t *testing.T) {
+	fx := cFixture(t, "c-O2-gdwarf-4", "-O2", "-gdwarf-4")
+	s := loadSections(t, fx.path)
+	units, err := scanUnits(s.info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range units {
+		for i := u.dieOff + 40; i < u.end; i++ {
+			s.info[i] = 0xff
+		}
+	}
+	tab, err := newTable(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for _, r := range tab.index {
+		_, err := tab.Lookup(r.lo, true, nil)
+		if err != nil && !errors.Is(err, symbol.ErrCorruptFile) {
+			t.Fatalf("Lookup(%#x): %v, want ErrCorruptFile", r.lo, err)
+		}
+		if err != nil {
+			bad++
+		}
+	}
+	if bad == 0 {
+		t.Fatal("no lookup noticed the corruption")
 	}
 }
 
@@ -631,4 +668,24 @@ func TestColdHelper(t *testing.T) {
 		}
 	}
 	w.Flush()
+}
+
+// BenchmarkOpen measures elfx.Open plus New: section decompression, unit
+// headers and the unit index.
+func BenchmarkOpen(b *testing.B) {
+	path := os.Getenv("PROFSYM_BENCH_OBJ")
+	if path == "" {
+		path = cFixture(b, "c-O3-gdwarf-5", "-O3", "-gdwarf-5").path
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		f, err := elfx.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := New(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
 }

@@ -5,18 +5,21 @@ import "sync/atomic"
 // Decoding a pc-value table walks it from the function's entry, which for a
 // large function costs microseconds, and one lookup needs several tables at
 // several pcs. So recently used functions keep their tables decoded into
-// runs that are binary-searched. The cache is two-way set associative by
-// function index with lock-free slots (a new entry goes in way 0 and pushes
-// the old one to way 1), and the bytes it holds are capped: past the cap a
-// miss decodes without keeping the result.
+// runs that are binary-searched. The cache is set associative by function
+// index with lock-free slots (a new entry goes in way 0 and pushes the others
+// down, the last falls out), and the bytes it holds are capped: past the cap
+// a miss decodes without keeping the result.
 const (
-	cacheSets       = 2048     // at most; small tables get fewer
-	cacheBudget     = 16 << 20 // bytes of decoded runs kept per Table
+	cacheSets       = 4096     // at most; small tables get fewer
+	cacheWays       = 4        // so a working set of thousands of functions fits
+	cacheBudget     = 32 << 20 // bytes of decoded runs kept per Table
 	maxCachedRuns   = 4096     // larger tables are walked on every lookup instead
 	cacheEntryBytes = 160      // fixed cost of one cached function, for SizeBytes
 )
 
-type cacheSet struct{ way [2]atomic.Pointer[cachedFunc] }
+type cacheSet struct {
+	way [cacheWays]atomic.Pointer[cachedFunc]
+}
 
 // run is one stretch of a pc-value table: val holds for pcs below end
 // (an offset from the function entry) and at or above the previous run's end.
@@ -42,12 +45,15 @@ type cachedFunc struct {
 }
 
 func (t *Table) cached(i int) (*cachedFunc, error) {
+	t.cacheOnce.Do(func() {
+		t.cache = make([]cacheSet, min(max(t.nfunc/cacheWays, 4), cacheSets))
+		t.cacheBytes.Add(int64(len(t.cache)) * cacheWays * 8)
+	})
 	set := &t.cache[i%len(t.cache)]
-	if c := set.way[0].Load(); c != nil && c.f.idx == i {
-		return c, nil
-	}
-	if c := set.way[1].Load(); c != nil && c.f.idx == i {
-		return c, nil
+	for w := range set.way {
+		if c := set.way[w].Load(); c != nil && c.f.idx == i {
+			return c, nil
+		}
 	}
 	f, err := t.decodeFunc(i)
 	if err != nil {
@@ -68,14 +74,17 @@ func (t *Table) cached(i int) (*cachedFunc, error) {
 		return c, nil
 	}
 	// Racing writers may both insert; the byte count stays right because
-	// each accounts for exactly what it displaced.
-	old0 := set.way[0].Swap(c)
-	if old0 != nil {
-		if old1 := set.way[1].Swap(old0); old1 != nil {
-			t.cacheBytes.Add(-old1.bytes)
+	// each accounts for exactly what it pushed out.
+	t.cacheBytes.Add(c.bytes)
+	x := c
+	for w := range set.way {
+		if x = set.way[w].Swap(x); x == nil {
+			break
 		}
 	}
-	t.cacheBytes.Add(c.bytes)
+	if x != nil {
+		t.cacheBytes.Add(-x.bytes)
+	}
 	return c, nil
 }
 

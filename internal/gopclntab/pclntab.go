@@ -95,14 +95,15 @@ type Table struct {
 
 	whole []byte    // the table from its header
 	offs  [5]uint64 // header offsets of funcnametab, cutab, filetab, pctab, pclntable
-	size  int64     // bytes pinned, for SizeBytes
 
 	mu    sync.RWMutex
 	names map[uint32]string // funcnametab offset -> name
 	files map[uint32]string // filetab offset -> path
 
+	cacheOnce  sync.Once
 	cache      []cacheSet // sized to the function count, at most cacheSets
 	cacheBytes atomic.Int64
+	nameBytes  int64 // bytes of interned strings, under mu
 }
 
 // Parse validates the header of img.Pclntab and returns a Table over it. It
@@ -206,8 +207,6 @@ func Parse(img Image) (*Table, error) {
 	if t.entry(0) > t.entry(t.nfunc) {
 		return nil, corrupt("function table not sorted")
 	}
-	t.cache = make([]cacheSet, min(max(t.nfunc/2, 16), cacheSets))
-	t.size = int64(len(b))
 	t.names = map[uint32]string{}
 	t.files = map[uint32]string{}
 	return t, nil
@@ -275,13 +274,14 @@ func (t *Table) NumFuncs() int { return t.nfunc }
 // TextRange is the [start, end) address range the function table covers.
 func (t *Table) TextRange() (uint64, uint64) { return t.entry(0), t.entry(t.nfunc) }
 
-// SizeBytes estimates the memory the Table keeps: the table it aliases
-// (usually mapped from the file) plus the names and decoded tables cached.
+// SizeBytes estimates the heap the Table holds: interned names and the
+// decoded-table cache. The table and data bytes it aliases are not counted:
+// they belong to the caller (for New, the elfx.File's mapping).
 func (t *Table) SizeBytes() int64 {
 	t.mu.RLock()
-	n := t.size + int64(len(t.names)+len(t.files))*48
+	n := t.nameBytes + int64(len(t.names)+len(t.files))*48
 	t.mu.RUnlock()
-	return n + t.cacheBytes.Load() + int64(len(t.cache))*int64(2*8)
+	return n + t.cacheBytes.Load()
 }
 
 // GoVersionMin returns the oldest Go release that writes this table format
@@ -481,6 +481,7 @@ func (t *Table) funcName(nameOff uint32) (string, error) {
 	s = string(b)
 	t.mu.Lock()
 	t.names[nameOff] = s
+	t.nameBytes += int64(len(s))
 	t.mu.Unlock()
 	return s, nil
 }
@@ -510,6 +511,7 @@ func (t *Table) fileName(f *fn, fileno int32) (string, error) {
 	s = string(b)
 	t.mu.Lock()
 	t.files[fo] = s
+	t.nameBytes += int64(len(s))
 	t.mu.Unlock()
 	return s, nil
 }
@@ -563,11 +565,18 @@ func (t *Table) Lookup(pc uint64, inlines bool, dst []symbol.Frame) ([]symbol.Fr
 		return dst, err
 	}
 	f := &c.f
-	// Coverage is decided by the line table: past its end is padding, and
-	// the only functions without one are the linker's zero-size markers
-	// (go:textfipsstart), whose range is padding too.
+	if pc < f.entry || pc >= f.end {
+		return dst, corrupt("function table not sorted near %#x", pc)
+	}
+	// Coverage is decided by the line table: past its end is padding. The
+	// only functions without one are the linker's zero-size markers
+	// (go:textfipsstart): named at their address, as DWARF does, and
+	// padding after it.
 	if f.pcln == 0 {
-		return dst, nil
+		if pc != f.entry {
+			return dst, nil
+		}
+		return append(dst, symbol.Frame{Name: c.name, StartLine: uint32(max(f.startLine, 0)), StartAddress: f.entry}), nil
 	}
 	if _, err := t.value(c, &c.lines, f.pcln, pc); err != nil {
 		if err == errNotCovered {

@@ -27,7 +27,8 @@ type object struct {
 
 	dwarf  *dwarfsym.Table
 	gopcln *gopclntab.Table
-	syms   []*symtab.Table // debug file's first: it has the full .symtab
+	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
+	dbgSyms *symtab.Table // the debug file's, a fallback
 
 	// why explains the missing DWARF (no_debug_info, build_id_mismatch, ...).
 	why error
@@ -93,15 +94,22 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 			o.gopcln = t
 		}
 	}
-	// The symbol table: the debug file's is usually the complete one (the
-	// stripped binary keeps only .dynsym); merge both by preferring the
-	// debug file and falling back to the binary.
-	for _, f := range []*elfx.File{o.dbg, o.bin} {
-		if f == nil {
-			continue
+	// Symbol tables. Like llvm-symbolizer, the outermost frame is named from
+	// the binary's own table (a stripped binary: .dynsym only); the debug
+	// file's complete .symtab is only a fallback for addresses nothing else
+	// names, where llvm would answer "??".
+	if o.bin != nil {
+		if t, serr := symtab.New(o.bin); serr == nil {
+			o.syms = t
 		}
-		if t, serr := symtab.New(f); serr == nil {
-			o.syms = append(o.syms, t)
+	}
+	if o.dbg != nil {
+		if t, serr := symtab.New(o.dbg); serr == nil {
+			if o.bin == nil {
+				o.syms = t
+			} else {
+				o.dbgSyms = t
+			}
 		}
 	}
 	if o.why == nil && o.dwarf == nil {
@@ -150,8 +158,10 @@ func (o *object) sizeBytes() int64 {
 	if o.gopcln != nil {
 		n += o.gopcln.SizeBytes()
 	}
-	for _, t := range o.syms {
-		n += t.SizeBytes()
+	for _, t := range []*symtab.Table{o.syms, o.dbgSyms} {
+		if t != nil {
+			n += t.SizeBytes()
+		}
 	}
 	return n
 }
@@ -210,7 +220,13 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 		}
 	}
 	if opt.UseSymbolTable {
-		if name, start, t, ok := o.symbolAt(pc); ok {
+		t := o.syms
+		if len(dst) == base && o.dbgSyms != nil {
+			if _, _, _, ok := o.dbgSyms.Lookup(pc); ok {
+				t = o.dbgSyms
+			}
+		}
+		if name, start, ok := symbolIn(t, pc); ok {
 			if len(dst) == base {
 				dst = append(dst, symbol.Frame{Name: name, StartAddress: start})
 			} else {
@@ -235,11 +251,10 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 	return dst, symbol.ErrNoDebugInfo
 }
 
-func (o *object) symbolAt(pc uint64) (string, uint64, *symtab.Table, bool) {
-	for _, t := range o.syms {
-		if name, start, _, ok := t.Lookup(pc); ok {
-			return name, start, t, true
-		}
+func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {
+	if t == nil {
+		return "", 0, false
 	}
-	return "", 0, nil, false
+	name, start, _, ok := t.Lookup(pc)
+	return name, start, ok
 }
