@@ -25,8 +25,8 @@ type object struct {
 
 	buildID []byte
 
-	dwarf  *dwarfsym.Table
-	gopcln *gopclntab.Table
+	dwarf   *dwarfsym.Table
+	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
 
