@@ -223,7 +223,9 @@ func findModuledata(f *elfx.File, img []byte, t *Table, tabAddr uint64) (moduled
 // pickGoFunc chooses moduledata.gofunc. Its word index moved between Go
 // releases, so each candidate word that points into loaded data is tried as
 // the base of the inline trees of a sample of functions, and the one under
-// which the most entries look right wins; the known layouts break ties.
+// which the most entries look right wins; the known layouts break ties. When
+// functions have inline trees but no candidate explains them, it returns 0:
+// no inline frames beats wrong ones.
 func pickGoFunc(f *elfx.File, img []byte, t *Table, w func(int) uint64, text uint64) uint64 {
 	order := []int{mdGoFunc120, mdGoFunc118}
 	if t.version == ver118 {
@@ -234,7 +236,8 @@ func pickGoFunc(f *elfx.File, img []byte, t *Table, w func(int) uint64, text uin
 			order = append(order, j)
 		}
 	}
-	best, bestScore := w(order[0]), 0
+	var best uint64
+	bestScore, trees := 0, 0
 	for _, j := range order {
 		cand := w(j)
 		if cand == 0 {
@@ -248,43 +251,38 @@ func pickGoFunc(f *elfx.File, img []byte, t *Table, w func(int) uint64, text uin
 		if err != nil {
 			continue
 		}
-		if s := inlineScore(tt); s > bestScore {
+		s, n := inlineScore(tt)
+		trees = max(trees, n)
+		if s > bestScore {
 			best, bestScore = cand, s
 		}
+	}
+	if trees == 0 {
+		return w(order[0]) // nothing to check against (built with -l)
 	}
 	return best
 }
 
-// inlineScore counts inline tree entries that decode to a named function
-// and a parent pc inside the function, over a sample of functions.
-func inlineScore(t *Table) int {
+// inlineScore samples functions that have an inline tree and counts those
+// whose first entry names a function; it also returns how many it sampled.
+func inlineScore(t *Table) (score, seen int) {
 	const samples = 64
-	score := 0
 	step := t.nfunc/512 + 1
-	seen := 0
 	for i := 0; i < t.nfunc && seen < samples; i += step {
 		f, err := t.decodeFunc(i)
 		if err != nil || f.inlTree == 0 {
 			continue
 		}
 		seen++
-		ix, _, err := t.pcvalue(&f, f.inlPC, f.entry)
+		c, err := t.inlEntry(&f, 0)
 		if err != nil {
 			continue
 		}
-		// The entry pc is rarely inside an inlined body; entry 0 of the
-		// tree always exists when the function has a tree.
-		if ix < 0 {
-			ix = 0
-		}
-		c, err := t.inlEntry(&f, ix)
-		if err != nil {
-			continue
-		}
+		// A name starts right after another name's NUL.
 		if b, ok := cstring(t.funcnametab, uint64(c.nameOff)); ok && len(b) > 0 &&
 			(c.nameOff == 0 || t.funcnametab[c.nameOff-1] == 0) {
 			score++
 		}
 	}
-	return score
+	return score, seen
 }

@@ -639,3 +639,70 @@ func BenchmarkLookupWarmLarge(b *testing.B) {
 	tab := open(b, goTool(b, "compile"))
 	benchWarm(b, tab, 4096)
 }
+
+// TestConcurrent runs lookups from several goroutines on one Table, over
+// more functions than the cache holds, so slots are replaced while read.
+func TestConcurrent(t *testing.T) {
+	tab := open(t, fixture(t).stripped)
+	pcs := samplePCs(tab, 2)
+	want := make([]string, len(pcs))
+	ref := open(t, fixture(t).stripped)
+	for i, pc := range pcs {
+		fr, err := ref.Lookup(pc, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = fmtOurs(fr)
+	}
+	errc := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func() {
+			var dst []symbol.Frame
+			for k := range pcs {
+				i := (k*7919 + g*1013) % len(pcs)
+				var err error
+				if dst, err = tab.Lookup(pcs[i], true, dst[:0]); err != nil || fmtOurs(dst) != want[i] {
+					errc <- fmt.Errorf("%#x: %s, %v; want %s", pcs[i], fmtOurs(dst), err, want[i])
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestGoVersionAndBuildID(t *testing.T) {
+	b := fixture(t)
+	f, err := elfx.Open(b.stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := GoVersion(f)
+	if err != nil || !strings.HasPrefix(v, "go1.") {
+		t.Fatalf("GoVersion = %q, %v", v, err)
+	}
+	want := strings.TrimSpace(testfixture.Run(t, testfixture.NeedTool(t, "go"), "tool", "buildid", b.stripped))
+	if id, err := GoBuildID(f); err != nil || id != want {
+		t.Fatalf("GoBuildID = %q, %v; want %q", id, err, want)
+	}
+}
+
+func BenchmarkNew(b *testing.B) {
+	f, err := elfx.Open(goTool(b, "compile"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := New(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

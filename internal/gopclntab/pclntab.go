@@ -167,26 +167,13 @@ func Parse(img Image) (*Table, error) {
 		}
 	}
 	t.whole, t.offs = b, off
-	t.funcnametab = b[off[0]:]
-	t.cutab = b[off[1]:]
-	t.filetab = b[off[2]:]
-	t.pctab = b[off[3]:]
-	t.pclntable = b[off[4]:]
-	// Tables end where the next one starts when the linker's usual order
+	// Each table ends where the next starts when the linker's usual order
 	// holds; trimming makes stray offsets fail bounds checks sooner.
-	for i := 0; i < 4; i++ {
-		if off[i] <= off[i+1] {
-			end := off[i+1] - off[i]
-			switch i {
-			case 0:
-				t.funcnametab = t.funcnametab[:end]
-			case 1:
-				t.cutab = t.cutab[:end]
-			case 2:
-				t.filetab = t.filetab[:end]
-			case 3:
-				t.pctab = t.pctab[:end]
-			}
+	tabs := [5]*[]byte{&t.funcnametab, &t.cutab, &t.filetab, &t.pctab, &t.pclntable}
+	for i, p := range tabs {
+		*p = b[off[i]:]
+		if i < 4 && off[i] <= off[i+1] {
+			*p = (*p)[:off[i+1]-off[i]]
 		}
 	}
 	switch t.version {
@@ -198,7 +185,7 @@ func Parse(img Image) (*Table, error) {
 		t.ftabSize, t.funcSize, t.inlSize = 8, 44, 16
 	}
 	// functab has nfunc entries plus an end sentinel.
-	if nfunc == 0 || nfunc > uint64(len(t.pclntable)/t.ftabSize)-1 || uint64(len(t.pclntable)/t.ftabSize) == 0 {
+	if entries := uint64(len(t.pclntable) / t.ftabSize); nfunc == 0 || entries == 0 || nfunc > entries-1 {
 		return nil, corrupt("%d functions do not fit the function table", nfunc)
 	}
 	t.nfunc = int(nfunc)
