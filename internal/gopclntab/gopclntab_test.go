@@ -45,6 +45,11 @@ var oldToolchains = []string{"/usr/lib/go-1.19/bin/go"}
 // added to the build's environment), cached by the toolchain's version, env
 // and the sources' contents.
 func fixtureWith(t testing.TB, gobin string, env ...string) (build, bool) {
+	return fixtureArgs(t, gobin, env, "")
+}
+
+// fixtureArgs is fixtureWith with linker flags for both builds.
+func fixtureArgs(t testing.TB, gobin string, env []string, ldflags string) (build, bool) {
 	t.Helper()
 	if _, err := os.Stat(gobin); err != nil {
 		return build{}, false
@@ -54,8 +59,10 @@ func fixtureWith(t testing.TB, gobin string, env ...string) (build, bool) {
 		return build{}, false
 	}
 	v := strings.Fields(string(ver))[2]
-	for _, e := range env {
-		v += "-" + e
+	for _, e := range append(append([]string{}, env...), ldflags) {
+		if e != "" {
+			v += "-" + strings.NewReplacer("=", "_", " ", "_", "/", "_").Replace(e)
+		}
 	}
 	src := testfixture.Src(t, "gopclntab")
 	h := fmt.Sprintf("%x", hashDir(t, src))
@@ -70,7 +77,7 @@ func fixtureWith(t testing.TB, gobin string, env ...string) (build, bool) {
 	for _, o := range []struct {
 		out  string
 		args []string
-	}{{b.dwarf, nil}, {b.stripped, []string{"-ldflags=-s -w"}}} {
+	}{{b.dwarf, []string{"-ldflags=" + ldflags}}, {b.stripped, []string{"-ldflags=" + ldflags + " -s -w"}}} {
 		args := append([]string{"build", "-o", o.out + ".tmp"}, o.args...)
 		cmd := exec.Command(gobin, append(args, ".")...)
 		cmd.Dir = src
@@ -109,6 +116,13 @@ func allBuilds(t *testing.T) []build {
 	gobin := testfixture.NeedTool(t, "go")
 	for _, arch := range []string{"GOARCH=386", "GOARCH=arm64"} {
 		if b, ok := fixtureWith(t, gobin, arch); ok {
+			bs = append(bs, b)
+		}
+	}
+	// External linking puts C start-up code first in .text, so the Go text
+	// start must come from moduledata, not the section.
+	if _, err := exec.LookPath("gcc"); err == nil {
+		if b, ok := fixtureArgs(t, gobin, []string{"CGO_ENABLED=1"}, "-linkmode=external"); ok {
 			bs = append(bs, b)
 		}
 	}
