@@ -43,13 +43,24 @@ run:
 	@echo "make run: the collector distribution is not built yet (see the distribution issue); meanwhile: $(BIN)/profsym symbolize --help"
 	@$(MAKE) --no-print-directory build
 
-# Regenerate eBPF objects and bindings (needs clang-19 and libbpf-dev).
-generate:
-	$(GO) generate ./bpf/...
+MDATAGEN := $(BIN)/mdatagen
 
-# CI: the committed eBPF objects must be what `make generate` produces.
+# mdatagen is pinned in its own module (internal/tools) so its dependencies
+# never mix with the distribution's.
+$(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
+	cd internal/tools && $(GO) build -o $(abspath $(MDATAGEN)) go.opentelemetry.io/collector/cmd/mdatagen
+
+# Regenerate eBPF objects and bindings (needs clang-19, llvm-strip-19 and
+# libbpf-dev) and the components' metadata code (mdatagen).
+generate: $(MDATAGEN)
+	$(GO) generate ./bpf/...
+	@if ls receiver/*/metadata.yaml processor/*/metadata.yaml >/dev/null 2>&1; then \
+	  PATH=$(abspath $(BIN)):$$PATH $(GO) generate ./receiver/... ./processor/...; fi
+
+# CI: the committed generated files must be what `make generate` produces.
 check-generate: generate
-	@git diff --exit-code --stat -- bpf/ || (echo "bpf/: committed generated files are stale: run make generate and commit"; exit 1)
+	@git diff --exit-code --stat -- bpf/ receiver/ processor/ || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@test -z "$$(git status --porcelain -- bpf/ receiver/ processor/)" || (git status --porcelain -- bpf/ receiver/ processor/; echo "make generate created files that are not committed"; exit 1)
 
 clean:
 	rm -rf $(BIN)

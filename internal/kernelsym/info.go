@@ -98,14 +98,16 @@ func buildIDFromNotes(data []byte) (string, error) {
 		if id != nil {
 			return buildid.HexString(id), nil
 		}
-		if err != nil && firstErr == nil {
+		if err == nil {
+			// One padding read every record cleanly: the id is absent, and
+			// the other padding's complaint would be misleading.
+			return "", fmt.Errorf("kernel notes: %w", buildid.ErrNotFound)
+		}
+		if firstErr == nil {
 			firstErr = err
 		}
 	}
-	if firstErr != nil {
-		return "", firstErr
-	}
-	return "", fmt.Errorf("kernel notes: %w", buildid.ErrNotFound)
+	return "", firstErr
 }
 
 func sysDir(sysRoot string) string {

@@ -116,14 +116,17 @@ func ParseKallsyms(r io.Reader) (*Table, error) {
 			}
 		}
 		e := entry{addr: addr}
-		switch typ {
-		case 'T':
+		switch {
+		case len(mod) == 0 && (string(name) == "_etext" || string(name) == "_einittext"):
+			// End markers name no code: kept only as a boundary, so the
+			// address just past the text does not resolve to them.
+		case typ == 'T':
 			e.text, e.rank = true, 3
-		case 't':
+		case typ == 't':
 			e.text, e.rank = true, 2
-		case 'W', 'w':
+		case typ == 'W' || typ == 'w':
 			e.text, e.rank = true, 1
-		case 'a', 'A', 'U', 'u', 'v', 'V':
+		case typ == 'a' || typ == 'A' || typ == 'U' || typ == 'u' || typ == 'v' || typ == 'V':
 			// Absolute values (per-cpu offsets, constants) and undefined
 			// symbols are not locations in the kernel's address space.
 			continue
@@ -141,14 +144,24 @@ func ParseKallsyms(r io.Reader) (*Table, error) {
 			}
 			e.mod = id
 			e.nameOff, e.nameLen = uint32(len(names)), uint16(len(name))
-			names = append(names, name...)
+			names = append(grow(names, len(name)), name...)
 		}
-		ents = append(ents, e)
+		ents = append(grow(ents, 1), e)
 	}
 	if len(ents) > 0 && !nonzero {
 		return nil, ErrAddressesHidden
 	}
 	return build(ents, names, modules, stext, etext), nil
+}
+
+// grow doubles a slice's capacity when n more elements do not fit. append
+// grows large slices by only 1.25x, which for a table built in one pass
+// allocates about five times its final size in discarded copies.
+func grow[S ~[]E, E any](s S, n int) S {
+	if len(s)+n <= cap(s) {
+		return s
+	}
+	return slices.Grow(s, max(n, cap(s), 1024))
 }
 
 // build sorts the entries, picks one name per address and computes each

@@ -8,6 +8,7 @@ package symbolize
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/internal/demangle"
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbol"
 )
@@ -198,6 +200,13 @@ func (r *Resolver) key(t Target) (string, error) {
 		}
 		// Identity includes size and mtime so a rebuilt file is reopened.
 		return fmt.Sprintf("p:%s:%d:%d:%s:%s", t.Path, st.Size(), st.ModTime().UnixNano(), t.BuildID, t.DebugPath), nil
+	case t.DebugPath != "":
+		// Only a debug file is known (fetched or found by build id).
+		st, err := os.Stat(t.DebugPath)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", t.DebugPath, classify(err))
+		}
+		return fmt.Sprintf("d:%s:%d:%d", t.DebugPath, st.Size(), st.ModTime().UnixNano()), nil
 	case t.BuildID != "":
 		id := strings.ToLower(t.BuildID)
 		if _, err := hex.DecodeString(id); err != nil || len(id) < 2 {
@@ -210,7 +219,7 @@ func (r *Resolver) key(t Target) (string, error) {
 
 func (r *Resolver) load(ctx context.Context, t Target) *entry {
 	bin, dbg := t.Path, t.DebugPath
-	if bin == "" {
+	if bin == "" && dbg == "" {
 		var err error
 		bin, dbg, err = r.locate(ctx, strings.ToLower(t.BuildID))
 		if err != nil {
@@ -325,3 +334,30 @@ func (r *Resolver) Symbolize(ctx context.Context, t Target, addrs []uint64) []Re
 // IsUnresolved reports whether err only says that nothing names the address
 // (as opposed to a broken or missing file).
 func IsUnresolved(err error) bool { return errors.Is(err, symbol.ErrNoDebugInfo) }
+
+// HasDebugInfo reports whether the object has DWARF or a Go pclntab, i.e.
+// whether answers can carry files and lines rather than symbol names only.
+func (h *Handle) HasDebugInfo() bool { return h.obj.dwarf != nil || h.obj.gopcln != nil }
+
+// Why explains missing debug info (nil when the object has DWARF).
+func (h *Handle) Why() error { return h.obj.why }
+
+// ImageBase is the lowest PT_LOAD address of the object, page aligned: what
+// "offset from the load base" is relative to.
+func (h *Handle) ImageBase() uint64 {
+	for _, f := range []*elfx.File{h.obj.bin, h.obj.dbg} {
+		if f == nil {
+			continue
+		}
+		base, found := ^uint64(0), false
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Vaddr < base {
+				base, found = p.Vaddr, true
+			}
+		}
+		if found {
+			return base &^ 0xfff
+		}
+	}
+	return 0
+}

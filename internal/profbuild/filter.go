@@ -1,0 +1,139 @@
+package profbuild
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Target selects processes. Every field that is set must match; a Target
+// with no field set matches every process.
+type Target struct {
+	PIDs []int
+	// ProcessName is matched (unanchored) against the process's comm and
+	// the base name of its executable.
+	ProcessName *regexp.Regexp
+	// Cgroup is matched against the start of the process's cgroup (v2)
+	// path, so a plain path works as a prefix and a regexp as a pattern.
+	Cgroup *regexp.Regexp
+}
+
+// Filter selects the processes a profile covers: those matching any of its
+// targets. A nil or empty Filter selects every process.
+type Filter struct {
+	Targets []Target
+}
+
+// CompileTarget builds a Target from its configuration strings.
+func CompileTarget(pids []int, processName, cgroup string) (Target, error) {
+	t := Target{PIDs: pids}
+	var err error
+	if processName != "" {
+		if t.ProcessName, err = regexp.Compile(processName); err != nil {
+			return t, fmt.Errorf("process_name: %w", err)
+		}
+	}
+	if cgroup != "" {
+		if t.Cgroup, err = regexp.Compile("^(?:" + cgroup + ")"); err != nil {
+			return t, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// ProcInfo is what a filter looks at.
+type ProcInfo struct {
+	PID    int
+	Comm   string
+	Exe    string // path of the executable
+	Cgroup string // cgroup v2 path ("/system.slice/x.service")
+}
+
+// All reports whether f selects every process, so nothing needs reading.
+func (f *Filter) All() bool { return f == nil || len(f.Targets) == 0 }
+
+// Match reports whether f selects the process.
+func (f *Filter) Match(p ProcInfo) bool {
+	if f.All() {
+		return true
+	}
+	for _, t := range f.Targets {
+		if t.match(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// PIDOnly reports whether every target names pids only, so that a pid
+// decides without reading /proc.
+func (f *Filter) PIDOnly() bool {
+	for _, t := range f.Targets {
+		if t.ProcessName != nil || t.Cgroup != nil || len(t.PIDs) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (t Target) match(p ProcInfo) bool {
+	if len(t.PIDs) > 0 && !containsInt(t.PIDs, p.PID) {
+		return false
+	}
+	if t.ProcessName != nil && !t.ProcessName.MatchString(p.Comm) &&
+		(p.Exe == "" || !t.ProcessName.MatchString(filepath.Base(p.Exe))) {
+		return false
+	}
+	if t.Cgroup != nil && !t.Cgroup.MatchString(p.Cgroup) {
+		return false
+	}
+	return true
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// readProcInfo reads the few small /proc files a filter needs, far cheaper
+// than a full snapshot of the process's mappings and files.
+func readProcInfo(procRoot string, pid int) (ProcInfo, bool) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	b, err := os.ReadFile(filepath.Join(dir, "comm"))
+	if err != nil {
+		return ProcInfo{}, false
+	}
+	p := ProcInfo{PID: pid, Comm: strings.TrimSpace(string(b))}
+	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	p.Exe = strings.TrimSuffix(p.Exe, " (deleted)")
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		p.Cgroup = cgroupV2Path(string(b))
+	}
+	return p, true
+}
+
+// cgroupV2Path returns the unified hierarchy's path ("0::/path"), or the
+// first hierarchy's on a v1-only host.
+func cgroupV2Path(s string) string {
+	first := ""
+	for _, line := range strings.Split(s, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			return parts[2]
+		}
+		if first == "" {
+			first = parts[2]
+		}
+	}
+	return first
+}

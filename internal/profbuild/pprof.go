@@ -1,0 +1,216 @@
+package profbuild
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// Mapping attributes the symbolizer sets (docs/frame-format.md).
+const (
+	AttrHasFunctions    = "pprof.mapping.has_functions"
+	AttrHasFilenames    = "pprof.mapping.has_filenames"
+	AttrHasLineNumbers  = "pprof.mapping.has_line_numbers"
+	AttrHasInlineFrames = "pprof.mapping.has_inline_frames"
+)
+
+// ToPprof converts OTLP profiles into one pprof profile: every process's
+// samples, with process and thread attributes as labels.
+//
+// Mappings keep their file, build id and has_* flags, but are written as
+// spanning the whole address space from 0: pprof's ELF tools treat such a
+// mapping as "addresses already adjusted" and take location addresses as
+// the ELF virtual addresses the frame format stores, so `go tool pprof`
+// with the binaries at hand symbolizes raw frames correctly.
+func ToPprof(pd pprofile.Profiles) (*profile.Profile, error) {
+	c := &pprofConv{pd: pd, dict: pd.Dictionary(), out: &profile.Profile{},
+		maps: map[int32]*profile.Mapping{}, locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{}}
+	for _, rp := range pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				if err := c.addProfile(rp.Resource(), p); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if c.out.SampleType == nil {
+		c.out.SampleType = []*profile.ValueType{{Type: "samples", Unit: "count"}}
+	}
+	return c.out, c.out.CheckValid()
+}
+
+type pprofConv struct {
+	pd    pprofile.Profiles
+	dict  pprofile.ProfilesDictionary
+	out   *profile.Profile
+	maps  map[int32]*profile.Mapping
+	locs  map[int32]*profile.Location
+	funcs map[int32]*profile.Function
+}
+
+func (c *pprofConv) str(i int32) string {
+	if i <= 0 || int(i) >= c.dict.StringTable().Len() {
+		return ""
+	}
+	return c.dict.StringTable().At(int(i))
+}
+
+func (c *pprofConv) addProfile(res pcommon.Resource, p pprofile.Profile) error {
+	if c.out.SampleType == nil {
+		c.out.SampleType = []*profile.ValueType{{Type: c.str(p.SampleType().TypeStrindex()), Unit: c.str(p.SampleType().UnitStrindex())}}
+		c.out.PeriodType = &profile.ValueType{Type: c.str(p.PeriodType().TypeStrindex()), Unit: c.str(p.PeriodType().UnitStrindex())}
+		c.out.Period = p.Period()
+	}
+	t := int64(p.Time())
+	if c.out.TimeNanos == 0 || t < c.out.TimeNanos {
+		c.out.TimeNanos = t
+	}
+	c.out.DurationNanos = max(c.out.DurationNanos, int64(p.DurationNano()))
+	strLabels, numLabels := resourceLabels(res)
+	for _, s := range p.Samples().All() {
+		ps := &profile.Sample{Value: s.Values().AsRaw(), Label: map[string][]string{}, NumLabel: map[string][]int64{}}
+		for k, v := range strLabels {
+			ps.Label[k] = []string{v}
+		}
+		for k, v := range numLabels {
+			ps.NumLabel[k] = []int64{v}
+		}
+		c.sampleLabels(s, ps)
+		if int(s.StackIndex()) >= c.dict.StackTable().Len() {
+			return fmt.Errorf("sample stack index %d out of range", s.StackIndex())
+		}
+		for _, li := range c.dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+			loc, err := c.location(li)
+			if err != nil {
+				return err
+			}
+			ps.Location = append(ps.Location, loc)
+		}
+		c.out.Sample = append(c.out.Sample, ps)
+	}
+	return nil
+}
+
+// resourceLabels turns the process's attributes into pprof labels.
+func resourceLabels(res pcommon.Resource) (map[string]string, map[string]int64) {
+	str, num := map[string]string{}, map[string]int64{}
+	for k, v := range res.Attributes().All() {
+		switch v.Type() {
+		case pcommon.ValueTypeInt:
+			num[k] = v.Int()
+		default:
+			str[k] = v.AsString()
+		}
+	}
+	return str, num
+}
+
+func (c *pprofConv) sampleLabels(s pprofile.Sample, ps *profile.Sample) {
+	for _, ai := range s.AttributeIndices().All() {
+		if ai <= 0 || int(ai) >= c.dict.AttributeTable().Len() {
+			continue
+		}
+		kv := c.dict.AttributeTable().At(int(ai))
+		k := c.str(kv.KeyStrindex())
+		if kv.Value().Type() == pcommon.ValueTypeInt {
+			ps.NumLabel[k] = []int64{kv.Value().Int()}
+		} else {
+			ps.Label[k] = []string{kv.Value().AsString()}
+		}
+	}
+}
+
+func (c *pprofConv) location(i int32) (*profile.Location, error) {
+	if l, ok := c.locs[i]; ok {
+		return l, nil
+	}
+	if i <= 0 || int(i) >= c.dict.LocationTable().Len() {
+		return nil, fmt.Errorf("location index %d out of range", i)
+	}
+	ol := c.dict.LocationTable().At(int(i))
+	l := &profile.Location{ID: uint64(len(c.out.Location) + 1), Address: ol.Address()}
+	if mi := ol.MappingIndex(); mi > 0 {
+		m, err := c.mapping(mi)
+		if err != nil {
+			return nil, err
+		}
+		l.Mapping = m
+	}
+	for _, ln := range ol.Lines().All() {
+		f, err := c.function(ln.FunctionIndex())
+		if err != nil {
+			return nil, err
+		}
+		l.Line = append(l.Line, profile.Line{Function: f, Line: ln.Line(), Column: ln.Column()})
+	}
+	c.out.Location = append(c.out.Location, l)
+	c.locs[i] = l
+	return l, nil
+}
+
+func (c *pprofConv) function(i int32) (*profile.Function, error) {
+	if f, ok := c.funcs[i]; ok {
+		return f, nil
+	}
+	if i <= 0 || int(i) >= c.dict.FunctionTable().Len() {
+		return nil, fmt.Errorf("function index %d out of range", i)
+	}
+	of := c.dict.FunctionTable().At(int(i))
+	f := &profile.Function{ID: uint64(len(c.out.Function) + 1), Name: c.str(of.NameStrindex()),
+		SystemName: c.str(of.SystemNameStrindex()), Filename: c.str(of.FilenameStrindex()), StartLine: of.StartLine()}
+	c.out.Function = append(c.out.Function, f)
+	c.funcs[i] = f
+	return f, nil
+}
+
+func (c *pprofConv) mapping(i int32) (*profile.Mapping, error) {
+	if m, ok := c.maps[i]; ok {
+		return m, nil
+	}
+	if int(i) >= c.dict.MappingTable().Len() {
+		return nil, fmt.Errorf("mapping index %d out of range", i)
+	}
+	om := c.dict.MappingTable().At(int(i))
+	m := &profile.Mapping{ID: uint64(len(c.out.Mapping) + 1), Start: 0, Limit: math.MaxUint64,
+		File: c.str(om.FilenameStrindex())}
+	var gnu, goID, htl string
+	for _, ai := range om.AttributeIndices().All() {
+		if ai <= 0 || int(ai) >= c.dict.AttributeTable().Len() {
+			continue
+		}
+		kv := c.dict.AttributeTable().At(int(ai))
+		switch c.str(kv.KeyStrindex()) {
+		case AttrBuildIDGNU:
+			gnu = kv.Value().Str()
+		case AttrBuildIDGo:
+			goID = kv.Value().Str()
+		case AttrBuildIDHTLHash:
+			htl = kv.Value().Str()
+		case AttrHasFunctions:
+			m.HasFunctions = kv.Value().Bool()
+		case AttrHasFilenames:
+			m.HasFilenames = kv.Value().Bool()
+		case AttrHasLineNumbers:
+			m.HasLineNumbers = kv.Value().Bool()
+		case AttrHasInlineFrames:
+			m.HasInlineFrames = kv.Value().Bool()
+		}
+	}
+	m.BuildID = firstNonEmpty(gnu, goID, htl)
+	c.out.Mapping = append(c.out.Mapping, m)
+	c.maps[i] = m
+	return m, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,170 @@
+package symbolizationprocessor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/debuginfod"
+	"github.com/profsym/profsym/internal/otlpsym"
+	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
+)
+
+type symbolizer struct {
+	cfg    *Config
+	log    *zap.Logger
+	tel    *metadata.TelemetryBuilder
+	sym    *otlpsym.Symbolizer
+	client *debuginfod.Client
+
+	mu   sync.Mutex
+	last debuginfod.Stats // for telemetry deltas
+}
+
+func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &symbolizer{cfg: cfg, log: set.Logger, tel: tel}, nil
+}
+
+// Options turns the configuration into the symbolizer's options; the
+// debuginfod locator is added by the caller.
+func (c *Config) Options(log *zap.Logger) otlpsym.Options {
+	return otlpsym.Options{
+		Sources:     c.Sources,
+		LocalRoot:   c.Local.Root,
+		DebugDirs:   c.DebugDirectories,
+		SymbolDirs:  c.SymbolDirectories,
+		Demangle:    c.Demangle != "none",
+		Inlines:     c.InlineFrames,
+		Lines:       c.LineNumbers,
+		CacheBytes:  c.Cache.MaxBytes,
+		MaxEntries:  c.Cache.MaxEntries,
+		Timeout:     c.Timeout,
+		NegativeTTL: c.Debuginfod.NegativeTTL,
+		MaxParallel: c.Debuginfod.MaxParallel,
+		Logger:      log,
+	}
+}
+
+// NewDebuginfod builds the debuginfod client the configuration asks for, or
+// nil when the source is not listed or no server is known.
+func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
+	listed := false
+	for _, s := range c.Sources {
+		listed = listed || s == otlpsym.SourceDebuginfod
+	}
+	if !listed {
+		return nil, nil
+	}
+	urls := c.Debuginfod.URLs
+	if len(urls) == 0 {
+		urls = debuginfod.ParseURLs(envURLs())
+	}
+	if len(urls) == 0 {
+		log.Info("debuginfod source listed but no server configured (debuginfod.urls or DEBUGINFOD_URLS); skipping it")
+		return nil, nil
+	}
+	return debuginfod.New(debuginfod.Config{
+		URLs:          urls,
+		Timeout:       c.Debuginfod.Timeout,
+		CacheDir:      c.Debuginfod.CacheDir,
+		MaxCacheBytes: c.Debuginfod.MaxCacheBytes,
+		MaxParallel:   c.Debuginfod.MaxParallel,
+		NegativeTTL:   c.Debuginfod.NegativeTTL,
+		Logger:        log,
+	})
+}
+
+func (p *symbolizer) start(context.Context, component.Host) error {
+	opt := p.cfg.Options(p.log)
+	client, err := p.cfg.NewDebuginfod(p.log)
+	if err != nil {
+		return err
+	}
+	if client != nil {
+		p.client = client
+		opt.Debuginfod = client
+		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
+	}
+	p.sym = otlpsym.New(opt)
+	return nil
+}
+
+func (p *symbolizer) shutdown(context.Context) error {
+	var errs []error
+	if p.sym != nil {
+		errs = append(errs, p.sym.Close())
+	}
+	if p.client != nil {
+		errs = append(errs, p.client.Close())
+	}
+	p.tel.Shutdown()
+	return errors.Join(errs...)
+}
+
+func (p *symbolizer) processProfiles(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
+	start := time.Now()
+	st := p.sym.Profiles(ctx, pd)
+	p.record(ctx, st, start)
+	return pd, nil
+}
+
+func (p *symbolizer) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
+	start := time.Now()
+	st := p.sym.Logs(ctx, ld)
+	p.record(ctx, st, start)
+	return ld, nil
+}
+
+// record exports one batch's counters. Symbolization never fails a batch:
+// problems are per frame and counted by reason.
+func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Time) {
+	t := p.tel
+	t.SymbolizationBatchDuration.Record(ctx, time.Since(start).Seconds())
+	t.SymbolizationFramesResolved.Add(ctx, st.Resolved)
+	t.SymbolizationFramesSkipped.Add(ctx, st.Skipped)
+	for reason, n := range st.Unresolved {
+		t.SymbolizationFramesUnresolved.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+	}
+	t.SymbolizationCacheHits.Add(ctx, st.CacheHits)
+	t.SymbolizationCacheMisses.Add(ctx, st.CacheMisses)
+	objs, results := p.sym.CacheStats()
+	t.SymbolizationCacheBytes.Record(ctx, objs.Bytes)
+	t.SymbolizationCacheEntries.Record(ctx, int64(results.Entries))
+	if p.client == nil {
+		return
+	}
+	now := p.client.Stats()
+	p.mu.Lock()
+	prev := p.last
+	p.last = now
+	p.mu.Unlock()
+	t.SymbolizationDebuginfodRequests.Add(ctx, now.Requests-prev.Requests)
+	t.SymbolizationDebuginfodBytes.Add(ctx, now.BytesFetched-prev.BytesFetched)
+	for reason, n := range now.Errors {
+		if d := n - prev.Errors[reason]; d > 0 {
+			t.SymbolizationDebuginfodErrors.Add(ctx, d, metric.WithAttributes(attribute.String("reason", reason)))
+		}
+	}
+	if n := now.Fetches - prev.Fetches; n > 0 {
+		avg := (now.FetchLatency - prev.FetchLatency).Seconds() / float64(n)
+		for i := int64(0); i < n; i++ {
+			t.SymbolizationDebuginfodLatency.Record(ctx, avg)
+		}
+	}
+	if len(st.Unresolved) > 0 {
+		p.log.Debug("frames left unresolved", zap.Any("reasons", st.Unresolved))
+	}
+}

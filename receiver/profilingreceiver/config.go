@@ -1,0 +1,108 @@
+package profilingreceiver // import "github.com/profsym/profsym/receiver/profilingreceiver"
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/profsym/profsym/internal/profbuild"
+	"github.com/profsym/profsym/internal/sampler"
+)
+
+// Limits on the configuration.
+const (
+	// MaxSampleRate stays well below the kernel's default
+	// perf_event_max_sample_rate so the kernel never throttles the event.
+	MaxSampleRate     = 1000
+	MinReportInterval = 100 * time.Millisecond
+)
+
+// Config configures the profiling receiver. See docs/configuration.md.
+type Config struct {
+	// SampleRate is the sampling frequency per CPU, in Hz.
+	SampleRate int `mapstructure:"sample_rate"`
+	// MaxStackDepth caps user and kernel stacks (at most 127).
+	MaxStackDepth int `mapstructure:"max_stack_depth"`
+	// ReportInterval is how often aggregated samples are emitted.
+	ReportInterval time.Duration `mapstructure:"report_interval"`
+	// KernelStacks records the kernel part of each stack.
+	KernelStacks bool `mapstructure:"kernel_stacks"`
+	// KernelSymbols names kernel frames from /proc/kallsyms on the host.
+	KernelSymbols bool `mapstructure:"kernel_symbols"`
+	// PerfMaps names JIT frames from /tmp/perf-PID.map.
+	PerfMaps bool `mapstructure:"perf_maps"`
+	// Targets selects processes; empty means the whole host.
+	Targets []TargetConfig `mapstructure:"targets"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// TargetConfig selects processes; every field set must match, and a process
+// is profiled when any target matches it.
+type TargetConfig struct {
+	// PIDs lists process ids.
+	PIDs []int `mapstructure:"pids"`
+	// ProcessName is a regular expression matched against the process's
+	// comm and its executable's base name.
+	ProcessName string `mapstructure:"process_name"`
+	// Cgroup is matched at the start of the process's cgroup v2 path: a
+	// path prefix, or a regular expression.
+	Cgroup string `mapstructure:"cgroup"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		SampleRate:     99,
+		MaxStackDepth:  sampler.MaxStackDepth,
+		ReportInterval: 10 * time.Second,
+		KernelStacks:   true,
+		KernelSymbols:  true,
+		PerfMaps:       true,
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.SampleRate < 1 || c.SampleRate > MaxSampleRate {
+		errs = append(errs, fmt.Errorf("sample_rate must be between 1 and %d Hz, got %d", MaxSampleRate, c.SampleRate))
+	}
+	if c.MaxStackDepth < 1 || c.MaxStackDepth > sampler.MaxStackDepth {
+		errs = append(errs, fmt.Errorf("max_stack_depth must be between 1 and %d, got %d", sampler.MaxStackDepth, c.MaxStackDepth))
+	}
+	if c.ReportInterval < MinReportInterval {
+		errs = append(errs, fmt.Errorf("report_interval must be at least %v, got %v", MinReportInterval, c.ReportInterval))
+	}
+	if _, err := c.filter(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// filter compiles the targets; nil selects the whole host.
+func (c *Config) filter() (*profbuild.Filter, error) {
+	if len(c.Targets) == 0 {
+		return nil, nil
+	}
+	f := &profbuild.Filter{}
+	for i, t := range c.Targets {
+		if len(t.PIDs) == 0 && t.ProcessName == "" && t.Cgroup == "" {
+			return nil, fmt.Errorf("targets[%d]: set pids, process_name or cgroup (leave targets empty to profile the whole host)", i)
+		}
+		for _, pid := range t.PIDs {
+			if pid <= 0 {
+				return nil, fmt.Errorf("targets[%d].pids: %d is not a process id", i, pid)
+			}
+		}
+		ct, err := profbuild.CompileTarget(t.PIDs, t.ProcessName, t.Cgroup)
+		if err != nil {
+			return nil, fmt.Errorf("targets[%d].%w", i, err)
+		}
+		f.Targets = append(f.Targets, ct)
+	}
+	return f, nil
+}

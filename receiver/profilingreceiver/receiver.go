@@ -1,0 +1,197 @@
+package profilingreceiver // import "github.com/profsym/profsym/receiver/profilingreceiver"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/profbuild"
+	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
+)
+
+// profilingReceiver runs one sampler and reports every ReportInterval to
+// the profiles and/or logs consumer.
+type profilingReceiver struct {
+	cfg      *Config
+	set      receiver.Settings
+	log      *zap.Logger
+	tel      *metadata.TelemetryBuilder
+	filter   *profbuild.Filter
+	profiles xconsumer.Profiles // nil unless a profiles pipeline uses it
+	logs     consumer.Logs      // nil unless a logs pipeline uses it
+
+	sampler *sampler.Sampler
+	builder *profbuild.Builder
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup // report loop
+	events  chan struct{}  // closed when the event loop has ended
+	last    sampler.Stats // counters already reported
+	from    time.Time     // start of the current interval
+}
+
+func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error) {
+	f, err := cfg.filter()
+	if err != nil {
+		return nil, err
+	}
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &profilingReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, filter: f}, nil
+}
+
+// start loads the sampler. Missing privileges or kernel features fail here,
+// in one line naming all of them.
+func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
+	if err := sampler.CheckPrerequisites(); err != nil {
+		return fmt.Errorf("profiling receiver cannot sample: %w", err)
+	}
+	s, err := sampler.New(sampler.Config{
+		SampleRate:    r.cfg.SampleRate,
+		MaxStackDepth: r.cfg.MaxStackDepth,
+		KernelStacks:  r.cfg.KernelStacks,
+		Logger:        r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("profiling receiver: %w", err)
+	}
+	r.builder = profbuild.New(profbuild.Options{
+		SampleRate:    r.cfg.SampleRate,
+		KernelSymbols: r.cfg.KernelSymbols,
+		PerfMaps:      r.cfg.PerfMaps,
+		Logs:          r.logs != nil,
+		Filter:        r.filter,
+		ScopeVersion:  r.set.BuildInfo.Version,
+		Logger:        r.log,
+	})
+	if err := s.Start(); err != nil {
+		s.Close()
+		return fmt.Errorf("profiling receiver: %w", err)
+	}
+	r.sampler = s
+	r.from = time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.loops.Add(1)
+	r.events = make(chan struct{})
+	go r.handleEvents()
+	go r.reportLoop(ctx)
+	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
+		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
+		zap.Bool("profiles", r.profiles != nil), zap.Bool("logs", r.logs != nil))
+	return nil
+}
+
+// handleEvents snapshots processes as the sampler first sees them; it ends
+// when the sampler is closed.
+func (r *profilingReceiver) handleEvents() {
+	defer close(r.events)
+	for ev := range r.sampler.Events() {
+		r.builder.HandleEvent(ev)
+	}
+}
+
+func (r *profilingReceiver) reportLoop(ctx context.Context) {
+	defer r.loops.Done()
+	t := time.NewTicker(r.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.report(ctx)
+		}
+	}
+}
+
+// report drains one interval and hands it to the consumers.
+func (r *profilingReceiver) report(ctx context.Context) {
+	began := time.Now()
+	rep, err := r.builder.Collect(r.sampler, r.from)
+	r.from = began
+	if err != nil {
+		r.tel.ReceiverProfilingReportsFailed.Add(ctx, 1)
+		r.log.Warn("draining the sampler failed", zap.Error(err))
+		return
+	}
+	r.record(ctx, rep, time.Since(began))
+	if rep.Rows == 0 {
+		return
+	}
+	var errs []error
+	if r.profiles != nil {
+		errs = append(errs, r.profiles.ConsumeProfiles(ctx, rep.Profiles))
+	}
+	if r.logs != nil {
+		errs = append(errs, r.logs.ConsumeLogs(ctx, rep.Logs))
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.tel.ReceiverProfilingReportsFailed.Add(ctx, 1)
+		r.log.Warn("next consumer refused the profiles", zap.Error(err))
+	}
+}
+
+// record updates the receiver's own metrics.
+func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, took time.Duration) {
+	r.tel.ReceiverProfilingReportDuration.Record(ctx, took.Seconds())
+	r.tel.ReceiverProfilingSamples.Add(ctx, int64(rep.Samples))
+	r.tel.ReceiverProfilingSamplesFiltered.Add(ctx, int64(rep.Filtered))
+	for reason, n := range rep.Failures {
+		r.tel.ReceiverProfilingNormalizationFailures.Add(ctx, n, reasonAttr(reason))
+	}
+	r.tel.ReceiverProfilingProcessesTracked.Record(ctx, int64(r.builder.Tracked()))
+	st, err := r.sampler.Stats()
+	if err != nil {
+		return
+	}
+	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostStack, r.last.LostStack, reasonAttr("stack"))
+	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostMapFull, r.last.LostMapFull, reasonAttr("map_full"))
+	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostRingbuf, r.last.LostRingbuf, reasonAttr("ringbuf"))
+	addDelta(ctx, r.tel.ReceiverProfilingStacksTruncated, st.Truncated, r.last.Truncated)
+	addDelta(ctx, r.tel.ReceiverProfilingProcessEventsLost, st.LostEvents, r.last.LostEvents)
+	r.last = st
+	r.log.Debug("profiling report", zap.Uint64("samples", rep.Samples), zap.Int("rows", rep.Rows),
+		zap.Any("normalization_failures", rep.Failures), zap.Duration("took", took))
+}
+
+func reasonAttr(reason string) metric.AddOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
+}
+
+func addDelta(ctx context.Context, c metric.Int64Counter, now, before uint64, opts ...metric.AddOption) {
+	if now > before {
+		c.Add(ctx, int64(now-before), opts...)
+	}
+}
+
+// shutdown stops reporting, emits what was sampled since the last report
+// (receivers stop before the rest of the pipeline, so it can still be
+// consumed) and releases the sampler.
+func (r *profilingReceiver) shutdown(ctx context.Context) error {
+	defer r.tel.Shutdown()
+	if r.sampler == nil {
+		return nil
+	}
+	r.cancel()
+	r.loops.Wait()
+	if ctx.Err() == nil {
+		r.report(ctx)
+	}
+	err := r.sampler.Close() // also ends the event loop
+	<-r.events
+	r.sampler = nil
+	return err
+}
