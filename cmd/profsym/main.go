@@ -18,6 +18,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"symbolize", "resolve addresses of an object to functions, files and lines (llvm-symbolizer compatible)", runSymbolize},
+		{"resolve", "symbolize an OTLP profiles JSON file offline, like the symbolization processor", runResolve},
 	}
 }
 
