@@ -18,6 +18,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"symbolize", "resolve addresses of an object to functions, files and lines (llvm-symbolizer compatible)", runSymbolize},
+		{"record", "sample on-CPU stacks with eBPF and write OTLP profiles JSON or pprof", runRecord},
 		{"resolve", "symbolize an OTLP profiles JSON file offline, like the symbolization processor", runResolve},
 	}
 }

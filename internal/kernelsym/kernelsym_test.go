@@ -446,15 +446,18 @@ func FuzzParseKallsyms(f *testing.F) {
 	f.Add([]byte(sample))
 	f.Add([]byte("0000000000000000 T a\n"))
 	if data, err := os.ReadFile("/proc/kallsyms"); err == nil {
-		// The head of the real file and its module lines; the whole file
-		// is megabytes, too big for a useful seed.
-		f.Add(data[:min(len(data), 8<<10)])
-		var mods []byte
+		// Whole lines from the head of the real file and its module lines.
+		// Small seeds keep the fuzzer's minimization of new inputs quick.
+		var head, mods []byte
 		for _, l := range bytes.SplitAfter(data, []byte("\n")) {
-			if bytes.IndexByte(l, '[') >= 0 && len(mods) < 8<<10 {
+			if len(head)+len(l) <= 2<<10 {
+				head = append(head, l...)
+			}
+			if bytes.IndexByte(l, '[') >= 0 && len(mods)+len(l) <= 2<<10 {
 				mods = append(mods, l...)
 			}
 		}
+		f.Add(head)
 		f.Add(mods)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -501,4 +504,31 @@ func FuzzNotes(f *testing.F) {
 			t.Fatalf("id %q from %d bytes", id, len(data))
 		}
 	})
+}
+
+// Concurrent lookups while one goroutine reloads must be race-free and
+// never miss what both tables contain.
+func TestLoaderConcurrent(t *testing.T) {
+	proc := t.TempDir()
+	if err := os.WriteFile(filepath.Join(proc, "kallsyms"), []byte(sample), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := NewLoader(proc, t.TempDir(), time.Nanosecond)
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 200; i++ {
+				if name, _, _, ok := l.Lookup(0xffffffff81000180); !ok || name != "vfs_read" {
+					t.Errorf("Lookup = %q %v", name, ok)
+					return
+				}
+				l.Lookup(0xffffffffd0000000) // a module-space miss: reloads
+			}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	t.Logf("%d loads", l.Loads())
 }

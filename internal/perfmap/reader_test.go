@@ -253,3 +253,31 @@ func TestJavaPerfMap(t *testing.T) {
 	t.Logf("pid %d: %d symbols (%d lines skipped); %#x is in %q starting at %#x; Interpreter listed: %v",
 		pid, m.Len(), m.Skipped(), hotAddr, hotName, hotStart, names["Interpreter"])
 }
+
+func TestReaderConcurrent(t *testing.T) {
+	pid := os.Getpid()
+	path := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	if err := os.WriteFile(path, []byte("1000 100 f\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+	r := NewReader("")
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 100; i++ {
+				if name, _, ok := r.Lookup(pid, 0x1001); !ok || name != "f" {
+					t.Errorf("Lookup = %q %v", name, ok)
+					return
+				}
+				if i%10 == 0 {
+					r.Forget(pid)
+				}
+			}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+}

@@ -6,5 +6,6 @@
 package tools
 
 import (
+	_ "go.opentelemetry.io/collector/cmd/builder"
 	_ "go.opentelemetry.io/collector/cmd/mdatagen"
 )

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/profbuild"
+	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/symbolize"
+)
+
+// pidList collects repeated --pid flags.
+type pidList []int
+
+func (p *pidList) String() string { return fmt.Sprint([]int(*p)) }
+
+func (p *pidList) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("not a process id: %q", s)
+	}
+	*p = append(*p, n)
+	return nil
+}
+
+type recordOpts struct {
+	duration  time.Duration
+	pids      pidList
+	comm      string
+	rate      int
+	symbolize bool
+	output    string
+	format    string
+	kernel    bool
+	filter    *profbuild.Filter
+}
+
+func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
+	o := &recordOpts{}
+	fs := flag.NewFlagSet("record", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: profsym record [--duration 10s] [--pid N]... [--comm REGEX] [--sample-rate 99] [--symbolize] --output FILE [--format otlp-json|pprof]")
+		fs.PrintDefaults()
+	}
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to sample (Ctrl-C stops early)")
+	fs.Var(&o.pids, "pid", "profile this process (repeatable); default: every process")
+	fs.StringVar(&o.comm, "comm", "", "profile processes whose comm or executable name matches this regular expression")
+	fs.IntVar(&o.rate, "sample-rate", 99, "samples per second per CPU")
+	fs.BoolVar(&o.symbolize, "symbolize", false, "resolve native frames to functions, files and lines on this host")
+	fs.StringVar(&o.output, "output", "", "file to write (required)")
+	fs.StringVar(&o.format, "format", "otlp-json", "otlp-json (OTLP profiles JSON) or pprof (gzipped profile.proto)")
+	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.output == "":
+		return nil, errors.New("--output is required")
+	case o.format != "otlp-json" && o.format != "pprof":
+		return nil, fmt.Errorf("--format must be otlp-json or pprof, not %q", o.format)
+	case o.rate < 1 || o.rate > 1000:
+		return nil, fmt.Errorf("--sample-rate must be between 1 and 1000, not %d", o.rate)
+	case o.duration <= 0:
+		return nil, errors.New("--duration must be positive")
+	}
+	o.filter = &profbuild.Filter{}
+	if len(o.pids) > 0 {
+		o.filter.Targets = append(o.filter.Targets, profbuild.Target{PIDs: o.pids})
+	}
+	if o.comm != "" {
+		t, err := profbuild.CompileTarget(nil, o.comm, "")
+		if err != nil {
+			return nil, fmt.Errorf("--comm: %w", err)
+		}
+		o.filter.Targets = append(o.filter.Targets, t)
+	}
+	return o, nil
+}
+
+func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
+	o, err := parseRecord(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "profsym record:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := record(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "profsym record:", err)
+		return 1
+	}
+	if o.symbolize {
+		r := symbolize.New(symbolize.DefaultOptions())
+		ok, raw := profbuild.SymbolizeHost(ctx, rep.Profiles, r)
+		r.Close()
+		fmt.Fprintf(stderr, "profsym record: symbolized %d locations, %d left raw\n", ok, raw)
+	}
+	if err := writeProfiles(rep.Profiles, o.output, o.format); err != nil {
+		fmt.Fprintln(stderr, "profsym record:", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "profsym record: %d samples of %d processes written to %s\n",
+		rep.Samples, rep.Profiles.ResourceProfiles().Len(), o.output)
+	return 0
+}
+
+// record samples for o.duration (or until ctx ends) and builds one report.
+func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
+	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel})
+	if err != nil {
+		return profbuild.Report{}, err
+	}
+	defer s.Close()
+	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true,
+		Filter: o.filter, ScopeVersion: "profsym record"})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range s.Events() {
+			b.HandleEvent(ev)
+		}
+	}()
+	start := time.Now()
+	if err := s.Start(); err != nil {
+		return profbuild.Report{}, err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.duration):
+	}
+	rep, err := b.Collect(s, start)
+	s.Close()
+	<-done
+	return rep, err
+}
+
+func writeProfiles(pd pprofile.Profiles, path, format string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if format == "pprof" {
+		var p interface{ Write(io.Writer) error }
+		if p, err = profbuild.ToPprof(pd); err == nil {
+			err = p.Write(f) // gzipped
+		}
+	} else {
+		var b []byte
+		if b, err = (&pprofile.JSONMarshaler{}).MarshalProfiles(pd); err == nil {
+			_, err = f.Write(b)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/profbuild"
+	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+func TestRecordFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--output", "x", "--format", "svg"},
+		{"--output", "x", "--pid", "abc"},
+		{"--output", "x", "--comm", "("},
+		{"--output", "x", "--sample-rate", "0"},
+		{"--output", "x", "extra"},
+	} {
+		var stderr bytes.Buffer
+		if code := runRecord(args, nil, nil, &stderr); code != 2 {
+			t.Errorf("record %q: exit %d, want 2 (%s)", args, code, stderr.String())
+		}
+	}
+}
+
+// recordFixture records the C fixture's hot loop with the given format.
+func recordFixture(t *testing.T, format string, extra ...string) (string, int) {
+	t.Helper()
+	if err := sampler.CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	bin := testfixture.Build(t, testfixture.Spec{Name: "sampler-hot", Lang: "c",
+		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}})
+	fixture := exec.Command(bin, "3")
+	if err := fixture.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer fixture.Wait()
+	out := filepath.Join(t.TempDir(), "profile."+format)
+	args := append([]string{"--duration", "2s", "--comm", "^sampler-hot$", "--output", out, "--format", format}, extra...)
+	var stderr bytes.Buffer
+	if code := runRecord(args, nil, nil, &stderr); code != 0 {
+		t.Fatalf("record: exit %d: %s", code, stderr.String())
+	}
+	t.Log(strings.TrimSpace(stderr.String()))
+	return out, fixture.Process.Pid
+}
+
+func TestRecordOTLPJSON(t *testing.T) {
+	out, pid := recordFixture(t, "otlp-json")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := (&pprofile.JSONUnmarshaler{}).UnmarshalProfiles(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, rp := range pd.ResourceProfiles().All() {
+		v, _ := rp.Resource().Attributes().Get(profbuild.AttrPID)
+		if v.Int() == int64(pid) {
+			found = true
+		} else {
+			t.Errorf("pid %d recorded although --comm selects only the fixture", v.Int())
+		}
+	}
+	if !found {
+		t.Fatalf("fixture pid %d not in the profile", pid)
+	}
+}
+
+// go tool pprof must open the file, and with --symbolize show the hot
+// function and its callers by name.
+func TestRecordPprofSymbolized(t *testing.T) {
+	gotool := testfixture.NeedTool(t, "go")
+	out, _ := recordFixture(t, "pprof", "--symbolize")
+	top, err := exec.Command(gotool, "tool", "pprof", "-top", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof -top: %v\n%s", err, top)
+	}
+	traces, err := exec.Command(gotool, "tool", "pprof", "-traces", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof -traces: %v\n%s", err, traces)
+	}
+	t.Logf("pprof -top:\n%s", firstLines(string(top), 12))
+	// No "middle": hot is a leaf without a frame of its own at -O1, so a
+	// frame-pointer walk goes from hot straight to middle's caller.
+	for _, want := range []string{"hot", "outer", "main"} {
+		if !strings.Contains(string(traces), want) {
+			t.Errorf("pprof -traces lacks %s", want)
+		}
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}

@@ -1,0 +1,82 @@
+package profilingreceiver
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom := createDefaultConfig()
+	custom.SampleRate, custom.MaxStackDepth, custom.ReportInterval = 49, 64, 30*time.Second
+	custom.KernelStacks, custom.KernelSymbols, custom.PerfMaps = false, false, false
+	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
+		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
+	for _, tt := range []struct {
+		id   component.ID
+		want *Config
+	}{
+		{component.NewID(metadata.Type), createDefaultConfig()},
+		{component.NewIDWithName(metadata.Type, "custom"), custom},
+	} {
+		t.Run(tt.id.String(), func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Unmarshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := cfg.(*Config).Validate(); err != nil {
+				t.Fatal(err)
+			}
+			got := cfg.(*Config)
+			if got.SampleRate != tt.want.SampleRate || got.MaxStackDepth != tt.want.MaxStackDepth ||
+				got.ReportInterval != tt.want.ReportInterval || got.KernelStacks != tt.want.KernelStacks ||
+				got.KernelSymbols != tt.want.KernelSymbols || got.PerfMaps != tt.want.PerfMaps ||
+				len(got.Targets) != len(tt.want.Targets) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"rate", func(c *Config) { c.SampleRate = 0 }, "sample_rate"},
+		{"rate high", func(c *Config) { c.SampleRate = 5000 }, "sample_rate"},
+		{"depth", func(c *Config) { c.MaxStackDepth = 128 }, "max_stack_depth"},
+		{"interval", func(c *Config) { c.ReportInterval = time.Millisecond }, "report_interval"},
+		{"empty target", func(c *Config) { c.Targets = []TargetConfig{{}} }, "targets[0]"},
+		{"bad pid", func(c *Config) { c.Targets = []TargetConfig{{PIDs: []int{-1}}} }, "targets[0].pids"},
+		{"bad regexp", func(c *Config) { c.Targets = []TargetConfig{{ProcessName: "("}} }, "targets[0].process_name"},
+		{"bad cgroup", func(c *Config) { c.Targets = []TargetConfig{{Cgroup: "["}} }, "targets[0].cgroup"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := createDefaultConfig()
+			tt.edit(c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error about %s", err, tt.want)
+			}
+		})
+	}
+	if err := createDefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+}
