@@ -126,13 +126,14 @@ func (c *Client) adopt(k, p string, size int64) {
 // The rename happens under c.mu so that eviction, which also runs under it,
 // never races with a file appearing.
 func (c *Client) commit(k, tmp, final string, size int64) error {
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return err
-	}
 	// CreateTemp makes 0600 files; other local tools may want to read them.
 	os.Chmod(tmp, 0o644)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Under c.mu too: eviction removes id folders once they are empty.
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}

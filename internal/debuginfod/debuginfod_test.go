@@ -707,16 +707,45 @@ func TestCacheBound(t *testing.T) {
 	wantErr(t, err, symbol.ErrFetchFailed)
 }
 
-func TestLocateFetchesExecutableWithoutDWARF(t *testing.T) {
-	noDWARF := read(t, cBuild(t, "d", idD, false))
-	srv := startLoop(t, serveFiles(map[string][]byte{idD + "/debuginfo": noDWARF, idD + "/executable": noDWARF}))
+func TestLocate(t *testing.T) {
+	// A debug file without DWARF (split from a binary built without -g):
+	// the executable is needed for names and code.
+	plain := cBuild(t, "d", idD, false)
+	exeD, debugD := testfixture.SplitDebug(t, plain, false)
+	// A complete binary served as debuginfo needs nothing else.
+	full := read(t, cBuild(t, "c", idC, false))
+	srv := startLoop(t, serveFiles(map[string][]byte{
+		idD + "/debuginfo": read(t, debugD), idD + "/executable": read(t, exeD),
+		idC + "/debuginfo": full, idC + "/executable": full,
+	}))
 	c := newClient(t, Config{URLs: []string{srv.URL}})
-	b, d, err := c.Locate(context.Background(), idD)
-	if err != nil || b == "" || d == "" || fileID(t, b) != idD || fileID(t, d) != idD {
-		t.Fatalf("Locate = %q, %q, %v", b, d, err)
+	ctx := context.Background()
+	b, d, err := c.Locate(ctx, idD)
+	if err != nil || b == "" || d == "" || !bytes.Equal(read(t, b), read(t, exeD)) || !bytes.Equal(read(t, d), read(t, debugD)) {
+		t.Fatalf("Locate(no DWARF) = %q, %q, %v", b, d, err)
 	}
-	_, _, err = c.Locate(context.Background(), idNone)
+	before := srv.reqs.Load()
+	b, d, err = c.Locate(ctx, idC)
+	if err != nil || d != "" || fileID(t, b) != idC || srv.reqs.Load() != before+1 {
+		t.Fatalf("Locate(complete) = %q, %q, %v after %d requests", b, d, err, srv.reqs.Load()-before)
+	}
+	_, _, err = c.Locate(ctx, idNone)
 	wantErr(t, err, symbol.ErrNotFound)
+
+	// A debug file whose executable fails still serves alone.
+	dbgBytes := read(t, debugD)
+	srv2 := startLoop(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/executable") {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write(dbgBytes)
+	})
+	c = newClient(t, Config{URLs: []string{srv2.URL}})
+	b, d, err = c.Locate(ctx, idD)
+	if err != nil || b != "" || d == "" {
+		t.Fatalf("Locate(executable down) = %q, %q, %v", b, d, err)
+	}
 }
 
 func TestInvalidIDs(t *testing.T) {

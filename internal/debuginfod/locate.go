@@ -10,11 +10,13 @@ import (
 	"github.com/profsym/profsym/internal/symbol"
 )
 
-// Locate implements symbolize.Locator. It prefers the debug file; it also
-// fetches the executable when the debug file alone cannot serve lookups
-// (no DWARF, so symbolization falls back to the executable's symbol table
-// or pclntab, or no PT_LOAD headers for address math). When the server has
-// no debug file, the executable alone is returned.
+// Locate implements symbolize.Locator. It prefers the debug file. When that
+// file is a complete object (code bytes and all, as when a server indexes
+// unstripped binaries), it is returned as the binary, which needs nothing
+// more. When it lacks what lookups need (no DWARF, so names must come from
+// the executable's symbol table or pclntab; or no PT_LOAD headers for
+// address math), the executable is fetched too and both are returned. When
+// the server has no debug file, the executable alone is returned.
 func (c *Client) Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error) {
 	dbg, err := c.Fetch(ctx, buildID, DebugInfo)
 	if err != nil {
@@ -32,7 +34,11 @@ func (c *Client) Locate(ctx context.Context, buildID string) (binPath, debugPath
 		}
 		return bin, "", nil
 	}
-	if !needsExecutable(dbg) {
+	complete, sufficient := inspect(dbg)
+	switch {
+	case complete:
+		return dbg, "", nil
+	case sufficient:
 		return "", dbg, nil
 	}
 	bin, berr := c.Fetch(ctx, buildID, Executable)
@@ -45,13 +51,24 @@ func (c *Client) Locate(ctx context.Context, buildID string) (binPath, debugPath
 	return bin, dbg, nil
 }
 
-// needsExecutable reports whether a debuginfo file lacks DWARF or program
-// headers. A file that cannot be opened is treated as lacking both.
-func needsExecutable(path string) bool {
+// inspect classifies a fetched debuginfo file: complete when its code is
+// present (loadable .text with bytes in the file), sufficient when it has
+// DWARF and PT_LOAD headers, as split debug files do. A file that cannot be
+// opened is neither.
+func inspect(path string) (complete, sufficient bool) {
 	f, err := elfx.Open(path)
 	if err != nil {
-		return true
+		return false, false
 	}
 	defer f.Close()
-	return !f.HasSection(".debug_info") || len(f.Loads()) == 0
+	hasLoad := false
+	for _, s := range f.Loads() {
+		if s.Filesz > 0 {
+			hasLoad = true
+			break
+		}
+	}
+	complete = hasLoad && f.HasSection(".text")
+	sufficient = len(f.Loads()) > 0 && f.HasSection(".debug_info")
+	return complete, sufficient
 }
