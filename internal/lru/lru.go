@@ -154,3 +154,14 @@ func (c *Cache[K, V]) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{Entries: c.ll.Len(), Bytes: c.bytes, Hits: c.hits, Misses: c.misses, Evictions: c.evictions}
 }
+
+// Peek returns the value for k without marking it used or counting a hit.
+func (c *Cache[K, V]) Peek(k K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[k]; ok {
+		return el.Value.(*entry[K, V]).val, true
+	}
+	var zero V
+	return zero, false
+}

@@ -91,7 +91,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 				}
 				for _, f := range frames {
 					if o := logObject(f, objs); o != nil {
-						if _, hit := s.results.Get(resultKey{o.key, f.Address}); !hit {
+						if o.num == 0 {
+							o.num = s.objNum(o.key)
+						}
+						if _, hit := s.results.Peek(resultKey{o.num, f.Address}); !hit {
 							need[o] = true
 						}
 					}
@@ -117,29 +120,32 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 		reasons := map[string]bool{}
 		for _, f := range r.frames {
 			o := logObject(f, objs)
-			var frames []symbolize.Frame
+			var lines []rline
 			switch {
 			case f.Function != "":
-				frames = []symbolize.Frame{{Function: f.Function}}
+				lines = []rline{{fn: &funcTuple{name: f.Function}}}
 				st.Skipped++
 			case o == nil:
 				st.Skipped++
 			default:
-				res := s.resolveOne(o, f.Address, &buf, &st)
+				res := s.resolve(o, f.Address, false, &buf, &st)
 				if res.err != nil {
 					reasons[symbol.Reason(res.err)] = true
+					st.unresolved(symbol.Reason(res.err))
+				} else {
+					st.Resolved++
 				}
-				frames = res.frames
+				lines = res.lines
 			}
-			if len(frames) == 0 {
+			if len(lines) == 0 {
 				trace = append(trace, TraceFrame{Function: fmt.Sprintf("0x%x", f.Address), Method: fmt.Sprintf("0x%x", f.Address),
 					Depth: len(trace), Address: f.Address})
 				continue
 			}
-			for _, fr := range frames {
-				class, method := splitName(fr.Function)
-				trace = append(trace, TraceFrame{Function: fr.Function, Method: method, Class: class,
-					File: fr.File, Line: fr.Line, Depth: len(trace), Address: f.Address})
+			for _, l := range lines {
+				class, method := splitName(l.fn.name)
+				trace = append(trace, TraceFrame{Function: l.fn.name, Method: method, Class: class,
+					File: l.fn.file, Line: l.line, Depth: len(trace), Address: f.Address})
 			}
 		}
 		writeTrace(r.lr, trace)
@@ -152,43 +158,6 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 		}
 	}
 	return st
-}
-
-// resolveOne answers one address through the result cache.
-func (s *Symbolizer) resolveOne(o *objRef, addr uint64, buf *[]symbolize.Frame, st *Stats) *result {
-	k := resultKey{o.key, addr}
-	if r, ok := s.results.Get(k); ok {
-		st.CacheHits++
-		if r.err != nil {
-			st.unresolved(symbol.Reason(r.err))
-		} else {
-			st.Resolved++
-		}
-		return r
-	}
-	st.CacheMisses++
-	r := &result{err: o.err}
-	if o.h != nil {
-		var err error
-		*buf, err = o.h.Lookup(addr, (*buf)[:0])
-		if len(*buf) > 0 {
-			r.frames = append([]symbolize.Frame(nil), (*buf)...)
-		} else {
-			r.err = err
-			if r.err == nil || symbolize.IsUnresolved(r.err) {
-				r.err = fmt.Errorf("address %#x: %w", addr, symbol.ErrNoDebugInfo)
-			}
-		}
-	}
-	if r.err == nil || !transient(r.err) {
-		s.results.Add(k, r)
-	}
-	if r.err != nil {
-		st.unresolved(symbol.Reason(r.err))
-	} else {
-		st.Resolved++
-	}
-	return r
 }
 
 func logObject(f LogFrame, objs map[string]*objRef) *objRef {

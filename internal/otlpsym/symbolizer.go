@@ -88,18 +88,39 @@ type Symbolizer struct {
 	symdirs *dirIndex
 	idents  identifier
 	log     *zap.Logger
+
+	mu     sync.Mutex
+	funcs  map[funcTuple]*funcTuple
+	objIDs map[string]uint32
 }
 
 type resultKey struct {
-	obj  string
+	obj  uint32 // interned object key
 	addr uint64
 }
 
-// result is a resolved address, independent of any batch's dictionary.
+// result is a resolved address, independent of any batch's dictionary:
+// lines point at interned functions so that a batch maps them to its
+// dictionary with one pointer-keyed lookup, and a cached result is small.
 type result struct {
-	frames []symbolize.Frame
-	err    error
+	lines []rline // innermost first
+	err   error
 }
+
+type rline struct {
+	fn        *funcTuple
+	line, col uint32
+}
+
+// funcTuple is a function as the dictionary records it.
+type funcTuple struct {
+	name, system, file string
+	startLine          int64
+}
+
+// maxInterned bounds the interning tables; past it they start over (old
+// results keep their pointers, they are just no longer shared).
+const maxInterned = 1 << 20
 
 // New builds a Symbolizer.
 func New(opt Options) *Symbolizer {
@@ -159,8 +180,85 @@ type objRef struct {
 	id   ids
 	file string // path recorded in the mapping
 	key  string
+	num  uint32 // interned key, for the result cache
 	h    *symbolize.Handle
 	err  error
+}
+
+// objNum interns an object key.
+func (s *Symbolizer) objNum(key string) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.objIDs == nil || len(s.objIDs) > maxInterned {
+		// Starting over makes old cache entries unreachable; they age out.
+		s.objIDs = map[string]uint32{}
+	}
+	n, ok := s.objIDs[key]
+	if !ok {
+		n = uint32(len(s.objIDs)) + 1
+		s.objIDs[key] = n
+	}
+	return n
+}
+
+func (s *Symbolizer) intern(f funcTuple) *funcTuple {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.funcs[f]; ok {
+		return p
+	}
+	if s.funcs == nil || len(s.funcs) > maxInterned {
+		s.funcs = map[funcTuple]*funcTuple{}
+	}
+	p := &f
+	s.funcs[f] = p
+	return p
+}
+
+// resolve answers one address of an open (or failed) object through the
+// result cache. Transient failures (fetch, timeout) are not cached, so the
+// next batch retries once the object is available.
+func (s *Symbolizer) resolve(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
+	if !relative {
+		if r, ok := s.results.Get(resultKey{o.num, addr}); ok {
+			st.CacheHits++
+			return r
+		}
+	}
+	return s.lookup(o, addr, relative, buf, st)
+}
+
+// lookup asks the engine (the result cache missed) and caches the answer.
+func (s *Symbolizer) lookup(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
+	k := resultKey{o.num, addr}
+	st.CacheMisses++
+	r := &result{err: o.err}
+	if o.h != nil {
+		if relative {
+			addr += o.h.ImageBase()
+		}
+		var err error
+		*buf, err = o.h.Lookup(addr, (*buf)[:0])
+		if len(*buf) > 0 {
+			r.lines = make([]rline, len(*buf))
+			for i, f := range *buf {
+				line, col := f.Line, f.Column
+				if !s.opt.Lines {
+					line, col = 0, 0
+				}
+				r.lines[i] = rline{fn: s.intern(funcTuple{f.Function, f.Name, f.File, int64(f.StartLine)}), line: line, col: col}
+			}
+		} else {
+			r.err = err
+			if r.err == nil || symbolize.IsUnresolved(r.err) {
+				r.err = fmt.Errorf("address %#x: %w", addr, symbol.ErrNoDebugInfo)
+			}
+		}
+	}
+	if !relative && (r.err == nil || !transient(r.err)) {
+		s.results.Add(k, r)
+	}
+	return r
 }
 
 // Profiles symbolizes every raw native location of pd in place.
@@ -204,20 +302,21 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	}
 
 	// Answers from the result cache first; open objects only for misses.
-	answers := make([]*result, len(todo))
 	need := map[*objRef]bool{}
+	answers := make([]*result, len(todo))
 	for i, w := range todo {
+		if w.obj.num == 0 {
+			w.obj.num = s.objNum(w.obj.key)
+		}
 		if w.relative {
 			need[w.obj] = true // the base is only known once the object is open
-			st.CacheMisses++
 			continue
 		}
-		if r, ok := s.results.Get(resultKey{w.obj.key, w.addr}); ok {
+		if r, ok := s.results.Get(resultKey{w.obj.num, w.addr}); ok {
 			answers[i] = r
 			st.CacheHits++
 			continue
 		}
-		st.CacheMisses++
 		need[w.obj] = true
 	}
 	s.openAll(ctx, need)
@@ -230,61 +329,32 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	}()
 
 	touched := map[int32]*mappingFlags{}
+	fnIdx := map[*funcTuple]int32{}
 	var buf []symbolize.Frame
 	for i, w := range todo {
 		r := answers[i]
 		if r == nil {
-			r = &result{}
-			if w.obj.err != nil {
-				r.err = w.obj.err
-			} else {
-				var err error
-				addr := w.addr
-				if w.relative {
-					addr += w.obj.h.ImageBase()
-				}
-				buf, err = w.obj.h.Lookup(addr, buf[:0])
-				if len(buf) > 0 {
-					r.frames = append([]symbolize.Frame(nil), buf...)
-				} else {
-					r.err = err
-					if r.err == nil || symbolize.IsUnresolved(r.err) {
-						r.err = fmt.Errorf("address %#x: %w", w.addr, symbol.ErrNoDebugInfo)
-					}
-				}
-			}
-			// Transient failures (fetch, timeout) are not remembered here:
-			// the next batch retries once the object is available.
-			if !w.relative && (r.err == nil || !transient(r.err)) {
-				s.results.Add(resultKey{w.obj.key, w.addr}, r)
-			}
+			r = s.lookup(w.obj, w.addr, w.relative, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
-		if r.err != nil && w.relative {
-			// A remote frame keeps its "<remote>" line: that is its only
-			// record of build id and offset.
-			st.unresolved(symbol.Reason(r.err))
-			if _, has := d.FindAttr(loc.AttributeIndices(), AttrError); !has {
-				loc.AttributeIndices().Append(d.AttrStr(AttrError, symbol.Reason(r.err)))
-			}
-			continue
-		}
 		if r.err != nil {
 			reason := symbol.Reason(r.err)
 			st.unresolved(reason)
+			// A remote frame keeps its "<remote>" line: that is its only
+			// record of build id and offset.
 			if _, has := d.FindAttr(loc.AttributeIndices(), AttrError); !has {
 				loc.AttributeIndices().Append(d.AttrStr(AttrError, reason))
 			}
 			continue
 		}
 		st.Resolved++
-		s.setLines(d, loc, r.frames)
+		setLines(d, loc, r.lines, fnIdx)
 		f := touched[loc.MappingIndex()]
 		if f == nil {
 			f = &mappingFlags{}
 			touched[loc.MappingIndex()] = f
 		}
-		f.add(r.frames)
+		f.add(r.lines)
 	}
 	for mi, f := range touched {
 		if mi > 0 && int(mi) < maps.Len() {
@@ -406,21 +476,25 @@ func (s *Symbolizer) useLocal() bool {
 	return false
 }
 
-// setLines writes frames (innermost first) as the location's lines.
-func (s *Symbolizer) setLines(d *pdict.Dict, loc pprofile.Location, frames []symbolize.Frame) {
-	lines := loc.Lines()
-	lines.RemoveIf(func(pprofile.Line) bool { return true })
-	for _, f := range frames {
-		file := f.File
-		line, col := int64(f.Line), int64(f.Column)
-		if !s.opt.Lines {
-			line, col = 0, 0
+// setLines writes a result (innermost first) as the location's lines.
+func setLines(d *pdict.Dict, loc pprofile.Location, lines []rline, fnIdx map[*funcTuple]int32) {
+	ls := loc.Lines()
+	if ls.Len() > 0 { // a remote frame's placeholder line
+		ls.RemoveIf(func(pprofile.Line) bool { return true })
+	}
+	if len(lines) > 1 {
+		ls.EnsureCapacity(len(lines))
+	}
+	for _, l := range lines {
+		fi, ok := fnIdx[l.fn]
+		if !ok {
+			fi = d.Function(l.fn.name, l.fn.system, l.fn.file, l.fn.startLine)
+			fnIdx[l.fn] = fi
 		}
-		fn := d.Function(f.Function, f.Name, file, int64(f.StartLine))
-		l := lines.AppendEmpty()
-		l.SetFunctionIndex(fn)
-		l.SetLine(line)
-		l.SetColumn(col)
+		pl := ls.AppendEmpty()
+		pl.SetFunctionIndex(fi)
+		pl.SetLine(int64(l.line))
+		pl.SetColumn(int64(l.col))
 	}
 }
 
@@ -429,13 +503,13 @@ type mappingFlags struct {
 	funcs, files, lines, inlines bool
 }
 
-func (f *mappingFlags) add(frames []symbolize.Frame) {
-	for _, fr := range frames {
-		f.funcs = f.funcs || fr.Function != ""
-		f.files = f.files || fr.File != ""
-		f.lines = f.lines || fr.Line != 0
+func (f *mappingFlags) add(lines []rline) {
+	for _, l := range lines {
+		f.funcs = f.funcs || l.fn.name != ""
+		f.files = f.files || l.fn.file != ""
+		f.lines = f.lines || l.line != 0
 	}
-	f.inlines = f.inlines || len(frames) > 1
+	f.inlines = f.inlines || len(lines) > 1
 }
 
 func (f *mappingFlags) apply(d *pdict.Dict, m pprofile.Mapping) {

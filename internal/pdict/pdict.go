@@ -34,71 +34,87 @@ type funcKey struct {
 	startLine          int64
 }
 
-// New indexes d, adding the zero entries the format requires at index 0 of
-// every table when they are missing.
+// New wraps d, adding the zero entries the format requires at index 0 of
+// every table when they are missing. Each table is indexed lazily, on the
+// first addition to it: the processor adds functions and attributes to
+// batches whose locations and stacks it never needs to look up.
 func New(d pprofile.ProfilesDictionary) *Dict {
-	x := &Dict{D: d, strs: map[string]int32{}, attrs: map[string]int32{}, funcs: map[funcKey]int32{},
-		maps: map[string]int32{}, locs: map[string]int32{}, stacks: map[string]int32{}}
-	st := d.StringTable()
-	if st.Len() == 0 {
-		st.Append("")
-	}
-	for i := 0; i < st.Len(); i++ {
-		if _, ok := x.strs[st.At(i)]; !ok {
-			x.strs[st.At(i)] = int32(i)
-		}
+	x := &Dict{D: d}
+	if d.StringTable().Len() == 0 {
+		d.StringTable().Append("")
 	}
 	if d.AttributeTable().Len() == 0 {
 		d.AttributeTable().AppendEmpty()
 	}
-	for i := 0; i < d.AttributeTable().Len(); i++ {
-		k := x.attrKey(d.AttributeTable().At(i))
-		if _, ok := x.attrs[k]; !ok {
-			x.attrs[k] = int32(i)
-		}
-	}
 	if d.FunctionTable().Len() == 0 {
 		d.FunctionTable().AppendEmpty()
-	}
-	for i := 0; i < d.FunctionTable().Len(); i++ {
-		f := d.FunctionTable().At(i)
-		k := funcKey{f.NameStrindex(), f.SystemNameStrindex(), f.FilenameStrindex(), f.StartLine()}
-		if _, ok := x.funcs[k]; !ok {
-			x.funcs[k] = int32(i)
-		}
 	}
 	if d.MappingTable().Len() == 0 {
 		d.MappingTable().AppendEmpty()
 	}
-	for i := 0; i < d.MappingTable().Len(); i++ {
-		k := string(x.mappingKey(d.MappingTable().At(i)))
-		if _, ok := x.maps[k]; !ok {
-			x.maps[k] = int32(i)
-		}
-	}
 	if d.LocationTable().Len() == 0 {
 		d.LocationTable().AppendEmpty()
-	}
-	for i := 0; i < d.LocationTable().Len(); i++ {
-		k := string(x.locationKey(d.LocationTable().At(i)))
-		if _, ok := x.locs[k]; !ok {
-			x.locs[k] = int32(i)
-		}
 	}
 	if d.StackTable().Len() == 0 {
 		d.StackTable().AppendEmpty()
 	}
-	for i := 0; i < d.StackTable().Len(); i++ {
-		k := string(x.stackKey(d.StackTable().At(i).LocationIndices().AsRaw()))
-		if _, ok := x.stacks[k]; !ok {
-			x.stacks[k] = int32(i)
-		}
-	}
 	return x
+}
+
+func (x *Dict) indexStrings() {
+	st := x.D.StringTable()
+	x.strs = make(map[string]int32, st.Len())
+	for i := st.Len() - 1; i >= 0; i-- { // first occurrence wins
+		x.strs[st.At(i)] = int32(i)
+	}
+}
+
+func (x *Dict) indexAttrs() {
+	t := x.D.AttributeTable()
+	x.attrs = make(map[string]int32, t.Len())
+	for i := t.Len() - 1; i >= 0; i-- {
+		x.attrs[x.attrKey(t.At(i))] = int32(i)
+	}
+}
+
+func (x *Dict) indexFuncs() {
+	t := x.D.FunctionTable()
+	x.funcs = make(map[funcKey]int32, t.Len())
+	for i := t.Len() - 1; i >= 0; i-- {
+		f := t.At(i)
+		x.funcs[funcKey{f.NameStrindex(), f.SystemNameStrindex(), f.FilenameStrindex(), f.StartLine()}] = int32(i)
+	}
+}
+
+func (x *Dict) indexMappings() {
+	t := x.D.MappingTable()
+	x.maps = make(map[string]int32, t.Len())
+	for i := t.Len() - 1; i >= 0; i-- {
+		x.maps[string(x.mappingKey(t.At(i)))] = int32(i)
+	}
+}
+
+func (x *Dict) indexLocations() {
+	t := x.D.LocationTable()
+	x.locs = make(map[string]int32, t.Len())
+	for i := t.Len() - 1; i >= 0; i-- {
+		x.locs[string(x.locationKey(t.At(i)))] = int32(i)
+	}
+}
+
+func (x *Dict) indexStacks() {
+	t := x.D.StackTable()
+	x.stacks = make(map[string]int32, t.Len())
+	for i := t.Len() - 1; i >= 0; i-- {
+		x.stacks[string(x.stackKey(t.At(i).LocationIndices().AsRaw()))] = int32(i)
+	}
 }
 
 // String returns the index of s in the string table.
 func (x *Dict) String(s string) int32 {
+	if x.strs == nil {
+		x.indexStrings()
+	}
 	if i, ok := x.strs[s]; ok {
 		return i
 	}
@@ -141,6 +157,9 @@ func (x *Dict) attrKey(kv pprofile.KeyValueAndUnit) string {
 // AttrStr returns the index of the attribute key=value (string value).
 func (x *Dict) AttrStr(key, value string) int32 {
 	k := strconv.Itoa(int(x.String(key))) + "\x000\x00s" + value
+	if x.attrs == nil {
+		x.indexAttrs()
+	}
 	if i, ok := x.attrs[k]; ok {
 		return i
 	}
@@ -155,6 +174,9 @@ func (x *Dict) AttrStr(key, value string) int32 {
 // AttrInt returns the index of the attribute key=value (int value).
 func (x *Dict) AttrInt(key string, value int64) int32 {
 	k := strconv.Itoa(int(x.String(key))) + "\x000\x00i" + strconv.FormatInt(value, 10)
+	if x.attrs == nil {
+		x.indexAttrs()
+	}
 	if i, ok := x.attrs[k]; ok {
 		return i
 	}
@@ -169,6 +191,9 @@ func (x *Dict) AttrInt(key string, value int64) int32 {
 // AttrBool returns the index of the attribute key=value (bool value).
 func (x *Dict) AttrBool(key string, value bool) int32 {
 	k := strconv.Itoa(int(x.String(key))) + "\x000\x00b" + strconv.FormatBool(value)
+	if x.attrs == nil {
+		x.indexAttrs()
+	}
 	if i, ok := x.attrs[k]; ok {
 		return i
 	}
@@ -191,6 +216,9 @@ func (x *Dict) Attr(i int32) (string, pcommon.Value, bool) {
 
 // FindAttr returns the value of the first attribute named key among idx.
 func (x *Dict) FindAttr(idx pcommon.Int32Slice, key string) (pcommon.Value, bool) {
+	if x.strs == nil {
+		x.indexStrings()
+	}
 	ki, ok := x.strs[key]
 	if !ok {
 		return pcommon.NewValueEmpty(), false
@@ -211,6 +239,9 @@ func (x *Dict) FindAttr(idx pcommon.Int32Slice, key string) (pcommon.Value, bool
 // Function returns the index of a function entry.
 func (x *Dict) Function(name, systemName, file string, startLine int64) int32 {
 	k := funcKey{x.String(name), x.String(systemName), x.String(file), startLine}
+	if x.funcs == nil {
+		x.indexFuncs()
+	}
 	if i, ok := x.funcs[k]; ok {
 		return i
 	}
@@ -246,6 +277,9 @@ func (x *Dict) mappingKey(m pprofile.Mapping) []byte {
 
 // Mapping returns the index of a mapping entry.
 func (x *Dict) Mapping(m Mapping) int32 {
+	if x.maps == nil {
+		x.indexMappings() // before building the key: indexing uses the scratch buffer
+	}
 	file := x.String(m.File)
 	b := x.buf[:0]
 	b = binary.LittleEndian.AppendUint64(b, m.Start)
@@ -303,6 +337,9 @@ func (x *Dict) locationKey(l pprofile.Location) []byte {
 
 // Location returns the index of a location entry.
 func (x *Dict) Location(l Location) int32 {
+	if x.locs == nil {
+		x.indexLocations()
+	}
 	b := x.buf[:0]
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Mapping))
 	b = binary.LittleEndian.AppendUint64(b, l.Address)
@@ -345,6 +382,9 @@ func (x *Dict) stackKey(locs []int32) []byte {
 
 // Stack returns the index of a stack (location indices, leaf first).
 func (x *Dict) Stack(locs []int32) int32 {
+	if x.stacks == nil {
+		x.indexStacks()
+	}
 	b := x.stackKey(locs)
 	if i, ok := x.stacks[string(b)]; ok {
 		return i

@@ -82,6 +82,13 @@ const (
 // not pin a snapshot forever.
 const sweepAfter = 30
 
+// kallsymsRefresh bounds how often a kernel address kallsyms cannot name
+// makes the loader reparse it (~70 ms of CPU for a distribution kernel): at
+// the loader's default, 10 s, a steady trickle of such addresses (BPF
+// trampolines, bad frames) cost more than all the rest of the receiver. A
+// module loaded meanwhile gets its names within this time.
+const kallsymsRefresh = 5 * time.Minute
+
 // Builder keeps per-process state between intervals. HandleEvent may run
 // concurrently with Collect.
 type Builder struct {
@@ -121,7 +128,7 @@ func New(opt Options) *Builder {
 		b.norm = normalize.New(normalize.Options{ProcRoot: opt.ProcRoot})
 	}
 	if b.kern == nil {
-		b.kern = kernelsym.NewLoader("", "", 0)
+		b.kern = kernelsym.NewLoader("", "", kallsymsRefresh)
 	}
 	if opt.PerfMaps {
 		b.jit = perfmap.NewReader(opt.ProcRoot)

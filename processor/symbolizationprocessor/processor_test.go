@@ -126,7 +126,7 @@ type harness struct {
 	tel  *componenttest.Telemetry
 }
 
-func newHarness(t *testing.T, mutate func(*Config)) *harness {
+func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig()
 	cfg.Sources = []string{otlpsym.SourceDebuginfod}

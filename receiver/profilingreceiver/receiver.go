@@ -36,8 +36,8 @@ type profilingReceiver struct {
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup // report loop
 	events  chan struct{}  // closed when the event loop has ended
-	last    sampler.Stats // counters already reported
-	from    time.Time     // start of the current interval
+	last    sampler.Stats  // counters already reported
+	from    time.Time      // start of the current interval
 }
 
 func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error) {

@@ -1,0 +1,185 @@
+package symbolizationprocessor
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/otlpsym"
+	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// benchSet is 50 binaries (copies of the C++ fixture, each with its own
+// build id, in a symbol directory) and addresses spread over their text.
+type benchSet struct {
+	dir   string
+	ids   []string
+	paths []string
+	addrs []uint64
+}
+
+const (
+	benchBinaries  = 50
+	benchSamples   = 10_000
+	benchStack     = 20
+	benchLocations = benchSamples * benchStack // 200,000
+)
+
+func makeBenchSet(b *testing.B) benchSet {
+	bin := testfixture.Build(b, testfixture.Spec{Name: "bench-cpp", Lang: "c++", Sources: []string{"engine/cpp/main.cc"},
+		Args: []string{"-O2", "-g", "-std=c++17", "-Wl,--build-id"}})
+	orig, err := os.ReadFile(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	note, _ := f.Section(".note.gnu.build-id").Data()
+	text := f.Section(".text")
+	f.Close()
+	id := note[16:]
+	at := bytes.Index(orig, id)
+	set := benchSet{dir: b.TempDir()}
+	for i := 0; i < benchBinaries; i++ {
+		data := bytes.Clone(orig)
+		copy(data[at:], fmt.Sprintf("bench%015d", i))
+		p := filepath.Join(set.dir, fmt.Sprintf("bin%02d", i))
+		os.WriteFile(p, data, 0o755)
+		set.ids = append(set.ids, hex.EncodeToString(data[at:at+len(id)]))
+		set.paths = append(set.paths, p)
+	}
+	// Distinct addresses per binary: 200,000 locations over 50 binaries.
+	per := benchLocations / benchBinaries
+	step := text.Size / uint64(per)
+	for i := 0; i < per; i++ {
+		set.addrs = append(set.addrs, text.Addr+uint64(i)*step+uint64(i%7))
+	}
+	return set
+}
+
+// batch builds 10,000 samples of 20 raw frames each, every (binary, address)
+// pair used once: 200,000 distinct locations.
+func (s benchSet) batch() pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	d := pdict.New(pd.Dictionary())
+	native := d.AttrStr(otlpsym.AttrFrameType, "native")
+	maps := make([]int32, benchBinaries)
+	for i := range maps {
+		maps[i] = d.Mapping(pdict.Mapping{Start: 0x400000, Limit: 0x800000, File: "/remote/bin",
+			Attrs: []int32{d.AttrStr(otlpsym.AttrBuildIDGNU, s.ids[i])}})
+	}
+	locs := make([]int32, 0, benchLocations)
+	for bi := range maps {
+		for _, a := range s.addrs {
+			locs = append(locs, d.Location(pdict.Location{Mapping: maps[bi], Address: a, Attrs: []int32{native}}))
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(locs), func(i, j int) { locs[i], locs[j] = locs[j], locs[i] })
+	prof := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	for i := 0; i < benchSamples; i++ {
+		s := prof.Samples().AppendEmpty()
+		s.SetStackIndex(d.Stack(locs[i*benchStack : (i+1)*benchStack]))
+		s.Values().Append(1)
+	}
+	return pd
+}
+
+func benchHarness(b *testing.B, set benchSet) *harness {
+	return newHarness(b, func(cfg *Config) {
+		cfg.Sources = []string{otlpsym.SourceSymbolDirs}
+		cfg.SymbolDirectories = []string{set.dir}
+	})
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// BenchmarkProcessor measures the processor on a batch of 10,000 samples /
+// 200,000 locations over 50 binaries: the first batch (cold: every object
+// opened and parsed) against the engine's own cold cost on the same
+// addresses, then warm batches (ns/location, target <= 300), and the heap.
+func BenchmarkProcessor(b *testing.B) {
+	set := makeBenchSet(b)
+	template := set.batch()
+
+	// The engine alone, cold: the floor the processor's cold cost is
+	// compared with.
+	eng := symbolize.New(symbolize.DefaultOptions())
+	start := time.Now()
+	for _, p := range set.paths {
+		eng.Symbolize(context.Background(), symbolize.Target{Path: p}, set.addrs)
+	}
+	engineCold := time.Since(start)
+	eng.Close()
+
+	h := benchHarness(b, set)
+	base := heapInUse()
+	pd := pprofile.NewProfiles()
+	template.CopyTo(pd)
+	start = time.Now()
+	h.p.ConsumeProfiles(context.Background(), pd)
+	cold := time.Since(start)
+	out := h.sink.AllProfiles()[0]
+	resolved := 0
+	for _, l := range out.Dictionary().LocationTable().All() {
+		if l.Lines().Len() > 0 {
+			resolved++
+		}
+	}
+	if resolved < benchLocations*9/10 {
+		b.Fatalf("only %d of %d locations resolved", resolved, benchLocations)
+	}
+	h.sink.Reset()
+	peak := heapInUse()
+
+	b.ResetTimer()
+	var warm, warmCPU time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		pd := pprofile.NewProfiles()
+		template.CopyTo(pd)
+		h.sink.Reset()
+		runtime.GC() // the copy's garbage is not the processor's
+		b.StartTimer()
+		t0, c0 := time.Now(), cpuTime()
+		h.p.ConsumeProfiles(context.Background(), pd)
+		warm += time.Since(t0)
+		warmCPU += cpuTime() - c0
+	}
+	peak = max(peak, heapInUse())
+	b.ReportMetric(float64(warm.Nanoseconds())/float64(b.N)/benchLocations, "warm-ns/location")
+	// CPU time, GC included, is steadier than wall time on a shared machine.
+	b.ReportMetric(float64(warmCPU.Nanoseconds())/float64(b.N)/benchLocations, "warm-cpu-ns/location")
+	b.ReportMetric(float64(cold.Nanoseconds())/benchLocations, "cold-ns/location")
+	b.ReportMetric(float64(cold.Milliseconds()), "cold-ms")
+	b.ReportMetric(float64(engineCold.Milliseconds()), "engine-cold-ms")
+	b.ReportMetric(float64(cold)/float64(engineCold), "cold-vs-engine")
+	b.ReportMetric(float64(peak-min(peak, base))/(1<<20), "heap-MB")
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
