@@ -50,3 +50,28 @@ func TestMaxEntries(t *testing.T) {
 		t.Fatalf("entries %d", s.Entries)
 	}
 }
+
+func TestClock(t *testing.T) {
+	c := NewClock[int, string](3)
+	c.Add(1, "a")
+	c.Add(2, "b")
+	c.Add(3, "c")
+	c.Get(1) // 1 gets a second chance
+	c.Add(4, "d")
+	if _, ok := c.Get(1); !ok {
+		t.Fatal("a referenced entry was evicted")
+	}
+	if _, ok := c.Get(2); ok {
+		t.Fatal("the unreferenced entry should have gone")
+	}
+	if v, ok := c.Get(4); !ok || v != "d" {
+		t.Fatal("new entry missing")
+	}
+	if s := c.Stats(); s.Entries != 3 || s.Evictions != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	c.Add(4, "e")
+	if v, _ := c.Get(4); v != "e" {
+		t.Fatal("replace")
+	}
+}

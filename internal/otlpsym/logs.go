@@ -94,7 +94,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 						if o.num == 0 {
 							o.num = s.objNum(o.key)
 						}
-						if _, hit := s.results.Peek(resultKey{o.num, f.Address}); !hit {
+						k, ok := keyOf(o.num, f.Address)
+						if !ok {
+							need[o] = true
+						} else if _, hit := s.results.Get(k); !hit {
 							need[o] = true
 						}
 					}

@@ -84,7 +84,7 @@ func (s *Stats) unresolved(reason string) {
 type Symbolizer struct {
 	opt     Options
 	engine  *symbolize.Resolver
-	results *lru.Cache[resultKey, *result]
+	results *lru.Clock[resultKey, *result]
 	symdirs *dirIndex
 	idents  identifier
 	log     *zap.Logger
@@ -94,10 +94,20 @@ type Symbolizer struct {
 	objIDs map[string]uint32
 }
 
-type resultKey struct {
-	obj  uint32 // interned object key
-	addr uint64
+// resultKey packs an interned object number (16 bits) and an address (48
+// bits) into one word, so the big result map hashes a uint64. Addresses
+// that do not fit (kernel addresses) are not cached.
+type resultKey uint64
+
+func keyOf(obj uint32, addr uint64) (resultKey, bool) {
+	if addr>>48 != 0 || obj >= 1<<16 {
+		return 0, false
+	}
+	return resultKey(uint64(obj)<<48 | addr), true
 }
+
+// maxObjects bounds interned object numbers to the 16 bits a key holds.
+const maxObjects = 1<<16 - 1
 
 // result is a resolved address, independent of any batch's dictionary:
 // lines point at interned functions so that a batch maps them to its
@@ -153,7 +163,7 @@ func New(opt Options) *Symbolizer {
 	return &Symbolizer{
 		opt:     opt,
 		engine:  symbolize.New(eo),
-		results: lru.New[resultKey, *result](0, opt.MaxEntries, nil, nil),
+		results: lru.NewClock[resultKey, *result](opt.MaxEntries),
 		symdirs: newDirIndex(opt.SymbolDirs, opt.Rescan),
 		log:     opt.Logger,
 	}
@@ -189,7 +199,7 @@ type objRef struct {
 func (s *Symbolizer) objNum(key string) uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.objIDs == nil || len(s.objIDs) > maxInterned {
+	if s.objIDs == nil || len(s.objIDs) >= maxObjects {
 		// Starting over makes old cache entries unreachable; they age out.
 		s.objIDs = map[string]uint32{}
 	}
@@ -219,8 +229,8 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 // result cache. Transient failures (fetch, timeout) are not cached, so the
 // next batch retries once the object is available.
 func (s *Symbolizer) resolve(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
-	if !relative {
-		if r, ok := s.results.Get(resultKey{o.num, addr}); ok {
+	if k, ok := keyOf(o.num, addr); ok && !relative {
+		if r, ok := s.results.Get(k); ok {
 			st.CacheHits++
 			return r
 		}
@@ -230,7 +240,7 @@ func (s *Symbolizer) resolve(o *objRef, addr uint64, relative bool, buf *[]symbo
 
 // lookup asks the engine (the result cache missed) and caches the answer.
 func (s *Symbolizer) lookup(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
-	k := resultKey{o.num, addr}
+	k, cacheable := keyOf(o.num, addr)
 	st.CacheMisses++
 	r := &result{err: o.err}
 	if o.h != nil {
@@ -255,7 +265,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, relative bool, buf *[]symbol
 			}
 		}
 	}
-	if !relative && (r.err == nil || !transient(r.err)) {
+	if cacheable && !relative && (r.err == nil || !transient(r.err)) {
 		s.results.Add(k, r)
 	}
 	return r
@@ -269,8 +279,10 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	maps := d.D.MappingTable()
 
 	objs := map[string]*objRef{}
-	mapObj := map[int32]*objRef{} // mapping index -> object (nil: not symbolizable)
-	var todo []work
+	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
+	mapSeen := make([]bool, maps.Len())
+	todo := make([]work, 0, locs.Len())
+	frameType := d.StringIndex(AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
 		loc := locs.At(i)
 		if loc.Lines().Len() > 0 {
@@ -281,16 +293,20 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			st.Skipped++
 			continue
 		}
-		if v, ok := d.FindAttr(loc.AttributeIndices(), AttrFrameType); ok && v.Str() != FrameTypeNative && v.Str() != "" {
+		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != FrameTypeNative && v.Str() != "" {
 			st.Skipped++
 			continue
 		}
 		mi := loc.MappingIndex()
-		o, seen := mapObj[mi]
-		if !seen {
-			o = s.mappingObject(d, mi, objs)
-			mapObj[mi] = o
+		if mi <= 0 || int(mi) >= len(mapObj) {
+			st.Skipped++
+			continue
 		}
+		if !mapSeen[mi] {
+			mapObj[mi] = s.mappingObject(d, mi, objs)
+			mapSeen[mi] = true
+		}
+		o := mapObj[mi]
 		if o == nil {
 			st.Skipped++
 			continue
@@ -312,10 +328,12 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			need[w.obj] = true // the base is only known once the object is open
 			continue
 		}
-		if r, ok := s.results.Get(resultKey{w.obj.num, w.addr}); ok {
-			answers[i] = r
-			st.CacheHits++
-			continue
+		if k, ok := keyOf(w.obj.num, w.addr); ok {
+			if r, ok := s.results.Get(k); ok {
+				answers[i] = r
+				st.CacheHits++
+				continue
+			}
 		}
 		need[w.obj] = true
 	}

@@ -124,6 +124,17 @@ func (x *Dict) String(s string) int32 {
 	return i
 }
 
+// StringIndex returns the index of s without adding it (-1 when absent).
+func (x *Dict) StringIndex(s string) int32 {
+	if x.strs == nil {
+		x.indexStrings()
+	}
+	if i, ok := x.strs[s]; ok {
+		return i
+	}
+	return -1
+}
+
 // Str returns the string at index i ("" when out of range).
 func (x *Dict) Str(i int32) string {
 	if i < 0 || int(i) >= x.D.StringTable().Len() {
@@ -223,6 +234,12 @@ func (x *Dict) FindAttr(idx pcommon.Int32Slice, key string) (pcommon.Value, bool
 	if !ok {
 		return pcommon.NewValueEmpty(), false
 	}
+	return x.FindAttrKey(idx, ki)
+}
+
+// FindAttrKey is FindAttr with the key's string index, for loops that look
+// the same key up many times.
+func (x *Dict) FindAttrKey(idx pcommon.Int32Slice, ki int32) (pcommon.Value, bool) {
 	for j := 0; j < idx.Len(); j++ {
 		i := idx.At(j)
 		if i <= 0 || int(i) >= x.D.AttributeTable().Len() {
