@@ -5,9 +5,15 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
 CLANG     ?= clang-19
 
-.PHONY: all build test vet bench bench-symbolize fuzz run generate check-generate clean
+OTELCOL   := $(BIN)/otelcol-profsym
+BUILDER   := $(BIN)/builder
+GATES     := --feature-gates=service.profilesSupport
+PROFSYM_OUTPUT ?= ./out/profiles.json
+export PROFSYM_OUTPUT
 
-all: build
+.PHONY: all build test vet bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
+
+all: build otelcol
 
 build:
 	$(GO) build -o $(BIN)/profsym ./cmd/profsym
@@ -17,10 +23,10 @@ vet:
 
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests. Under
 # CI=true, tests that lack a tool or privilege fail instead of skipping.
-test: vet
+test: vet build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize
+bench: bench-symbolize bench-processor bench-sampler
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -28,6 +34,18 @@ bench: bench-symbolize
 # binary (with DWARF) and of libc with its libc6-dbg debug file.
 bench-symbolize:
 	$(GO) test -run '^$$' -bench 'BenchmarkSymbolize' -benchtime=$(BENCHTIME) -timeout 30m ./internal/symbolize/ | tee $(BIN)/bench-symbolize.txt
+
+# 10,000 samples / 200,000 locations over 50 binaries through the processor:
+# warm ns/location, cold cost against the engine's own, heap.
+bench-processor:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkProcessor -benchtime=10x -timeout 30m ./processor/symbolizationprocessor/ | tee $(BIN)/bench-processor.txt
+
+# The full receiver at 99 Hz with both cores busy, side by side with
+# `perf record -F 99 -a -g` (PROFSYM_BENCH_SECONDS, default 60).
+bench-sampler:
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
 
 # A short run of every go test -fuzz target.
 fuzz:
@@ -39,9 +57,27 @@ fuzz:
 	  done; \
 	done
 
-run:
-	@echo "make run: the collector distribution is not built yet (see the distribution issue); meanwhile: $(BIN)/profsym symbolize --help"
-	@$(MAKE) --no-print-directory build
+# The distribution, built with the collector builder from builder-config.yaml.
+# Make rebuilds it only when a Go file or the builder config changed; the Go
+# build cache makes that rebuild incremental.
+otelcol: $(OTELCOL)
+
+$(BUILDER): internal/tools/go.mod internal/tools/go.sum
+	cd internal/tools && $(GO) build -o $(abspath $(BUILDER)) go.opentelemetry.io/collector/cmd/builder
+
+$(OTELCOL): $(BUILDER) builder-config.yaml go.mod go.sum $(shell git ls-files '*.go' 2>/dev/null | grep -v '_test.go$$')
+	$(BUILDER) --config builder-config.yaml
+	cp $(BIN)/otelcol-profsym-src/otelcol-profsym $(OTELCOL)
+
+# Profile this host: sample every CPU, symbolize, print a summary every
+# report interval and write OTLP JSON profiles to $(PROFSYM_OUTPUT).
+run: build otelcol
+	@mkdir -p $(dir $(PROFSYM_OUTPUT))
+	@echo "profsym: profiling this host (Ctrl-C to stop)."
+	@echo "  profiles (OTLP JSON) go to $(PROFSYM_OUTPUT)"
+	@echo "  hottest functions:   $(BIN)/profsym top $(PROFSYM_OUTPUT)"
+	@echo "  flame graph:         $(BIN)/profsym convert $(PROFSYM_OUTPUT) --to pprof -o out/profile.pb.gz && go tool pprof -http=: out/profile.pb.gz"
+	$(OTELCOL) --config config/default.yaml $(GATES)
 
 MDATAGEN := $(BIN)/mdatagen
 

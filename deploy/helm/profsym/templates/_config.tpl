@@ -1,0 +1,155 @@
+{{/*
+The agent's collector configuration: profiling receiver -> memory_limiter ->
+OTLP/gRPC to the gateway. No symbolization on the node: frames leave as
+(build id, address) and the gateway resolves them.
+*/}}
+{{- define "profsym.agent.baseConfig" -}}
+{{- $a := .Values.agent -}}
+{{- $p := $a.profiling -}}
+extensions:
+  {{- include "profsym.extensions" . | nindent 2 }}
+receivers:
+  profiling:
+    sample_rate: {{ int $p.sampleRate }}
+    max_stack_depth: {{ int $p.maxStackDepth }}
+    report_interval: {{ $p.reportInterval }}
+    kernel_stacks: {{ $p.kernelStacks }}
+    kernel_symbols: {{ $p.kernelSymbols }}
+    perf_maps: {{ $p.perfMaps }}
+    {{- with $p.targets }}
+    targets:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_percentage: {{ int $a.memoryLimiter.limitPercentage }}
+    spike_limit_percentage: {{ int $a.memoryLimiter.spikeLimitPercentage }}
+exporters:
+  otlp_grpc:
+    endpoint: ${env:PROFSYM_GATEWAY_ENDPOINT}
+    balancer_name: {{ $a.exporter.balancer }}
+    compression: {{ $a.exporter.compression }}
+    timeout: {{ $a.exporter.timeout }}
+    tls:
+      insecure: {{ $a.exporter.insecure }}
+    sending_queue:
+      queue_size: {{ int $a.exporter.queueSize }}
+service:
+  {{- include "profsym.telemetry" . | nindent 2 }}
+  pipelines:
+    profiles:
+      receivers: [profiling]
+      processors: [memory_limiter]
+      exporters: [otlp_grpc]
+    {{- if $a.profileEvents.enabled }}
+    logs:
+      receivers: [profiling]
+      processors: [memory_limiter]
+      exporters: [otlp_grpc]
+    {{- end }}
+{{- end }}
+
+{{/*
+The gateway's collector configuration: OTLP in -> memory_limiter ->
+symbolization -> file and/or the backend.
+*/}}
+{{- define "profsym.gateway.symbolization" -}}
+{{- $s := .s -}}
+sources:
+  {{- toYaml $s.sources | nindent 2 }}
+debug_directories: {{ toYaml $s.debugDirectories | nindent 2 }}
+symbol_directories: {{ toYaml $s.symbolDirectories | nindent 2 }}
+demangle: {{ $s.demangle }}
+inline_frames: {{ $s.inlineFrames }}
+line_numbers: {{ $s.lineNumbers }}
+timeout: {{ $s.timeout }}
+cache:
+  max_bytes: {{ int64 $s.cache.maxBytes }}
+  max_entries: {{ int64 $s.cache.maxEntries }}
+debuginfod:
+  # urls stay empty: the processor reads DEBUGINFOD_URLS.
+  cache_dir: {{ .cacheDir }}
+  timeout: {{ $s.debuginfod.timeout }}
+  max_cache_bytes: {{ int64 $s.debuginfod.maxCacheBytes }}
+  max_parallel: {{ int $s.debuginfod.maxParallel }}
+  negative_ttl: {{ $s.debuginfod.negativeTTL }}
+{{- end }}
+
+{{- define "profsym.gateway.exporterNames" -}}
+{{- $g := .Values.gateway -}}
+{{- $e := list -}}
+{{- if $g.fileOutput.enabled }}{{ $e = append $e "file" }}{{ end -}}
+{{- if $g.backend.endpoint }}{{ $e = append $e (printf "otlp_%s/backend" $g.backend.protocol) }}{{ end -}}
+{{- if not $e }}{{ fail "gateway: nothing to export to: enable gateway.fileOutput or set gateway.backend.endpoint" }}{{ end -}}
+{{- toJson $e -}}
+{{- end }}
+
+{{- define "profsym.gateway.baseConfig" -}}
+{{- $g := .Values.gateway -}}
+{{- $exporters := include "profsym.gateway.exporterNames" . -}}
+{{- $sym := $g.symbolization -}}
+{{- $cacheDir := printf "%s/debuginfod" (trimSuffix "/" $g.cache.mountPath) -}}
+extensions:
+  {{- include "profsym.extensions" . | nindent 2 }}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: ${env:PROFSYM_GATEWAY_LISTEN:-0.0.0.0:4317}
+        max_recv_msg_size_mib: {{ int $g.maxRecvMsgSizeMiB }}
+        keepalive:
+          server_parameters:
+            max_connection_age: {{ $g.maxConnectionAge }}
+            max_connection_age_grace: {{ $g.maxConnectionAgeGrace }}
+      http:
+        endpoint: ${env:PROFSYM_GATEWAY_HTTP_LISTEN:-0.0.0.0:4318}
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_percentage: {{ int $g.memoryLimiter.limitPercentage }}
+    spike_limit_percentage: {{ int $g.memoryLimiter.spikeLimitPercentage }}
+  symbolization:
+    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir) | nindent 4 }}
+  {{- if $g.profileEvents.enabled }}
+  # The logs pipeline gets its own processor instance (own memory caches);
+  # its downloads go to a folder of their own.
+  symbolization/logs:
+    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" (printf "%s-logs" $cacheDir)) | nindent 4 }}
+  {{- end }}
+exporters:
+  {{- if $g.fileOutput.enabled }}
+  file:
+    path: ${env:PROFSYM_OUTPUT}
+    format: json
+    rotation:
+      max_megabytes: {{ int $g.fileOutput.maxMegabytes }}
+      max_backups: {{ int $g.fileOutput.maxBackups }}
+  {{- end }}
+  {{- with $g.backend }}
+  {{- if .endpoint }}
+  otlp_{{ .protocol }}/backend:
+    endpoint: ${env:PROFSYM_BACKEND_ENDPOINT}
+    compression: {{ .compression }}
+    tls:
+      insecure: {{ .insecure }}
+    {{- with .headers }}
+    headers:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+  {{- end }}
+  {{- end }}
+service:
+  {{- include "profsym.telemetry" . | nindent 2 }}
+  pipelines:
+    profiles:
+      receivers: [otlp]
+      processors: [memory_limiter, symbolization]
+      exporters: {{ $exporters }}
+    {{- if $g.profileEvents.enabled }}
+    logs:
+      receivers: [otlp]
+      processors: [memory_limiter, symbolization/logs]
+      exporters: {{ $exporters }}
+    {{- end }}
+{{- end }}

@@ -1,0 +1,316 @@
+// Package e2e runs the distribution end to end, as real processes on
+// loopback: a debuginfod server with the debug files of stripped fixture
+// binaries, a gateway collector and an agent collector built from
+// builder-config.yaml with the configs in config/, and the fixture
+// workloads.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+const gates = "--feature-gates=service.profilesSupport"
+
+// collector is one running otelcol-profsym.
+type collector struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	health string
+}
+
+func startCollector(t *testing.T, bin, name string, env []string, configs ...string) *collector {
+	t.Helper()
+	args := []string{gates}
+	for _, c := range configs {
+		args = append(args, "--config", c)
+	}
+	c := &collector{name: name, cmd: exec.Command(bin, args...), log: new(bytes.Buffer)}
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PROFSYM_HEALTH_ENDPOINT="); ok {
+			c.health = "http://" + v
+		}
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.stop(t) })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(c.health)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c
+			}
+		}
+		if time.Now().After(deadline) || c.cmd.ProcessState != nil {
+			t.Fatalf("%s did not become healthy:\n%s", name, c.log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the collector gracefully (SIGTERM flushes exporters).
+func (c *collector) stop(t *testing.T) {
+	if c.cmd.Process == nil || c.cmd.ProcessState != nil {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+		t.Errorf("%s did not stop within 30s", c.name)
+	}
+}
+
+// fixture is a stripped workload binary whose debug file only debuginfod has.
+type fixture struct {
+	path, id, hot string
+	debugDir      string
+}
+
+func buildFixture(t *testing.T, name string) fixture {
+	src := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + name}})
+	stripped, debug := testfixture.SplitDebug(t, src, false)
+	f, err := elf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note, _ := f.Section(".note.gnu.build-id").Data()
+	f.Close()
+	dir := t.TempDir()
+	data, _ := os.ReadFile(debug)
+	os.WriteFile(filepath.Join(dir, name+".debug"), data, 0o644)
+	return fixture{path: stripped, id: hex.EncodeToString(note[16:]), hot: "spin_" + name, debugDir: dir}
+}
+
+// load reads a profiles file (one document per line) and sums, per pid of
+// interest, the samples, and collects the names of their leaf frames.
+type tally struct {
+	samples map[int64]int64
+	leaves  map[int64]map[string]int64 // pid -> leaf function name -> samples
+	raw     map[int64]int64            // pid -> samples whose native leaf has no lines
+	files   map[string]bool            // files named by leaf lines
+}
+
+func load(t *testing.T, path string, pids map[int64]bool) tally {
+	t.Helper()
+	ty := tally{samples: map[int64]int64{}, leaves: map[int64]map[string]int64{}, raw: map[int64]int64{}, files: map[string]bool{}}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ty
+	}
+	var um pprofile.JSONUnmarshaler
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		pd, err := um.UnmarshalProfiles(line)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		d := pdict.New(pd.Dictionary())
+		dict := pd.Dictionary()
+		for _, rp := range pd.ResourceProfiles().All() {
+			v, ok := rp.Resource().Attributes().Get("process.pid")
+			if !ok || !pids[v.Int()] {
+				continue
+			}
+			pid := v.Int()
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, p := range sp.Profiles().All() {
+					for _, s := range p.Samples().All() {
+						n := s.Values().At(0)
+						ty.samples[pid] += n
+						locs := dict.StackTable().At(int(s.StackIndex())).LocationIndices()
+						if locs.Len() == 0 {
+							continue
+						}
+						// The leaf user frame: skip kernel frames.
+						for _, li := range locs.All() {
+							loc := dict.LocationTable().At(int(li))
+							if ft, _ := d.FindAttr(loc.AttributeIndices(), "profile.frame.type"); ft.Str() == "kernel" {
+								continue
+							}
+							if loc.Lines().Len() == 0 {
+								ty.raw[pid] += n
+								break
+							}
+							ln := loc.Lines().At(loc.Lines().Len() - 1)
+							fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							if ty.leaves[pid] == nil {
+								ty.leaves[pid] = map[string]int64{}
+							}
+							ty.leaves[pid][d.Str(fn.NameStrindex())] += n
+							if ln.Line() > 0 {
+								ty.files[fmt.Sprintf("%s:%d", filepath.Base(d.Str(fn.FilenameStrindex())), ln.Line())] = true
+							}
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+	return ty
+}
+
+func TestAgentGatewayDebuginfod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testfixture.SkipOrFail(t, "the agent's eBPF sampler needs root (CAP_BPF, CAP_PERFMON)")
+	}
+	root := testfixture.Root(t)
+	bin := filepath.Join(root, "_build", "otelcol-profsym")
+	if _, err := os.Stat(bin); err != nil {
+		testfixture.SkipOrFail(t, "%s is not built: run make otelcol (make test does)", bin)
+	}
+	profsym := filepath.Join(root, "_build", "profsym")
+	if _, err := os.Stat(profsym); err != nil {
+		testfixture.SkipOrFail(t, "%s is not built: run make build (make test does)", profsym)
+	}
+
+	fa, fb := buildFixture(t, "e2ealpha"), buildFixture(t, "e2ebeta")
+	served := t.TempDir()
+	for _, f := range []fixture{fa, fb} {
+		entries, _ := os.ReadDir(f.debugDir)
+		for _, e := range entries {
+			data, _ := os.ReadFile(filepath.Join(f.debugDir, e.Name()))
+			os.WriteFile(filepath.Join(served, e.Name()), data, 0o644)
+		}
+	}
+	srv := testfixture.StartDebuginfod(t, served, fa.id+"/debuginfo", fb.id+"/debuginfo")
+
+	work := t.TempDir()
+	gwPort, gwHTTP, gwHealth, agHealth := testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t)
+	gwOut, agOut := filepath.Join(work, "gateway.json"), filepath.Join(work, "agent.json")
+	gwEnv := []string{
+		fmt.Sprintf("PROFSYM_GATEWAY_LISTEN=127.0.0.1:%d", gwPort),
+		fmt.Sprintf("PROFSYM_GATEWAY_HTTP_LISTEN=127.0.0.1:%d", gwHTTP),
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", gwHealth),
+		"PROFSYM_OUTPUT=" + gwOut,
+		"PROFSYM_DEBUGINFOD_CACHE=" + filepath.Join(work, "cache"),
+		"PROFSYM_LOCAL_ROOT=/nonexistent", // the gateway must not read the host's binaries
+		"DEBUGINFOD_URLS=" + srv.URL,
+	}
+	gwConfig := filepath.Join(root, "config", "gateway.yaml")
+	gateway := startCollector(t, bin, "gateway", gwEnv, gwConfig)
+
+	// The agent as configured for a fleet, narrowed to the fixtures (the
+	// machine runs other things) and also writing what it sends.
+	overlay := filepath.Join(work, "agent-test.yaml")
+	os.WriteFile(overlay, []byte(fmt.Sprintf(`
+receivers:
+  profiling:
+    targets:
+      - process_name: "^e2e(alpha|beta)$"
+exporters:
+  file/sent:
+    path: %s
+    append: true
+service:
+  pipelines:
+    profiles:
+      exporters: [otlp_grpc, file/sent]
+`, agOut)), 0o644)
+	agEnv := []string{
+		fmt.Sprintf("PROFSYM_GATEWAY_ENDPOINT=127.0.0.1:%d", gwPort),
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", agHealth),
+		"PROFSYM_REPORT_INTERVAL=2s",
+	}
+	agent := startCollector(t, bin, "agent", agEnv, filepath.Join(root, "config", "agent.yaml"), overlay)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var work1, work2 *exec.Cmd
+	pids := map[int64]bool{}
+	for i, f := range []fixture{fa, fb} {
+		cmd := exec.CommandContext(ctx, f.path, "14") // seconds of spinning
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pids[int64(cmd.Process.Pid)] = true
+		if i == 0 {
+			work1 = cmd
+		} else {
+			work2 = cmd
+		}
+	}
+
+	// Kill the gateway mid-run and bring it back: the agent keeps
+	// sampling, queues and retries.
+	time.Sleep(5 * time.Second)
+	gateway.stop(t)
+	time.Sleep(3 * time.Second)
+	gateway = startCollector(t, bin, "gateway (restarted)", gwEnv, gwConfig)
+
+	work1.Wait()
+	work2.Wait()
+	time.Sleep(3 * time.Second) // a last report interval
+	agent.stop(t)               // final report, exporter queue drained
+	time.Sleep(time.Second)
+	gateway.stop(t)
+
+	sent := load(t, agOut, pids)
+	got := load(t, gwOut, pids)
+	t.Logf("agent sent %v samples, gateway wrote %v; gateway leaves %v; files %v", sent.samples, got.samples, got.leaves, got.files)
+	for pid := range pids {
+		if sent.samples[pid] < 100 {
+			t.Errorf("pid %d: the agent sampled only %d times in ~14 s at 99 Hz\nagent log:\n%s", pid, sent.samples[pid], agent.log.String())
+		}
+		if got.samples[pid] != sent.samples[pid] {
+			t.Errorf("pid %d: agent sent %d samples, gateway wrote %d (lost or duplicated)", pid, sent.samples[pid], got.samples[pid])
+		}
+		if len(sent.leaves[pid]) != 0 || sent.raw[pid] == 0 {
+			t.Errorf("pid %d: the agent's output should be raw (names %v, raw %d)", pid, sent.leaves[pid], sent.raw[pid])
+		}
+	}
+	for _, f := range []fixture{fa, fb} {
+		var hot int64
+		for pid := range pids {
+			hot += got.leaves[pid][f.hot]
+		}
+		if hot == 0 {
+			t.Errorf("the gateway never named %s\ngateway log:\n%s", f.hot, gateway.log.String())
+		}
+	}
+	if !got.files["hot.c:12"] && !got.files["hot.c:13"] && !got.files["hot.c:14"] {
+		t.Errorf("no leaf line in hot.c's spin loop (lines 12-14): %v", got.files)
+	}
+
+	// profsym top lists the hot function first.
+	for pid := range pids {
+		out, err := exec.Command(profsym, "top", gwOut, "--n", "3", "--pid", fmt.Sprint(pid)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("profsym top: %v\n%s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 3 || !strings.Contains(lines[2], "spin_e2e") {
+			t.Errorf("profsym top --pid %d does not list the hot function first:\n%s", pid, out)
+		}
+	}
+}
