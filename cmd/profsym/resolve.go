@@ -36,29 +36,18 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on fetching and opening binaries")
 	noDemangle := fs.Bool("no-demangle", false, "keep mangled names")
 	noInlines := fs.Bool("no-inlines", false, "do not add inlined frames")
-	// Accept flags after the input file too.
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if err == flag.ErrHelp {
-				return 0
-			}
-			return 2
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		pos = append(pos, rest[0])
-		rest = rest[1:]
+	pos, err := parseArgs(fs, args) // flags may follow the input file
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		return 2
 	}
 	if len(pos) != 1 {
 		fmt.Fprintln(stderr, "usage: profsym resolve IN [-o OUT] [--debuginfod-url URL]... [--debug-file-directory DIR]...")
 		return 2
 	}
 	var in []byte
-	var err error
 	if pos[0] == "-" {
 		in, err = io.ReadAll(io.LimitReader(stdin, maxProfileFile))
 	} else {

@@ -79,22 +79,13 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	fs.Var(&c.debugDirs, "debug-file-directory", "folder with .build-id/ debug files (repeatable)")
 	fs.StringVar(&c.adjust, "adjust-vma", "0", "offset added to the object's addresses (lookups use ADDR-OFF)")
 
-	// llvm-symbolizer accepts options after addresses: parse in rounds.
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if err == flag.ErrHelp {
-				return 0
-			}
-			return 2
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		pos = append(pos, rest[0])
-		rest = rest[1:]
+	// llvm-symbolizer accepts options after addresses.
+	pos, err := parseArgs(fs, args)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		return 2
 	}
 	switch strings.ToUpper(c.style) {
 	case "LLVM", "GNU":
@@ -104,7 +95,6 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "profsym symbolize: unknown --output-style %q (LLVM or JSON)\n", c.style)
 		return 2
 	}
-	var err error
 	if c.vma, err = strconv.ParseUint(c.adjust, 0, 64); err != nil {
 		fmt.Fprintf(stderr, "profsym symbolize: bad --adjust-vma %q\n", c.adjust)
 		return 2

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,101 +85,16 @@ func fileID(t testing.TB, p string) string {
 	return buildid.HexString(id)
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return port
-}
+func freePort(t testing.TB) int { return testfixture.FreePort(t) }
 
-// debuginfodServer runs the real elfutils server over dir until stop.
-type debuginfodServer struct {
-	URL  string
-	cmd  *exec.Cmd
-	once sync.Once
-}
-
-func (s *debuginfodServer) stop() {
-	s.once.Do(func() {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	})
-}
-
-// startDebuginfod indexes dir and waits until every (id, kind) in ready is
-// served.
-func startDebuginfod(t *testing.T, dir string, ready map[string]Kind) *debuginfodServer {
-	t.Helper()
-	bin := testfixture.NeedTool(t, "debuginfod")
-	work := t.TempDir()
-	var lastErr error
-	for try := 0; try < 3; try++ { // the free port can be taken before the server binds it
-		port := freePort(t)
-		log, err := os.Create(filepath.Join(work, fmt.Sprintf("log%d", try)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-p", strconv.Itoa(port), "-d", filepath.Join(work, fmt.Sprintf("db%d.sqlite", try)),
-			"-F", "-t", "0", "-g", "0", "-c", "1", dir)
-		// No upstream: an inherited DEBUGINFOD_URLS would make it federate.
-		cmd.Env = append(filteredEnv(EnvURLs), "DEBUGINFOD_URLS=")
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		s := &debuginfodServer{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
-		t.Cleanup(s.stop)
-		if lastErr = waitReady(s.URL, ready, 30*time.Second); lastErr == nil {
-			return s
-		}
-		s.stop()
-		b, _ := os.ReadFile(log.Name())
-		lastErr = fmt.Errorf("%v\nlog:\n%s", lastErr, b)
+// startDebuginfod runs the real elfutils server over dir and waits until
+// every (id, kind) in ready is served.
+func startDebuginfod(t *testing.T, dir string, ready map[string]Kind) *testfixture.Debuginfod {
+	var want []string
+	for id, k := range ready {
+		want = append(want, id+"/"+k.String())
 	}
-	t.Fatalf("debuginfod did not come up: %v", lastErr)
-	return nil
-}
-
-func filteredEnv(drop string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, drop+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func waitReady(base string, ready map[string]Kind, limit time.Duration) error {
-	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(limit)
-	get := func(u string) int {
-		resp, err := hc.Get(u)
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	for get(base+"/metrics") != http.StatusOK {
-		if time.Now().After(deadline) {
-			return errors.New("/metrics never answered")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for id, kind := range ready {
-		for get(base+"/buildid/"+id+"/"+kind.String()) != http.StatusOK {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s/%s never indexed", id, kind)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return nil
+	return testfixture.StartDebuginfod(t, dir, want...)
 }
 
 // loopServer is a plain HTTP server on loopback whose behaviour the test
@@ -355,7 +269,7 @@ func TestDebuginfodServer(t *testing.T) {
 	}
 
 	// Without the server, both files come from disk.
-	srv.stop()
+	srv.Stop()
 	before := c.Stats()
 	for _, k := range []Kind{DebugInfo, Executable} {
 		if _, err := c.Fetch(ctx, idA, k); err != nil {

@@ -2,7 +2,6 @@ package otlpsym
 
 import (
 	"context"
-	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -28,20 +27,8 @@ func fixture(t *testing.T, name string, args ...string) string {
 
 // inside returns an address in the middle of function name.
 func inside(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, _ := f.Symbols()
-	for _, s := range syms {
-		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			return s.Value + s.Size/2
-		}
-	}
-	t.Fatalf("%s: no function %s", path, name)
-	return 0
+	start, size := testfixture.Func(t, path, name)
+	return start + size/2
 }
 
 type fileIDs struct{ gnu, htl string }

@@ -167,41 +167,24 @@ func (x *Dict) attrKey(kv pprofile.KeyValueAndUnit) string {
 
 // AttrStr returns the index of the attribute key=value (string value).
 func (x *Dict) AttrStr(key, value string) int32 {
-	k := strconv.Itoa(int(x.String(key))) + "\x000\x00s" + value
-	if x.attrs == nil {
-		x.indexAttrs()
-	}
-	if i, ok := x.attrs[k]; ok {
-		return i
-	}
-	i := int32(x.D.AttributeTable().Len())
-	kv := x.D.AttributeTable().AppendEmpty()
-	kv.SetKeyStrindex(x.String(key))
-	kv.Value().SetStr(value)
-	x.attrs[k] = i
-	return i
+	return x.attr(key, "s"+value, func(v pcommon.Value) { v.SetStr(value) })
 }
 
 // AttrInt returns the index of the attribute key=value (int value).
 func (x *Dict) AttrInt(key string, value int64) int32 {
-	k := strconv.Itoa(int(x.String(key))) + "\x000\x00i" + strconv.FormatInt(value, 10)
-	if x.attrs == nil {
-		x.indexAttrs()
-	}
-	if i, ok := x.attrs[k]; ok {
-		return i
-	}
-	i := int32(x.D.AttributeTable().Len())
-	kv := x.D.AttributeTable().AppendEmpty()
-	kv.SetKeyStrindex(x.String(key))
-	kv.Value().SetInt(value)
-	x.attrs[k] = i
-	return i
+	return x.attr(key, "i"+strconv.FormatInt(value, 10), func(v pcommon.Value) { v.SetInt(value) })
 }
 
 // AttrBool returns the index of the attribute key=value (bool value).
 func (x *Dict) AttrBool(key string, value bool) int32 {
-	k := strconv.Itoa(int(x.String(key))) + "\x000\x00b" + strconv.FormatBool(value)
+	return x.attr(key, "b"+strconv.FormatBool(value), func(v pcommon.Value) { v.SetBool(value) })
+}
+
+// attr finds or adds an attribute; val is the value rendered as attrKey
+// renders it, set writes it.
+func (x *Dict) attr(key, val string, set func(pcommon.Value)) int32 {
+	ki := x.String(key)
+	k := strconv.Itoa(int(ki)) + "\x000\x00" + val
 	if x.attrs == nil {
 		x.indexAttrs()
 	}
@@ -210,8 +193,8 @@ func (x *Dict) AttrBool(key string, value bool) int32 {
 	}
 	i := int32(x.D.AttributeTable().Len())
 	kv := x.D.AttributeTable().AppendEmpty()
-	kv.SetKeyStrindex(x.String(key))
-	kv.Value().SetBool(value)
+	kv.SetKeyStrindex(ki)
+	set(kv.Value())
 	x.attrs[k] = i
 	return i
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -275,21 +274,7 @@ func TestAccuracySeparateDebug(t *testing.T) {
 	})
 }
 
-func buildIDOf(t *testing.T, path string) string {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := f.Section(".note.gnu.build-id")
-	if s == nil {
-		t.Fatalf("%s has no build id", path)
-	}
-	b, _ := s.Data()
-	// namesz(4) descsz(4) type(4) "GNU\0" desc
-	return hex.EncodeToString(b[16:])
-}
+func buildIDOf(t *testing.T, path string) string { return testfixture.BuildID(t, path) }
 
 func TestAccuracyCPP(t *testing.T) {
 	for _, opt := range []string{"-O0", "-O2"} {

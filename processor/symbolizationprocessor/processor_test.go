@@ -3,7 +3,6 @@ package symbolizationprocessor
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -43,22 +42,8 @@ func buildVariant(t *testing.T, seed int) variant {
 	bin := testfixture.Build(t, testfixture.Spec{Name: fmt.Sprintf("prog-%d", seed), Lang: "c",
 		Sources: []string{"processor/prog.c"}, Args: []string{"-O2", "-g", "-Wl,--build-id", fmt.Sprintf("-DSEED=%d", seed)}})
 	_, debug := testfixture.SplitDebug(t, bin, false)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	note, _ := f.Section(".note.gnu.build-id").Data()
-	v := variant{id: hex.EncodeToString(note[16:]), debug: debug}
-	syms, _ := f.Symbols()
-	for _, s := range syms {
-		if s.Name == "hot" {
-			v.hot = s.Value + s.Size/2
-		}
-	}
-	if v.hot == 0 {
-		t.Fatal("no hot()")
-	}
+	start, size := testfixture.Func(t, bin, "hot")
+	v := variant{id: testfixture.BuildID(t, bin), debug: debug, hot: start + size/2}
 	return v
 }
 

@@ -34,7 +34,15 @@ exporters:
     tls:
       insecure: {{ $a.exporter.insecure }}
     sending_queue:
+      enabled: true
       queue_size: {{ int $a.exporter.queueSize }}
+    # Keep retrying while the gateway restarts or scales; the bounded queue
+    # refuses new reports (counted as failed reports) instead of growing.
+    retry_on_failure:
+      enabled: true
+      initial_interval: 1s
+      max_interval: 30s
+      max_elapsed_time: 0
 service:
   {{- include "profsym.telemetry" . | nindent 2 }}
   pipelines:
