@@ -657,6 +657,22 @@ gateway:
 		}
 	})
 
+	t.Run("nulls", func(t *testing.T) {
+		d := mustTemplate(t, "--set", "agent.securityContext.appArmorProfile=null",
+			"--set", "gateway.autoscaling.targetMemoryUtilizationPercentage=null",
+			"--set", "gateway.podDisruptionBudget.minAvailable=50%")
+		if get(container(d.must(t, "DaemonSet", agentName)), "securityContext", "appArmorProfile") != nil {
+			t.Error("appArmorProfile rendered although null")
+		}
+		if m := list(d.must(t, "HorizontalPodAutoscaler", gatewayName), "spec", "metrics"); len(m) != 1 || str(m[0], "resource", "name") != "cpu" {
+			t.Errorf("HPA metrics = %v, want cpu only", m)
+		}
+		pdb := mapping(d.must(t, "PodDisruptionBudget", gatewayName), "spec")
+		if pdb["minAvailable"] != "50%" || pdb["maxUnavailable"] != nil {
+			t.Errorf("PDB spec = %v", pdb)
+		}
+	})
+
 	t.Run("custom-spread", func(t *testing.T) {
 		d := mustTemplate(t, "--set", "gateway.topologySpreadConstraints[0].maxSkew=2",
 			"--set", "gateway.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",

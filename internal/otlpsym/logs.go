@@ -131,7 +131,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 			case o == nil:
 				st.Skipped++
 			default:
-				res := s.resolve(o, f.Address, false, &buf, &st)
+				res := s.resolve(o, f.Address, translation{}, &buf, &st)
 				if res.err != nil {
 					reasons[symbol.Reason(res.err)] = true
 					st.unresolved(symbol.Reason(res.err))

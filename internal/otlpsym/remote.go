@@ -95,5 +95,5 @@ func (s *Symbolizer) remoteFrame(d *pdict.Dict, i int32, objs map[string]*objRef
 		o = &objRef{id: ids{gnu: id}, key: key}
 		objs[key] = o
 	}
-	return work{loc: i, obj: o, addr: off, relative: true}, true
+	return work{loc: i, obj: o, addr: off, tr: translation{kind: imageBase}}, true
 }

@@ -179,10 +179,10 @@ func (s *Symbolizer) CacheStats() (objects, results lru.Stats) {
 
 // work is one raw location to resolve.
 type work struct {
-	loc      int32
-	obj      *objRef
-	addr     uint64
-	relative bool // addr is an offset from the image base (remote frames)
+	loc  int32
+	obj  *objRef
+	addr uint64
+	tr   translation // how addr becomes an ELF address once the object is open
 }
 
 // objRef is one object of a batch: the identity of a mapping's file.
@@ -228,25 +228,54 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 // resolve answers one address of an open (or failed) object through the
 // result cache. Transient failures (fetch, timeout) are not cached, so the
 // next batch retries once the object is available.
-func (s *Symbolizer) resolve(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
-	if k, ok := keyOf(o.num, addr); ok && !relative {
+func (s *Symbolizer) resolve(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
+	if k, ok := keyOf(o.num, addr); ok && tr.kind == asIs {
 		if r, ok := s.results.Get(k); ok {
 			st.CacheHits++
 			return r
 		}
 	}
-	return s.lookup(o, addr, relative, buf, st)
+	return s.lookup(o, addr, tr, buf, st)
+}
+
+// translation turns a location's address into the object's ELF address.
+type translation struct {
+	kind uint8
+	from uint64 // kernelText: the run-time _stext
+}
+
+const (
+	asIs       uint8 = iota // already an ELF virtual address
+	imageBase               // an offset from the lowest PT_LOAD (remote frames)
+	kernelText              // a run-time kernel address: minus run-time _stext, plus vmlinux's
+)
+
+func (t translation) apply(h *symbolize.Handle, addr uint64) (uint64, error) {
+	switch t.kind {
+	case imageBase:
+		return addr + h.ImageBase(), nil
+	case kernelText:
+		stext, ok := h.SymbolValue("_stext")
+		if !ok {
+			return 0, fmt.Errorf("vmlinux has no _stext symbol: %w", symbol.ErrNoDebugInfo)
+		}
+		return addr - t.from + stext, nil
+	}
+	return addr, nil
 }
 
 // lookup asks the engine (the result cache missed) and caches the answer.
-func (s *Symbolizer) lookup(o *objRef, addr uint64, relative bool, buf *[]symbolize.Frame, st *Stats) *result {
+func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
 	k, cacheable := keyOf(o.num, addr)
 	st.CacheMisses++
 	r := &result{err: o.err}
+	var terr error
 	if o.h != nil {
-		if relative {
-			addr += o.h.ImageBase()
-		}
+		addr, terr = tr.apply(o.h, addr)
+	}
+	if terr != nil {
+		r.err = terr
+	} else if o.h != nil {
 		var err error
 		*buf, err = o.h.Lookup(addr, (*buf)[:0])
 		if len(*buf) > 0 {
@@ -265,7 +294,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, relative bool, buf *[]symbol
 			}
 		}
 	}
-	if cacheable && !relative && (r.err == nil || !transient(r.err)) {
+	if cacheable && tr.kind == asIs && (r.err == nil || !transient(r.err)) {
 		s.results.Add(k, r)
 	}
 	return r
@@ -294,6 +323,10 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != FrameTypeNative && v.Str() != "" {
+			if w, ok := s.kernelFrame(d, v.Str(), int32(i), objs); ok {
+				todo = append(todo, w)
+				continue
+			}
 			st.Skipped++
 			continue
 		}
@@ -324,8 +357,8 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		if w.obj.num == 0 {
 			w.obj.num = s.objNum(w.obj.key)
 		}
-		if w.relative {
-			need[w.obj] = true // the base is only known once the object is open
+		if w.tr.kind != asIs {
+			need[w.obj] = true // the translation is only known once the object is open
 			continue
 		}
 		if k, ok := keyOf(w.obj.num, w.addr); ok {
@@ -352,7 +385,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	for i, w := range todo {
 		r := answers[i]
 		if r == nil {
-			r = s.lookup(w.obj, w.addr, w.relative, &buf, &st)
+			r = s.lookup(w.obj, w.addr, w.tr, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
 		if r.err != nil {
@@ -384,6 +417,42 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 
 func transient(err error) bool {
 	return errors.Is(err, symbol.ErrTimeout) || errors.Is(err, symbol.ErrFetchFailed)
+}
+
+// kernelFrame queues a raw kernel frame when the kernel source is on and
+// its mapping says which vmlinux (build id) and where its text ran
+// (memory_start is the run-time _stext).
+func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[string]*objRef) (work, bool) {
+	if ftype != FrameTypeKernel || !s.has(SourceKernel) {
+		return work{}, false
+	}
+	loc := d.D.LocationTable().At(int(i))
+	mi := loc.MappingIndex()
+	if mi <= 0 || int(mi) >= d.D.MappingTable().Len() {
+		return work{}, false
+	}
+	m := d.D.MappingTable().At(int(mi))
+	v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU)
+	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != "[kernel.kallsyms]" {
+		return work{}, false
+	}
+	id := strings.ToLower(v.AsString())
+	key := "k:" + id
+	o, seen := objs[key]
+	if !seen {
+		o = &objRef{id: ids{gnu: id}, file: "[kernel.kallsyms]", key: key}
+		objs[key] = o
+	}
+	return work{loc: i, obj: o, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}, true
+}
+
+func (s *Symbolizer) has(source string) bool {
+	for _, src := range s.opt.Sources {
+		if src == source {
+			return true
+		}
+	}
+	return false
 }
 
 // mappingObject returns the object of mapping mi, or nil when the mapping
@@ -446,7 +515,7 @@ func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, error) {
 	var local *symbolize.Handle
 	var firstErr error
-	if s.useLocal() && filepath.IsAbs(o.file) {
+	if s.has(SourceLocal) && filepath.IsAbs(o.file) {
 		p := filepath.Join(s.opt.LocalRoot, o.file)
 		if fid, err := s.idents.identify(p); err == nil && fid.matches(o.id) {
 			h, err := s.engine.Open(ctx, symbolize.Target{Path: p, BuildID: o.id.gnu})
@@ -483,15 +552,6 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 		local.Close()
 	}
 	return s.engine.Open(ctx, t)
-}
-
-func (s *Symbolizer) useLocal() bool {
-	for _, src := range s.opt.Sources {
-		if src == SourceLocal {
-			return true
-		}
-	}
-	return false
 }
 
 // setLines writes a result (innermost first) as the location's lines.

@@ -309,3 +309,46 @@ func FuzzParseLogFrames(f *testing.F) {
 	f.Add(`[]`)
 	f.Fuzz(func(t *testing.T, s string) { ParseLogFrames(s) })
 }
+
+// A raw kernel frame (the agent ran with kernel_symbols off): the mapping
+// carries the vmlinux build id and the run-time _stext; the address is a
+// run-time one. A binary with an _stext symbol stands in for vmlinux.
+func TestKernelSource(t *testing.T) {
+	vmlinux := testfixture.Build(t, testfixture.Spec{Name: "fake-vmlinux", Lang: "c", Sources: []string{"processor/prog.c"},
+		Args: []string{"-O2", "-g", "-Wl,--build-id", "-DKERNEL_LIKE"}})
+	id := testfixture.BuildID(t, vmlinux)
+	dir := t.TempDir()
+	p := filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	data, _ := os.ReadFile(vmlinux)
+	os.WriteFile(p, data, 0o644)
+	stext, _ := testfixture.Func(t, vmlinux, "_stext")
+	hot := inside(t, vmlinux, "hot")
+	const runStext = 0xffffffff9a000000 // KASLR moved it here
+	addr := runStext + (hot - stext)
+
+	pd := pprofile.NewProfiles()
+	d := pdict.New(pd.Dictionary())
+	mi := d.Mapping(pdict.Mapping{Start: runStext, Limit: runStext + 0x1000000, File: "[kernel.kallsyms]",
+		Attrs: []int32{d.AttrStr(AttrBuildIDGNU, id)}})
+	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(AttrFrameType, FrameTypeKernel)}})
+	opt := defaults()
+	opt.DebugDirs = []string{dir}
+	s := New(opt)
+	defer s.Close()
+	st := s.Profiles(context.Background(), pd)
+	if got := names(pd, loc); len(got) == 0 || got[len(got)-1] != "hot" {
+		t.Fatalf("kernel frame: %v (stats %+v, reason %q)", got, st, reasonOf(pd, loc))
+	}
+	// Without the kernel source the frame passes through.
+	pd2 := pprofile.NewProfiles()
+	d2 := pdict.New(pd2.Dictionary())
+	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(AttrBuildIDGNU, id)}})
+	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(AttrFrameType, FrameTypeKernel)}})
+	opt.Sources = []string{SourceDebugDirs}
+	s2 := New(opt)
+	defer s2.Close()
+	if st := s2.Profiles(context.Background(), pd2); st.Skipped != 1 || len(names(pd2, loc2)) != 0 {
+		t.Errorf("kernel source off: %+v", st)
+	}
+}

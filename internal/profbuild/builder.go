@@ -39,7 +39,7 @@ type Options struct {
 	Logs          bool // also build ProfileEvent logs
 	Filter        *Filter
 	ScopeVersion  string
-	HostName      string // "" reads os.Hostname
+	HostName      string // "" reads $HOST_NAME, else os.Hostname
 	KernelRelease string // "" reads uname -r
 	ProcRoot      string // "" means /proc
 	// Kernel defaults to a kallsyms Loader; it also tells module frames
@@ -114,7 +114,11 @@ func New(opt Options) *Builder {
 		opt.ProcRoot = "/proc"
 	}
 	if opt.HostName == "" {
-		opt.HostName, _ = os.Hostname()
+		// In a pod, os.Hostname is the pod's name: the chart passes the
+		// node's name in HOST_NAME.
+		if opt.HostName = os.Getenv("HOST_NAME"); opt.HostName == "" {
+			opt.HostName, _ = os.Hostname()
+		}
 	}
 	if opt.KernelRelease == "" {
 		opt.KernelRelease, _ = kernelsym.Release()

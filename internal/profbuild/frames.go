@@ -6,6 +6,7 @@ import (
 
 	"github.com/profsym/profsym/internal/addrmap"
 	"github.com/profsym/profsym/internal/normalize"
+	"github.com/profsym/profsym/internal/kernelsym"
 	"github.com/profsym/profsym/internal/pdict"
 )
 
@@ -206,7 +207,17 @@ func (r *run) kernelMapping(module string) (int32, string) {
 	if id != "" {
 		attrs = append(attrs, r.dict.AttrStr(AttrBuildIDGNU, id))
 	}
-	i := r.dict.Mapping(pdict.Mapping{File: file, Attrs: attrs})
+	m := pdict.Mapping{File: file, Attrs: attrs}
+	if module == "" {
+		// The run-time [_stext, _etext): with vmlinux's own _stext it undoes
+		// KASLR, so a symbolizer elsewhere can name raw kernel frames.
+		if tp, ok := r.b.kern.(interface{ Table() (*kernelsym.Table, error) }); ok {
+			if t, err := tp.Table(); err == nil {
+				m.Start, m.Limit = t.CoreText()
+			}
+		}
+	}
+	i := r.dict.Mapping(m)
 	r.kernMaps[module] = i
 	return i, file
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbol"
+	"github.com/profsym/profsym/internal/symtab"
 )
 
 // DefaultCacheBytes bounds the memory of parsed objects when unset.
@@ -360,4 +361,17 @@ func (h *Handle) ImageBase() uint64 {
 		}
 	}
 	return 0
+}
+
+// SymbolValue returns the address of the named symbol in the object's
+// symbol tables (the binary's, then the debug file's).
+func (h *Handle) SymbolValue(name string) (uint64, bool) {
+	for _, t := range []*symtab.Table{h.obj.syms, h.obj.dbgSyms} {
+		if t != nil {
+			if v, ok := t.Find(name); ok {
+				return v, true
+			}
+		}
+	}
+	return 0, false
 }

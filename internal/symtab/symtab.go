@@ -78,6 +78,18 @@ func (t *Table) Lookup(pc uint64) (name string, start, size uint64, ok bool) {
 	return t.names[e.off : e.off+e.n], e.start, e.end - e.start, true
 }
 
+// Find returns the address of the symbol called name (a linear scan: for
+// the odd marker such as the kernel's _stext, not for hot paths).
+func (t *Table) Find(name string) (uint64, bool) {
+	for i := range t.ents {
+		e := &t.ents[i]
+		if t.names[e.off:e.off+e.n] == name {
+			return e.start, true
+		}
+	}
+	return 0, false
+}
+
 // FileAt returns the source file name recorded for the local symbol
 // covering pc: the STT_FILE symbol that precedes it in .symtab. llvm-symbolizer
 // reports it when DWARF does not name a file (crtstuff.c's helpers, say).

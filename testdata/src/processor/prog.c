@@ -21,3 +21,8 @@ int main(int argc, char **argv) {
 	printf("%u\n", hot(n));
 	return 0;
 }
+
+#ifdef KERNEL_LIKE
+/* Stands in for vmlinux's text marker in the kernel-source test. */
+__attribute__((noinline, used)) void _stext(void) { __asm__ volatile(""); }
+#endif
