@@ -23,12 +23,27 @@ type symbolizer struct {
 	cfg    *Config
 	log    *zap.Logger
 	tel    *metadata.TelemetryBuilder
+	shared *sharedSym
 	sym    *otlpsym.Symbolizer
 	client *debuginfod.Client
+}
+
+// sharedSym is the symbolizer (caches, debuginfod client) of one
+// configuration, shared by the profiles and logs pipelines that use it so
+// memory bounds hold once, not per pipeline.
+type sharedSym struct {
+	sym    *otlpsym.Symbolizer
+	client *debuginfod.Client
+	users  int
 
 	mu   sync.Mutex
 	last debuginfod.Stats // for telemetry deltas
 }
+
+var shared = struct {
+	sync.Mutex
+	m map[*Config]*sharedSym
+}{m: map[*Config]*sharedSym{}}
 
 func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
@@ -88,29 +103,46 @@ func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
 }
 
 func (p *symbolizer) start(context.Context, component.Host) error {
+	shared.Lock()
+	defer shared.Unlock()
+	if e := shared.m[p.cfg]; e != nil {
+		e.users++
+		p.shared, p.sym, p.client = e, e.sym, e.client
+		return nil
+	}
 	opt := p.cfg.Options(p.log)
 	client, err := p.cfg.NewDebuginfod(p.log)
 	if err != nil {
 		return err
 	}
 	if client != nil {
-		p.client = client
 		opt.Debuginfod = client
 		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
 	}
-	p.sym = otlpsym.New(opt)
+	e := &sharedSym{sym: otlpsym.New(opt), client: client, users: 1}
+	shared.m[p.cfg] = e
+	p.shared, p.sym, p.client = e, e.sym, e.client
 	return nil
 }
 
 func (p *symbolizer) shutdown(context.Context) error {
+	defer p.tel.Shutdown()
+	if p.shared == nil {
+		return nil
+	}
+	shared.Lock()
+	defer shared.Unlock()
+	e := p.shared
+	p.shared = nil
+	if e.users--; e.users > 0 {
+		return nil
+	}
+	delete(shared.m, p.cfg)
 	var errs []error
-	if p.sym != nil {
-		errs = append(errs, p.sym.Close())
+	errs = append(errs, e.sym.Close())
+	if e.client != nil {
+		errs = append(errs, e.client.Close())
 	}
-	if p.client != nil {
-		errs = append(errs, p.client.Close())
-	}
-	p.tel.Shutdown()
 	return errors.Join(errs...)
 }
 
@@ -147,10 +179,10 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 		return
 	}
 	now := p.client.Stats()
-	p.mu.Lock()
-	prev := p.last
-	p.last = now
-	p.mu.Unlock()
+	p.shared.mu.Lock()
+	prev := p.shared.last
+	p.shared.last = now
+	p.shared.mu.Unlock()
 	t.SymbolizationDebuginfodRequests.Add(ctx, now.Requests-prev.Requests)
 	t.SymbolizationDebuginfodBytes.Add(ctx, now.BytesFetched-prev.BytesFetched)
 	for reason, n := range now.Errors {

@@ -343,3 +343,40 @@ func TestCacheBound(t *testing.T) {
 		t.Errorf("heap grew to %d MB over 1,000 objects", peak>>20)
 	}
 }
+
+// The profiles and logs pipelines of one configuration share a symbolizer:
+// one set of caches, one debuginfod client.
+func TestSharedAcrossPipelines(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Sources = []string{otlpsym.SourceDebugDirs}
+	set := processortest.NewNopSettings(metadata.Type)
+	f := NewFactory()
+	pp, err := f.CreateProfiles(context.Background(), set, cfg, new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := f.CreateLogs(context.Background(), set, cfg, new(consumertest.LogsSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := componenttest.NewNopHost()
+	if err := pp.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	shared.Lock()
+	e := shared.m[cfg]
+	shared.Unlock()
+	if e == nil || e.users != 2 {
+		t.Fatalf("want one shared symbolizer with 2 users, got %+v", e)
+	}
+	pp.Shutdown(context.Background())
+	lp.Shutdown(context.Background())
+	shared.Lock()
+	defer shared.Unlock()
+	if _, ok := shared.m[cfg]; ok {
+		t.Fatal("shared symbolizer not released after the last shutdown")
+	}
+}

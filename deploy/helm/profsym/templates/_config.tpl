@@ -119,12 +119,6 @@ processors:
     spike_limit_percentage: {{ int $g.memoryLimiter.spikeLimitPercentage }}
   symbolization:
     {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir) | nindent 4 }}
-  {{- if $g.profileEvents.enabled }}
-  # The logs pipeline gets its own processor instance (own memory caches);
-  # its downloads go to a folder of their own.
-  symbolization/logs:
-    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" (printf "%s-logs" $cacheDir)) | nindent 4 }}
-  {{- end }}
 exporters:
   {{- if $g.fileOutput.enabled }}
   file:
@@ -157,7 +151,8 @@ service:
     {{- if $g.profileEvents.enabled }}
     logs:
       receivers: [otlp]
-      processors: [memory_limiter, symbolization/logs]
+      # The same processor: profiles and logs share its caches.
+      processors: [memory_limiter, symbolization]
       exporters: {{ $exporters }}
     {{- end }}
 {{- end }}
