@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/profsym/profsym/internal/addrmap"
-	"github.com/profsym/profsym/internal/normalize"
 	"github.com/profsym/profsym/internal/kernelsym"
+	"github.com/profsym/profsym/internal/normalize"
 	"github.com/profsym/profsym/internal/pdict"
 )
 
@@ -211,7 +211,9 @@ func (r *run) kernelMapping(module string) (int32, string) {
 	if module == "" {
 		// The run-time [_stext, _etext): with vmlinux's own _stext it undoes
 		// KASLR, so a symbolizer elsewhere can name raw kernel frames.
-		if tp, ok := r.b.kern.(interface{ Table() (*kernelsym.Table, error) }); ok {
+		if tp, ok := r.b.kern.(interface {
+			Table() (*kernelsym.Table, error)
+		}); ok {
 			if t, err := tp.Table(); err == nil {
 				m.Start, m.Limit = t.CoreText()
 			}
