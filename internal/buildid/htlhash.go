@@ -1,11 +1,14 @@
 package buildid
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/profsym/profsym/internal/elfx"
 )
 
 // htlPart is the size of the head and of the tail that HTLHash covers.
@@ -54,4 +57,10 @@ func readFull(r io.ReaderAt, buf []byte, off int64) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// HTLHashOf is HTLHash of an opened ELF file's image.
+func HTLHashOf(f *elfx.File) (string, error) {
+	b := f.Bytes()
+	return HTLHash(bytes.NewReader(b), int64(len(b)))
 }

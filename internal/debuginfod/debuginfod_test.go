@@ -3,7 +3,6 @@ package debuginfod
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -294,23 +293,8 @@ func TestDebuginfodServer(t *testing.T) {
 }
 
 func symAddr(t *testing.T, bin, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s not in %s", name, bin)
-	return 0
+	start, _ := testfixture.Func(t, bin, name)
+	return start
 }
 
 func TestMismatchAndCorrupt(t *testing.T) {

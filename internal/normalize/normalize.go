@@ -256,22 +256,9 @@ func identify(openPath, path string) *FileInfo {
 		fi.GNUBuildID = buildid.HexString(id)
 	}
 	fi.GoBuildID, _ = buildid.Go(f)
-	fi.HTLHash, _ = buildid.HTLHash(bytesReaderAt(f.Bytes()), fi.Size)
+	fi.HTLHash, _ = buildid.HTLHashOf(f)
 	fi.Loads = f.Loads()
 	return fi
-}
-
-type bytesReaderAt []byte
-
-func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off > int64(len(b)) {
-		return 0, fmt.Errorf("offset %d outside %d bytes", off, len(b))
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, errors.New("short read")
-	}
-	return n, nil
 }
 
 // containerID finds a 64-hex container id in a cgroup path, as Docker,

@@ -82,7 +82,7 @@ func (c *identifier) identify(path string) (fileID, error) {
 			id.gnu = buildid.HexString(b)
 		}
 		id.goid, _ = buildid.Go(f)
-		id.htl, _ = buildid.HTLHash(byteReader(f.Bytes()), int64(len(f.Bytes())))
+		id.htl, _ = buildid.HTLHashOf(f)
 		f.Close()
 	}
 	c.mu.Lock()
@@ -110,19 +110,6 @@ func (id fileID) matches(want ids) bool {
 		return want.htl == id.htl
 	}
 	return false
-}
-
-type byteReader []byte
-
-func (b byteReader) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off > int64(len(b)) {
-		return 0, fmt.Errorf("offset %d outside %d bytes", off, len(b))
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, errors.New("short read")
-	}
-	return n, nil
 }
 
 // dirIndex maps identities to files under the configured symbol
@@ -187,7 +174,7 @@ func (d *dirIndex) scan() {
 			if g, err := buildid.Go(f); err == nil && g != "" {
 				add("o:" + g)
 			}
-			if h, err := buildid.HTLHash(byteReader(f.Bytes()), int64(len(f.Bytes()))); err == nil && !isDebug {
+			if h, err := buildid.HTLHashOf(f); err == nil && !isDebug {
 				add("h:" + h)
 			}
 			return nil

@@ -44,7 +44,7 @@ func idsOf(t *testing.T, path string) fileIDs {
 	if b, err := buildid.GNU(f); err == nil {
 		out.gnu = buildid.HexString(b)
 	}
-	out.htl, _ = buildid.HTLHash(byteReader(f.Bytes()), int64(len(f.Bytes())))
+	out.htl, _ = buildid.HTLHashOf(f)
 	return out
 }
 

@@ -2,7 +2,6 @@ package profbuild
 
 import (
 	"bufio"
-	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,23 +91,8 @@ func runFixture(t testing.TB, bin string, args ...string) (int, time.Duration) {
 
 // symRange returns the ELF virtual address range of a function.
 func symRange(t testing.TB, bin, name string) (lo, hi uint64) {
-	t.Helper()
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			return s.Value, s.Value + s.Size
-		}
-	}
-	t.Fatalf("%s: no function %s", bin, name)
-	return 0, 0
+	start, size := testfixture.Func(t, bin, name)
+	return start, start + size
 }
 
 func gnuBuildID(t testing.TB, bin string) string {

@@ -138,27 +138,19 @@ func fileOffset(maps []mapping, bin string, pc uint64) (uint64, bool) {
 // funcRange returns the file-offset range of a function symbol in bin.
 func funcRange(t testing.TB, bin, name string) (lo, hi uint64) {
 	t.Helper()
+	start, size := testfixture.Func(t, bin, name)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name != name || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
-			continue
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Memsz {
-				lo = s.Value - p.Vaddr + p.Off
-				return lo, lo + s.Size
-			}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && start >= p.Vaddr && start < p.Vaddr+p.Memsz {
+			lo = start - p.Vaddr + p.Off
+			return lo, lo + size
 		}
 	}
-	t.Fatalf("%s: no function %s", bin, name)
+	t.Fatalf("%s: %s is in no PT_LOAD", bin, name)
 	return 0, 0
 }
 

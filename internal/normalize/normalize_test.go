@@ -1,0 +1,88 @@
+package normalize
+
+import (
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"testing"
+)
+
+//go:noinline
+func marker() int { return 42 }
+
+// The test binary normalizes one of its own functions to the ELF address
+// its symbol table gives.
+func TestSelf(t *testing.T) {
+	n := New(Options{})
+	p, err := n.Process(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := uint64(reflect.ValueOf(marker).Pointer())
+	m, vaddr, ok := p.Normalize(pc)
+	if !ok {
+		t.Fatalf("%#x not normalized (mapping %+v)", pc, m)
+	}
+	exe, _ := os.Executable()
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// go test links without a symbol table; a non-PIE executable runs at
+	// its link addresses, so there the ELF address is the pc itself.
+	name := runtime.FuncForPC(uintptr(pc)).Name()
+	want := uint64(0)
+	if f.Type == elf.ET_EXEC {
+		want = pc
+	}
+	syms, _ := f.Symbols()
+	for _, s := range syms {
+		if s.Name == name {
+			want = s.Value
+		}
+	}
+	if want == 0 || vaddr != want {
+		t.Fatalf("%s: vaddr %#x, symbol %#x", name, vaddr, want)
+	}
+	if m.File == nil || m.File.HTLHash == "" || len(m.File.Loads) == 0 {
+		t.Fatalf("file identity missing: %+v", m.File)
+	}
+	if m.File.GoBuildID == "" {
+		t.Error("a Go test binary should carry a Go build id")
+	}
+	// Cached: the same snapshot comes back without reading /proc again.
+	if q, _ := n.Process(os.Getpid()); q != p || n.Tracked() != 1 {
+		t.Error("snapshot not cached")
+	}
+	n.Forget(os.Getpid())
+	if n.Cached(os.Getpid()) != nil {
+		t.Error("Forget kept the snapshot")
+	}
+}
+
+func TestGone(t *testing.T) {
+	n := New(Options{ProcRoot: t.TempDir()})
+	if _, err := n.Process(12345); err == nil {
+		t.Fatal("a process without /proc entry must fail")
+	}
+}
+
+func TestCgroup(t *testing.T) {
+	id := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct{ content, path, id string }{
+		{"0::/system.slice/docker-" + id + ".scope\n", "/system.slice/docker-" + id + ".scope", id},
+		{"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope\n", "/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope", id},
+		{"12:cpu,cpuacct:/docker/" + id + "\n0::/\n", "/", id},
+		{"0::/user.slice/session-3.scope\n", "/user.slice/session-3.scope", ""},
+	} {
+		p := filepath.Join(t.TempDir(), "cgroup")
+		os.WriteFile(p, []byte(tc.content), 0o644)
+		path, got := readCgroup(p)
+		if path != tc.path || got != tc.id {
+			t.Errorf("%q: path %q id %q, want %q %q", tc.content, path, got, tc.path, tc.id)
+		}
+	}
+}
