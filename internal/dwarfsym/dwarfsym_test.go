@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -145,48 +144,12 @@ func fixtures(t *testing.T) []fixture {
 }
 
 // llvmFrame is one frame of llvm-symbolizer's JSON output.
-type llvmFrame struct {
-	FunctionName  string
-	FileName      string
-	Line          uint32
-	Column        uint32
-	Discriminator uint32
-	StartFileName string
-	StartLine     uint32
-	StartAddress  string
-}
+type llvmFrame = testfixture.LLVMFrame
 
-// runLLVM symbolizes addrs with one llvm-symbolizer process.
+// runLLVM symbolizes addrs with one llvm-symbolizer process; --no-demangle
+// so names compare byte for byte with what the table returns.
 func runLLVM(t testing.TB, obj string, addrs []uint64) [][]llvmFrame {
-	tool := testfixture.NeedTool(t, llvmSymbolizer)
-	var in bytes.Buffer
-	for _, a := range addrs {
-		fmt.Fprintf(&in, "0x%x\n", a)
-	}
-	// --no-demangle: names then compare byte for byte with what we return.
-	cmd := exec.Command(tool, "--output-style=JSON", "--inlines", "--no-demangle", "--obj="+obj)
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	var res [][]llvmFrame
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() {
-		var line struct {
-			Address string
-			Symbol  []llvmFrame
-		}
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("llvm output %q: %v", sc.Text(), err)
-		}
-		res = append(res, line.Symbol)
-	}
-	if len(res) != len(addrs) {
-		t.Fatalf("llvm answered %d of %d addresses", len(res), len(addrs))
-	}
-	return res
+	return testfixture.LLVMSymbolize(t, obj, addrs, "--inlines", "--no-demangle")
 }
 
 // pickAddrs chooses test addresses: every function start, evenly spread

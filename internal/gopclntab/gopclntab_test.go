@@ -1,10 +1,8 @@
 package gopclntab
 
 import (
-	"bytes"
 	"debug/elf"
 	"debug/gosym"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -196,43 +194,10 @@ func sameCode(t *testing.T, b build, stripped *Table) {
 	}
 }
 
-type llvmFrame struct {
-	FunctionName string
-	FileName     string
-	Line         uint32
-	StartLine    uint32
-}
-
-type llvmResult struct {
-	Address string
-	Symbol  []llvmFrame
-}
+type llvmFrame = testfixture.LLVMFrame
 
 func llvmSymbolize(t testing.TB, obj string, pcs []uint64) [][]llvmFrame {
-	t.Helper()
-	tool := testfixture.NeedTool(t, "llvm-symbolizer-19", "llvm-symbolizer")
-	var in bytes.Buffer
-	for _, pc := range pcs {
-		fmt.Fprintf(&in, "0x%x\n", pc)
-	}
-	cmd := exec.Command(tool, "--obj="+obj, "--inlines", "--output-style=JSON", "--functions=linkage")
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	var res [][]llvmFrame
-	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
-		var r llvmResult
-		if err := json.Unmarshal(line, &r); err != nil {
-			t.Fatalf("llvm-symbolizer output %q: %v", line, err)
-		}
-		res = append(res, r.Symbol)
-	}
-	if len(res) != len(pcs) {
-		t.Fatalf("llvm-symbolizer gave %d results for %d addresses", len(res), len(pcs))
-	}
-	return res
+	return testfixture.LLVMSymbolize(t, obj, pcs, "--inlines", "--functions=linkage")
 }
 
 // samplePCs picks addresses spread over every function: its entry and a few

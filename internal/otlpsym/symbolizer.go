@@ -193,6 +193,11 @@ type objRef struct {
 	num  uint32 // interned key, for the result cache
 	h    *symbolize.Handle
 	err  error
+
+	// Translation bases, looked up once per batch rather than per frame
+	// (finding _stext scans the symbol table).
+	base, stext                uint64
+	stextOK, baseSet, stextSet bool
 }
 
 // objNum interns an object key.
@@ -250,16 +255,22 @@ const (
 	kernelText              // a run-time kernel address: minus run-time _stext, plus vmlinux's
 )
 
-func (t translation) apply(h *symbolize.Handle, addr uint64) (uint64, error) {
+func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 	switch t.kind {
 	case imageBase:
-		return addr + h.ImageBase(), nil
+		if !o.baseSet {
+			o.base, o.baseSet = o.h.ImageBase(), true
+		}
+		return addr + o.base, nil
 	case kernelText:
-		stext, ok := h.SymbolValue("_stext")
-		if !ok {
+		if !o.stextSet {
+			o.stext, o.stextOK = o.h.SymbolValue("_stext")
+			o.stextSet = true
+		}
+		if !o.stextOK {
 			return 0, fmt.Errorf("vmlinux has no _stext symbol: %w", symbol.ErrNoDebugInfo)
 		}
-		return addr - t.from + stext, nil
+		return addr - t.from + o.stext, nil
 	}
 	return addr, nil
 }
@@ -271,7 +282,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbo
 	r := &result{err: o.err}
 	var terr error
 	if o.h != nil {
-		addr, terr = tr.apply(o.h, addr)
+		addr, terr = tr.apply(o, addr)
 	}
 	if terr != nil {
 		r.err = terr

@@ -1,11 +1,8 @@
 package symbolize
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,49 +14,6 @@ import (
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
-
-// llvmRecord is one line of llvm-symbolizer's JSON output.
-type llvmRecord struct {
-	Address string
-	Symbol  []struct {
-		FunctionName string
-		FileName     string
-		Line         uint32
-		Column       uint32
-		StartLine    uint32
-	}
-}
-
-// llvmSymbolize runs llvm-symbolizer-19 once over all addresses.
-func llvmSymbolize(t *testing.T, obj string, addrs []uint64, extra ...string) []llvmRecord {
-	t.Helper()
-	tool := testfixture.NeedTool(t, "llvm-symbolizer-19")
-	var in bytes.Buffer
-	for _, a := range addrs {
-		fmt.Fprintf(&in, "0x%x\n", a)
-	}
-	args := append([]string{"--obj=" + obj, "--inlines", "--output-style=JSON"}, extra...)
-	cmd := exec.Command(tool, args...)
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llvm-symbolizer: %v", err)
-	}
-	var recs []llvmRecord
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var r llvmRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("llvm-symbolizer output %q: %v", sc.Text(), err)
-		}
-		recs = append(recs, r)
-	}
-	if len(recs) != len(addrs) {
-		t.Fatalf("llvm-symbolizer answered %d of %d addresses", len(recs), len(addrs))
-	}
-	return recs
-}
 
 // sampleAddresses picks every function start, every function's second
 // instruction region and a dense stride through .text, so inlined ranges
@@ -119,11 +73,11 @@ func compare(t *testing.T, r *Resolver, ours Target, ref string, addrs []uint64,
 // norm first (nil: compared as they are).
 func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uint64, norm func(name, file string) (string, string), llvmArgs ...string) *agreement {
 	t.Helper()
-	want := llvmSymbolize(t, ref, addrs, llvmArgs...)
+	want := testfixture.LLVMSymbolize(t, ref, addrs, append([]string{"--inlines"}, llvmArgs...)...)
 	if norm != nil {
 		for i := range want {
-			for j := range want[i].Symbol {
-				s := &want[i].Symbol[j]
+			for j := range want[i] {
+				s := &want[i][j]
 				s.FunctionName, s.FileName = norm(s.FunctionName, s.FileName)
 			}
 		}
@@ -146,8 +100,8 @@ func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uin
 		if !r.Options().Demangle {
 			break // names are compared mangled
 		}
-		for j := range want[i].Symbol {
-			ws := &want[i].Symbol[j]
+		for j := range want[i] {
+			ws := &want[i][j]
 			if strings.HasPrefix(ws.FunctionName, "_Z") {
 				ws.FunctionName = gnuDemangle(t, ws.FunctionName)
 			}
@@ -155,7 +109,7 @@ func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uin
 	}
 	a := &agreement{}
 	for i, w := range want {
-		if len(w.Symbol) == 0 || w.Symbol[len(w.Symbol)-1].FunctionName == "" || w.Symbol[len(w.Symbol)-1].FunctionName == "??" {
+		if len(w) == 0 || w[len(w)-1].FunctionName == "" || w[len(w)-1].FunctionName == "??" {
 			continue
 		}
 		a.resolved++
@@ -164,27 +118,28 @@ func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uin
 		if len(g) > 0 {
 			gOuter = g[len(g)-1].Function
 		}
-		wOuter = w.Symbol[len(w.Symbol)-1].FunctionName
+		wOuter = w[len(w)-1].FunctionName
 		if gOuter == wOuter {
 			a.outer++
 		}
-		same := len(g) == len(w.Symbol)
+		same := len(g) == len(w)
 		for j := 0; same && j < len(g); j++ {
-			same = g[j].Function == w.Symbol[j].FunctionName
+			same = g[j].Function == w[j].FunctionName
 		}
 		if same {
 			a.chain++
 		}
-		if len(g) > 0 && (g[0].File == w.Symbol[0].FileName && g[0].Line == w.Symbol[0].Line ||
-			norm != nil && w.Symbol[0].FileName == "" && w.Symbol[0].Line == 0) {
+		if len(g) > 0 && (g[0].File == w[0].FileName && g[0].Line == w[0].Line ||
+			norm != nil && w[0].FileName == "" && w[0].Line == 0) {
 			a.line++
 		}
-		if (!same || gOuter != wOuter || len(g) == 0 || g[0].Line != w.Symbol[0].Line || g[0].File != w.Symbol[0].FileName) && len(a.samples) < 8 && (len(a.samples) == 0 || a.samples[len(a.samples)-1][:6] != fmt.Sprintf("%#x", addrs[i])[:6]) {
+		differs := !same || gOuter != wOuter || len(g) == 0 || g[0].Line != w[0].Line || g[0].File != w[0].FileName
+		if differs && len(a.samples) < 8 {
 			var gs, ws []string
 			for _, f := range g {
 				gs = append(gs, fmt.Sprintf("%s@%s:%d", f.Function, f.File, f.Line))
 			}
-			for _, f := range w.Symbol {
+			for _, f := range w {
 				ws = append(ws, fmt.Sprintf("%s@%s:%d", f.FunctionName, f.FileName, f.Line))
 			}
 			a.samples = append(a.samples, fmt.Sprintf("%#x: profsym %v (err %v)\n\t\tllvm %v", addrs[i], gs, got[i].Err, ws))

@@ -1,13 +1,9 @@
 package symtab
 
 import (
-	"bufio"
-	"bytes"
 	"debug/elf"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,38 +16,13 @@ import (
 // only the file's own tables: no debug directory, no debuginfod.
 func llvmNames(t *testing.T, obj string, addrs []uint64) []string {
 	t.Helper()
-	sym := testfixture.NeedTool(t, "llvm-symbolizer-19", "llvm-symbolizer")
-	var in bytes.Buffer
-	for _, a := range addrs {
-		fmt.Fprintf(&in, "%#x\n", a)
-	}
-	cmd := exec.Command(sym, "--obj="+obj, "--no-inlines", "--output-style=JSON", "--no-demangle",
+	frames := testfixture.LLVMSymbolize(t, obj, addrs, "--no-inlines", "--no-demangle",
 		"--debug-file-directory=/nonexistent", "--no-debuginfod")
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llvm-symbolizer: %v", err)
-	}
-	type frame struct{ FunctionName, FileName string }
-	var res []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r struct {
-			Address string
-			Symbol  []frame
+	res := make([]string, len(frames))
+	for i, f := range frames {
+		if len(f) > 0 && f[0].FunctionName != "??" {
+			res[i] = f[0].FunctionName
 		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("llvm-symbolizer output %q: %v", sc.Text(), err)
-		}
-		name := ""
-		if len(r.Symbol) > 0 && r.Symbol[0].FunctionName != "??" {
-			name = r.Symbol[0].FunctionName
-		}
-		res = append(res, name)
-	}
-	if len(res) != len(addrs) {
-		t.Fatalf("llvm-symbolizer answered %d of %d addresses", len(res), len(addrs))
 	}
 	return res
 }
