@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/profbuild"
-	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
-	"github.com/profsym/profsym/internal/debuginfod"
-	"github.com/profsym/profsym/internal/otlpsym"
+	"github.com/profsym/profsym/internal/locate/debuginfod"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
 
 // maxProfileFile bounds what resolve reads into memory.

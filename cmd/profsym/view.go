@@ -12,8 +12,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/pdict"
-	"github.com/profsym/profsym/internal/profbuild"
+	"github.com/profsym/profsym/internal/otlp/pdict"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
 // readProfiles reads an OTLP profiles JSON file: one document, or the file

@@ -10,7 +10,7 @@ import (
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/otlp/pdict"
 )
 
 // viewFixture writes a two-process profile: hot <- main (30 samples in pid

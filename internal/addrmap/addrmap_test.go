@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/internal/elfx"
-	"github.com/profsym/profsym/internal/symbol"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -72,7 +72,7 @@ func TestParseMapsErrors(t *testing.T) {
 		"1000-2000 r-xp 0 00:00 0 /" + strings.Repeat("a", MaxLineLen) + "\n",
 	} {
 		err := ParseMaps(strings.NewReader(in), func(Mapping) error { return nil })
-		if !errors.Is(err, symbol.ErrCorruptFile) {
+		if !errors.Is(err, frame.ErrCorruptFile) {
 			t.Errorf("%.60q: err = %v", in, err)
 		}
 	}
@@ -273,7 +273,7 @@ func FuzzParseMaps(f *testing.F) {
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, symbol.ErrCorruptFile) {
+		if err != nil && !errors.Is(err, frame.ErrCorruptFile) {
 			t.Fatalf("unexpected error: %v", err)
 		}
 		if n > len(data)/10+1 {

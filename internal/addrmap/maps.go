@@ -11,14 +11,14 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/profsym/profsym/internal/symbol"
+	"github.com/profsym/profsym/internal/frame"
 )
 
 // MaxLineLen bounds one /proc/PID/maps line: 4 numbers, perms, device and a
 // path of at most PATH_MAX (4096) bytes, escaped.
 const MaxLineLen = 8192
 
-var errCorrupt = fmt.Errorf("maps: %w", symbol.ErrCorruptFile)
+var errCorrupt = fmt.Errorf("maps: %w", frame.ErrCorruptFile)
 
 // Perms are a mapping's access bits.
 type Perms uint8
@@ -68,7 +68,7 @@ func (m Mapping) IsFile() bool {
 
 // ParseMaps reads /proc/PID/maps text, calling fn for each mapping. An error
 // from fn stops the walk and is returned as is. A malformed or over-long
-// line returns an error wrapping symbol.ErrCorruptFile.
+// line returns an error wrapping frame.ErrCorruptFile.
 func ParseMaps(r io.Reader, fn func(Mapping) error) error {
 	br := bufio.NewReaderSize(r, 4096)
 	for lineNo := 1; ; lineNo++ {

@@ -22,7 +22,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 

@@ -17,14 +17,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/profsym/profsym/internal/symbol"
+	"github.com/profsym/profsym/internal/frame"
 
 	"golang.org/x/sys/unix"
 )
 
 // ErrCorrupt marks files that are not well-formed ELF, or whose headers point
-// outside the file. It wraps symbol.ErrCorruptFile for counting.
-var ErrCorrupt = fmt.Errorf("corrupt ELF file: %w", symbol.ErrCorruptFile)
+// outside the file. It wraps frame.ErrCorruptFile for counting.
+var ErrCorrupt = fmt.Errorf("corrupt ELF file: %w", frame.ErrCorruptFile)
 
 // ErrNoSection is returned when a requested section is absent or has no bytes
 // in the file (SHT_NOBITS, as in separate debug files).

@@ -8,13 +8,13 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/profsym/profsym/internal/buildid"
-	"github.com/profsym/profsym/internal/debuginfo"
-	"github.com/profsym/profsym/internal/dwarfsym"
 	"github.com/profsym/profsym/internal/elfx"
-	"github.com/profsym/profsym/internal/gopclntab"
-	"github.com/profsym/profsym/internal/symbol"
-	"github.com/profsym/profsym/internal/symtab"
+	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
+	"github.com/profsym/profsym/internal/symbolize/dwarf"
+	"github.com/profsym/profsym/internal/symbolize/gopclntab"
+	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 
 // object is one binary with every symbol source found for it. Sources are
@@ -25,7 +25,7 @@ type object struct {
 
 	buildID []byte
 
-	dwarf   *dwarfsym.Table
+	dwarf   *dwarf.Table
 	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
@@ -57,10 +57,10 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {
 			o.dbg.Close()
 			o.dbg = nil
-			o.why = fmt.Errorf("%s: %w", debugPath, symbol.ErrBuildIDMismatch)
+			o.why = fmt.Errorf("%s: %w", debugPath, frame.ErrBuildIDMismatch)
 		}
 	case o.bin != nil && !o.bin.HasSection(".debug_info"):
-		p, ferr := debuginfo.Find(binPath, o.bin, o.buildID, debugDirs)
+		p, ferr := debugdirs.Find(binPath, o.bin, o.buildID, debugDirs)
 		if ferr == nil {
 			if o.dbg, err = elfx.Open(p); err != nil {
 				o.why = classify(err)
@@ -71,7 +71,7 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 		}
 	}
 	if o.bin == nil && o.dbg == nil {
-		return nil, fmt.Errorf("no file: %w", symbol.ErrNotFound)
+		return nil, fmt.Errorf("no file: %w", frame.ErrNotFound)
 	}
 
 	// DWARF: from the debug file when there is one, else the binary.
@@ -79,13 +79,13 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 		if f == nil || !f.HasSection(".debug_info") {
 			continue
 		}
-		t, derr := dwarfsym.New(f)
+		t, derr := dwarf.New(f)
 		if derr == nil {
 			o.dwarf = t
 			o.why = nil
 			break
 		}
-		if o.why == nil || !errors.Is(derr, symbol.ErrNoDebugInfo) {
+		if o.why == nil || !errors.Is(derr, frame.ErrNoDebugInfo) {
 			o.why = derr
 		}
 	}
@@ -113,7 +113,7 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 		}
 	}
 	if o.why == nil && o.dwarf == nil {
-		o.why = symbol.ErrNoDebugInfo
+		o.why = frame.ErrNoDebugInfo
 	}
 	return o, nil
 }
@@ -130,17 +130,17 @@ func sameBuildID(want []byte, f *elfx.File) bool {
 }
 
 func classify(err error) error {
-	if errors.Is(err, symbol.ErrCorruptFile) || errors.Is(err, symbol.ErrNotFound) {
+	if errors.Is(err, frame.ErrCorruptFile) || errors.Is(err, frame.ErrNotFound) {
 		return err
 	}
 	var pe interface{ Timeout() bool }
 	if errors.As(err, &pe) && pe.Timeout() {
-		return fmt.Errorf("%w: %v", symbol.ErrTimeout, err)
+		return fmt.Errorf("%w: %v", frame.ErrTimeout, err)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %v", symbol.ErrNotFound, err)
+		return fmt.Errorf("%w: %v", frame.ErrNotFound, err)
 	}
-	return fmt.Errorf("%w: %v", symbol.ErrCorruptFile, err)
+	return fmt.Errorf("%w: %v", frame.ErrCorruptFile, err)
 }
 
 // sizeBytes is the object's cost in the object cache.
@@ -200,7 +200,7 @@ func (o *object) closeFiles() {
 // address from the symbol table when a symbol covers the address: the table
 // names the real (possibly cloned, e.g. ".constprop.0") function that the
 // address belongs to, where DWARF names only the source function.
-func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.Frame, error) {
+func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Frame, error) {
 	base := len(dst)
 	var err error
 	if o.dwarf != nil {
@@ -228,7 +228,7 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 		}
 		if name, start, ok := symbolIn(t, pc); ok {
 			if len(dst) == base {
-				dst = append(dst, symbol.Frame{Name: name, StartAddress: start})
+				dst = append(dst, frame.Frame{Name: name, StartAddress: start})
 			} else {
 				outer := &dst[len(dst)-1]
 				outer.Name = name
@@ -248,7 +248,7 @@ func (o *object) lookup(pc uint64, opt *Options, dst []symbol.Frame) ([]symbol.F
 	if o.why != nil {
 		return dst, o.why
 	}
-	return dst, symbol.ErrNoDebugInfo
+	return dst, frame.ErrNoDebugInfo
 }
 
 func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {

@@ -18,11 +18,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/profsym/profsym/internal/demangle"
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
-	"github.com/profsym/profsym/internal/symbol"
-	"github.com/profsym/profsym/internal/symtab"
+	"github.com/profsym/profsym/internal/symbolize/demangle"
+	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 
 // DefaultCacheBytes bounds the memory of parsed objects when unset.
@@ -71,7 +71,7 @@ func (t Target) String() string {
 
 // Frame is a resolved frame: the source's data plus the display name.
 type Frame struct {
-	symbol.Frame
+	frame.Frame
 	// Function is the name to show: demangled when Options.Demangle is set,
 	// otherwise Name. Empty when nothing names the address.
 	Function string
@@ -140,11 +140,11 @@ type Handle struct {
 	r       *Resolver
 	key     string
 	obj     *object
-	scratch []symbol.Frame
+	scratch []frame.Frame
 }
 
 // Open returns a handle on t's object, opening and indexing it on first use.
-// The error carries a reason (symbol.ErrNotFound, ErrCorruptFile, ...).
+// The error carries a reason (frame.ErrNotFound, ErrCorruptFile, ...).
 func (r *Resolver) Open(ctx context.Context, t Target) (*Handle, error) {
 	key, err := r.key(t)
 	if err != nil {
@@ -173,7 +173,7 @@ func (r *Resolver) Open(ctx context.Context, t Target) (*Handle, error) {
 			case <-l.done:
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %v", symbol.ErrTimeout, ctx.Err())
+				return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
 			}
 		}
 		l := &load{done: make(chan struct{})}
@@ -211,11 +211,11 @@ func (r *Resolver) key(t Target) (string, error) {
 	case t.BuildID != "":
 		id := strings.ToLower(t.BuildID)
 		if _, err := hex.DecodeString(id); err != nil || len(id) < 2 {
-			return "", fmt.Errorf("build id %q is not hex: %w", t.BuildID, symbol.ErrNotFound)
+			return "", fmt.Errorf("build id %q is not hex: %w", t.BuildID, frame.ErrNotFound)
 		}
 		return "b:" + id, nil
 	}
-	return "", fmt.Errorf("no path or build id: %w", symbol.ErrNotFound)
+	return "", fmt.Errorf("no path or build id: %w", frame.ErrNotFound)
 }
 
 func (r *Resolver) load(ctx context.Context, t Target) *entry {
@@ -233,7 +233,7 @@ func (r *Resolver) load(ctx context.Context, t Target) *entry {
 	}
 	if t.Path != "" && t.BuildID != "" && len(o.buildID) > 0 && hex.EncodeToString(o.buildID) != strings.ToLower(t.BuildID) {
 		o.closeFiles()
-		return &entry{err: fmt.Errorf("%s has build id %x, want %s: %w", t.Path, o.buildID, t.BuildID, symbol.ErrBuildIDMismatch), failedAt: time.Now()}
+		return &entry{err: fmt.Errorf("%s has build id %x, want %s: %w", t.Path, o.buildID, t.BuildID, frame.ErrBuildIDMismatch), failedAt: time.Now()}
 	}
 	return &entry{obj: o}
 }
@@ -247,7 +247,7 @@ func (r *Resolver) locate(ctx context.Context, id string) (string, string, error
 	}
 	b, d := LocateInDirs(id, r.opt.DebugDirs)
 	if b == "" && d == "" {
-		return "", "", fmt.Errorf("build id %s: no file in %v: %w", id, r.opt.DebugDirs, symbol.ErrNotFound)
+		return "", "", fmt.Errorf("build id %s: no file in %v: %w", id, r.opt.DebugDirs, frame.ErrNotFound)
 	}
 	return b, d, nil
 }
@@ -323,7 +323,7 @@ func (r *Resolver) Symbolize(ctx context.Context, t Target, addrs []uint64) []Re
 	for i, a := range addrs {
 		if i&1023 == 0 && ctx.Err() != nil {
 			for j := i; j < len(addrs); j++ {
-				out[j].Err = fmt.Errorf("%w: %v", symbol.ErrTimeout, ctx.Err())
+				out[j].Err = fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
 			}
 			break
 		}
@@ -334,7 +334,7 @@ func (r *Resolver) Symbolize(ctx context.Context, t Target, addrs []uint64) []Re
 
 // IsUnresolved reports whether err only says that nothing names the address
 // (as opposed to a broken or missing file).
-func IsUnresolved(err error) bool { return errors.Is(err, symbol.ErrNoDebugInfo) }
+func IsUnresolved(err error) bool { return errors.Is(err, frame.ErrNoDebugInfo) }
 
 // HasDebugInfo reports whether the object has DWARF or a Go pclntab, i.e.
 // whether answers can carry files and lines rather than symbol names only.

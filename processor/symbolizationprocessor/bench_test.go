@@ -16,8 +16,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/otlpsym"
-	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
 )

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/profsym/profsym/internal/otlpsym"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
 
 // Config is the symbolization processor's configuration; every key is

@@ -1,7 +1,7 @@
 //go:generate mdatagen metadata.yaml
 
 // Package symbolizationprocessor resolves raw native frames of profiles and
-// ProfileEvent logs in the pipeline: a thin adapter over internal/otlpsym.
+// ProfileEvent logs in the pipeline: a thin adapter over internal/otlp/otlpsym.
 package symbolizationprocessor
 
 import (

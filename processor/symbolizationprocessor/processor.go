@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/profsym/profsym/internal/debuginfod"
-	"github.com/profsym/profsym/internal/otlpsym"
+	"github.com/profsym/profsym/internal/locate/debuginfod"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
 )
 

@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/profsym/profsym/internal/otlpsym"
-	"github.com/profsym/profsym/internal/pdict"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
 )

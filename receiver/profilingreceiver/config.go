@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/profsym/profsym/internal/profbuild"
-	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
 // Limits on the configuration.

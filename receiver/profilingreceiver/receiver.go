@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/profsym/profsym/internal/profbuild"
-	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
 )
 

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/profsym/profsym/internal/profbuild"
-	"github.com/profsym/profsym/internal/sampler"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadatatest"
 )

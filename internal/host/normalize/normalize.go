@@ -1,0 +1,290 @@
+// Package normalize is the host half of profsym's split: it turns a
+// process's native addresses into (file identity, ELF virtual address), the
+// form any machine can later symbolize. What a frame needs is captured when
+// the process is first seen, so frames survive the process's exit.
+package normalize
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/lru"
+)
+
+// FileInfo is what a profile needs to know about one mapped file: its
+// identities and the PT_LOAD headers that turn file offsets into ELF
+// addresses. Computed once per (device, inode, size, mtime).
+type FileInfo struct {
+	Path       string // as the process sees it
+	GNUBuildID string // lowercase hex, empty when absent
+	GoBuildID  string
+	HTLHash    string // OpenTelemetry file id: always set when the file was readable
+	Size       int64
+	Loads      []elfx.Segment
+	Err        error // why identities are missing (unreadable, not ELF, ...)
+}
+
+// Mapping is one executable mapping of a process.
+type Mapping struct {
+	Start, End, Offset uint64
+	Path               string // file path, or a pseudo name ("[vdso]", "[anon:...]", "")
+	File               *FileInfo
+	Anonymous          bool // no file behind it (JIT code, or a deleted file we could not read)
+}
+
+// Process is a snapshot of the parts of /proc/PID the profiles need.
+type Process struct {
+	PID         int
+	Comm        string
+	ExePath     string
+	CgroupPath  string
+	ContainerID string
+	Mappings    []Mapping // executable ones, sorted by Start
+	ReadAt      time.Time
+}
+
+// Find returns the mapping holding addr.
+func (p *Process) Find(addr uint64) *Mapping {
+	i := sort.Search(len(p.Mappings), func(i int) bool { return p.Mappings[i].End > addr })
+	if i < len(p.Mappings) && p.Mappings[i].Start <= addr {
+		return &p.Mappings[i]
+	}
+	return nil
+}
+
+// Normalize maps a process address to the ELF virtual address in its file.
+// ok is false for addresses outside file-backed mappings, or when the file's
+// program headers do not cover the offset.
+func (p *Process) Normalize(addr uint64) (m *Mapping, vaddr uint64, ok bool) {
+	m = p.Find(addr)
+	if m == nil {
+		return nil, 0, false
+	}
+	if m.File == nil || len(m.File.Loads) == 0 {
+		return m, 0, false
+	}
+	v, ok := addrmap.FileOffsetToVaddr(m.File.Loads, addr-m.Start+m.Offset)
+	return m, v, ok
+}
+
+// Options configure a Normalizer.
+type Options struct {
+	ProcRoot string // "/proc" unless testing
+	MaxFiles int    // bound on cached FileInfo entries (0: 4096)
+}
+
+// Normalizer caches processes and file identities. Safe for concurrent use.
+type Normalizer struct {
+	proc  string
+	files *lru.Cache[fileKey, *FileInfo]
+
+	mu    sync.Mutex
+	procs map[int]*Process
+}
+
+type fileKey struct {
+	dev, ino uint64
+	size     int64
+	mtime    int64
+}
+
+// New makes a Normalizer.
+func New(opt Options) *Normalizer {
+	if opt.ProcRoot == "" {
+		opt.ProcRoot = "/proc"
+	}
+	if opt.MaxFiles <= 0 {
+		opt.MaxFiles = 4096
+	}
+	return &Normalizer{proc: opt.ProcRoot, files: lru.New[fileKey, *FileInfo](0, opt.MaxFiles, nil, nil), procs: map[int]*Process{}}
+}
+
+// Process returns the cached snapshot of pid, reading it on first use.
+func (n *Normalizer) Process(pid int) (*Process, error) {
+	n.mu.Lock()
+	p := n.procs[pid]
+	n.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	return n.Refresh(pid)
+}
+
+// Cached returns the snapshot of pid if one was taken, without reading /proc.
+func (n *Normalizer) Cached(pid int) *Process {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.procs[pid]
+}
+
+// Refresh re-reads pid (new libraries mapped since the last snapshot).
+func (n *Normalizer) Refresh(pid int) (*Process, error) {
+	p, err := n.read(pid)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.procs[pid] = p
+	n.mu.Unlock()
+	return p, nil
+}
+
+// Forget drops pid's snapshot (after its frames were reported).
+func (n *Normalizer) Forget(pid int) {
+	n.mu.Lock()
+	delete(n.procs, pid)
+	n.mu.Unlock()
+}
+
+// Tracked is the number of processes with a snapshot.
+func (n *Normalizer) Tracked() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.procs)
+}
+
+// Alive reports whether pid still exists.
+func (n *Normalizer) Alive(pid int) bool {
+	_, err := os.Stat(filepath.Join(n.proc, strconv.Itoa(pid)))
+	return err == nil
+}
+
+// ErrGone is returned for processes that exited before they were read.
+var ErrGone = errors.New("process exited")
+
+func (n *Normalizer) read(pid int) (*Process, error) {
+	dir := filepath.Join(n.proc, strconv.Itoa(pid))
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("pid %d: %w", pid, ErrGone)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	p := &Process{PID: pid, ReadAt: time.Now()}
+	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
+		p.Comm = strings.TrimSpace(string(b))
+	}
+	p.ExePath, _ = os.Readlink(filepath.Join(dir, "exe"))
+	p.ExePath = strings.TrimSuffix(p.ExePath, " (deleted)")
+	p.CgroupPath, p.ContainerID = readCgroup(filepath.Join(dir, "cgroup"))
+
+	err = addrmap.ParseMaps(bufio.NewReader(f), func(m addrmap.Mapping) error {
+		if m.Perms&addrmap.Exec == 0 {
+			return nil
+		}
+		pm := Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path}
+		if m.IsFile() {
+			pm.File = n.file(dir, m)
+		} else {
+			pm.Anonymous = !strings.HasPrefix(m.Path, "[v")
+		}
+		p.Mappings = append(p.Mappings, pm)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pid %d maps: %w", pid, err)
+	}
+	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
+	return p, nil
+}
+
+// file opens a mapped file through the process's own view of the file
+// system: map_files works for deleted files and across mount namespaces;
+// root/PATH is the fallback when map_files is not readable.
+func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
+	candidates := []string{
+		filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)),
+		filepath.Join(dir, "root", m.Path),
+	}
+	var lastErr error
+	for _, c := range candidates {
+		var st syscall.Stat_t
+		if err := syscall.Stat(c, &st); err != nil {
+			lastErr = err
+			continue
+		}
+		key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+		if fi, ok := n.files.Get(key); ok {
+			return fi
+		}
+		fi := identify(c, m.Path)
+		if fi.Err != nil {
+			lastErr = fi.Err
+			if c != candidates[len(candidates)-1] {
+				continue
+			}
+		}
+		n.files.Add(key, fi)
+		return fi
+	}
+	return &FileInfo{Path: m.Path, Err: lastErr}
+}
+
+// identify reads a file's identities and load segments.
+func identify(openPath, path string) *FileInfo {
+	fi := &FileInfo{Path: path}
+	f, err := elfx.Open(openPath)
+	if err != nil {
+		fi.Err = err
+		if osf, oerr := os.Open(openPath); oerr == nil {
+			if st, serr := osf.Stat(); serr == nil {
+				fi.Size = st.Size()
+				fi.HTLHash, _ = buildid.HTLHash(osf, st.Size())
+			}
+			osf.Close()
+		}
+		return fi
+	}
+	defer f.Close()
+	fi.Size = int64(len(f.Bytes()))
+	if id, err := buildid.GNU(f); err == nil {
+		fi.GNUBuildID = buildid.HexString(id)
+	}
+	fi.GoBuildID, _ = buildid.Go(f)
+	fi.HTLHash, _ = buildid.HTLHashOf(f)
+	fi.Loads = f.Loads()
+	return fi
+}
+
+// containerID finds a 64-hex container id in a cgroup path, as Docker,
+// containerd, CRI-O and Kubernetes name their cgroups
+// ("docker-<id>.scope", "cri-containerd-<id>.scope", ".../<id>").
+var containerID = regexp.MustCompile(`([0-9a-f]{64})(?:\.scope)?$`)
+
+func readCgroup(path string) (cgroup, id string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// cgroup v2: "0::/path"; v1 lines have controllers in field 2.
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" || cgroup == "" {
+			cgroup = parts[2]
+		}
+		for _, seg := range strings.Split(parts[2], "/") {
+			if m := containerID.FindStringSubmatch(seg); m != nil {
+				id = m[1]
+			}
+		}
+	}
+	return cgroup, id
+}

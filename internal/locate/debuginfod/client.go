@@ -1,0 +1,501 @@
+// Package debuginfod fetches separate debug files and executables by GNU
+// build id from debuginfod servers (the elfutils protocol:
+// GET URL/buildid/HEX/debuginfo and .../executable). Every body is streamed
+// to disk, checked to be an ELF file carrying the requested build id, and
+// kept in an on-disk cache bounded in bytes, so a file is downloaded once
+// per machine rather than once per process. Misses and failures are
+// remembered for a while so a dead or empty server costs little. A Client is
+// safe for concurrent use.
+package debuginfod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// Kind is what to fetch for a build id.
+type Kind int
+
+const (
+	// DebugInfo is the file holding the DWARF (often a separate debug file
+	// whose code sections are empty).
+	DebugInfo Kind = iota
+	// Executable is the loadable object itself (often stripped).
+	Executable
+)
+
+// String is the protocol's name for the kind, also the cached file's name.
+func (k Kind) String() string {
+	switch k {
+	case DebugInfo:
+		return "debuginfo"
+	case Executable:
+		return "executable"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultTimeout       = 10 * time.Second
+	DefaultMaxCacheBytes = 2 << 30
+	DefaultMaxParallel   = 4
+	DefaultNegativeTTL   = 5 * time.Minute
+	DefaultMaxFileBytes  = 4 << 30
+)
+
+// EnvURLs is the variable elfutils' client reads its servers from.
+const EnvURLs = "DEBUGINFOD_URLS"
+
+// Config configures a Client. Zero fields take the defaults above.
+type Config struct {
+	// URLs are server prefixes, tried in order; the first success wins.
+	URLs []string
+	// UseEnv reads DEBUGINFOD_URLS (space-separated) when URLs is empty.
+	UseEnv bool
+	// Timeout bounds one attempt at one server: the response headers must
+	// arrive within it, and then every Timeout window of the body must bring
+	// at least minProgress bytes. A large file on a healthy link therefore
+	// downloads however long it takes, while a dead, hung or trickling server
+	// costs about Timeout.
+	Timeout time.Duration
+	// CacheDir holds the verified files as CacheDir/ID/KIND. Default:
+	// $XDG_CACHE_HOME/profsym/debuginfod (os.UserCacheDir).
+	CacheDir string
+	// MaxCacheBytes bounds the files in CacheDir; the least recently accessed
+	// are evicted. A body larger than this is refused, since keeping it would
+	// break the bound.
+	MaxCacheBytes int64
+	// MaxParallel bounds concurrent downloads across build ids.
+	MaxParallel int
+	// NegativeTTL is how long a miss or a failure is remembered per
+	// (build id, kind); calls within it fail at once without network.
+	NegativeTTL time.Duration
+	// MaxFileBytes refuses larger bodies.
+	MaxFileBytes int64
+	// HTTPClient, if set, is used for requests (its own Timeout, if any,
+	// applies in addition to ours).
+	HTTPClient *http.Client
+	// Logger, if set, receives debug logs per fetch and warnings when a
+	// server is skipped after failing.
+	Logger *zap.Logger
+}
+
+// minProgress is how many body bytes each Timeout window must bring. It is
+// low enough for any real link and high enough that a server dribbling a
+// few bytes per window to hold a connection open is cut off.
+const minProgress = 64 << 10
+
+// maxBackoff caps how long a server that failed (refused, timed out, 5xx) is
+// skipped. It is shorter than a typical NegativeTTL so a restarted server is
+// used again soon for ids not yet remembered as failed.
+const maxBackoff = 30 * time.Second
+
+// maxNegative bounds the negative cache; profiles can name unboundedly many
+// unknown build ids.
+const maxNegative = 1 << 16
+
+const userAgent = "profsym-debuginfod/1"
+
+// Client fetches and caches files. Create it with New; Close it to stop
+// downloads still running for callers that gave up.
+type Client struct {
+	cfg   Config
+	urls  []string
+	http  *http.Client
+	log   *zap.Logger
+	dir   string
+	limit int64 // largest body accepted: min(MaxFileBytes, MaxCacheBytes)
+	sem   chan struct{}
+
+	base context.Context // canceled by Close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	files    map[string]*cacheEntry // by key(id, kind)
+	bytes    int64                  // sum of files[*].size
+	neg      map[string]negEntry
+	inflight map[string]*call
+	down     map[string]downEntry // by server URL
+	st       Stats
+}
+
+type negEntry struct {
+	err   error
+	until time.Time
+}
+
+type downEntry struct {
+	err   error
+	until time.Time
+}
+
+// call is one download shared by every concurrent caller of a key.
+type call struct {
+	done chan struct{}
+	path string
+	err  error
+}
+
+// Stats are cumulative counters, for telemetry.
+type Stats struct {
+	Requests     int64 // Fetch calls
+	Hits         int64 // answered from the disk cache
+	Misses       int64 // needed a download (one per shared download)
+	Shared       int64 // callers that joined a download already running
+	NegativeHits int64 // answered from the negative cache
+	Abandoned    int64 // callers whose context ended before their download
+	// Errors counts failed downloads by frame.Reason (not_found, timeout,
+	// fetch_failed, build_id_mismatch, corrupt_file).
+	Errors       map[string]int64
+	BytesFetched int64         // body bytes received, verified or not
+	Fetches      int64         // HTTP attempts, to average FetchLatency
+	FetchLatency time.Duration // summed over attempts
+	Evictions    int64
+	CacheBytes   int64 // bytes now in the cache
+	CacheFiles   int64 // files now in the cache
+}
+
+// New validates cfg, creates the cache folder and indexes what it holds.
+func New(cfg Config) (*Client, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxCacheBytes <= 0 {
+		cfg.MaxCacheBytes = DefaultMaxCacheBytes
+	}
+	if cfg.MaxParallel <= 0 {
+		cfg.MaxParallel = DefaultMaxParallel
+	}
+	if cfg.NegativeTTL <= 0 {
+		cfg.NegativeTTL = DefaultNegativeTTL
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	var urls []string
+	for _, u := range cfg.URLs {
+		n, err := normalizeURL(u)
+		if err != nil {
+			return nil, err
+		}
+		urls = appendUnique(urls, n)
+	}
+	if len(cfg.URLs) == 0 && cfg.UseEnv {
+		env := os.Getenv(EnvURLs)
+		urls = ParseURLs(env)
+		if len(urls) == 0 && strings.TrimSpace(env) != "" {
+			log.Warn("no usable http(s) server in "+EnvURLs, zap.String("value", env))
+		}
+	}
+	dir := cfg.CacheDir
+	if dir == "" {
+		ucd, err := os.UserCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("debuginfod: no cache folder configured and %w", err)
+		}
+		dir = filepath.Join(ucd, "profsym", "debuginfod")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("debuginfod: cache folder: %w", err)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = cfg.MaxParallel
+		hc = &http.Client{Transport: tr}
+	}
+	base, stop := context.WithCancel(context.Background())
+	c := &Client{
+		cfg:      cfg,
+		urls:     urls,
+		http:     hc,
+		log:      log,
+		dir:      dir,
+		limit:    min(cfg.MaxFileBytes, cfg.MaxCacheBytes),
+		sem:      make(chan struct{}, cfg.MaxParallel),
+		base:     base,
+		stop:     stop,
+		files:    map[string]*cacheEntry{},
+		neg:      map[string]negEntry{},
+		inflight: map[string]*call{},
+		down:     map[string]downEntry{},
+		st:       Stats{Errors: map[string]int64{}},
+	}
+	if err := c.scan(); err != nil {
+		stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// URLs returns the servers in the order they are tried.
+func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
+
+// CacheDir returns the folder holding the cached files.
+func (c *Client) CacheDir() string { return c.dir }
+
+// Close cancels downloads still running and waits for them. Later calls fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.stop()
+	c.wg.Wait()
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st
+	s.Errors = make(map[string]int64, len(c.st.Errors))
+	for k, v := range c.st.Errors {
+		s.Errors[k] = v
+	}
+	s.CacheBytes = c.bytes
+	s.CacheFiles = int64(len(c.files))
+	return s
+}
+
+// Fetch returns the path of the verified file of kind for buildID (hex, any
+// case), from the cache or else downloaded. Errors wrap a symbol sentinel:
+// ErrNotFound (every server answered 404, or the id is not hex),
+// ErrTimeout, ErrFetchFailed, ErrBuildIDMismatch or ErrCorruptFile. If ctx
+// ends first, Fetch returns at once but the download goes on for later
+// callers (bounded by Timeout per server).
+//
+// The returned file may be evicted by later fetches; open it promptly (an
+// open or mapped file stays readable after eviction).
+func (c *Client) Fetch(ctx context.Context, buildID string, kind Kind) (string, error) {
+	id, err := normalizeID(buildID)
+	if err != nil {
+		return "", err
+	}
+	if kind != DebugInfo && kind != Executable {
+		return "", fmt.Errorf("debuginfod: unknown kind %v", kind)
+	}
+	k := key(id, kind)
+	c.mu.Lock()
+	c.st.Requests++
+	if c.closed {
+		c.mu.Unlock()
+		return "", fmt.Errorf("debuginfod: client closed: %w", frame.ErrFetchFailed)
+	}
+	if _, ok := c.files[k]; ok {
+		c.mu.Unlock()
+		if p, ok := c.hit(k, id, kind); ok {
+			return p, nil
+		}
+		c.mu.Lock()
+	}
+	if n, ok := c.neg[k]; ok {
+		if time.Now().Before(n.until) {
+			c.st.NegativeHits++
+			c.mu.Unlock()
+			return "", fmt.Errorf("%w (remembered until %s)", n.err, n.until.Format(time.TimeOnly))
+		}
+		delete(c.neg, k)
+	}
+	cl, ok := c.inflight[k]
+	if ok {
+		c.st.Shared++
+	} else {
+		cl = &call{done: make(chan struct{})}
+		c.inflight[k] = cl
+		c.wg.Add(1)
+		// Detached from ctx: the result is shared, so one impatient caller
+		// must not fail the others or waste a half-done download.
+		go c.run(context.WithoutCancel(ctx), k, id, kind, cl)
+	}
+	c.mu.Unlock()
+	select {
+	case <-cl.done:
+		return cl.path, cl.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.st.Abandoned++
+		c.mu.Unlock()
+		return "", fmt.Errorf("debuginfod %s %s: %w: %w", id, kind, frame.ErrTimeout, ctx.Err())
+	}
+}
+
+// run performs the download for key k and publishes the result.
+func (c *Client) run(ctx context.Context, k, id string, kind Kind, cl *call) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.base, cancel)()
+
+	path, err := c.fetch(ctx, k, id, kind)
+
+	c.mu.Lock()
+	delete(c.inflight, k)
+	if err != nil {
+		c.st.Errors[frame.Reason(err)]++
+		// A download cut short by Close says nothing about the server.
+		if c.base.Err() == nil {
+			c.remember(k, err)
+		}
+	}
+	c.mu.Unlock()
+	cl.path, cl.err = path, err
+	close(cl.done)
+	if err != nil {
+		c.log.Debug("debuginfod fetch failed", zap.String("build_id", id), zap.Stringer("kind", kind), zap.Error(err))
+	}
+}
+
+// remember adds a negative entry; c.mu is held.
+func (c *Client) remember(k string, err error) {
+	now := time.Now()
+	if len(c.neg) >= maxNegative {
+		for nk, n := range c.neg {
+			if now.After(n.until) {
+				delete(c.neg, nk)
+			}
+		}
+		// Still full of live entries: drop arbitrary ones rather than grow.
+		for nk := range c.neg {
+			if len(c.neg) < maxNegative {
+				break
+			}
+			delete(c.neg, nk)
+		}
+	}
+	c.neg[k] = negEntry{err: err, until: now.Add(c.cfg.NegativeTTL)}
+}
+
+// fetch tries the servers in order.
+func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, error) {
+	final := c.path(id, kind)
+	// Another process sharing the folder may have stored it meanwhile.
+	if st, err := os.Stat(final); err == nil && st.Mode().IsRegular() {
+		c.adopt(k, final, st.Size())
+		return final, nil
+	}
+	c.mu.Lock()
+	c.st.Misses++
+	c.mu.Unlock()
+	if len(c.urls) == 0 {
+		return "", fmt.Errorf("debuginfod %s %s: no server configured: %w", id, kind, frame.ErrNotFound)
+	}
+	select {
+	case c.sem <- struct{}{}:
+		defer func() { <-c.sem }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("debuginfod %s %s: client closed: %w", id, kind, frame.ErrFetchFailed)
+	}
+
+	var first error // the first failure that is not a 404
+	var msgs []string
+	for _, u := range c.urls {
+		if err := c.skipped(u); err != nil {
+			if first == nil {
+				first = err
+			} else {
+				msgs = append(msgs, err.Error())
+			}
+			continue
+		}
+		start := time.Now()
+		n, serverFault, err := c.attempt(ctx, u, k, id, kind)
+		c.mu.Lock()
+		c.st.Fetches++
+		c.st.BytesFetched += n
+		c.st.FetchLatency += time.Since(start)
+		c.mu.Unlock()
+		if err == nil {
+			c.log.Debug("debuginfod fetched", zap.String("build_id", id), zap.Stringer("kind", kind),
+				zap.String("server", u), zap.Int64("bytes", n), zap.Duration("took", time.Since(start)))
+			return c.path(id, kind), nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("debuginfod %s %s: client closed: %w", id, kind, frame.ErrFetchFailed)
+		}
+		if serverFault {
+			c.markDown(u, err)
+		}
+		if first == nil && !errors.Is(err, frame.ErrNotFound) {
+			first = err
+		} else {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	// Any failure outranks 404s: the file may well exist on that server.
+	if first == nil {
+		return "", fmt.Errorf("debuginfod: %w (%s)", frame.ErrNotFound, strings.Join(msgs, "; "))
+	}
+	if len(msgs) == 0 {
+		return "", fmt.Errorf("debuginfod: %w", first)
+	}
+	return "", fmt.Errorf("debuginfod: %w (other servers: %s)", first, strings.Join(msgs, "; "))
+}
+
+// skipped returns the recent failure of server u while it is backing off.
+func (c *Client) skipped(u string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.down[u]
+	if !ok {
+		return nil
+	}
+	if time.Now().After(d.until) {
+		delete(c.down, u)
+		return nil
+	}
+	return fmt.Errorf("%s skipped until %s after: %w", u, d.until.Format(time.TimeOnly), d.err)
+}
+
+// markDown makes u skipped for a while, so that many build ids queued
+// behind a dead server do not each pay Timeout.
+func (c *Client) markDown(u string, err error) {
+	backoff := min(c.cfg.NegativeTTL, maxBackoff)
+	c.mu.Lock()
+	c.down[u] = downEntry{err: err, until: time.Now().Add(backoff)}
+	c.mu.Unlock()
+	c.log.Warn("debuginfod server failed; skipping it for a while", zap.String("server", u),
+		zap.Duration("backoff", backoff), zap.Error(err))
+}
+
+func key(id string, kind Kind) string { return id + "/" + kind.String() }
+
+func (c *Client) path(id string, kind Kind) string {
+	return filepath.Join(c.dir, id, kind.String())
+}
+
+// maxIDHex bounds a build id: buildid accepts notes of up to 256 bytes.
+const maxIDHex = 512
+
+// normalizeID lowercases a hex build id and rejects anything else, which
+// also keeps ids from naming paths outside the cache folder.
+func normalizeID(s string) (string, error) {
+	id := strings.ToLower(s)
+	if len(id) < 2 || len(id) > maxIDHex || len(id)%2 != 0 {
+		return "", fmt.Errorf("debuginfod: build id %q is not 1 to %d bytes of hex: %w", s, maxIDHex/2, frame.ErrNotFound)
+	}
+	for i := 0; i < len(id); i++ {
+		if ch := id[i]; (ch < '0' || ch > '9') && (ch < 'a' || ch > 'f') {
+			return "", fmt.Errorf("debuginfod: build id %q is not hex: %w", s, frame.ErrNotFound)
+		}
+	}
+	return id, nil
+}

@@ -1,0 +1,280 @@
+// Package profbuild turns the eBPF sampler's batches into OTLP profiles and
+// ProfileEvent logs as docs/frame-format.md describes: it normalizes every
+// user frame to (file identity, ELF virtual address), names kernel frames
+// from kallsyms and JIT frames from perf maps, and aggregates samples per
+// process, thread, CPU and stack. The profiling receiver and `profsym
+// record` both build through it.
+package profbuild
+
+import (
+	"crypto/rand"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/symbolize/kernel"
+	"github.com/profsym/profsym/internal/symbolize/perfmap"
+)
+
+// ScopeName is the instrumentation scope of everything built here.
+const ScopeName = "github.com/profsym/profsym/receiver/profilingreceiver"
+
+// KernelSymbols names kernel addresses; *kernel.Loader implements it.
+type KernelSymbols interface {
+	Lookup(addr uint64) (name, module string, start uint64, ok bool)
+	Info() (kernel.Info, error)
+}
+
+// Options configure a Builder.
+type Options struct {
+	SampleRate    int  // Hz, for the profile's period; 0 means 99
+	KernelSymbols bool // name kernel frames from kallsyms
+	PerfMaps      bool // name JIT frames from /tmp/perf-PID.map
+	Logs          bool // also build ProfileEvent logs
+	Filter        *Filter
+	ScopeVersion  string
+	HostName      string // "" reads $HOST_NAME, else os.Hostname
+	KernelRelease string // "" reads uname -r
+	ProcRoot      string // "" means /proc
+	// Kernel defaults to a kallsyms Loader; it also tells module frames
+	// from core kernel frames and gives build ids, so it is used even when
+	// KernelSymbols is off.
+	Kernel     KernelSymbols
+	Normalizer *normalize.Normalizer
+	Logger     *zap.Logger
+}
+
+// Drainer is the part of the sampler Collect needs.
+type Drainer interface {
+	Drain() (sampler.Batch, error)
+}
+
+// Report is one interval's output.
+type Report struct {
+	Profiles pprofile.Profiles
+	Logs     plog.Logs // empty unless Options.Logs
+	Samples  uint64    // sample count reported
+	Filtered uint64    // samples of processes the filter left out
+	Rows     int       // aggregated samples (one per process, thread, CPU, stack)
+	// Failures counts frames that could not be normalized or named, by
+	// reason (see the Reason constants).
+	Failures map[string]int64
+}
+
+// Reasons a frame stays raw or incomplete.
+const (
+	ReasonProcessGone    = "process_gone"    // no snapshot: the process exited before it was read
+	ReasonNoMapping      = "no_mapping"      // the address is in no executable mapping
+	ReasonUnreadableFile = "unreadable_file" // the mapped file could not be opened or parsed
+	ReasonNoLoadSegment  = "no_load_segment" // no PT_LOAD segment holds the file offset
+	ReasonKernelUnnamed  = "kernel_unnamed"  // kallsyms has no symbol for a kernel address
+	ReasonJITUnnamed     = "jit_unnamed"     // anonymous executable memory without a perf map entry
+)
+
+// sweepAfter is how many reports a snapshot may go unused before the
+// Builder checks whether its process still exists: a lost exit event must
+// not pin a snapshot forever.
+const sweepAfter = 30
+
+// kallsymsRefresh bounds how often a kernel address kallsyms cannot name
+// makes the loader reparse it (~70 ms of CPU for a distribution kernel): at
+// the loader's default, 10 s, a steady trickle of such addresses (BPF
+// trampolines, bad frames) cost more than all the rest of the receiver. A
+// module loaded meanwhile gets its names within this time.
+const kallsymsRefresh = 5 * time.Minute
+
+// Builder keeps per-process state between intervals. HandleEvent may run
+// concurrently with Collect.
+type Builder struct {
+	opt  Options
+	norm *normalize.Normalizer
+	kern KernelSymbols
+	jit  *perfmap.Reader // nil unless PerfMaps
+	log  *zap.Logger
+
+	mu       sync.Mutex
+	exited   map[int]struct{}
+	match    map[int]bool // filter decisions by pid
+	lastSeen map[int]int  // report number a pid last appeared in
+	reports  int
+}
+
+// New makes a Builder.
+func New(opt Options) *Builder {
+	if opt.SampleRate <= 0 {
+		opt.SampleRate = 99
+	}
+	if opt.ProcRoot == "" {
+		opt.ProcRoot = "/proc"
+	}
+	if opt.HostName == "" {
+		// In a pod, os.Hostname is the pod's name: the chart passes the
+		// node's name in HOST_NAME.
+		if opt.HostName = os.Getenv("HOST_NAME"); opt.HostName == "" {
+			opt.HostName, _ = os.Hostname()
+		}
+	}
+	if opt.KernelRelease == "" {
+		opt.KernelRelease, _ = kernel.Release()
+	}
+	if opt.Logger == nil {
+		opt.Logger = zap.NewNop()
+	}
+	b := &Builder{opt: opt, norm: opt.Normalizer, kern: opt.Kernel, log: opt.Logger,
+		exited: map[int]struct{}{}, match: map[int]bool{}, lastSeen: map[int]int{}}
+	if b.norm == nil {
+		b.norm = normalize.New(normalize.Options{ProcRoot: opt.ProcRoot})
+	}
+	if b.kern == nil {
+		b.kern = kernel.NewLoader("", "", kallsymsRefresh)
+	}
+	if opt.PerfMaps {
+		b.jit = perfmap.NewReader(opt.ProcRoot)
+	}
+	return b
+}
+
+// Tracked is the number of processes with a snapshot.
+func (b *Builder) Tracked() int { return b.norm.Tracked() }
+
+// HandleEvent reacts to the sampler's process events: a snapshot is taken
+// when a process is first seen, so its frames can be normalized even after
+// it exits; exec replaces it; exit schedules it to be forgotten after the
+// next report.
+func (b *Builder) HandleEvent(ev sampler.Event) {
+	pid := int(ev.Pid)
+	switch ev.Kind {
+	case sampler.ProcessNew, sampler.ProcessExec:
+		b.mu.Lock()
+		delete(b.exited, pid)
+		if ev.Kind == sampler.ProcessExec {
+			delete(b.match, pid) // comm and exe changed
+		}
+		b.lastSeen[pid] = b.reports
+		b.mu.Unlock()
+		if !b.targeted(pid) {
+			return
+		}
+		if _, err := b.norm.Refresh(pid); err != nil {
+			b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
+		}
+	case sampler.ProcessExit:
+		// Last chance for a process whose New event was lost or late.
+		if ev.MMAlive && b.norm.Cached(pid) == nil && b.targeted(pid) {
+			_, _ = b.norm.Process(pid)
+		}
+		b.mu.Lock()
+		b.exited[pid] = struct{}{}
+		b.mu.Unlock()
+	}
+}
+
+// targeted applies the filter, remembering decisions per pid.
+func (b *Builder) targeted(pid int) bool {
+	f := b.opt.Filter
+	if f.All() {
+		return true
+	}
+	if f.PIDOnly() {
+		return f.Match(ProcInfo{PID: pid})
+	}
+	b.mu.Lock()
+	m, ok := b.match[pid]
+	b.mu.Unlock()
+	if ok {
+		return m
+	}
+	info, ok := readProcInfo(b.opt.ProcRoot, pid)
+	if !ok {
+		p := b.norm.Cached(pid)
+		if p == nil {
+			return false // gone and never seen: nothing to match on
+		}
+		info = ProcInfo{PID: pid, Comm: p.Comm, Exe: p.ExePath, Cgroup: p.CgroupPath}
+	}
+	m = f.Match(info)
+	b.mu.Lock()
+	b.match[pid] = m
+	b.mu.Unlock()
+	return m
+}
+
+// Collect drains the sampler and builds the interval [start, now). Processes
+// that had exited before the drain are forgotten after it: the drain holds
+// all their remaining samples.
+func (b *Builder) Collect(d Drainer, start time.Time) (Report, error) {
+	b.mu.Lock()
+	exited := b.exited
+	b.exited = map[int]struct{}{}
+	b.mu.Unlock()
+	batch, err := d.Drain()
+	if err != nil {
+		b.mu.Lock()
+		for pid := range exited {
+			b.exited[pid] = struct{}{}
+		}
+		b.mu.Unlock()
+		return Report{}, err
+	}
+	r := b.Build(batch, start, time.Now())
+	for pid := range exited {
+		b.forget(pid)
+	}
+	b.sweep()
+	return r, nil
+}
+
+func (b *Builder) forget(pid int) {
+	b.norm.Forget(pid)
+	if b.jit != nil {
+		b.jit.Forget(pid)
+	}
+	b.mu.Lock()
+	delete(b.match, pid)
+	delete(b.lastSeen, pid)
+	b.mu.Unlock()
+}
+
+// sweep forgets processes that have not been sampled for a while and no
+// longer exist (their exit event was lost).
+func (b *Builder) sweep() {
+	b.mu.Lock()
+	b.reports++
+	var stale []int
+	for pid, n := range b.lastSeen {
+		if b.reports-n > sweepAfter {
+			stale = append(stale, pid)
+		}
+	}
+	b.mu.Unlock()
+	for _, pid := range stale {
+		if b.norm.Alive(pid) {
+			b.mu.Lock()
+			b.lastSeen[pid] = b.reports
+			b.mu.Unlock()
+			continue
+		}
+		b.forget(pid)
+	}
+}
+
+// Build turns one batch into profiles (and logs) for [start, end).
+func (b *Builder) Build(batch sampler.Batch, start, end time.Time) Report {
+	r := newRun(b, start, end)
+	for i := range batch.Samples {
+		r.add(&batch.Samples[i])
+	}
+	return r.finish()
+}
+
+func newProfileID() pprofile.ProfileID {
+	var id pprofile.ProfileID
+	_, _ = rand.Read(id[:])
+	return id
+}

@@ -1,0 +1,243 @@
+package profbuild
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+const fixtureSeconds = "3"
+
+// checkHot asserts that >= 90% of pid's samples have a leaf in hot of bin
+// (by GNU build id and ELF address) and that those reach caller.
+func checkHot(t *testing.T, r Report, pid int, cpu time.Duration, bin, hot, caller string) {
+	t.Helper()
+	bin = realPath(t, bin)
+	id := gnuBuildID(t, bin)
+	hotLo, hotHi := symRange(t, bin, hot)
+	callLo, callHi := symRange(t, bin, caller)
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	var total, inHot, reaches int64
+	var misses []string
+	for _, s := range v.samples(t, pid) {
+		total += s.count
+		if s.attrs[AttrThreadID] == nil || s.attrs[AttrCPU] == nil || s.attrs[AttrThreadName] == nil {
+			t.Fatalf("sample attributes %v", s.attrs)
+		}
+		leaf := s.locs[0]
+		file, mattrs := v.mapping(leaf)
+		if mattrs[AttrBuildIDGNU] != id || leaf.Address() < hotLo || leaf.Address() >= hotHi {
+			if len(misses) < 5 {
+				misses = append(misses, fmt.Sprintf("%s %v %#x", file, mattrs[AttrBuildIDGNU], leaf.Address()))
+			}
+			continue
+		}
+		inHot += s.count
+		for _, l := range s.locs[1:] {
+			if _, a := v.mapping(l); a[AttrBuildIDGNU] == id && l.Address() >= callLo && l.Address() < callHi {
+				reaches += s.count
+				break
+			}
+		}
+	}
+	want := cpu.Seconds() * 99
+	t.Logf("pid %d: %d samples (%.0f expected), %d leaf in %s, %d reach %s; other leaves %v; failures %v",
+		pid, total, want, inHot, hot, reaches, caller, misses, r.Failures)
+	if total < 10 || float64(total) < 0.5*want {
+		t.Fatalf("only %d samples for %v of CPU", total, cpu)
+	}
+	if float64(inHot) < 0.9*float64(total) {
+		t.Errorf("%d/%d samples have their leaf in %s, want >= 90%%", inHot, total, hot)
+	}
+	if float64(reaches) < 0.9*float64(inHot) {
+		t.Errorf("%d/%d hot samples reach %s, want >= 90%%", reaches, inHot, caller)
+	}
+}
+
+func TestCHotFunction(t *testing.T) {
+	bin := buildC(t)
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99, Logs: true})
+	pid, cpu := runFixture(t, bin, fixtureSeconds)
+	h.exitSeen(pid, 2*time.Second)
+	r := h.collect(t)
+	checkHot(t, r, pid, cpu, bin, "hot", "main")
+}
+
+func TestGoHotFunction(t *testing.T) {
+	bin := buildGo(t)
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
+	pid, cpu := runFixture(t, bin, fixtureSeconds)
+	r := h.collect(t)
+	checkHot(t, r, pid, cpu, bin, "main.hot", "main.main")
+}
+
+// A process that exits before the drain keeps its frames and build ids (the
+// snapshot was taken at its first sample), and is forgotten after the report.
+func TestExitedProcessKeepsFrames(t *testing.T) {
+	bin := buildC(t)
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
+	pid, _ := runFixture(t, bin, "1")
+	if !h.exitSeen(pid, 3*time.Second) {
+		t.Fatalf("no exit event for pid %d", pid)
+	}
+	if h.b.norm.Cached(pid) == nil {
+		t.Fatalf("no snapshot of pid %d taken at its first sample", pid)
+	}
+	r := h.collect(t)
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	id := gnuBuildID(t, realPath(t, bin))
+	var withID int64
+	for _, s := range v.samples(t, pid) {
+		if _, a := v.mapping(s.locs[0]); a[AttrBuildIDGNU] == id {
+			withID += s.count
+		}
+	}
+	if withID == 0 {
+		t.Fatalf("exited pid %d: no frame carries the fixture's build id %s", pid, id)
+	}
+	for _, rp := range r.Profiles.ResourceProfiles().All() {
+		a := rp.Resource().Attributes()
+		if p, _ := a.Get(AttrPID); p.Int() == int64(pid) {
+			exe, _ := a.Get(AttrExePath)
+			if exe.Str() != realPath(t, bin) {
+				t.Errorf("process.executable.path %q, want %q", exe.Str(), realPath(t, bin))
+			}
+		}
+	}
+	if h.b.norm.Cached(pid) != nil {
+		t.Errorf("snapshot of exited pid %d kept after its report", pid)
+	}
+	t.Logf("exited pid %d: %d samples with build id %s", pid, withID, id)
+}
+
+func TestKernelFramesNamed(t *testing.T) {
+	bin := buildC(t)
+	h := newHarness(t, sampler.Config{SampleRate: 99, KernelStacks: true}, Options{SampleRate: 99, KernelSymbols: true, Logs: true})
+	pid, cpu := runFixture(t, bin, fixtureSeconds, "syscall")
+	r := h.collect(t)
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	var total, withK, readPath int64
+	kernelID := ""
+	for _, s := range v.samples(t, pid) {
+		total += s.count
+		var names []string
+		for _, l := range s.locs {
+			if v.attrs(l.AttributeIndices().AsRaw())[AttrFrameType] != FrameKernel {
+				continue
+			}
+			file, a := v.mapping(l)
+			if file == FileKernel {
+				kernelID, _ = a[AttrBuildIDGNU].(string)
+			}
+			names = append(names, v.function(l))
+		}
+		if len(names) == 0 {
+			continue
+		}
+		withK += s.count
+		chain := strings.Join(names, ";")
+		if strings.Contains(chain, "vfs_read") || strings.Contains(chain, "ksys_read") {
+			readPath += s.count
+		}
+	}
+	t.Logf("pid %d: %d samples for %v of CPU, %d with kernel frames, %d through vfs_read/ksys_read; vmlinux build id %q; failures %v",
+		pid, total, cpu, withK, readPath, kernelID, r.Failures)
+	if float64(withK) < 0.8*float64(total) {
+		t.Errorf("%d/%d samples have kernel frames, want >= 80%%", withK, total)
+	}
+	if float64(readPath) < 0.8*float64(withK) {
+		t.Errorf("%d/%d kernel stacks are named through vfs_read/ksys_read, want >= 80%%", readPath, withK)
+	}
+	if b, err := os.ReadFile("/sys/kernel/notes"); err == nil && len(b) > 0 && kernelID == "" {
+		t.Errorf("kernel mapping without a build id although /sys/kernel/notes exists")
+	}
+}
+
+// The JVM writes its perf map on request (jcmd PID Compiler.perfmap, JDK
+// 17+); with -XX:+PreserveFramePointer the sampler walks JIT frames, which
+// the builder names from the map.
+func TestJavaFramesNamed(t *testing.T) {
+	java := testfixture.NeedTool(t, "java")
+	javac := testfixture.NeedTool(t, "javac")
+	jcmd := testfixture.NeedTool(t, "jcmd")
+	dir := t.TempDir()
+	if out, err := exec.Command(javac, "-d", dir, testfixture.Src(t, "perfmap/Hot.java")).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99, PerfMaps: true, Logs: true})
+	cmd := exec.Command(java, "-XX:+PreserveFramePointer", "-cp", dir, "Hot", "30")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		os.Remove(filepath.Join("/tmp", "perf-"+strconv.Itoa(pid)+".map"))
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "started") {
+		t.Fatalf("fixture did not start: %q %v", line, err)
+	}
+	time.Sleep(2 * time.Second) // let C2 compile spin
+	if b, err := exec.Command(jcmd, strconv.Itoa(pid), "Compiler.perfmap").CombinedOutput(); err != nil {
+		t.Fatalf("jcmd Compiler.perfmap: %v\n%s", err, b)
+	}
+	time.Sleep(2 * time.Second)
+	r := h.collect(t)
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	var total, jvm, spin int64
+	names := map[string]int64{}
+	for _, s := range v.samples(t, pid) {
+		total += s.count
+		hasJVM, hasSpin := false, false
+		for _, l := range s.locs {
+			if v.attrs(l.AttributeIndices().AsRaw())[AttrFrameType] != FrameJVM {
+				continue
+			}
+			hasJVM = true
+			fn := v.function(l)
+			names[fn] += s.count
+			hasSpin = hasSpin || strings.Contains(fn, "Hot") && strings.Contains(fn, "spin")
+		}
+		if hasJVM {
+			jvm += s.count
+		}
+		if hasSpin {
+			spin += s.count
+		}
+	}
+	t.Logf("pid %d: %d samples, %d with jvm frames, %d through Hot.spin; failures %v; jvm names %v", pid, total, jvm, spin, r.Failures, top(names, 8))
+	if spin == 0 || float64(spin) < 0.3*float64(total) {
+		t.Errorf("%d/%d samples have a jvm frame naming Hot.spin, want >= 30%%", spin, total)
+	}
+}
+
+// top returns the n heaviest keys, for logs.
+func top(m map[string]int64, n int) []string {
+	var out []string
+	for len(out) < n && len(m) > 0 {
+		best, bv := "", int64(-1)
+		for k, v := range m {
+			if v > bv {
+				best, bv = k, v
+			}
+		}
+		out = append(out, fmt.Sprintf("%s=%d", best, bv))
+		delete(m, best)
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package profbuild
+
+import (
+	"path/filepath"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/pdict"
+	"github.com/profsym/profsym/internal/symbolize/kernel"
+	"github.com/profsym/profsym/internal/symbolize/perfmap"
+)
+
+// Attribute keys of docs/frame-format.md.
+const (
+	AttrPID            = "process.pid"
+	AttrExeName        = "process.executable.name"
+	AttrExePath        = "process.executable.path"
+	AttrContainerID    = "container.id"
+	AttrHostName       = "host.name"
+	AttrKernelRelease  = "os.kernel.release"
+	AttrThreadID       = "thread.id"
+	AttrThreadName     = "thread.name"
+	AttrCPU            = "cpu.logical_number"
+	AttrBuildIDGNU     = "process.executable.build_id.gnu"
+	AttrBuildIDGo      = "process.executable.build_id.go"
+	AttrBuildIDHTLHash = "process.executable.build_id.htlhash"
+	AttrFrameType      = "profile.frame.type"
+)
+
+// Frame types.
+const (
+	FrameNative = "native"
+	FrameKernel = "kernel"
+	FrameJVM    = "jvm"
+	FrameV8JS   = "v8js"
+	FrameDotnet = "dotnet"
+)
+
+// run builds one report.
+type run struct {
+	b          *Builder
+	start, end time.Time
+	prof       pprofile.Profiles
+	dict       *pdict.Dict
+	procs      map[int]*procOut
+	order      []*procOut
+	frames     map[frameKey]frame
+	mappings   map[*normalize.Mapping]int32
+	kernMaps   map[string]int32 // module ("" for vmlinux) -> mapping
+	refreshed  map[int]bool
+	kinfo      kernel.Info
+	kinfoRead  bool
+	rep        Report
+	locScratch []int32
+}
+
+type frameKey struct {
+	pid    int // 0 for kernel frames
+	addr   uint64
+	kernel bool
+}
+
+// frame is a built location plus what the logs say about it.
+type frame struct {
+	loc  int32
+	addr uint64
+	file string
+	gnu  string // build ids of the file, for the logs
+	goID string
+	htl  string
+	typ  string
+	fn   string
+}
+
+type procOut struct {
+	pid   int
+	p     *normalize.Process // nil when the process was never read
+	comm  string
+	rows  map[rowKey]*row
+	order []*row
+
+	jit     *perfmap.Map // nil without a perf map
+	jitRead bool
+}
+
+type rowKey struct {
+	tid, cpu uint32
+	comm     string
+	stack    int32
+}
+
+type row struct {
+	rowKey
+	count  uint64
+	first  int64
+	frames []frame // for logs
+}
+
+func newRun(b *Builder, start, end time.Time) *run {
+	prof := pprofile.NewProfiles()
+	return &run{b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
+		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
+		kernMaps: map[string]int32{}, refreshed: map[int]bool{},
+		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}}}
+}
+
+func (r *run) fail(reason string) { r.rep.Failures[reason]++ }
+
+// add normalizes one sampler row into its process's aggregated samples.
+func (r *run) add(s *sampler.Sample) {
+	pid := int(s.Pid)
+	if !r.b.targeted(pid) {
+		r.rep.Filtered += s.Count
+		return
+	}
+	po := r.proc(pid, s.Comm)
+	var frames []frame
+	locs := r.locScratch[:0]
+	for i, pc := range s.KernelPCs {
+		f := r.kernelFrame(pc, i > 0)
+		locs = append(locs, f.loc)
+		frames = append(frames, f)
+	}
+	for i, pc := range s.UserPCs {
+		f := r.userFrame(po, pc, i > 0)
+		locs = append(locs, f.loc)
+		frames = append(frames, f)
+	}
+	r.locScratch = locs
+	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs)}
+	rw := po.rows[k]
+	if rw == nil {
+		rw = &row{rowKey: k, first: s.FirstNs}
+		if r.b.opt.Logs {
+			rw.frames = frames
+		}
+		po.rows[k] = rw
+		po.order = append(po.order, rw)
+	}
+	rw.count += s.Count
+	rw.first = min(rw.first, s.FirstNs)
+	r.rep.Samples += s.Count
+}
+
+// proc returns the output state of pid, using the snapshot taken when the
+// process was first seen (or reading one now if it is still alive).
+func (r *run) proc(pid int, comm string) *procOut {
+	if po := r.procs[pid]; po != nil {
+		return po
+	}
+	po := &procOut{pid: pid, comm: comm, rows: map[rowKey]*row{}}
+	p := r.b.norm.Cached(pid)
+	if p == nil {
+		p, _ = r.b.norm.Process(pid)
+	}
+	if p != nil {
+		po.p = p
+		po.comm = p.Comm
+	}
+	r.b.mu.Lock()
+	r.b.lastSeen[pid] = r.b.reports
+	r.b.mu.Unlock()
+	r.procs[pid] = po
+	r.order = append(r.order, po)
+	return po
+}
+
+// finish writes one ResourceProfiles (and ResourceLogs) per process.
+func (r *run) finish() Report {
+	for _, po := range r.order {
+		r.writeProfile(po)
+		if r.b.opt.Logs {
+			r.writeLogs(po)
+		}
+	}
+	return r.rep
+}
+
+func (r *run) fillResource(res pcommon.Resource, po *procOut) {
+	a := res.Attributes()
+	a.PutInt(AttrPID, int64(po.pid))
+	name, path := po.comm, ""
+	if po.p != nil && po.p.ExePath != "" {
+		path = po.p.ExePath
+		name = filepath.Base(path)
+	}
+	a.PutStr(AttrExeName, name)
+	if path != "" {
+		a.PutStr(AttrExePath, path)
+	}
+	if po.p != nil && po.p.ContainerID != "" {
+		a.PutStr(AttrContainerID, po.p.ContainerID)
+	}
+	if r.b.opt.HostName != "" {
+		a.PutStr(AttrHostName, r.b.opt.HostName)
+	}
+	if r.b.opt.KernelRelease != "" {
+		a.PutStr(AttrKernelRelease, r.b.opt.KernelRelease)
+	}
+}
+
+func (r *run) writeProfile(po *procOut) {
+	rp := r.prof.ResourceProfiles().AppendEmpty()
+	r.fillResource(rp.Resource(), po)
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.Scope().SetName(ScopeName)
+	sp.Scope().SetVersion(r.b.opt.ScopeVersion)
+	p := sp.Profiles().AppendEmpty()
+	p.SetProfileID(newProfileID())
+	p.SampleType().SetTypeStrindex(r.dict.String("samples"))
+	p.SampleType().SetUnitStrindex(r.dict.String("count"))
+	p.PeriodType().SetTypeStrindex(r.dict.String("cpu"))
+	p.PeriodType().SetUnitStrindex(r.dict.String("nanoseconds"))
+	p.SetPeriod(int64(time.Second) / int64(r.b.opt.SampleRate))
+	p.SetTime(pcommon.NewTimestampFromTime(r.start))
+	p.SetDurationNano(uint64(max(r.end.Sub(r.start), 0)))
+	ss := p.Samples()
+	ss.EnsureCapacity(len(po.order))
+	for _, rw := range po.order {
+		s := ss.AppendEmpty()
+		s.SetStackIndex(rw.stack)
+		s.Values().Append(int64(rw.count))
+		s.TimestampsUnixNano().Append(uint64(rw.first))
+		s.AttributeIndices().Append(
+			r.dict.AttrInt(AttrThreadID, int64(rw.tid)),
+			r.dict.AttrStr(AttrThreadName, rw.comm),
+			r.dict.AttrInt(AttrCPU, int64(rw.cpu)))
+		r.rep.Rows++
+	}
+}
