@@ -39,7 +39,7 @@ var (
 
 // Reason maps an error to its short, countable reason string.
 func Reason(err error) string {
-	for _, r := range []error{ErrBuildIDMismatch, ErrTimeout, ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound} {
+	for _, r := range []error{ErrInvalidBuildID, ErrBuildIDMismatch, ErrTimeout, ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound} {
 		if errors.Is(err, r) {
 			return r.Error()
 		}
