@@ -8,7 +8,7 @@ import (
 
 func TestParseBuildID(t *testing.T) {
 	good := map[string]string{
-		"8a7b6c5d":                                 "8a7b6c5d",
+		"8a7b6c5d": "8a7b6c5d",
 		"8A7B6C5D0011223344556677889900AABBCCDDEE": "8a7b6c5d0011223344556677889900aabbccddee",
 		strings.Repeat("ab", MaxBuildIDBytes):      strings.Repeat("ab", MaxBuildIDBytes),
 	}
