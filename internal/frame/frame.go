@@ -35,11 +35,17 @@ var (
 	ErrTimeout         = errors.New("timeout")
 	ErrCorruptFile     = errors.New("corrupt_file")
 	ErrNotFound        = errors.New("not_found") // no file for this object at all
+	// ErrLimitExceeded: a configured bound (file size, decompressed bytes,
+	// download size or time, name length) stopped the work for this frame.
+	ErrLimitExceeded = errors.New("limit_exceeded")
+	// ErrInvalidPath: a path from the input escapes its configured root or
+	// names something other than a regular file.
+	ErrInvalidPath = errors.New("invalid_path")
 )
 
 // Reason maps an error to its short, countable reason string.
 func Reason(err error) string {
-	for _, r := range []error{ErrInvalidBuildID, ErrBuildIDMismatch, ErrTimeout, ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound} {
+	for _, r := range []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrTimeout, ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound} {
 		if errors.Is(err, r) {
 			return r.Error()
 		}
