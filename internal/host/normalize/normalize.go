@@ -28,6 +28,7 @@ import (
 // identities and the PT_LOAD headers that turn file offsets into ELF
 // addresses. Computed once per (device, inode, size, mtime).
 type FileInfo struct {
+	ID         FileID // what the file is cached under; unwind tables use it too
 	Path       string // as the process sees it
 	GNUBuildID string // lowercase hex, empty when absent
 	GoBuildID  string
@@ -95,11 +96,15 @@ type Normalizer struct {
 	procs map[int]*Process
 }
 
-type fileKey struct {
-	dev, ino uint64
-	size     int64
-	mtime    int64
+// FileID identifies one version of a file on this host: device, inode,
+// size and modification time, as stat(2) gives them.
+type FileID struct {
+	Dev, Ino uint64
+	Size     int64
+	Mtime    int64 // ns
 }
+
+type fileKey = FileID
 
 // New makes a Normalizer.
 func New(opt Options) *Normalizer {
@@ -218,11 +223,12 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 			lastErr = err
 			continue
 		}
-		key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+		key := fileKey{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim.Nano()}
 		if fi, ok := n.files.Get(key); ok {
 			return fi
 		}
 		fi := identify(c, m.Path)
+		fi.ID = key
 		if fi.Err != nil {
 			lastErr = fi.Err
 			if c != candidates[len(candidates)-1] {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // MaxStackDepth is the deepest stack the kernel walks by default
@@ -68,6 +69,36 @@ type Config struct {
 	StackMapEntries int
 	// CountMapEntries sizes each of the two count hash maps; zero means 16384.
 	CountMapEntries int
+	// Unwinding selects how user stacks are walked and bounds the unwind
+	// tables. ModeAuto (the default) walks with unwind tables in kernel
+	// aggregation mode; ModeRingBuffer always uses frame pointers.
+	Unwinding unwind.Config
+}
+
+// StopReason says why a walked user stack ended, or what first made it
+// less than exact (numbered as enum stop_reason in bpf/unwind.h).
+type StopReason uint8
+
+// Stop reasons.
+const (
+	StopOK             StopReason = iota // an outermost frame was reached
+	StopNotReady                         // process or table not loaded yet: frame pointers
+	StopUnknownMapping                   // a PC in no known mapping of the process
+	StopNoTable                          // a file without usable unwind table: frame pointers
+	StopReadFault                        // reading the stack failed
+	StopDepth                            // MaxStackDepth reached
+	StopBadFrame                         // the stack pointer went backwards
+	StopFramePointers                    // walked by bpf_get_stackid (frame pointers mode)
+	NumStopReasons
+)
+
+var stopNames = [...]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers"}
+
+func (r StopReason) String() string {
+	if int(r) < len(stopNames) {
+		return stopNames[r]
+	}
+	return fmt.Sprintf("StopReason(%d)", uint8(r))
 }
 
 // Sample is one aggregated row: every sample of one thread on one CPU with
@@ -82,6 +113,9 @@ type Sample struct {
 	FirstNs   int64 // Unix time of the first and last sample, ns
 	LastNs    int64
 	Truncated bool // a stack reached MaxStackDepth and may be cut short
+	// Stop says how the user stack ended when it was walked with unwind
+	// tables (StopOK for a whole stack); StopFramePointers otherwise.
+	Stop StopReason
 }
 
 // Batch is what Drain returns.
@@ -101,6 +135,11 @@ type Stats struct {
 	// LostEvents counts process events dropped in the kernel (ring buffer
 	// full) or in Go (Events channel full).
 	LostEvents uint64
+	// UnwindFrames counts user frames walked by the table-driven unwinder,
+	// Stops its stacks by how they ended, UnwindTailFail failed tail calls.
+	UnwindFrames   uint64
+	Stops          [NumStopReasons]uint64
+	UnwindTailFail uint64
 }
 
 // EventKind says what happened to a process.
@@ -111,6 +150,9 @@ const (
 	ProcessNew  EventKind = 1 // first sample of this pid since it was last seen
 	ProcessExec EventKind = 2 // a sampled process called execve: its maps changed
 	ProcessExit EventKind = 3 // a sampled process's last thread is exiting
+	// ProcessMapsChanged: a PC fell in no known mapping (dlopen, mmap after
+	// the last snapshot); at most one per process and second.
+	ProcessMapsChanged EventKind = 4
 )
 
 func (k EventKind) String() string {
@@ -121,6 +163,8 @@ func (k EventKind) String() string {
 		return "exec"
 	case ProcessExit:
 		return "exit"
+	case ProcessMapsChanged:
+		return "maps-changed"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint32(k))
 }
@@ -171,7 +215,8 @@ type Sampler struct {
 	closed  bool
 	active  uint32 // kernel aggregation: buffer the program writes
 
-	agg            *rbAggregator // ModeRingBuffer only
+	unwinder       *unwind.Manager // nil unless walking with unwind tables
+	agg            *rbAggregator   // ModeRingBuffer only
 	truncatedUser  atomic.Uint64 // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
 }
@@ -196,6 +241,16 @@ type aggObjs struct {
 	Stacks1      *ebpf.Map     `ebpf:"stacks1"`
 	Barrier      *ebpf.Map     `ebpf:"barrier"`
 	BarrierInner *ebpf.Map     `ebpf:"barrier_inner"`
+
+	UnwindStep     *ebpf.Program `ebpf:"unwind_step"`
+	UnwindProgs    *ebpf.Map     `ebpf:"unwind_progs"`
+	UnwindProcs    *ebpf.Map     `ebpf:"unwind_procs"`
+	UnwindMappings *ebpf.Map     `ebpf:"unwind_mappings"`
+	UnwindTables   *ebpf.Map     `ebpf:"unwind_tables"`
+	UnwindRows     *ebpf.Map     `ebpf:"unwind_rows"`
+	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
+	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
+	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
 }
 
 type rbObjs struct {
@@ -241,15 +296,24 @@ func (o *objects) stacks(i uint32) *ebpf.Map {
 	return o.Stacks1
 }
 
+func (o *objects) ustacks(i uint32) *ebpf.Map {
+	if i == 0 {
+		return o.Ustacks0
+	}
+	return o.Ustacks1
+}
+
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
 	}
 	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
-		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch} {
+		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
+		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
+		o.Ustacks0, o.Ustacks1} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -283,7 +347,16 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	return nil
+	if c.Unwinding.Logger == nil {
+		c.Unwinding.Logger = c.Logger
+	}
+	c.Unwinding.SetDefaults()
+	return c.Unwinding.Validate()
+}
+
+// walking reports whether user stacks are walked with unwind tables.
+func (c *Config) walking() bool {
+	return c.Mode == ModeKernelAggregation && c.Unwinding.Mode == unwind.ModeAuto
 }
 
 // New checks prerequisites, loads the BPF objects and attaches the sampling
@@ -316,6 +389,18 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.tracing = append(s.tracing, l)
 	}
+	if cfg.walking() {
+		if err := s.objs.UnwindProgs.Put(uint32(0), s.objs.UnwindStep); err != nil {
+			return nil, fmt.Errorf("sampler: installing the unwinder: %w", err)
+		}
+		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
+			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
+			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sampler: %w", err)
+		}
+	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
 		return nil, fmt.Errorf("sampler: events ring buffer: %w", err)
 	}
@@ -325,9 +410,14 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.agg = newRBAggregator(cfg.MaxStackDepth)
 	}
+	unwinding := unwind.ModeFramePointers
+	if cfg.walking() {
+		unwinding = unwind.ModeAuto
+	}
 	s.log.Info("sampler ready", zap.Int("cpus", len(s.cpus)), zap.Int("hz", cfg.SampleRate),
 		zap.Stringer("mode", cfg.Mode), zap.Int("max_stack_depth", cfg.MaxStackDepth),
-		zap.Bool("kernel_stacks", cfg.KernelStacks))
+		zap.Bool("kernel_stacks", cfg.KernelStacks), zap.Stringer("unwinding", unwinding),
+		zap.Int64("max_table_bytes", cfg.Unwinding.MaxTableBytes))
 	return s, nil
 }
 
@@ -349,6 +439,23 @@ func (s *Sampler) load() error {
 	}
 	for _, name := range []string{bpf.ProfileMapCounts0, bpf.ProfileMapCounts1} {
 		spec.Maps[name].MaxEntries = uint32(s.cfg.CountMapEntries)
+	}
+	if err := spec.Variables[bpf.ProfileVarUnwindCfi].Set(s.cfg.walking()); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	// Unwind maps are referenced by profile_agg either way; without the
+	// walker they shrink to one entry.
+	u := s.cfg.Unwinding
+	sizes := map[string]uint32{
+		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
+		bpf.ProfileMapUnwindTables: uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
+		bpf.ProfileMapUstacks0: uint32(s.cfg.StackMapEntries), bpf.ProfileMapUstacks1: uint32(s.cfg.StackMapEntries),
+	}
+	for name, n := range sizes {
+		if !s.cfg.walking() {
+			n = 1
+		}
+		spec.Maps[name].MaxEntries = n
 	}
 	ncpu := runtime.NumCPU()
 	if cpus, err := onlineCPUs(); err == nil {
@@ -383,6 +490,17 @@ func (s *Sampler) load() error {
 		return fmt.Errorf("sampler: loading BPF objects: %w", err2)
 	}
 	return nil
+}
+
+// Unwinder returns the unwind table manager, nil when user stacks are walked
+// with frame pointers. Callers feed it process snapshots (Track) on
+// ProcessNew, ProcessExec and ProcessMapsChanged, and Forget on ProcessExit.
+func (s *Sampler) Unwinder() *unwind.Manager { return s.unwinder }
+
+// sync returns after an RCU grace period: an ARRAY_OF_MAPS update waits for
+// every BPF program that might still read what was replaced.
+func (s *Sampler) sync() error {
+	return s.objs.Barrier.Put(uint32(0), s.objs.BarrierInner)
 }
 
 // Start enables the perf events and the readers. It fails on a second call.
@@ -446,6 +564,11 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.LostRingbuf += p.LostRingbuf
 		st.LostEvents += p.LostEvents
 		st.Truncated += p.Truncated
+		st.UnwindFrames += p.UnwindFrames
+		st.UnwindTailFail += p.UnwindTailFail
+		for i := range st.Stops {
+			st.Stops[i] += p.Stops[i]
+		}
 	}
 	st.Truncated += s.truncatedUser.Load()
 	st.LostEvents += s.lostEventsUser.Load()
@@ -490,6 +613,10 @@ func (s *Sampler) release() error {
 	}
 	s.wg.Wait()
 	s.eventsRd, s.samplesRd = nil, nil
+	if s.unwinder != nil {
+		s.unwinder.Close()
+		s.unwinder = nil
+	}
 	if !s.eventsClosed {
 		close(s.events) // readers are joined: no more sends
 		s.eventsClosed = true

@@ -1,0 +1,146 @@
+//go:build linux
+
+package unwind
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/host/unwind/table"
+)
+
+var errE2BIG = unix.E2BIG
+
+// worker builds queued tables one at a time, so that a burst of new files
+// costs one core's share at most and never delays sampling.
+func (m *Manager) worker() {
+	defer close(m.done)
+	for range m.wake {
+		for {
+			m.mu.Lock()
+			if m.closed || len(m.queue) == 0 {
+				m.mu.Unlock()
+				break
+			}
+			f := m.queue[0]
+			m.queue = m.queue[1:]
+			opens := append([]string(nil), f.opens...)
+			m.mu.Unlock()
+
+			began := time.Now()
+			enc, err := buildFile(f, opens)
+			took := time.Since(began)
+			m.install(f, enc, err, took)
+		}
+	}
+}
+
+// buildFile opens the file by one of its paths, checks it is the version
+// the processes map, and builds and encodes its table.
+func buildFile(f *file, opens []string) (encoded, error) {
+	var lastErr error = errors.New("no path to open")
+	for _, p := range opens {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			lastErr = err
+			continue
+		}
+		if st.Dev != f.id.Dev || st.Ino != f.id.Ino || st.Size != f.id.Size || st.Mtim.Nano() != f.id.Mtime {
+			lastErr = fmt.Errorf("%s changed since it was mapped", p)
+			continue
+		}
+		ef, err := elfx.Open(p)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		t, err := table.Build(ef, table.Options{MaxRows: MaxRowsPerTable})
+		ef.Close()
+		if err != nil {
+			return encoded{}, err
+		}
+		return encode(t), nil
+	}
+	return encoded{}, lastErr
+}
+
+// install loads a built table into the rows map, evicting idle tables for
+// room, and flips its slot to ready.
+func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f.queued = false
+	m.stats.BuildTime += took
+	if m.closed || f.retired {
+		return
+	}
+	if buildErr != nil || len(enc.rows) == 0 {
+		m.stats.BuildFailures++
+		m.setState(f, stateNone)
+		m.log.Debug("no unwind table: frame pointers", zap.String("file", f.path), zap.Error(buildErr))
+		if f.refs == 0 {
+			m.retire(f)
+		}
+		return
+	}
+	m.stats.Builds++
+	n := uint32(len(enc.rows))
+	sp, ok := m.rows.alloc(n)
+	for !ok {
+		if len(m.rows.pending) > 0 {
+			if err := m.reclaim(); err != nil {
+				break
+			}
+		} else if !m.evictOne() {
+			break
+		}
+		sp, ok = m.rows.alloc(n)
+	}
+	if !ok {
+		m.stats.NoRoom++
+		f.noRoom = true
+		m.setState(f, stateNone)
+		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
+			zap.String("file", f.path), zap.Int("rows", len(enc.rows)))
+		return
+	}
+	keys := make([]uint32, 0, 8192)
+	for i := uint32(0); i < n; i += 8192 {
+		j := min(i+8192, n)
+		keys = keys[:0]
+		for k := i; k < j; k++ {
+			keys = append(keys, sp.off+k)
+		}
+		if _, err := m.maps.Rows.BatchUpdate(keys, enc.rows[i:j], nil); err != nil {
+			m.rows.release(sp)
+			m.stats.BuildFailures++
+			m.setState(f, stateNone)
+			m.log.Warn("loading an unwind table failed", zap.String("file", f.path), zap.Error(err))
+			return
+		}
+	}
+	f.rows = sp
+	f.state = stateReady
+	if err := m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{Base: enc.base, First: sp.off, Count: n, State: stateReady}); err != nil {
+		m.log.Warn("publishing an unwind table failed", zap.String("file", f.path), zap.Error(err))
+	}
+	if f.refs == 0 && f.lru == nil {
+		f.lru = m.idle.PushBack(f)
+	}
+	m.log.Debug("unwind table loaded", zap.String("file", f.path), zap.Int("rows", len(enc.rows)),
+		zap.Int("fallback_rows", enc.fallbacks), zap.Duration("took", took))
+}
+
+func (m *Manager) setState(f *file, state uint32) {
+	f.state = state
+	if f.slot != noRoomSlot {
+		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: state})
+	}
+}

@@ -1,0 +1,475 @@
+//go:build linux
+
+// Package unwind keeps the eBPF sampler's unwind tables: one table per
+// executable file (built from .eh_frame, .debug_frame or Go's pcsp by package
+// table, off the sampling path), shared by every process that maps the file,
+// and one sorted list of executable mappings per process that points each
+// address range at its file's table. The BPF walker (bpf/unwind.h) reads
+// them. See docs/unwinding.md.
+package unwind
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/host/normalize"
+)
+
+// Mode selects how user stacks are walked.
+type Mode int
+
+const (
+	// ModeAuto walks with unwind tables where a file has them and with
+	// frame pointers elsewhere.
+	ModeAuto Mode = iota
+	// ModeFramePointers walks with frame pointers only (bpf_get_stackid).
+	ModeFramePointers
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeFramePointers:
+		return "frame_pointers"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode reads "auto" or "frame_pointers".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "auto":
+		return ModeAuto, nil
+	case "frame_pointers":
+		return ModeFramePointers, nil
+	}
+	return 0, fmt.Errorf("unwinding mode must be auto or frame_pointers, not %q", s)
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxTableBytes = 64 << 20
+	DefaultMaxMappings   = 65536
+	DefaultMaxTables     = 4096
+	DefaultMaxProcesses  = 16384
+)
+
+// Config bounds the kernel memory of the tables. Every map is allocated in
+// full when the sampler loads (BPF arrays are preallocated) and charged to
+// the agent's memory cgroup, not to RLIMIT_MEMLOCK.
+type Config struct {
+	Mode Mode
+	// MaxTableBytes bounds the rows of all tables (8 bytes each).
+	MaxTableBytes int64
+	// MaxMappings bounds the executable mappings of all tracked processes
+	// (32 bytes each).
+	MaxMappings int
+	// MaxTables bounds the number of files with a table (24 bytes each).
+	MaxTables int
+	// MaxProcesses bounds the tracked processes.
+	MaxProcesses int
+	// ProcRoot is "/proc" unless testing.
+	ProcRoot string
+	Logger   *zap.Logger
+}
+
+// SetDefaults fills zero fields.
+func (c *Config) SetDefaults() {
+	if c.MaxTableBytes == 0 {
+		c.MaxTableBytes = DefaultMaxTableBytes
+	}
+	if c.MaxMappings == 0 {
+		c.MaxMappings = DefaultMaxMappings
+	}
+	if c.MaxTables == 0 {
+		c.MaxTables = DefaultMaxTables
+	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// Validate checks the bounds.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Mode != ModeAuto && c.Mode != ModeFramePointers {
+		errs = append(errs, fmt.Errorf("unknown unwinding mode %v", c.Mode))
+	}
+	if c.MaxTableBytes < 1<<20 || c.MaxTableBytes > 4<<30 {
+		errs = append(errs, fmt.Errorf("max_table_bytes must be between 1 MiB and 4 GiB, got %d", c.MaxTableBytes))
+	}
+	if c.MaxMappings < 1024 || c.MaxMappings > 1<<24 {
+		errs = append(errs, fmt.Errorf("max_mappings must be between 1024 and %d, got %d", 1<<24, c.MaxMappings))
+	}
+	if c.MaxTables < 16 || c.MaxTables > 1<<20 {
+		errs = append(errs, fmt.Errorf("max_tables must be between 16 and %d, got %d", 1<<20, c.MaxTables))
+	}
+	if c.MaxProcesses < 16 || c.MaxProcesses > 1<<22 {
+		errs = append(errs, fmt.Errorf("max_processes must be between 16 and %d, got %d", 1<<22, c.MaxProcesses))
+	}
+	return errors.Join(errs...)
+}
+
+// Rows is how many rows MaxTableBytes holds.
+func (c *Config) Rows() uint32 { return uint32(c.MaxTableBytes / RowBytes) }
+
+// Maps are the sampler's BPF maps the tables live in, and a function that
+// returns once no BPF program can still be reading what was there before
+// the call (an RCU grace period).
+type Maps struct {
+	Procs, Mappings, Tables, Rows *ebpf.Map
+	Sync                          func() error
+}
+
+// Stats are the Manager's gauges and counters.
+type Stats struct {
+	Processes     int    // processes with mappings in the kernel
+	Mappings      int    // mapping entries in use
+	Tables        int    // files with a table loaded
+	TablesPending int    // files whose table is being built
+	TablesNone    int    // files without a usable table (no CFI, too big, no room)
+	Rows          int    // rows loaded
+	RowBytes      int64  // kernel memory of the rows
+	Builds        uint64 // tables built
+	BuildFailures uint64 // files whose table could not be built (frame pointers instead)
+	Evictions     uint64 // unused tables dropped to make room
+	NoRoom        uint64 // tables that did not fit even after evicting (frame pointers instead)
+	ProcsNoRoom   uint64 // processes left to frame pointers: no room for their mappings
+	BuildTime     time.Duration
+}
+
+// slot 0 of unwind_tables never holds a table: it is the "no room" slot,
+// whose state is stateNone, for files that got no slot of their own.
+const noRoomSlot = 0
+
+type file struct {
+	id      normalize.FileID
+	path    string
+	slot    uint32
+	refs    int
+	state   uint32
+	rows    span
+	opens   []string      // candidate paths to open it by
+	lru     *list.Element // in Manager.idle while refs == 0 and the table holds rows
+	noRoom  bool
+	queued  bool
+	retired bool // evicted: the slot and rows are released
+}
+
+type proc struct {
+	maps  span
+	files []*file
+}
+
+// Manager owns the table maps' contents. Safe for concurrent use.
+type Manager struct {
+	cfg  Config
+	maps Maps
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	files   map[normalize.FileID]*file
+	procs   map[int]*proc
+	rows    *allocator
+	mapSlot *allocator
+	slots   *allocator // of unwind_tables
+	idle    *list.List // unreferenced files with rows, least recently used first
+	queue   []*file
+	wake    chan struct{}
+	stats   Stats
+	closed  bool
+	done    chan struct{}
+}
+
+// New starts a Manager over maps sized by cfg (the sampler sizes them).
+func New(cfg Config, maps Maps) (*Manager, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg: cfg, maps: maps, log: cfg.Logger,
+		files: map[normalize.FileID]*file{}, procs: map[int]*proc{},
+		rows:    newAllocator(cfg.Rows()),
+		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
+		slots:   newAllocator(uint32(cfg.MaxTables)),
+		idle:    list.New(),
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	m.slots.alloc(1) // noRoomSlot
+	if err := maps.Tables.Put(uint32(noRoomSlot), bpf.ProfileUnwindTable{State: stateNone}); err != nil {
+		return nil, fmt.Errorf("unwind: %w", err)
+	}
+	go m.worker()
+	return m, nil
+}
+
+// Close stops the builder. The maps belong to the sampler.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.wake)
+	<-m.done
+}
+
+// Stats returns the current figures.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	st.Processes = len(m.procs)
+	st.Mappings = int(m.mapSlot.used)
+	st.Rows = int(m.rows.used)
+	st.RowBytes = int64(m.rows.used) * RowBytes
+	for _, f := range m.files {
+		switch f.state {
+		case stateReady:
+			st.Tables++
+		case statePending:
+			st.TablesPending++
+		default:
+			st.TablesNone++
+		}
+	}
+	return st
+}
+
+// Track loads (or replaces) p's mappings, queueing a table build for every
+// file not seen before. Until a table is ready, the BPF side walks that
+// file's frames with frame pointers and marks the stack not_ready.
+func (m *Manager) Track(p *normalize.Process) error {
+	if p == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	pr := &proc{}
+	ents := make([]bpf.ProfileUnwindMapping, 0, len(p.Mappings))
+	for i := range p.Mappings {
+		mp := &p.Mappings[i]
+		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
+		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
+			if v, ok := addrmap.FileOffsetToVaddr(fi.Loads, mp.Offset); ok {
+				f := m.fileFor(fi, p.PID, mp)
+				pr.files = append(pr.files, f)
+				e.Table = f.slot
+				e.Bias = mp.Start - v
+			}
+		}
+		if len(ents) == MaxMappingsPerProcess {
+			break // the BPF search reaches no further; the rest walk not_ready... rare
+		}
+		ents = append(ents, e)
+	}
+	old := m.procs[p.PID]
+	sp, ok := m.mapSlot.alloc(uint32(len(ents)))
+	if !ok && len(m.mapSlot.pending) > 0 {
+		if err := m.reclaim(); err != nil {
+			m.unref(pr.files)
+			return err
+		}
+		sp, ok = m.mapSlot.alloc(uint32(len(ents)))
+	}
+	if !ok {
+		m.stats.ProcsNoRoom++
+		m.unref(pr.files)
+		m.log.Debug("no room for the mappings of a process: frame pointers", zap.Int("pid", p.PID))
+		return nil
+	}
+	pr.maps = sp
+	if err := m.writeMappings(sp, ents); err != nil {
+		m.mapSlot.release(sp)
+		m.unref(pr.files)
+		return err
+	}
+	val := bpf.ProfileUnwindProc{First: sp.off, Count: sp.n}
+	if err := m.maps.Procs.Put(uint32(p.PID), val); err != nil {
+		m.mapSlot.release(sp)
+		m.unref(pr.files)
+		if errors.Is(err, errE2BIG) {
+			m.stats.ProcsNoRoom++
+			return nil
+		}
+		return fmt.Errorf("unwind: pid %d: %w", p.PID, err)
+	}
+	m.procs[p.PID] = pr
+	if old != nil {
+		m.mapSlot.release(old.maps)
+		m.unref(old.files)
+	}
+	return nil
+}
+
+// Forget drops pid's mappings (it exited; the BPF side already dropped its
+// entry, so a reused PID never sees them).
+func (m *Manager) Forget(pid int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pr := m.procs[pid]
+	if pr == nil {
+		return
+	}
+	delete(m.procs, pid)
+	_ = m.maps.Procs.Delete(uint32(pid))
+	m.mapSlot.release(pr.maps)
+	m.unref(pr.files)
+}
+
+func (m *Manager) writeMappings(sp span, ents []bpf.ProfileUnwindMapping) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(ents))
+	for i := range keys {
+		keys[i] = sp.off + uint32(i)
+	}
+	if _, err := m.maps.Mappings.BatchUpdate(keys, ents, nil); err != nil {
+		return fmt.Errorf("unwind: writing mappings: %w", err)
+	}
+	return nil
+}
+
+// fileFor returns the file of fi with a reference taken, creating its
+// entry and queueing its build on first sight.
+func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping) *file {
+	f := m.files[fi.ID]
+	if f == nil {
+		f = &file{id: fi.ID, path: fi.Path, state: statePending}
+		if s, ok := m.allocSlot(); ok {
+			f.slot = s
+			_ = m.maps.Tables.Put(s, bpf.ProfileUnwindTable{State: statePending})
+			m.files[fi.ID] = f
+			m.enqueue(f)
+		} else {
+			f.slot, f.state, f.noRoom = noRoomSlot, stateNone, true
+			m.stats.NoRoom++
+			// Not remembered: the next process mapping it tries again.
+		}
+	}
+	if f.lru != nil {
+		m.idle.Remove(f.lru)
+		f.lru = nil
+	}
+	f.refs++
+	if len(f.opens) < 4 {
+		dir := filepath.Join(m.cfg.ProcRoot, strconv.Itoa(pid))
+		f.opens = append(f.opens,
+			filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", mp.Start, mp.End)),
+			filepath.Join(dir, "root", mp.Path))
+	}
+	return f
+}
+
+func (m *Manager) unref(fs []*file) {
+	for _, f := range fs {
+		if f.slot == noRoomSlot && f.noRoom {
+			continue
+		}
+		f.refs--
+		if f.refs == 0 {
+			f.opens = nil
+			if f.state == stateReady {
+				f.lru = m.idle.PushBack(f)
+			} else if !f.queued {
+				m.retire(f) // nothing worth caching
+			}
+		}
+	}
+}
+
+// allocSlot takes a table slot, evicting the least recently used idle
+// table when none is free.
+func (m *Manager) allocSlot() (uint32, bool) {
+	for {
+		if s, ok := m.slots.alloc(1); ok {
+			return s.off, true
+		}
+		if len(m.slots.pending) > 0 {
+			if m.reclaim() == nil {
+				continue
+			}
+			return 0, false
+		}
+		if !m.evictOne() {
+			return 0, false
+		}
+	}
+}
+
+// evictOne drops the least recently used unreferenced table.
+func (m *Manager) evictOne() bool {
+	e := m.idle.Front()
+	if e == nil {
+		return false
+	}
+	f := e.Value.(*file)
+	m.idle.Remove(e)
+	f.lru = nil
+	m.retire(f)
+	m.stats.Evictions++
+	return true
+}
+
+// retire forgets f and releases its slot and rows once no program can
+// still read them.
+func (m *Manager) retire(f *file) {
+	if f.retired {
+		return
+	}
+	f.retired = true
+	if m.files[f.id] == f {
+		delete(m.files, f.id)
+	}
+	m.rows.release(f.rows)
+	f.rows = span{}
+	if f.slot != noRoomSlot {
+		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: stateNone})
+		m.slots.release(span{f.slot, 1})
+	}
+}
+
+// reclaim waits for a grace period, after which released spans are free.
+func (m *Manager) reclaim() error {
+	if err := m.maps.Sync(); err != nil {
+		return fmt.Errorf("unwind: waiting for BPF programs: %w", err)
+	}
+	m.rows.settle()
+	m.mapSlot.settle()
+	m.slots.settle()
+	return nil
+}
+
+func (m *Manager) enqueue(f *file) {
+	f.queued = true
+	m.queue = append(m.queue, f)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
