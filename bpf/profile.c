@@ -95,6 +95,7 @@ enum proc_event_kind {
 	PROC_EXEC = 2, /* a sampled tgid replaced its image */
 	PROC_EXIT = 3, /* a sampled tgid's last thread is exiting */
 	PROC_REMAP = 4, /* a PC in no known mapping: reread /proc/PID/maps */
+	PROC_TABLE = 5, /* a table in TABLE_LAZY state was sampled; pid holds its slot */
 };
 
 struct proc_event {
@@ -516,8 +517,14 @@ int handle_exec(__u64 *ctx)
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
-	if (!bpf_map_lookup_elem(&seen, &tgid))
+	/* With the walker, every exec is announced, so that tables of a new
+	 * program are usually loaded by its first sample. */
+	if (unwind_cfi) {
+		__u8 one = 1;
+		bpf_map_update_elem(&seen, &tgid, &one, BPF_ANY); /* so its exit is announced */
+	} else if (!bpf_map_lookup_elem(&seen, &tgid)) {
 		return 0;
+	}
 	emit_event(get_stats(), tgid, PROC_EXEC, 1);
 	return 0;
 }

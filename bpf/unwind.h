@@ -36,6 +36,7 @@ enum table_state {
 	TABLE_PENDING = 0, /* being built: FP fallback, stop reason NOT_READY */
 	TABLE_READY = 1,
 	TABLE_NONE = 2,    /* no CFI (or no room): FP fallback, stop reason NO_TABLE */
+	TABLE_LAZY = 3,    /* known but never sampled: the first sample asks for it */
 };
 
 /* Row info byte: kind in bits 0-1, CFA rule in bits 2-3, FP saved in bit 4.
@@ -306,6 +307,12 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	if (slot == TABLE_FP)
 		return fp_step(s);
 	t = bpf_map_lookup_elem(&unwind_tables, &slot);
+	if (t && t->state == TABLE_LAZY) {
+		/* Tables are built for sampled files only. A race sends two
+		 * events; userspace builds once. */
+		t->state = TABLE_PENDING;
+		emit_event(st, slot, PROC_TABLE, 0);
+	}
 	if (!t || t->state != TABLE_READY) {
 		set_reason(s, t && t->state == TABLE_PENDING ? STOP_NOT_READY : STOP_NO_TABLE);
 		return fp_step(s);

@@ -330,6 +330,12 @@ func (s *Sampler) readEvents() {
 			TimeNs:  int64(ne.Uint64(raw[unsafe.Offsetof(pe.TsNs):])) + bootToUnix(),
 			MMAlive: ne.Uint32(raw[unsafe.Offsetof(pe.HasMm):]) != 0,
 		}
+		if ev.Kind == tableWanted {
+			if s.unwinder != nil {
+				s.unwinder.Request(ev.Pid) // the pid field holds the table slot
+			}
+			continue
+		}
 		select {
 		case s.events <- ev:
 		default:

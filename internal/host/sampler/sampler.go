@@ -153,6 +153,10 @@ const (
 	// ProcessMapsChanged: a PC fell in no known mapping (dlopen, mmap after
 	// the last snapshot); at most one per process and second.
 	ProcessMapsChanged EventKind = 4
+
+	// tableWanted is handled inside the sampler: a sample needed a table
+	// that was not built yet.
+	tableWanted EventKind = 5
 )
 
 func (k EventKind) String() string {
@@ -217,7 +221,7 @@ type Sampler struct {
 
 	unwinder       *unwind.Manager // nil unless walking with unwind tables
 	agg            *rbAggregator   // ModeRingBuffer only
-	truncatedUser  atomic.Uint64 // counted in Go (kernel aggregation)
+	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
 }
 
@@ -551,6 +555,9 @@ func (s *Sampler) Stats() (Stats, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return Stats{}, ErrClosed
+	}
+	if s.unwinder != nil {
+		s.unwinder.Poll()
 	}
 	var per []bpf.ProfileStats
 	if err := s.objs.StatsMap.Lookup(uint32(0), &per); err != nil {

@@ -29,8 +29,17 @@ func (m *Manager) worker() {
 				m.mu.Unlock()
 				break
 			}
-			f := m.queue[0]
-			m.queue = m.queue[1:]
+			// Smallest file first: a new program's own binary is
+			// usually small and should not wait behind a big one.
+			i := 0
+			for j, g := range m.queue {
+				if g.id.Size < m.queue[i].id.Size {
+					i = j
+				}
+			}
+			f := m.queue[i]
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			f.queued, f.building = false, true
 			opens := append([]string(nil), f.opens...)
 			m.mu.Unlock()
 
@@ -76,7 +85,7 @@ func buildFile(f *file, opens []string) (encoded, error) {
 func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	f.queued = false
+	f.building = false
 	m.stats.BuildTime += took
 	if m.closed || f.retired {
 		return

@@ -35,6 +35,7 @@ const (
 	statePending = 0
 	stateReady   = 1
 	stateNone    = 2
+	stateLazy    = 3
 )
 
 // encoded is a table ready for the kernel.

@@ -10,6 +10,7 @@ package unwind
 
 import (
 	"container/list"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/host/normalize"
 )
 
@@ -144,6 +146,7 @@ type Stats struct {
 	Mappings      int    // mapping entries in use
 	Tables        int    // files with a table loaded
 	TablesPending int    // files whose table is being built
+	TablesLazy    int    // files mapped but never sampled: no table built
 	TablesNone    int    // files without a usable table (no CFI, too big, no room)
 	Rows          int    // rows loaded
 	RowBytes      int64  // kernel memory of the rows
@@ -154,6 +157,10 @@ type Stats struct {
 	ProcsNoRoom   uint64 // processes left to frame pointers: no room for their mappings
 	BuildTime     time.Duration
 }
+
+// eagerBytes: files up to this size get their table when first mapped,
+// larger ones when first sampled. A build costs about 1 ms per MB of file.
+const eagerBytes = 4 << 20
 
 // slot 0 of unwind_tables never holds a table: it is the "no room" slot,
 // whose state is stateNone, for files that got no slot of their own.
@@ -168,8 +175,9 @@ type file struct {
 	rows    span
 	opens   []string      // candidate paths to open it by
 	lru     *list.Element // in Manager.idle while refs == 0 and the table holds rows
-	noRoom  bool
-	queued  bool
+	noRoom   bool
+	queued   bool
+	building bool
 	retired bool // evicted: the slot and rows are released
 }
 
@@ -186,6 +194,7 @@ type Manager struct {
 
 	mu      sync.Mutex
 	files   map[normalize.FileID]*file
+	bySlot  map[uint32]*file
 	procs   map[int]*proc
 	rows    *allocator
 	mapSlot *allocator
@@ -206,7 +215,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, maps: maps, log: cfg.Logger,
-		files: map[normalize.FileID]*file{}, procs: map[int]*proc{},
+		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
@@ -250,6 +259,8 @@ func (m *Manager) Stats() Stats {
 			st.Tables++
 		case statePending:
 			st.TablesPending++
+		case stateLazy:
+			st.TablesLazy++
 		default:
 			st.TablesNone++
 		}
@@ -275,11 +286,11 @@ func (m *Manager) Track(p *normalize.Process) error {
 		mp := &p.Mappings[i]
 		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
 		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
-			if v, ok := addrmap.FileOffsetToVaddr(fi.Loads, mp.Offset); ok {
+			if bias, ok := loadBias(fi.Loads, mp); ok {
 				f := m.fileFor(fi, p.PID, mp)
 				pr.files = append(pr.files, f)
 				e.Table = f.slot
-				e.Bias = mp.Start - v
+				e.Bias = bias
 			}
 		}
 		if len(ents) == MaxMappingsPerProcess {
@@ -326,6 +337,25 @@ func (m *Manager) Track(p *normalize.Process) error {
 	return nil
 }
 
+// loadBias returns pc - (ELF address of pc) for the code of mapping mp: the
+// bias of the executable PT_LOAD segment whose file bytes the mapping holds.
+// Mapping offsets are page-aligned and segments need not be (lld), so the
+// mapping's first byte may belong to the segment before; its bias would be
+// wrong for the code.
+func loadBias(loads []elfx.Segment, mp *normalize.Mapping) (uint64, bool) {
+	lo, hi := mp.Offset, mp.Offset+(mp.End-mp.Start)
+	for _, s := range loads {
+		if s.Flags&elf.PF_X == 0 || s.Off >= hi || s.Off+s.Filesz <= lo {
+			continue
+		}
+		return mp.Start - mp.Offset + s.Off - s.Vaddr, true
+	}
+	if v, ok := addrmap.FileOffsetToVaddr(loads, mp.Offset); ok {
+		return mp.Start - v, true
+	}
+	return 0, false
+}
+
 // Forget drops pid's mappings (it exited; the BPF side already dropped its
 // entry, so a reused PID never sees them).
 func (m *Manager) Forget(pid int) {
@@ -360,12 +390,19 @@ func (m *Manager) writeMappings(sp span, ents []bpf.ProfileUnwindMapping) error 
 func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping) *file {
 	f := m.files[fi.ID]
 	if f == nil {
-		f = &file{id: fi.ID, path: fi.Path, state: statePending}
+		// Built only once a sample needs it (Request): most files of
+		// most processes are never sampled.
+		f = &file{id: fi.ID, path: fi.Path, state: stateLazy}
 		if s, ok := m.allocSlot(); ok {
 			f.slot = s
-			_ = m.maps.Tables.Put(s, bpf.ProfileUnwindTable{State: statePending})
+			_ = m.maps.Tables.Put(s, bpf.ProfileUnwindTable{State: stateLazy})
 			m.files[fi.ID] = f
-			m.enqueue(f)
+			m.bySlot[s] = f
+			if fi.Size <= eagerBytes {
+				// Cheap enough to build now, so that a new program's
+				// first samples find its own binary, ld.so and libc ready.
+				m.request(f)
+			}
 		} else {
 			f.slot, f.state, f.noRoom = noRoomSlot, stateNone, true
 			m.stats.NoRoom++
@@ -396,7 +433,7 @@ func (m *Manager) unref(fs []*file) {
 			f.opens = nil
 			if f.state == stateReady {
 				f.lru = m.idle.PushBack(f)
-			} else if !f.queued {
+			} else if !f.queued && f.state != statePending {
 				m.retire(f) // nothing worth caching
 			}
 		}
@@ -446,6 +483,9 @@ func (m *Manager) retire(f *file) {
 	if m.files[f.id] == f {
 		delete(m.files, f.id)
 	}
+	if m.bySlot[f.slot] == f {
+		delete(m.bySlot, f.slot)
+	}
 	m.rows.release(f.rows)
 	f.rows = span{}
 	if f.slot != noRoomSlot {
@@ -463,6 +503,41 @@ func (m *Manager) reclaim() error {
 	m.mapSlot.settle()
 	m.slots.settle()
 	return nil
+}
+
+// Request queues the build of the table in slot: a sample needed it (the
+// BPF side flipped it from lazy to pending and said so).
+func (m *Manager) Request(slot uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.bySlot[slot]; f != nil && !m.closed {
+		m.request(f)
+	}
+}
+
+func (m *Manager) request(f *file) {
+	if f.state != stateLazy && f.state != statePending || f.queued || f.building {
+		return
+	}
+	f.state = statePending
+	m.enqueue(f)
+}
+
+// Poll finds tables the BPF side asked for whose event was lost (events
+// ring full) and queues them. Cheap: one lookup per lazy table; run it once
+// per report interval.
+func (m *Manager) Poll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var t bpf.ProfileUnwindTable
+	for slot, f := range m.bySlot {
+		if f.state != stateLazy {
+			continue
+		}
+		if err := m.maps.Tables.Lookup(slot, &t); err == nil && t.State == statePending {
+			m.request(f)
+		}
+	}
 }
 
 func (m *Manager) enqueue(f *file) {

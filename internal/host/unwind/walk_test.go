@@ -1,0 +1,405 @@
+//go:build linux
+
+package unwind_test
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// fixtureSeconds of CPU per fixture: ~300 samples at 99 Hz, so that one
+// stack in a hundred is three samples.
+const fixtureSeconds = "4"
+
+// harness runs a sampler that walks with unwind tables and feeds it process
+// snapshots the way profbuild does.
+type harness struct {
+	s    *sampler.Sampler
+	norm *normalize.Normalizer
+	done chan struct{}
+	mu   sync.Mutex
+	evs  map[sampler.EventKind]int
+}
+
+func newHarness(t testing.TB, cfg sampler.Config) *harness {
+	t.Helper()
+	if err := sampler.CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	if cfg.SampleRate == 0 {
+		cfg.SampleRate = 99
+	}
+	s, err := sampler.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{s: s, norm: normalize.New(normalize.Options{}), done: make(chan struct{}), evs: map[sampler.EventKind]int{}}
+	go func() {
+		defer close(h.done)
+		u := s.Unwinder()
+		for ev := range s.Events() {
+			h.mu.Lock()
+			h.evs[ev.Kind]++
+			h.mu.Unlock()
+			switch ev.Kind {
+			case sampler.ProcessNew, sampler.ProcessExec, sampler.ProcessMapsChanged:
+				p, err := h.norm.Refresh(int(ev.Pid))
+				if err == nil && u != nil {
+					if err := u.Track(p); err != nil {
+						t.Errorf("track %d: %v", ev.Pid, err)
+					}
+				}
+			case sampler.ProcessExit:
+				if u != nil {
+					u.Forget(int(ev.Pid))
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		s.Close()
+		<-h.done
+	})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) events(k sampler.EventKind) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.evs[k]
+}
+
+// run runs a fixture to completion and returns the samples of its process.
+func (h *harness) run(t testing.TB, bin string, args ...string) (int, []sampler.Sample) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the exit event through
+	b, err := h.s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sampler.Sample
+	for _, s := range b.Samples {
+		if int(s.Pid) == pid {
+			out = append(out, s)
+		}
+	}
+	return pid, out
+}
+
+// symbols names addresses of the fixture's own files (others are "?").
+type symbols struct {
+	files map[string][]sym // real path -> sorted symbols
+}
+
+type sym struct {
+	start, end uint64
+	name       string
+}
+
+func loadSymbols(t testing.TB, paths ...string) *symbols {
+	t.Helper()
+	s := &symbols{files: map[string][]sym{}}
+	for _, p := range paths {
+		rp, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := elf.Open(rp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, _ := f.Symbols()
+		f.Close()
+		var list []sym
+		for _, y := range syms {
+			if elf.ST_TYPE(y.Info) == elf.STT_FUNC && y.Value != 0 {
+				list = append(list, sym{y.Value, y.Value + max(y.Size, 1), y.Name})
+			}
+		}
+		sort.Slice(list, func(i, j int) bool { return list[i].start < list[j].start })
+		s.files[rp] = list
+	}
+	return s
+}
+
+// names symbolizes a stack of p, leaf first.
+func (s *symbols) names(p *normalize.Process, pcs []uint64) []string {
+	out := make([]string, len(pcs))
+	for i, pc := range pcs {
+		if i > 0 {
+			pc = addrmap.ReturnAddressAdjust(pc)
+		}
+		out[i] = "?"
+		m, v, ok := p.Normalize(pc)
+		if !ok {
+			continue
+		}
+		rp, err := filepath.EvalSymlinks(m.Path)
+		if err != nil {
+			rp = m.Path
+		}
+		list := s.files[rp]
+		j := sort.Search(len(list), func(j int) bool { return list[j].end > v })
+		if j < len(list) && list[j].start <= v {
+			out[i] = list[j].name
+		}
+	}
+	return out
+}
+
+// chain checks one symbolized stack. The frames named from the fixture's
+// files, in order, must be a non-empty suffix of want (leaf first, ending
+// at main); with a signal frame at sig (the handler), the part after it is
+// checked as a suffix of its own, since the signal may land anywhere.
+type chain struct {
+	want []*regexp.Regexp
+	sig  int // index of the signal handler in want, -1 without
+}
+
+func newChain(sig int, names ...string) chain {
+	c := chain{sig: sig}
+	for _, n := range names {
+		c.want = append(c.want, regexp.MustCompile("^(?:"+n+")$"))
+	}
+	return c
+}
+
+func (c chain) whole(names []string) bool {
+	// Named frames up to the outermost wanted one (main); what follows it
+	// (_start, libc's start code) is not part of the chain.
+	var got []string
+	last := c.want[len(c.want)-1]
+	for _, n := range names {
+		if n != "?" {
+			got = append(got, n)
+		}
+		if last.MatchString(n) {
+			break
+		}
+	}
+	if len(got) == 0 || !last.MatchString(got[len(got)-1]) {
+		return false
+	}
+	if c.sig >= 0 {
+		for i, n := range got {
+			if c.want[c.sig].MatchString(n) {
+				return suffix(got[:i+1], c.want[:c.sig+1]) && suffix(got[i+1:], c.want[c.sig+1:])
+			}
+		}
+		return suffix(got, c.want[c.sig+1:])
+	}
+	return suffix(got, c.want)
+}
+
+// suffix reports whether got matches a non-empty suffix of want.
+func suffix(got []string, want []*regexp.Regexp) bool {
+	if len(got) == 0 || len(got) > len(want) {
+		return false
+	}
+	off := len(want) - len(got)
+	for i, n := range got {
+		if !want[off+i].MatchString(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// result summarizes the stacks of one fixture run.
+type result struct {
+	samples, whole uint64
+	stops          map[sampler.StopReason]uint64
+	bad            map[string]uint64 // symbolized stacks that were not whole
+}
+
+func (r result) fraction() float64 {
+	if r.samples == 0 {
+		return 0
+	}
+	return float64(r.whole) / float64(r.samples)
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%d/%d samples whole (%.2f%%), stops %v", r.whole, r.samples, 100*r.fraction(), r.stops)
+}
+
+func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sample) result {
+	r := result{stops: map[sampler.StopReason]uint64{}, bad: map[string]uint64{}}
+	for _, s := range samples {
+		r.samples += s.Count
+		r.stops[s.Stop] += s.Count
+		names := syms.names(p, s.UserPCs)
+		if c.whole(names) {
+			r.whole += s.Count
+		} else {
+			r.bad[fmt.Sprintf("%v %v", s.Stop, strings.Join(names, " <- "))] += s.Count
+		}
+	}
+	return r
+}
+
+// checkWhole requires at least 99% whole stacks.
+func checkWhole(t testing.TB, name string, r result) {
+	t.Helper()
+	t.Logf("%s: %v", name, r)
+	if r.samples < 20 {
+		t.Fatalf("%s: only %d samples", name, r.samples)
+	}
+	if r.fraction() < 0.99 {
+		type kv struct {
+			k string
+			n uint64
+		}
+		var bad []kv
+		for k, n := range r.bad {
+			bad = append(bad, kv{k, n})
+		}
+		sort.Slice(bad, func(i, j int) bool { return bad[i].n > bad[j].n })
+		for i, b := range bad {
+			if i == 10 {
+				break
+			}
+			t.Logf("  %4d × %s", b.n, b.k)
+		}
+		t.Errorf("%s: %.2f%% of samples carry the whole chain, want >= 99%%", name, 100*r.fraction())
+	}
+}
+
+func buildC(t testing.TB, name string, srcs []string, args ...string) string {
+	return testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: srcs,
+		Args: append([]string{"-O2", "-fomit-frame-pointer", "-Wall"}, args...)})
+}
+
+var cChain = newChain(-1, "leaf", "d", "c", "b", "a", "main")
+
+func TestWholeChains(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	cases := []struct {
+		name  string
+		bin   func(t testing.TB) string
+		chain chain
+	}{
+		{"c-pie", func(t testing.TB) string {
+			return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
+		}, cChain},
+		{"c-nopie", func(t testing.TB) string {
+			return buildC(t, "unwind-chain-nopie", []string{"unwind/chain.c"}, "-fno-PIE", "-no-pie")
+		}, cChain},
+		{"c++", func(t testing.TB) string {
+			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-cc", Lang: "c++",
+				Sources: []string{"unwind/chain.cc"}, Args: []string{"-O2"}})
+		}, newChain(-1, "_ZN5chain4leafEm", `_ZN5chain4stepILi0EE3runEm`, `_ZN5chain4stepILi1EE3runEm`,
+			`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main")},
+		{"rust", func(t testing.TB) string {
+			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-rs", Lang: "rust",
+				Sources: []string{"unwind/chain.rs"}, Args: []string{"-C", "opt-level=3"}})
+		}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`)},
+		{"qsort", func(t testing.TB) string {
+			return buildC(t, "unwind-qsort", []string{"unwind/qsort.c"})
+		}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main")},
+		{"signal", func(t testing.TB) string {
+			return buildC(t, "unwind-signal", []string{"unwind/signal.c"})
+		}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := tc.bin(t)
+			pid, samples := h.run(t, bin, fixtureSeconds)
+			p := h.norm.Cached(pid)
+			if p == nil {
+				t.Fatalf("no snapshot of pid %d", pid)
+			}
+			checkWhole(t, tc.name, evaluate(p, loadSymbols(t, bin), tc.chain, samples))
+		})
+	}
+	st, _ := h.s.Stats()
+	t.Logf("sampler: %+v", st)
+	t.Logf("tables: %+v", h.s.Unwinder().Stats())
+}
+
+// TestDlopenAfterStart loads the library holding d and leaf after the
+// sampler has seen the process: the BPF side reports PCs in no known
+// mapping, the maps are reread and the library's table is loaded.
+func TestDlopenAfterStart(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	lib := testfixture.Build(t, testfixture.Spec{Name: "libunwindchain.so", Lang: "c",
+		Sources: []string{"unwind/libchain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-shared", "-fPIC"}})
+	bin := buildC(t, "unwind-dlopen", []string{"unwind/dlopen.c"}, "-ldl")
+	before := h.events(sampler.ProcessMapsChanged)
+	pid, samples := h.run(t, bin, fixtureSeconds, lib, "0.3")
+	p := h.norm.Cached(pid)
+	if p == nil {
+		t.Fatalf("no snapshot of pid %d", pid)
+	}
+	// The spin before the sleep is in main alone; judge the rest, and
+	// every stack that did not end cleanly.
+	var chainSamples []sampler.Sample
+	syms := loadSymbols(t, bin, lib)
+	for _, s := range samples {
+		names := syms.names(p, s.UserPCs)
+		if containsAny(names, "a", "b", "c", "d", "leaf") || !containsAny(names, "main") || s.Stop != sampler.StopOK {
+			chainSamples = append(chainSamples, s)
+		}
+	}
+	r := evaluate(p, syms, newChain(-1, "leaf", "d", "c", "b", "a", "main"), chainSamples)
+	checkWhole(t, "dlopen", r)
+	if n := h.events(sampler.ProcessMapsChanged) - before; n == 0 {
+		t.Errorf("no maps-changed event after dlopen")
+	}
+}
+
+func containsAny(names []string, want ...string) bool {
+	for _, n := range names {
+		for _, w := range want {
+			if n == w {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestFramePointersMode keeps the old path: bpf_get_stackid, no tables.
+func TestFramePointersMode(t *testing.T) {
+	h := newHarness(t, sampler.Config{Unwinding: unwind.Config{Mode: unwind.ModeFramePointers}})
+	if h.s.Unwinder() != nil {
+		t.Fatal("frame pointer mode has an unwinder")
+	}
+	bin := buildC(t, "unwind-chain-fp", []string{"unwind/chain.c"}, "-fno-omit-frame-pointer")
+	_, samples := h.run(t, bin, "1")
+	if len(samples) == 0 {
+		t.Fatal("no samples")
+	}
+	for _, s := range samples {
+		if s.Stop != sampler.StopFramePointers {
+			t.Fatalf("stop reason %v in frame pointer mode", s.Stop)
+		}
+	}
+}
