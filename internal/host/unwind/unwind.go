@@ -167,18 +167,18 @@ const eagerBytes = 4 << 20
 const noRoomSlot = 0
 
 type file struct {
-	id      normalize.FileID
-	path    string
-	slot    uint32
-	refs    int
-	state   uint32
-	rows    span
-	opens   []string      // candidate paths to open it by
-	lru     *list.Element // in Manager.idle while refs == 0 and the table holds rows
+	id       normalize.FileID
+	path     string
+	slot     uint32
+	refs     int
+	state    uint32
+	rows     span
+	opens    []string      // candidate paths to open it by
+	lru      *list.Element // in Manager.idle while refs == 0 and the table holds rows
 	noRoom   bool
 	queued   bool
 	building bool
-	retired bool // evicted: the slot and rows are released
+	retired  bool // evicted: the slot and rows are released
 }
 
 type proc struct {
