@@ -403,3 +403,23 @@ func TestFramePointersMode(t *testing.T) {
 		}
 	}
 }
+
+// TestGoReachesMain walks a Go program (no .eh_frame: its table comes from
+// the pcsp tables of .gopclntab) from main.hot to main.main.
+func TestGoReachesMain(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	bin := testfixture.Build(t, testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}})
+	pid, samples := h.run(t, bin, fixtureSeconds)
+	p := h.norm.Cached(pid)
+	if p == nil {
+		t.Fatalf("no snapshot of pid %d", pid)
+	}
+	syms := loadSymbols(t, bin)
+	var hot []sampler.Sample
+	for _, s := range samples {
+		if containsAny(syms.names(p, s.UserPCs), "main.hot", "main.middle") {
+			hot = append(hot, s)
+		}
+	}
+	checkWhole(t, "go", evaluate(p, syms, newChain(-1, "main.hot", "main.middle", "main.main"), hot))
+}
