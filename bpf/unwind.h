@@ -363,12 +363,16 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	default:
 		return fp_step(s);
 	}
+	/* A table row that leads nowhere: the mapping may be stale (munmap and
+	 * a new file at the same address); have the maps reread. */
 	if (cfa <= s->sp) {
 		set_reason(s, STOP_BAD_FRAME);
+		signal_remap(s, st);
 		return 1;
 	}
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)(cfa - RA_FROM_CFA))) {
 		set_reason(s, STOP_READ_FAULT);
+		signal_remap(s, st);
 		return 1;
 	}
 	if (r->info & ROW_FP_SAVED) {

@@ -371,6 +371,15 @@ func (m *Manager) Forget(pid int) {
 	m.unref(pr.files)
 }
 
+// Tracked reports whether pid has mappings in the kernel (checked there).
+func (m *Manager) Tracked(pid int) bool {
+	m.mu.Lock()
+	_, ok := m.procs[pid]
+	m.mu.Unlock()
+	var v bpf.ProfileUnwindProc
+	return ok || m.maps.Procs.Lookup(uint32(pid), &v) == nil
+}
+
 func (m *Manager) writeMappings(sp span, ents []bpf.ProfileUnwindMapping) error {
 	if len(ents) == 0 {
 		return nil

@@ -423,3 +423,57 @@ func TestGoReachesMain(t *testing.T) {
 	}
 	checkWhole(t, "go", evaluate(p, syms, newChain(-1, "main.hot", "main.middle", "main.main"), hot))
 }
+
+// TestExecReplacesTables samples a shell that then execs the chain in the
+// same process: the kernel side drops the shell's mappings at exec and the
+// chain's are loaded from the exec event.
+func TestExecReplacesTables(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	bin := buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
+	sh := testfixture.NeedTool(t, "sh")
+	script := `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec "$0" ` + fixtureSeconds
+	pid, samples := h.run(t, sh, "-c", script, bin)
+	p := h.norm.Cached(pid)
+	if p == nil {
+		t.Fatalf("no snapshot of pid %d", pid)
+	}
+	syms := loadSymbols(t, bin)
+	var chainSamples []sampler.Sample
+	shell := 0
+	for _, s := range samples {
+		if containsAny(syms.names(p, s.UserPCs), "leaf", "d", "c", "b", "a", "main") || s.Stop != sampler.StopOK {
+			chainSamples = append(chainSamples, s)
+		} else {
+			shell += int(s.Count)
+		}
+	}
+	t.Logf("%d samples of the shell before exec", shell)
+	if h.events(sampler.ProcessExec) == 0 {
+		t.Error("no exec event")
+	}
+	checkWhole(t, "exec", evaluate(p, syms, cChain, chainSamples))
+}
+
+// TestExitForgetsProcess: after a process exits, its mappings are gone from
+// the kernel and the Manager, so a reused pid never walks with them.
+func TestExitForgetsProcess(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	bin := buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
+	pid, samples := h.run(t, bin, "0.5")
+	if len(samples) == 0 {
+		t.Fatal("no samples")
+	}
+	u := h.s.Unwinder()
+	if !waitUntil(2*time.Second, func() bool { return !u.Tracked(pid) }) {
+		t.Fatalf("pid %d still tracked after its exit", pid)
+	}
+}
+
+func waitUntil(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
