@@ -424,10 +424,22 @@ func (p *cfiParser) parseCIE(off int) *cie {
 	if c.dataAlign < -(1<<16) || c.dataAlign > 1<<16 {
 		return bad("data alignment factor %d", c.dataAlign)
 	}
-	if len(aug) > 0 {
-		if aug[0] != 'z' {
-			return bad("augmentation %q", aug)
+	if len(aug) > 0 && aug[0] != 'z' {
+		// Without 'z' there is no augmentation data, so only letters that
+		// carry none can be understood (assemblers write a bare "S" for
+		// signal frames in .debug_frame).
+		for _, ch := range aug {
+			switch ch {
+			case 'S':
+				c.signal = true
+			case 'B', 'G':
+			default:
+				return bad("augmentation %q", aug)
+			}
 		}
+		aug = nil
+	}
+	if len(aug) > 0 {
 		n := r.uleb()
 		if r.bad || n > uint64(r.left()) {
 			return bad("augmentation data of %d bytes past the entry end", n)

@@ -91,6 +91,9 @@ func TestEHFrameAgainstLLVM(t *testing.T) {
 			if a.addrs == 0 {
 				t.Fatal("no addresses compared")
 			}
+			if tab.Stats.BadFDEs != 0 || tab.Stats.FirstError != "" {
+				t.Errorf("malformed entries in a real file: %+v", tab.Stats)
+			}
 			checkGaps(t, tab, fdes, f.File)
 		})
 	}

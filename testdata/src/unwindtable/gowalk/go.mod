@@ -1,3 +1,3 @@
 module profsym.test/gowalk
 
-go 1.21
+go 1.18
