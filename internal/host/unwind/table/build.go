@@ -1,0 +1,481 @@
+package table
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
+)
+
+var errLimit = fmt.Errorf("unwind table: more rows than the configured limit: %w", frame.ErrLimitExceeded)
+
+// maxCFISection bounds the CFI sections read (after decompression). The
+// largest .eh_frame of a real shared library is tens of MB.
+const maxCFISection = 1 << 30
+
+// seg is one covered address range of a source (an FDE, a Go function) and
+// its rows, rows[lo:hi] of the source, the first at start.
+type seg struct {
+	start, end uint64
+	lo, hi     int
+}
+
+// source collects the rows of one kind of unwind information.
+type source struct {
+	name  string
+	rows  []Row
+	segs  []seg
+	max   int
+	stats *Stats
+	used  bool // contributed rows to the table
+}
+
+func (s *source) add(r Row) error {
+	if len(s.rows) >= s.max {
+		return errLimit
+	}
+	s.rows = append(s.rows, r)
+	return nil
+}
+
+type builder struct {
+	f     *elfx.File
+	max   int
+	regs  archRegs
+	text  [][2]uint64 // executable address ranges
+	big   bool
+	ptrSz int
+	// code returns n bytes of the file image at a virtual address, or nil.
+	code  func(addr uint64, n int) []byte
+	stats Stats
+}
+
+func newBuilder(f *elfx.File, opt Options) (*builder, error) {
+	b := &builder{f: f, max: opt.MaxRows, big: f.Data == elf.ELFDATA2MSB, ptrSz: 8}
+	if b.max <= 0 {
+		b.max = DefaultMaxRows
+	}
+	if f.Class == elf.ELFCLASS32 {
+		b.ptrSz = 4
+	}
+	b.code = func(addr uint64, n int) []byte {
+		c, err := f.ReadVaddr(addr, n)
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		b.regs = archRegs{fp: 6, sp: 7}
+	default:
+		return nil, fmt.Errorf("%w: %v", ErrUnsupportedArch, f.Machine)
+	}
+	if f.Type == elf.ET_REL {
+		return nil, fmt.Errorf("relocatable object: %w", ErrNoUnwindInfo)
+	}
+	for _, p := range f.Loads() {
+		if p.Flags&elf.PF_X != 0 && p.Memsz > 0 && p.Vaddr+p.Memsz > p.Vaddr {
+			b.text = append(b.text, [2]uint64{p.Vaddr, p.Vaddr + p.Memsz})
+		}
+	}
+	if len(f.Loads()) == 0 {
+		for _, s := range f.Sections {
+			if s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 && s.Addr+s.Size > s.Addr {
+				b.text = append(b.text, [2]uint64{s.Addr, s.Addr + s.Size})
+			}
+		}
+	}
+	slices.SortFunc(b.text, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	return b, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// inText reports whether [start, end) lies within one executable range.
+func (b *builder) inText(start, end uint64) bool {
+	for _, t := range b.text {
+		if start >= t[0] && end <= t[1] {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *builder) newSource(name string, capHint int) *source {
+	return &source{name: name, max: b.max, stats: &b.stats, rows: make([]Row, 0, min(max(capHint, 16), b.max))}
+}
+
+func (b *builder) build() (*Table, error) {
+	var srcs []*source // by priority: earlier sources win where they overlap
+	var errs []error
+	add := func(s *source, err error) error {
+		if errors.Is(err, errLimit) {
+			return err
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if s != nil && len(s.segs) > 0 {
+			srcs = append(srcs, s)
+		}
+		return nil
+	}
+	// Go's own tables describe Go code best; CFI describes the rest (cgo,
+	// C and assembly objects). .debug_frame only fills what .eh_frame leaves.
+	if err := add(b.gopclntab()); err != nil {
+		return nil, err
+	}
+	if err := add(b.ehFrame()); err != nil {
+		return nil, err
+	}
+	if err := add(b.debugFrame()); err != nil {
+		return nil, err
+	}
+	if len(srcs) == 0 {
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("unwind table: %w: %w", frame.ErrCorruptFile, errors.Join(errs...))
+		}
+		return nil, ErrNoUnwindInfo
+	}
+	if len(errs) > 0 && b.stats.FirstError == "" {
+		b.stats.FirstError = errs[0].Error()
+	}
+	pieces := b.merge(srcs)
+	if syn := b.synthesize(pieces); syn != nil {
+		pieces = b.mergeInto(pieces, syn)
+	}
+	rows, err := b.emit(pieces)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range []string{"eh_frame", "debug_frame", "gopclntab"} {
+		for _, s := range srcs {
+			if s.name == n && s.used {
+				names = append(names, n)
+			}
+		}
+	}
+	return &Table{Arch: b.f.Machine, Source: strings.Join(names, "+"), Rows: rows, Stats: b.stats}, nil
+}
+
+// piece is a part of a source's segment that made it into the table.
+type piece struct {
+	start, end uint64
+	src        *source
+	lo, hi     int
+}
+
+// merge resolves overlaps: within a source the earlier-starting range wins;
+// across sources the one earlier in srcs wins. The result is sorted and
+// non-overlapping.
+func (b *builder) merge(srcs []*source) []piece {
+	var covered []piece
+	for _, s := range srcs {
+		covered = b.mergeInto(covered, s)
+	}
+	return covered
+}
+
+// mergeInto adds the parts of s's segments not yet covered.
+func (b *builder) mergeInto(covered []piece, s *source) []piece {
+	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
+	var add []piece
+	var reach uint64 // end of s's own ranges so far
+	j := 0
+	for _, g := range s.segs {
+		a := g.start
+		if a < reach {
+			if g.end <= reach {
+				b.stats.DroppedFDEs++
+				continue
+			}
+			a = reach
+		}
+		reach = g.end
+		for j < len(covered) && covered[j].end <= a {
+			j++
+		}
+		for k := j; a < g.end; {
+			if k < len(covered) && covered[k].start <= a {
+				a = max(a, covered[k].end)
+				k++
+				continue
+			}
+			e := g.end
+			if k < len(covered) && covered[k].start < e {
+				e = covered[k].start
+			}
+			add = append(add, piece{start: a, end: e, src: s, lo: g.lo, hi: g.hi})
+			a = e
+		}
+	}
+	if len(add) == 0 {
+		return covered
+	}
+	s.used = true
+	out := make([]piece, 0, len(covered)+len(add))
+	i, k := 0, 0
+	for i < len(covered) || k < len(add) {
+		if k == len(add) || (i < len(covered) && covered[i].start < add[k].start) {
+			out = append(out, covered[i])
+			i++
+		} else {
+			out = append(out, add[k])
+			k++
+		}
+	}
+	return out
+}
+
+// alignPad is the function alignment of x86-64 compilers.
+const alignPad = 16
+
+// emit writes the pieces' rows in order, a KindFallback row in each gap
+// (except alignment padding) and after the last piece, merging rows that
+// unwind alike.
+func (b *builder) emit(pieces []piece) ([]Row, error) {
+	n := 1
+	for _, p := range pieces {
+		n += p.hi - p.lo + 1
+	}
+	out := make([]Row, 0, min(n, b.max))
+	put := func(r Row) error {
+		if k := len(out); k > 0 {
+			last := &out[k-1]
+			if last.sameRule(&r) {
+				return nil
+			}
+			if last.PC == r.PC {
+				*last = r
+				return nil
+			}
+		}
+		if len(out) >= b.max {
+			return errLimit
+		}
+		out = append(out, r)
+		return nil
+	}
+	var prevEnd uint64
+	for i, p := range pieces {
+		// Alignment padding before a 16-byte aligned function is never
+		// executed: the previous row may run across it, which saves a row
+		// per function. Any larger gap may hold code without CFI.
+		pad := p.start-prevEnd < alignPad && p.start%alignPad == 0
+		if i > 0 && p.start > prevEnd && !pad {
+			if err := put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+				return nil, err
+			}
+		}
+		rows := p.src.rows[p.lo:p.hi]
+		// The last row at or before the piece's start holds there.
+		k, _ := slices.BinarySearchFunc(rows, p.start, func(r Row, pc uint64) int { return cmpU64(r.PC, pc+1) })
+		k = max(k-1, 0)
+		for ; k < len(rows) && rows[k].PC < p.end; k++ {
+			r := rows[k]
+			r.PC = max(r.PC, p.start)
+			if err := put(r); err != nil {
+				return nil, err
+			}
+		}
+		prevEnd = p.end
+	}
+	if err := put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// rtSigreturn is the x86-64 signal return trampoline of glibc and musl
+// (__restore_rt) and Go (runtime.sigreturn__sigaction):
+// mov $15 (rt_sigreturn), %rax; syscall.
+var rtSigreturn = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}
+
+// isSigreturn reports whether a short code range is a signal trampoline,
+// possibly after the one-byte nop that glibc puts before it so that
+// unwinders looking up "return address - 1" land in the same FDE.
+func (b *builder) isSigreturn(start, end uint64) bool {
+	n := end - start
+	if n < uint64(len(rtSigreturn)) || n > 16 {
+		return false
+	}
+	code := b.code(start, int(n))
+	if code == nil {
+		return false
+	}
+	return bytes.HasPrefix(code, rtSigreturn) || (code[0] == 0x90 && bytes.HasPrefix(code[1:], rtSigreturn))
+}
+
+// synthesize covers what no source describes but is known by its code: a
+// signal trampoline without CFI (musl's __restore_rt), and an entry point
+// without CFI (_start of some C libraries), which ends the stack.
+func (b *builder) synthesize(pieces []piece) *source {
+	s := b.newSource("synthetic", 4)
+	// Gaps between covered ranges, within executable ranges.
+	for _, t := range b.text {
+		a := t[0]
+		i, _ := slices.BinarySearchFunc(pieces, a, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+		for a < t[1] {
+			e := t[1]
+			if i < len(pieces) && pieces[i].start <= a {
+				a = max(a, pieces[i].end)
+				i++
+				continue
+			}
+			if i < len(pieces) && pieces[i].start < e {
+				e = pieces[i].start
+			}
+			b.scanGap(s, a, e)
+			a = e
+		}
+	}
+	if entry := b.f.Entry; entry != 0 && b.inText(entry, entry+1) && !coveredAt(pieces, entry) {
+		size := b.entrySize()
+		if size == 0 {
+			// Without a symbol, the uncovered code from the entry up to the
+			// next CFI, if short: startup code is a few dozen bytes, and
+			// everything else a C toolchain emits has CFI.
+			i, _ := slices.BinarySearchFunc(pieces, entry, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+			if i < len(pieces) && pieces[i].start-entry <= maxEntryGap {
+				size = pieces[i].start - entry
+			}
+		}
+		if size > 0 && b.inText(entry, entry+size) {
+			lo := len(s.rows)
+			if s.add(Row{PC: entry, Kind: KindEnd}) == nil {
+				s.segs = append(s.segs, seg{start: entry, end: entry + size, lo: lo, hi: lo + 1})
+			}
+		}
+	}
+	if len(s.segs) == 0 {
+		return nil
+	}
+	return s
+}
+
+// scanGap marks rt_sigreturn trampolines found in [a, e).
+func (b *builder) scanGap(s *source, a, e uint64) {
+	const maxScan = 1 << 28
+	if e-a < uint64(len(rtSigreturn)) || e-a > maxScan {
+		return
+	}
+	code := b.code(a, int(e-a))
+	if code == nil {
+		return
+	}
+	for off := 0; ; {
+		k := bytes.Index(code[off:], rtSigreturn)
+		if k < 0 {
+			return
+		}
+		pc := a + uint64(off+k)
+		start := pc
+		if off+k > 0 && code[off+k-1] == 0x90 {
+			start-- // cover the nop a "return address - 1" lookup lands on
+		}
+		lo := len(s.rows)
+		if s.add(Row{PC: start, Kind: KindSignal}) != nil {
+			return
+		}
+		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(rtSigreturn)), lo: lo, hi: lo + 1})
+		off += k + len(rtSigreturn)
+	}
+}
+
+func coveredAt(pieces []piece, pc uint64) bool {
+	i, _ := slices.BinarySearchFunc(pieces, pc, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+	return i < len(pieces) && pieces[i].start <= pc
+}
+
+// maxEntryGap bounds the code after an entry point without CFI or symbol
+// that is taken for startup code.
+const maxEntryGap = 256
+
+// entrySize is the size of the function symbol at the entry point, 0 when
+// the symbol tables do not say.
+func (b *builder) entrySize() uint64 {
+	for _, read := range []func() ([]elf.Symbol, error){b.f.Symbols, b.f.DynamicSymbols} {
+		syms, err := read()
+		if err != nil {
+			continue
+		}
+		for _, s := range syms {
+			if s.Value == b.f.Entry && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+				return min(s.Size, 4096)
+			}
+		}
+	}
+	return 0
+}
+
+// deref reads a pointer of the file image (DW_EH_PE_indirect).
+func (b *builder) deref(addr uint64, size int) (uint64, bool) {
+	p := b.code(addr, size)
+	if p == nil {
+		return 0, false
+	}
+	r := reader{b: p, big: b.big}
+	if size == 4 {
+		return uint64(r.u32()), true
+	}
+	return r.u64(), true
+}
+
+func (b *builder) newParser(sec *section, out *source) *cfiParser {
+	return &cfiParser{
+		sec: sec, regs: b.regs, out: out, cies: map[int]*cie{},
+		sigreturn: b.isSigreturn, inText: b.inText,
+	}
+}
+
+// debugFrame reads .debug_frame.
+func (b *builder) debugFrame() (*source, error) {
+	s := b.f.Section(".debug_frame")
+	if s == nil {
+		s = b.f.Section(".zdebug_frame")
+	}
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil, nil
+	}
+	if s.Size > maxCFISection {
+		return nil, fmt.Errorf(".debug_frame of %d bytes: %w", s.Size, frame.ErrLimitExceeded)
+	}
+	data, err := b.f.SectionData(".debug_frame")
+	if err != nil {
+		return nil, fmt.Errorf(".debug_frame: %w", err)
+	}
+	return b.readDebugFrame(data)
+}
+
+// readDebugFrame parses .debug_frame bytes.
+func (b *builder) readDebugFrame(data []byte) (*source, error) {
+	sec := &section{name: ".debug_frame", data: data, debug: true, ptrSize: b.ptrSz, big: b.big, deref: b.deref}
+	b.stats.SourceBytes += len(data)
+	out := b.newSource("debug_frame", len(data)/6)
+	p := b.newParser(sec, out)
+	if _, err := p.walk(); err != nil {
+		if errors.Is(err, errLimit) {
+			return nil, err
+		}
+		p.note(err)
+		if len(out.segs) == 0 {
+			return nil, err
+		}
+	}
+	return out, nil
+}
