@@ -18,36 +18,42 @@ import (
 
 var errE2BIG = unix.E2BIG
 
-// worker builds queued tables one at a time, so that a burst of new files
-// costs one core's share at most and never delays sampling.
-func (m *Manager) worker() {
-	defer close(m.done)
-	for range m.wake {
-		for {
-			m.mu.Lock()
-			if m.closed || len(m.queue) == 0 {
+// Two builders take queued files, smallest first: the second only takes
+// small ones, so that a new program's binary (usually small) never waits
+// behind a large library's build. Builds run off the sampling path and never
+// hold the Manager's lock.
+const fastLaneBytes = 1 << 20
+
+func (m *Manager) worker(maxSize int64) {
+	defer m.workers.Done()
+	for {
+		m.mu.Lock()
+		var f *file
+		for f == nil {
+			if m.closed {
 				m.mu.Unlock()
-				break
+				return
 			}
-			// Smallest file first: a new program's own binary is
-			// usually small and should not wait behind a big one.
-			i := 0
+			i := -1
 			for j, g := range m.queue {
-				if g.id.Size < m.queue[i].id.Size {
+				if g.id.Size <= maxSize && (i < 0 || g.id.Size < m.queue[i].id.Size) {
 					i = j
 				}
 			}
-			f := m.queue[i]
+			if i < 0 {
+				m.cond.Wait()
+				continue
+			}
+			f = m.queue[i]
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			f.queued, f.building = false, true
-			opens := append([]string(nil), f.opens...)
-			m.mu.Unlock()
-
-			began := time.Now()
-			enc, err := buildFile(f, opens)
-			took := time.Since(began)
-			m.install(f, enc, err, took)
 		}
+		f.queued, f.building = false, true
+		opens := append([]string(nil), f.opens...)
+		m.mu.Unlock()
+
+		began := time.Now()
+		enc, err := buildFile(f, opens)
+		m.install(f, enc, err, time.Since(began))
 	}
 }
 
@@ -81,13 +87,14 @@ func buildFile(f *file, opens []string) (encoded, error) {
 }
 
 // install loads a built table into the rows map, evicting idle tables for
-// room, and flips its slot to ready.
+// room, and flips its slot to ready. The rows are written without the lock
+// (their span is reserved), so process events are not held up by a big table.
 func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Duration) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	f.building = false
 	m.stats.BuildTime += took
 	if m.closed || f.retired {
+		m.mu.Unlock()
 		return
 	}
 	if buildErr != nil || len(enc.rows) == 0 {
@@ -97,9 +104,9 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		if f.refs == 0 {
 			m.retire(f)
 		}
+		m.mu.Unlock()
 		return
 	}
-	m.stats.Builds++
 	n := uint32(len(enc.rows))
 	sp, ok := m.rows.alloc(n)
 	for !ok {
@@ -118,23 +125,36 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		m.setState(f, stateNone)
 		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
 			zap.String("file", f.path), zap.Int("rows", len(enc.rows)))
+		m.mu.Unlock()
 		return
 	}
+	f.building = true // keeps the file from being retired while its rows are written
+	m.mu.Unlock()
+
+	var werr error
 	keys := make([]uint32, 0, 8192)
-	for i := uint32(0); i < n; i += 8192 {
+	for i := uint32(0); i < n && werr == nil; i += 8192 {
 		j := min(i+8192, n)
 		keys = keys[:0]
 		for k := i; k < j; k++ {
 			keys = append(keys, sp.off+k)
 		}
-		if _, err := m.maps.Rows.BatchUpdate(keys, enc.rows[i:j], nil); err != nil {
-			m.rows.release(sp)
+		_, werr = m.maps.Rows.BatchUpdate(keys, enc.rows[i:j], nil)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f.building = false
+	if werr != nil || m.closed || f.retired {
+		m.rows.release(sp)
+		if werr != nil {
 			m.stats.BuildFailures++
 			m.setState(f, stateNone)
-			m.log.Warn("loading an unwind table failed", zap.String("file", f.path), zap.Error(err))
-			return
+			m.log.Warn("loading an unwind table failed", zap.String("file", f.path), zap.Error(werr))
 		}
+		return
 	}
+	m.stats.Builds++
 	f.rows = sp
 	f.state = stateReady
 	if err := m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{Base: enc.base, First: sp.off, Count: n, State: stateReady}); err != nil {

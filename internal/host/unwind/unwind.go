@@ -13,6 +13,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -201,10 +202,10 @@ type Manager struct {
 	slots   *allocator // of unwind_tables
 	idle    *list.List // unreferenced files with rows, least recently used first
 	queue   []*file
-	wake    chan struct{}
+	cond    *sync.Cond // signals the builders: queue grew, or closed
+	workers sync.WaitGroup
 	stats   Stats
 	closed  bool
-	done    chan struct{}
 }
 
 // New starts a Manager over maps sized by cfg (the sampler sizes them).
@@ -220,14 +221,15 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
 		idle:    list.New(),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
 	}
+	m.cond = sync.NewCond(&m.mu)
 	m.slots.alloc(1) // noRoomSlot
 	if err := maps.Tables.Put(uint32(noRoomSlot), bpf.ProfileUnwindTable{State: stateNone}); err != nil {
 		return nil, fmt.Errorf("unwind: %w", err)
 	}
-	go m.worker()
+	m.workers.Add(2)
+	go m.worker(math.MaxInt64)
+	go m.worker(fastLaneBytes)
 	return m, nil
 }
 
@@ -239,9 +241,9 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
+	m.cond.Broadcast()
 	m.mu.Unlock()
-	close(m.wake)
-	<-m.done
+	m.workers.Wait()
 }
 
 // Stats returns the current figures.
@@ -552,8 +554,5 @@ func (m *Manager) Poll() {
 func (m *Manager) enqueue(f *file) {
 	f.queued = true
 	m.queue = append(m.queue, f)
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
+	m.cond.Broadcast()
 }
