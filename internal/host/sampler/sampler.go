@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -494,6 +495,22 @@ func (s *Sampler) load() error {
 		return fmt.Errorf("sampler: loading BPF objects: %w", err2)
 	}
 	return nil
+}
+
+// ProgramStats returns the cumulative run time and run count of the sampling
+// program (its tail calls included), as counted by the kernel while
+// kernel.bpf_stats_enabled is on (ebpf.EnableStats); zeros otherwise.
+func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, 0, ErrClosed
+	}
+	ps, err := s.objs.profile().Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	return ps.Runtime, ps.RunCount, nil
 }
 
 // Unwinder returns the unwind table manager, nil when user stacks are walked
