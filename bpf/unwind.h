@@ -144,9 +144,11 @@ struct {
 	__type(value, struct unwind_table);
 } unwind_tables SEC(".maps");
 
+/* Mmapable: userspace writes rows with memcpy, not one syscall per batch. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");

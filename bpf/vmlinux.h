@@ -45,6 +45,10 @@ enum {
 };
 
 enum {
+	BPF_F_MMAPABLE = (1U << 10),
+};
+
+enum {
 	BPF_F_SKIP_FIELD_MASK = 0xffULL,
 	BPF_F_USER_STACK = (1ULL << 8),
 	BPF_F_FAST_STACK_CMP = (1ULL << 9),

@@ -2,6 +2,7 @@ package profilingreceiver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -18,12 +22,19 @@ import (
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
-// BenchmarkSamplerOverhead measures the whole receiver (sampler, snapshots,
-// normalization, kallsyms names, profiles and logs built every 10 s) at
-// 99 Hz while two busy processes hold both cores, next to `perf record -F 99
-// -a -g` over the same seconds. Run it once:
+// BenchmarkSamplerOverhead measures the whole receiver (sampler with unwind
+// tables, snapshots, normalization, kallsyms names, profiles and logs built
+// every 10 s) at 99 Hz while two busy processes without frame pointers
+// (main -> a -> b -> c -> d -> leaf, -O2 -fomit-frame-pointer) hold both
+// cores, next to `perf record -F 99 -a -g` over the same seconds. Run it once:
 //
 //	PROFSYM_BENCH_SECONDS=60 go test -run '^$' -bench SamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver
+//
+// Sub-benchmarks: steady (only the busy processes), and churn, which also
+// starts 20 short-lived processes a second, one in four a binary never seen
+// before (a fresh copy of a fixture: a new file identity, so a new table).
+// bpf_us/sample is the sampling program's in-kernel time per run, tail calls
+// included (kernel.bpf_stats_enabled: run_time_ns / run_cnt).
 func BenchmarkSamplerOverhead(b *testing.B) {
 	needSampler(b)
 	perf := testfixture.NeedTool(b, "perf")
@@ -31,16 +42,84 @@ func BenchmarkSamplerOverhead(b *testing.B) {
 	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_SECONDS")); err == nil && s > 0 {
 		secs = s
 	}
-	bin := buildC(b)
-	for i := 0; i < 2; i++ {
-		busy := exec.Command(bin, strconv.Itoa(secs*3))
-		if err := busy.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { busy.Process.Kill(); busy.Wait() }()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
 	}
-	for range b.N {
-		benchOnce(b, perf, secs)
+	defer stats.Close()
+	bin := testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	for _, churn := range []int{0, 20} {
+		name := "steady"
+		if churn > 0 {
+			name = fmt.Sprintf("churn%d", churn)
+		}
+		b.Run(name, func(b *testing.B) {
+			var busy []*exec.Cmd
+			for i := 0; i < 2; i++ {
+				c := exec.Command(bin, strconv.Itoa(secs*3))
+				if err := c.Start(); err != nil {
+					b.Fatal(err)
+				}
+				busy = append(busy, c)
+			}
+			defer func() {
+				for _, c := range busy {
+					c.Process.Kill()
+					c.Wait()
+				}
+			}()
+			stop := make(chan struct{})
+			done := make(chan int)
+			go func() { done <- spawnChurn(b, bin, churn, stop) }()
+			for range b.N {
+				benchOnce(b, perf, secs)
+			}
+			close(stop)
+			if n := <-done; churn > 0 {
+				b.ReportMetric(float64(n)/float64(secs), "churn_procs/s")
+			}
+		})
+	}
+}
+
+// spawnChurn starts perSec short-lived processes a second until stop: each
+// runs the fixture for 10 ms of CPU; every fourth is a new copy of it.
+func spawnChurn(b *testing.B, bin string, perSec int, stop chan struct{}) int {
+	if perSec == 0 {
+		return 0
+	}
+	dir := b.TempDir()
+	t := time.NewTicker(time.Second / time.Duration(perSec))
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-stop:
+			return n
+		case <-t.C:
+		}
+		path := bin
+		if n%4 == 0 {
+			path = filepath.Join(dir, fmt.Sprintf("chain-%d", n))
+			data, err := os.ReadFile(bin)
+			if err == nil {
+				err = os.WriteFile(path, data, 0o755)
+			}
+			if err != nil {
+				path = bin
+			}
+		}
+		c := exec.Command(path, "0.01")
+		if err := c.Start(); err == nil {
+			go func() {
+				c.Wait()
+				if path != bin {
+					os.Remove(path)
+				}
+			}()
+		}
+		n++
 	}
 }
 
@@ -57,6 +136,7 @@ func benchOnce(b *testing.B, perf string, secs int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rcv := pr.(*handle).e.r
 	data := filepath.Join(b.TempDir(), "perf.data")
 	pc := exec.Command(perf, "record", "-q", "-F", "99", "-a", "-g", "-o", data, "--", "sleep", strconv.Itoa(secs))
 	cpu0, wall0 := selfCPU(b), time.Now()
@@ -74,8 +154,15 @@ func benchOnce(b *testing.B, perf string, secs int) {
 	const settle = 3 * time.Second
 	time.Sleep(settle)
 	steadyCPU0, steadyWall0 := selfCPU(b), time.Now()
+	run0, cnt0, _ := rcv.sampler.ProgramStats()
 	perfErr := pc.Wait()
 	steadyCPU, steadyWall := selfCPU(b)-steadyCPU0, time.Since(steadyWall0)
+	run1, cnt1, _ := rcv.sampler.ProgramStats()
+	var unwindStats string
+	if u := rcv.sampler.Unwinder(); u != nil {
+		unwindStats = fmt.Sprintf("%+v", u.Stats())
+	}
+	st, _ := rcv.sampler.Stats()
 	if err := pr.Shutdown(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -94,6 +181,11 @@ func benchOnce(b *testing.B, perf string, secs int) {
 	cpuPct := 100 * cpu.Seconds() / wall.Seconds()
 	perfPct := 100 * perfCPU.Seconds() / wall.Seconds()
 	steadyPct := 100 * steadyCPU.Seconds() / steadyWall.Seconds()
+	if cnt1 > cnt0 {
+		b.ReportMetric(float64(run1-run0)/float64(cnt1-cnt0)/1e3, "bpf_us/sample")
+		b.ReportMetric(100*(run1-run0).Seconds()/steadyWall.Seconds(), "bpf_cpu_%")
+	}
+	b.Logf("stops %v, tables %s", st.Stops, unwindStats)
 	b.ReportMetric(cpuPct, "receiver_cpu_%")
 	b.ReportMetric(steadyPct, "receiver_steady_cpu_%")
 	b.ReportMetric(hwm, "receiver_peak_rss_MB")

@@ -3,7 +3,9 @@
 package unwind
 
 import (
+	"encoding/binary"
 	"errors"
+	"runtime/debug"
 	"fmt"
 	"syscall"
 	"time"
@@ -131,15 +133,13 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	f.building = true // keeps the file from being retired while its rows are written
 	m.mu.Unlock()
 
-	var werr error
-	keys := make([]uint32, 0, 8192)
-	for i := uint32(0); i < n && werr == nil; i += 8192 {
-		j := min(i+8192, n)
-		keys = keys[:0]
-		for k := i; k < j; k++ {
-			keys = append(keys, sp.off+k)
-		}
-		_, werr = m.maps.Rows.BatchUpdate(keys, enc.rows[i:j], nil)
+	werr := m.writeRows(sp, enc.rows)
+	base, fallbacks := enc.base, enc.fallbacks
+	if f.id.Size > 16<<20 {
+		// A big file's build leaves tens of MB of garbage; give it back
+		// now rather than let the agent's RSS sit at its peak.
+		enc = encoded{}
+		debug.FreeOSMemory()
 	}
 
 	m.mu.Lock()
@@ -157,14 +157,38 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	m.stats.Builds++
 	f.rows = sp
 	f.state = stateReady
-	if err := m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{Base: enc.base, First: sp.off, Count: n, State: stateReady}); err != nil {
+	if err := m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{Base: base, First: sp.off, Count: n, State: stateReady}); err != nil {
 		m.log.Warn("publishing an unwind table failed", zap.String("file", f.path), zap.Error(err))
 	}
 	if f.refs == 0 && f.lru == nil {
 		f.lru = m.idle.PushBack(f)
 	}
-	m.log.Debug("unwind table loaded", zap.String("file", f.path), zap.Int("rows", len(enc.rows)),
-		zap.Int("fallback_rows", enc.fallbacks), zap.Duration("took", took))
+	m.log.Debug("unwind table loaded", zap.String("file", f.path), zap.Uint32("rows", n),
+		zap.Int("fallback_rows", fallbacks), zap.Duration("took", took))
+}
+
+// writeRows copies rows into their span of the mmapable rows map. Only the
+// span's pages are mapped, and only while writing, so the rows never count
+// in the agent's RSS. The Tables.Put that publishes them is a syscall, which
+// orders these stores before any program can use the rows.
+func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
+	page := uint64(unix.Getpagesize())
+	lo := uint64(sp.off) * RowBytes
+	hi := lo + uint64(len(rows))*RowBytes
+	start := lo &^ (page - 1)
+	mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("unwind: mapping the rows: %w", err)
+	}
+	dst := mem[lo-start:]
+	for i, r := range rows {
+		b := dst[i*RowBytes : i*RowBytes+RowBytes]
+		binary.NativeEndian.PutUint32(b, r.Pc)
+		binary.NativeEndian.PutUint16(b[4:], r.CfaOff)
+		b[6] = r.Info
+		b[7] = byte(r.FpOff)
+	}
+	return unix.Munmap(mem)
 }
 
 func (m *Manager) setState(f *file, state uint32) {
