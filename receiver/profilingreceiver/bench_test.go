@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,7 +186,10 @@ func benchOnce(b *testing.B, perf string, secs int) {
 		b.ReportMetric(float64(run1-run0)/float64(cnt1-cnt0)/1e3, "bpf_us/sample")
 		b.ReportMetric(100*(run1-run0).Seconds()/steadyWall.Seconds(), "bpf_cpu_%")
 	}
-	b.Logf("stops %v, tables %s", st.Stops, unwindStats)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.Logf("stops %v, tables %s; Go heap in use %.1f MB, idle %.1f MB (released %.1f MB), sys %.1f MB",
+		st.Stops, unwindStats, float64(ms.HeapInuse)/1e6, float64(ms.HeapIdle)/1e6, float64(ms.HeapReleased)/1e6, float64(ms.Sys)/1e6)
 	b.ReportMetric(cpuPct, "receiver_cpu_%")
 	b.ReportMetric(steadyPct, "receiver_steady_cpu_%")
 	b.ReportMetric(hwm, "receiver_peak_rss_MB")
