@@ -228,3 +228,80 @@ func TestHdrRecovery(t *testing.T) {
 		t.Fatalf("rows at %#x, %+v, stats %+v", got, rows, b.stats)
 	}
 }
+
+// fdeRaw returns an FDE at section offset pos with the given encoded
+// address and range fields.
+func fdeRaw(pos, cieOff int, addr, rng []byte, aug bool, instrs []byte) []byte {
+	body := binary.LittleEndian.AppendUint32(nil, uint32(pos+4-cieOff))
+	body = append(body, addr...)
+	body = append(body, rng...)
+	if aug {
+		body = append(body, 0)
+	}
+	body = append(body, instrs...)
+	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// TestPointerEncodings covers each DW_EH_PE_* form an FDE address may use.
+func TestPointerEncodings(t *testing.T) {
+	const ehAddr, hdrAddr, target = 0x10000, 0x8000, 0x2000
+	le32 := func(v int64) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(v)) }
+	le64 := func(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }
+	for _, tc := range []struct {
+		name string
+		cie  []byte
+		addr func(fieldAddr int64) []byte // the encoded address field
+		rng  []byte
+		aug  bool
+	}{
+		{"udata4", cieWith("zR", []byte{peUdata4}, stdInit), func(int64) []byte { return le32(target) }, le32(16), true},
+		{"pcrel sdata4", cieWith("zR", []byte{pePcrel | peSdata4}, stdInit), func(a int64) []byte { return le32(target - a) }, le32(16), true},
+		{"datarel sdata4", cieWith("zR", []byte{peDatarel | peSdata4}, stdInit), func(int64) []byte { return le32(target - hdrAddr) }, le32(16), true},
+		{"udata8", cieWith("zR", []byte{peUdata8}, stdInit), func(int64) []byte { return le64(target) }, le64(16), true},
+		{"sdata8 pcrel", cieWith("zR", []byte{pePcrel | peSdata8}, stdInit), func(a int64) []byte { return le64(target - a) }, le64(16), true},
+		{"udata2", cieWith("zR", []byte{peUdata2}, stdInit), func(int64) []byte { return []byte{0x00, 0x20} }, []byte{16, 0}, true},
+		{"uleb128", cieWith("zR", []byte{peUleb128}, stdInit), func(int64) []byte { return binary.AppendUvarint(nil, target) }, []byte{16}, true},
+		{"sleb128 pcrel", cieWith("zR", []byte{pePcrel | peSleb128}, stdInit), func(a int64) []byte { return sleb(target - a) }, []byte{16}, true},
+		{"aligned absptr", cieWith("zR", []byte{peAligned}, stdInit), func(a int64) []byte {
+			pad := (8 - a%8) % 8
+			return append(make([]byte, pad), le64(target)...)
+		}, le64(16), true},
+		{"indirect udata4", cieWith("zR", []byte{peIndirect | peUdata4}, stdInit), func(int64) []byte { return le32(0x5000) }, le32(16), true},
+		{"legacy eh", cieWith("eh\x00\x00\x00\x00\x00\x00\x00\x00", nil, stdInit), func(int64) []byte { return le64(target) }, le64(16), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cie
+			pos := len(c)
+			fieldAddr := int64(ehAddr + pos + 8) // after the length and CIE pointer
+			eh := cat(c, fdeRaw(pos, 0, tc.addr(fieldAddr), tc.rng, tc.aug, []byte{0x41, cfaDefCFAOffset, 16}))
+			hdr := []byte{1, peUdata4, peOmit, peOmit}
+			hdr = binary.LittleEndian.AppendUint32(hdr, ehAddr)
+			b := testBuilder(1 << 16)
+			b.code = func(addr uint64, n int) []byte {
+				if addr == 0x5000 && n == 8 {
+					return le64(target)
+				}
+				return nil
+			}
+			rows, err := parseEH(t, b, eh, ehAddr, hdr, hdrAddr)
+			if err != nil {
+				t.Fatalf("%v; stats %+v", err, b.stats)
+			}
+			if len(rows) != 3 || rows[0].PC != target || rows[1].PC != target+1 || rows[1].CFAOffset != 16 || rows[2].PC != target+16 {
+				t.Fatalf("rows %+v; stats %+v", rows, b.stats)
+			}
+		})
+	}
+}
+
+func sleb(v int64) []byte {
+	var b []byte
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
