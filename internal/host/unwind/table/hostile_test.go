@@ -3,6 +3,7 @@ package table
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -303,5 +304,49 @@ func sleb(v int64) []byte {
 			return append(b, c)
 		}
 		b = append(b, c|0x80)
+	}
+}
+
+// TestOverlapPriority: where .eh_frame and .debug_frame describe the same
+// addresses, .eh_frame wins, and .debug_frame's rows resume after it with
+// the rule in force there.
+func TestOverlapPriority(t *testing.T) {
+	// .debug_frame: CIE id ~0, absolute 8-byte addresses.
+	cieBody := []byte{0xff, 0xff, 0xff, 0xff, 1, 0, 1, 0x78, 16}
+	cieBody = append(cieBody, stdInit...)
+	df := cat(binary.LittleEndian.AppendUint32(nil, uint32(len(cieBody))), cieBody)
+	fdeBody := binary.LittleEndian.AppendUint32(nil, 0) // CIE at offset 0
+	fdeBody = binary.LittleEndian.AppendUint64(fdeBody, 0x2000)
+	fdeBody = binary.LittleEndian.AppendUint64(fdeBody, 0x30)
+	fdeBody = append(fdeBody, 0x44, cfaDefCFAOffset, 16, 0x40|0x14, cfaDefCFAOffset, 24, 0x50, cfaDefCFAOffset, 32)
+	df = cat(df, binary.LittleEndian.AppendUint32(nil, uint32(len(fdeBody))), fdeBody)
+
+	c := stdCIE()
+	eh := cat(c, fde(len(c), 0, 0x2010, 0x10, []byte{cfaDefCFA, 6, 16}))
+
+	b := testBuilder(1 << 16)
+	ehSrc, err := b.readEHFrame(eh, 0x1000, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dfSrc, err := b.readDebugFrame(df)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.emit(b.merge([]*source{ehSrc, dfSrc}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := func(pc uint64, off int32) Row {
+		return Row{PC: pc, Kind: KindNormal, CFA: CFASP, CFAOffset: off, RAOffset: -8}
+	}
+	want := []Row{
+		sp(0x2000, 8), sp(0x2004, 16),
+		{PC: 0x2010, Kind: KindNormal, CFA: CFAFP, CFAOffset: 16, RAOffset: -8},
+		sp(0x2020, 24), sp(0x2028, 32),
+		{PC: 0x2030, Kind: KindFallback},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", rows, want)
 	}
 }
