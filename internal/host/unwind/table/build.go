@@ -88,8 +88,23 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 			}
 		}
 	}
-	slices.SortFunc(b.text, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	b.text = unionRanges(b.text)
 	return b, nil
+}
+
+// unionRanges sorts ranges and merges those that overlap or touch, so that
+// a lookup is one binary search however many segments a file claims.
+func unionRanges(rs [][2]uint64) [][2]uint64 {
+	slices.SortFunc(rs, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func cmpU64(a, b uint64) int {
@@ -104,12 +119,8 @@ func cmpU64(a, b uint64) int {
 
 // inText reports whether [start, end) lies within one executable range.
 func (b *builder) inText(start, end uint64) bool {
-	for _, t := range b.text {
-		if start >= t[0] && end <= t[1] {
-			return true
-		}
-	}
-	return false
+	i, _ := slices.BinarySearchFunc(b.text, start, func(t [2]uint64, pc uint64) int { return cmpU64(t[0], pc+1) })
+	return i > 0 && start >= b.text[i-1][0] && end <= b.text[i-1][1]
 }
 
 func (b *builder) newSource(name string, hint int) *source {

@@ -68,7 +68,12 @@ const (
 	maxAugString = 16
 	maxRemember  = 64
 	maxCodeAlign = 1 << 16
+	// maxCIEs bounds the CIEs kept: real files have one per object file
+	// with a personality routine, a few thousand at most.
+	maxCIEs = 1 << 16
 )
+
+var tooManyCIEs = &cie{err: fmt.Errorf("more than %d CIEs", maxCIEs)}
 
 var (
 	errTruncated  = errors.New("truncated entry")
@@ -312,8 +317,8 @@ type cfiParser struct {
 	out   *source
 	cies  map[int]*cie
 	stack [maxRemember]state
-	// maxSegs bounds the FDEs indexed: each costs at least one row.
-	maxSegs int
+	// maxSegs bounds the FDEs read (fdes counts them).
+	maxSegs, fdes int
 	// sigreturn reports whether [start, end) holds a known rt_sigreturn
 	// trampoline (for FDEs without the 'S' augmentation).
 	sigreturn func(start, end uint64) bool
@@ -368,6 +373,9 @@ func (p *cfiParser) note(err error) {
 func (p *cfiParser) cieAt(off int) *cie {
 	if c, ok := p.cies[off]; ok {
 		return c
+	}
+	if len(p.cies) >= maxCIEs {
+		return tooManyCIEs
 	}
 	c := p.parseCIE(off)
 	p.cies[off] = c
@@ -540,12 +548,14 @@ func (p *cfiParser) header(e entry, count bool) (fdeHdr, bool) {
 // fde indexes one FDE (pass 1): its range, and where to find it again
 // when its rows are written (pass 2, rows). Signal frames need no program.
 func (p *cfiParser) fde(e entry) error {
+	// Every FDE, usable or not, counts: a table cannot have fewer rows
+	// than FDEs, and a flood of broken ones must not cost unbounded time.
+	if p.fdes++; p.fdes > p.maxSegs {
+		return errLimit
+	}
 	h, ok := p.header(e, true)
 	if !ok {
 		return nil
-	}
-	if len(p.out.segs) >= p.maxSegs {
-		return errLimit
 	}
 	g := seg{start: h.start, end: h.end, ref: int32(e.off)}
 	if h.c.signal || (p.sigreturn != nil && p.sigreturn(h.start, h.end)) {

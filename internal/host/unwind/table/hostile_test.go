@@ -350,3 +350,27 @@ func TestOverlapPriority(t *testing.T) {
 		t.Fatalf("got\n%+v\nwant\n%+v", rows, want)
 	}
 }
+
+// TestHostileFDEFlood: FDEs whose CIE pointers all lead somewhere different
+// and wrong. Each costs its entry; the CIE cache stays bounded; the row
+// limit also bounds how many FDEs are read at all.
+func TestHostileFDEFlood(t *testing.T) {
+	const n = 100_000
+	eh := stdCIE()
+	for i := 0; i < n; i++ {
+		// Point at the FDE before (or the CIE's middle for the first).
+		prev := len(eh) - 20
+		eh = append(eh, fde(len(eh), prev, 0x2000, 16, nil)...)
+	}
+	b := testBuilder(DefaultMaxRows)
+	if _, err := parseEH(t, b, eh, 0x1000, nil, 0); err == nil {
+		t.Fatal("no error")
+	}
+	if b.stats.BadFDEs != n {
+		t.Fatalf("%+v", b.stats)
+	}
+	b = testBuilder(1000)
+	if _, err := parseEH(t, b, eh, 0x1000, nil, 0); !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Fatalf("got %v", err)
+	}
+}
