@@ -18,29 +18,25 @@ var errLimit = fmt.Errorf("unwind table: more rows than the configured limit: %w
 // largest .eh_frame of a real shared library is tens of MB.
 const maxCFISection = 1 << 30
 
-// seg is one covered address range of a source (an FDE, a Go function) and
-// its rows, rows[lo:hi] of the source, the first at start.
+// seg is one covered address range of a source (an FDE, a Go function).
+// Rows are written in a second pass, in address order, straight into the
+// table: kind other than KindNormal is the segment's only row; otherwise
+// the source's gen runs the segment's program (ref says where it is).
 type seg struct {
 	start, end uint64
-	lo, hi     int
+	ref        int32
+	kind       Kind
 }
 
-// source collects the rows of one kind of unwind information.
+// source is one kind of unwind information: its indexed segments and the
+// generator of their rows.
 type source struct {
 	name  string
-	rows  []Row
 	segs  []seg
-	max   int
+	gen   func(g *seg, em *emitter) error
+	hint  int // rows it is expected to produce
 	stats *Stats
 	used  bool // contributed rows to the table
-}
-
-func (s *source) add(r Row) error {
-	if len(s.rows) >= s.max {
-		return errLimit
-	}
-	s.rows = append(s.rows, r)
-	return nil
 }
 
 type builder struct {
@@ -52,6 +48,7 @@ type builder struct {
 	ptrSz int
 	// code returns n bytes of the file image at a virtual address, or nil.
 	code  func(addr uint64, n int) []byte
+	srcs  []*source
 	stats Stats
 }
 
@@ -91,8 +88,23 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 			}
 		}
 	}
-	slices.SortFunc(b.text, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	b.text = unionRanges(b.text)
 	return b, nil
+}
+
+// unionRanges sorts ranges and merges those that overlap or touch, so that
+// a lookup is one binary search however many segments a file claims.
+func unionRanges(rs [][2]uint64) [][2]uint64 {
+	slices.SortFunc(rs, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func cmpU64(a, b uint64) int {
@@ -107,16 +119,12 @@ func cmpU64(a, b uint64) int {
 
 // inText reports whether [start, end) lies within one executable range.
 func (b *builder) inText(start, end uint64) bool {
-	for _, t := range b.text {
-		if start >= t[0] && end <= t[1] {
-			return true
-		}
-	}
-	return false
+	i, _ := slices.BinarySearchFunc(b.text, start, func(t [2]uint64, pc uint64) int { return cmpU64(t[0], pc+1) })
+	return i > 0 && start >= b.text[i-1][0] && end <= b.text[i-1][1]
 }
 
-func (b *builder) newSource(name string, capHint int) *source {
-	return &source{name: name, max: b.max, stats: &b.stats, rows: make([]Row, 0, min(max(capHint, 16), b.max))}
+func (b *builder) newSource(name string, hint int) *source {
+	return &source{name: name, stats: &b.stats, hint: hint}
 }
 
 func (b *builder) build() (*Table, error) {
@@ -156,6 +164,7 @@ func (b *builder) build() (*Table, error) {
 	}
 	pieces := b.merge(srcs)
 	if syn := b.synthesize(pieces); syn != nil {
+		b.srcs = append(b.srcs, syn)
 		pieces = b.mergeInto(pieces, syn)
 	}
 	rows, err := b.emit(pieces)
@@ -177,13 +186,14 @@ func (b *builder) build() (*Table, error) {
 type piece struct {
 	start, end uint64
 	src        *source
-	lo, hi     int
+	seg        *seg
 }
 
 // merge resolves overlaps: within a source the earlier-starting range wins;
 // across sources the one earlier in srcs wins. The result is sorted and
 // non-overlapping.
 func (b *builder) merge(srcs []*source) []piece {
+	b.srcs = srcs
 	var covered []piece
 	for _, s := range srcs {
 		covered = b.mergeInto(covered, s)
@@ -194,10 +204,11 @@ func (b *builder) merge(srcs []*source) []piece {
 // mergeInto adds the parts of s's segments not yet covered.
 func (b *builder) mergeInto(covered []piece, s *source) []piece {
 	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
-	var add []piece
+	add := make([]piece, 0, len(s.segs))
 	var reach uint64 // end of s's own ranges so far
 	j := 0
-	for _, g := range s.segs {
+	for i := range s.segs {
+		g := &s.segs[i]
 		a := g.start
 		if a < reach {
 			if g.end <= reach {
@@ -220,7 +231,7 @@ func (b *builder) mergeInto(covered []piece, s *source) []piece {
 			if k < len(covered) && covered[k].start < e {
 				e = covered[k].start
 			}
-			add = append(add, piece{start: a, end: e, src: s, lo: g.lo, hi: g.hi})
+			add = append(add, piece{start: a, end: e, src: s, seg: g})
 			a = e
 		}
 	}
@@ -245,58 +256,145 @@ func (b *builder) mergeInto(covered []piece, s *source) []piece {
 // alignPad is the function alignment of x86-64 compilers.
 const alignPad = 16
 
-// emit writes the pieces' rows in order, a KindFallback row in each gap
-// (except alignment padding) and after the last piece, merging rows that
-// unwind alike.
-func (b *builder) emit(pieces []piece) ([]Row, error) {
-	n := 1
-	for _, p := range pieces {
-		n += p.hi - p.lo + 1
+// emitter writes rows into the table. Sources hand it a segment's rows in
+// address order; it keeps those of the current piece (the last one at or
+// before the piece's start moves to the start), merges rows that unwind
+// alike and enforces the row limit.
+type emitter struct {
+	out        []Row
+	max        int
+	start, end uint64 // the current piece
+	pending    Row    // last row at or before start, not yet written
+	hasPending bool
+	wrote      bool // a row of this piece was written
+	done       bool // the generator may stop: rows past the piece end
+}
+
+func (e *emitter) put(r Row) error {
+	if n := len(e.out); n > 0 {
+		last := &e.out[n-1]
+		if last.sameRule(&r) {
+			return nil
+		}
+		if last.PC == r.PC {
+			*last = r
+			return nil
+		}
 	}
-	out := make([]Row, 0, min(n, b.max))
-	put := func(r Row) error {
-		if k := len(out); k > 0 {
-			last := &out[k-1]
-			if last.sameRule(&r) {
-				return nil
-			}
-			if last.PC == r.PC {
-				*last = r
-				return nil
-			}
-		}
-		if len(out) >= b.max {
-			return errLimit
-		}
-		out = append(out, r)
+	if len(e.out) >= e.max {
+		return errLimit
+	}
+	e.out = append(e.out, r)
+	return nil
+}
+
+func (e *emitter) begin(start, end uint64) {
+	e.start, e.end = start, end
+	e.hasPending, e.wrote, e.done = false, false, false
+}
+
+// row takes the next row of the current segment.
+func (e *emitter) row(r Row) error {
+	switch {
+	case r.PC >= e.end:
+		e.done = true
+		return nil
+	case r.PC <= e.start:
+		e.pending, e.hasPending = r, true
 		return nil
 	}
+	if e.hasPending {
+		if err := e.flushPending(); err != nil {
+			return err
+		}
+	}
+	if !e.wrote {
+		// Rows must start at the piece start; a generator that skipped it
+		// leaves nothing known there.
+		if err := e.put(Row{PC: e.start, Kind: KindFallback}); err != nil {
+			return err
+		}
+	}
+	e.wrote = true
+	return e.put(r)
+}
+
+func (e *emitter) flushPending() error {
+	p := e.pending
+	p.PC = e.start
+	e.hasPending, e.wrote = false, true
+	return e.put(p)
+}
+
+// finish ends the current piece.
+func (e *emitter) finish() error {
+	if e.hasPending {
+		return e.flushPending()
+	}
+	if !e.wrote {
+		e.wrote = true
+		return e.put(Row{PC: e.start, Kind: KindFallback})
+	}
+	return nil
+}
+
+// emit writes the pieces' rows in order (pass 2), a KindFallback row in
+// each gap (except alignment padding) and after the last piece. A segment
+// whose program turns out malformed falls back as a whole.
+func (b *builder) emit(pieces []piece) ([]Row, error) {
+	hint := 1
+	for _, s := range b.srcs {
+		if s.used {
+			hint += s.hint
+		}
+	}
+	em := &emitter{max: b.max, out: make([]Row, 0, min(hint, b.max))}
 	var prevEnd uint64
-	for i, p := range pieces {
+	for i := range pieces {
+		p := &pieces[i]
 		// Alignment padding before a 16-byte aligned function is never
 		// executed: the previous row may run across it, which saves a row
 		// per function. Any larger gap may hold code without CFI.
 		pad := p.start-prevEnd < alignPad && p.start%alignPad == 0
 		if i > 0 && p.start > prevEnd && !pad {
-			if err := put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+			if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
 				return nil, err
 			}
 		}
-		rows := p.src.rows[p.lo:p.hi]
-		// The last row at or before the piece's start holds there.
-		k, _ := slices.BinarySearchFunc(rows, p.start, func(r Row, pc uint64) int { return cmpU64(r.PC, pc+1) })
-		k = max(k-1, 0)
-		for ; k < len(rows) && rows[k].PC < p.end; k++ {
-			r := rows[k]
-			r.PC = max(r.PC, p.start)
-			if err := put(r); err != nil {
+		n0 := len(em.out)
+		em.begin(p.start, p.end)
+		var err error
+		if g := p.seg; g.kind != KindNormal {
+			err = em.row(Row{PC: g.start, Kind: g.kind})
+		} else {
+			err = p.src.gen(g, em)
+		}
+		if err == nil {
+			err = em.finish()
+		}
+		if err != nil {
+			if errors.Is(err, errLimit) {
+				return nil, err
+			}
+			b.stats.BadFDEs++
+			if b.stats.FirstError == "" {
+				b.stats.FirstError = err.Error()
+			}
+			em.out = em.out[:n0]
+			em.begin(p.start, p.end)
+			if err := em.put(Row{PC: p.start, Kind: KindFallback}); err != nil {
 				return nil, err
 			}
 		}
 		prevEnd = p.end
 	}
-	if err := put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+	if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
 		return nil, err
+	}
+	out := em.out
+	if cap(out)-len(out) > len(out)/4+64 {
+		// Far more room than rows: keep only what the table holds.
+		out = append(make([]Row, 0, len(out)), out...)
 	}
 	return out, nil
 }
@@ -326,6 +424,7 @@ func (b *builder) isSigreturn(start, end uint64) bool {
 // without CFI (_start of some C libraries), which ends the stack.
 func (b *builder) synthesize(pieces []piece) *source {
 	s := b.newSource("synthetic", 4)
+	s.gen = func(*seg, *emitter) error { return nil }
 	// Gaps between covered ranges, within executable ranges.
 	for _, t := range b.text {
 		a := t[0]
@@ -356,10 +455,7 @@ func (b *builder) synthesize(pieces []piece) *source {
 			}
 		}
 		if size > 0 && b.inText(entry, entry+size) {
-			lo := len(s.rows)
-			if s.add(Row{PC: entry, Kind: KindEnd}) == nil {
-				s.segs = append(s.segs, seg{start: entry, end: entry + size, lo: lo, hi: lo + 1})
-			}
+			s.segs = append(s.segs, seg{start: entry, end: entry + size, kind: KindEnd})
 		}
 	}
 	if len(s.segs) == 0 {
@@ -367,6 +463,9 @@ func (b *builder) synthesize(pieces []piece) *source {
 	}
 	return s
 }
+
+// maxSynthetic bounds the trampolines taken from code bytes: a libc has one.
+const maxSynthetic = 1024
 
 // scanGap marks rt_sigreturn trampolines found in [a, e).
 func (b *builder) scanGap(s *source, a, e uint64) {
@@ -388,11 +487,10 @@ func (b *builder) scanGap(s *source, a, e uint64) {
 		if off+k > 0 && code[off+k-1] == 0x90 {
 			start-- // cover the nop a "return address - 1" lookup lands on
 		}
-		lo := len(s.rows)
-		if s.add(Row{PC: start, Kind: KindSignal}) != nil {
+		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(rtSigreturn)), kind: KindSignal})
+		if len(s.segs) >= maxSynthetic {
 			return
 		}
-		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(rtSigreturn)), lo: lo, hi: lo + 1})
 		off += k + len(rtSigreturn)
 	}
 }
@@ -437,10 +535,12 @@ func (b *builder) deref(addr uint64, size int) (uint64, bool) {
 }
 
 func (b *builder) newParser(sec *section, out *source) *cfiParser {
-	return &cfiParser{
-		sec: sec, regs: b.regs, out: out, cies: map[int]*cie{},
+	p := &cfiParser{
+		sec: sec, regs: b.regs, out: out, cies: map[int]*cie{}, maxSegs: b.max,
 		sigreturn: b.isSigreturn, inText: b.inText,
 	}
+	out.gen = p.rows
+	return p
 }
 
 // debugFrame reads .debug_frame.
@@ -467,6 +567,7 @@ func (b *builder) readDebugFrame(data []byte) (*source, error) {
 	sec := &section{name: ".debug_frame", data: data, debug: true, ptrSize: b.ptrSz, big: b.big, deref: b.deref}
 	b.stats.SourceBytes += len(data)
 	out := b.newSource("debug_frame", len(data)/6)
+	out.segs = make([]seg, 0, min(len(data)/48+1, b.max))
 	p := b.newParser(sec, out)
 	if _, err := p.walk(); err != nil {
 		if errors.Is(err, errLimit) {

@@ -68,7 +68,12 @@ const (
 	maxAugString = 16
 	maxRemember  = 64
 	maxCodeAlign = 1 << 16
+	// maxCIEs bounds the CIEs kept: real files have one per object file
+	// with a personality routine, a few thousand at most.
+	maxCIEs = 1 << 16
 )
+
+var tooManyCIEs = &cie{err: fmt.Errorf("more than %d CIEs", maxCIEs)}
 
 var (
 	errTruncated  = errors.New("truncated entry")
@@ -312,6 +317,8 @@ type cfiParser struct {
 	out   *source
 	cies  map[int]*cie
 	stack [maxRemember]state
+	// maxSegs bounds the FDEs read (fdes counts them).
+	maxSegs, fdes int
 	// sigreturn reports whether [start, end) holds a known rt_sigreturn
 	// trampoline (for FDEs without the 'S' augmentation).
 	sigreturn func(start, end uint64) bool
@@ -366,6 +373,9 @@ func (p *cfiParser) note(err error) {
 func (p *cfiParser) cieAt(off int) *cie {
 	if c, ok := p.cies[off]; ok {
 		return c
+	}
+	if len(p.cies) >= maxCIEs {
+		return tooManyCIEs
 	}
 	c := p.parseCIE(off)
 	p.cies[off] = c
@@ -475,45 +485,51 @@ func (p *cfiParser) parseCIE(off int) *cie {
 	// The initial instructions give every FDE its starting state; DW_CFA_restore
 	// inside them returns to "unspecified".
 	c.init = state{cfa: cfaRegOff, cfaReg: p.regs.sp}
-	if err := p.run(c, r.off, e.end, &c.init, 0, 0, true); err != nil {
+	if err := p.run(c, r.off, e.end, &c.init, 0, 0, nil); err != nil {
 		return bad("initial instructions: %v", err)
 	}
 	return c
 }
 
-// fde reads one FDE and appends its rows. Framing errors are returned (they
-// stop the walk); errors inside the entry only cost its range.
-func (p *cfiParser) fde(e entry) error {
+// fdeHdr is a decoded FDE header.
+type fdeHdr struct {
+	c          *cie
+	start, end uint64
+	prog, stop int // section offsets of the instructions
+}
+
+// header decodes an FDE's header. With count set (the indexing pass) it
+// counts and notes what is wrong; errors here cost only the entry.
+func (p *cfiParser) header(e entry, count bool) (fdeHdr, bool) {
 	s := p.sec
 	st := p.out.stats
+	fail := func(err error) (fdeHdr, bool) {
+		if count {
+			st.BadFDEs++
+			p.note(err)
+		}
+		return fdeHdr{}, false
+	}
 	c := p.cieAt(e.ciePtr)
 	if c.err != nil {
 		// Without the CIE the FDE's address cannot even be decoded.
-		st.BadFDEs++
-		p.note(c.err)
-		return nil
+		return fail(c.err)
 	}
 	r := reader{b: s.data[:e.end], off: e.body, big: s.big}
 	sub := *s
 	sub.ptrSize = c.ptrSize
 	start, err := sub.readPtr(&r, c.ptrEnc)
 	if err != nil {
-		st.BadFDEs++
-		p.note(fmt.Errorf("%s: FDE at %#x: address: %v", s.name, e.off, err))
-		return nil
+		return fail(fmt.Errorf("%s: FDE at %#x: address: %v", s.name, e.off, err))
 	}
 	length, err := sub.readPtr(&r, c.ptrEnc&0x0f)
 	if err != nil {
-		st.BadFDEs++
-		p.note(fmt.Errorf("%s: FDE at %#x: range: %v", s.name, e.off, err))
-		return nil
+		return fail(fmt.Errorf("%s: FDE at %#x: range: %v", s.name, e.off, err))
 	}
 	if c.hasAug {
 		n := r.uleb()
 		if r.bad || n > uint64(r.left()) {
-			st.BadFDEs++
-			p.note(fmt.Errorf("%s: FDE at %#x: augmentation data of %d bytes past the entry end", s.name, e.off, n))
-			return nil
+			return fail(fmt.Errorf("%s: FDE at %#x: augmentation data of %d bytes past the entry end", s.name, e.off, n))
 		}
 		r.take(int(n))
 	}
@@ -521,52 +537,62 @@ func (p *cfiParser) fde(e entry) error {
 	if length == 0 || end < start || !p.inText(start, end) {
 		// Zero-length entries, and entries the linker left for discarded
 		// code (address 0 in .debug_frame), describe nothing we run.
-		st.DroppedFDEs++
+		if count {
+			st.DroppedFDEs++
+		}
+		return fdeHdr{}, false
+	}
+	return fdeHdr{c: c, start: start, end: end, prog: r.off, stop: e.end}, true
+}
+
+// fde indexes one FDE (pass 1): its range, and where to find it again
+// when its rows are written (pass 2, rows). Signal frames need no program.
+func (p *cfiParser) fde(e entry) error {
+	// Every FDE, usable or not, counts: a table cannot have fewer rows
+	// than FDEs, and a flood of broken ones must not cost unbounded time.
+	if p.fdes++; p.fdes > p.maxSegs {
+		return errLimit
+	}
+	h, ok := p.header(e, true)
+	if !ok {
 		return nil
 	}
-	out := p.out
-	lo := len(out.rows)
-	if c.signal || (p.sigreturn != nil && p.sigreturn(start, end)) {
-		if err := out.add(Row{PC: start, Kind: KindSignal}); err != nil {
-			return err
-		}
-	} else {
-		st0 := c.init
-		if err := p.run(c, r.off, e.end, &st0, start, end, false); err != nil {
-			if errors.Is(err, errLimit) {
-				return err
-			}
-			st.BadFDEs++
-			p.note(fmt.Errorf("%s: FDE at %#x (%#x..%#x): %v", s.name, e.off, start, end, err))
-			out.rows = out.rows[:lo]
-			if err := out.add(Row{PC: start, Kind: KindFallback}); err != nil {
-				return err
-			}
-		}
+	g := seg{start: h.start, end: h.end, ref: int32(e.off)}
+	if h.c.signal || (p.sigreturn != nil && p.sigreturn(h.start, h.end)) {
+		g.kind = KindSignal
 	}
-	out.segs = append(out.segs, seg{start: start, end: end, lo: lo, hi: len(out.rows)})
-	st.FDEs++
+	p.out.segs = append(p.out.segs, g)
+	p.out.stats.FDEs++
 	return nil
 }
 
-// run executes the CFA program at section offsets [lo, hi). For an FDE
-// (cieInit false) it appends a row each time the location advances past a
-// change, starting at start and stopping at end; for a CIE's initial
-// instructions it only updates st.
-func (p *cfiParser) run(c *cie, lo, hi int, st *state, start, end uint64, cieInit bool) error {
+// rows runs the program of the FDE at g.ref and writes its rows (pass 2).
+func (p *cfiParser) rows(g *seg, em *emitter) error {
+	e, err := p.sec.entryAt(int(g.ref))
+	if err != nil {
+		return err
+	}
+	h, ok := p.header(e, false)
+	if !ok {
+		return fmt.Errorf("%s: FDE at %#x changed", p.sec.name, g.ref)
+	}
+	st := h.c.init
+	return p.run(h.c, h.prog, h.stop, &st, h.start, h.end, em)
+}
+
+// run executes the CFA program at section offsets [lo, hi). For an FDE it
+// writes a row to em each time the location advances, starting at start
+// and stopping at end or when em has all it needs; for a CIE's initial
+// instructions (em nil) it only updates st.
+func (p *cfiParser) run(c *cie, lo, hi int, st *state, start, end uint64, em *emitter) error {
+	cieInit := em == nil
 	r := reader{b: p.sec.data[:hi], off: lo, big: p.sec.big}
 	loc := start
 	depth := 0
-	out := p.out
-	first := len(out.rows)
-	// flush emits the row for [loc, next) unless it repeats the one before.
 	flush := func() error {
 		row := p.row(st)
 		row.PC = loc
-		if n := len(out.rows); n > first && out.rows[n-1].sameRule(&row) {
-			return nil
-		}
-		return out.add(row)
+		return em.row(row)
 	}
 	advance := func(delta uint64) (bool, error) {
 		if cieInit {
@@ -584,7 +610,7 @@ func (p *cfiParser) run(c *cie, lo, hi int, st *state, start, end uint64, cieIni
 			return false, err
 		}
 		loc = next
-		return loc >= end, nil
+		return loc >= end || em.done, nil
 	}
 	setRule := func(reg uint64, ru rule) {
 		switch reg {
@@ -628,7 +654,7 @@ func (p *cfiParser) run(c *cie, lo, hi int, st *state, start, end uint64, cieIni
 						return err
 					}
 					loc = v
-					done = loc >= end
+					done = loc >= end || em.done
 				}
 			case cfaAdvanceLoc1:
 				done, err = advance(uint64(r.u8()))

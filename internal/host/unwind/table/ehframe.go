@@ -146,11 +146,12 @@ func (b *builder) readEHFrame(data []byte, addr uint64, hdr *ehHdr, hdrErr error
 		sec.dataBase, sec.hasData = hdr.addr, true
 	}
 	b.stats.SourceBytes += len(data)
-	hint := len(data) / 6
+	out := b.newSource("eh_frame", len(data)/6)
+	nsegs := len(data)/48 + 1 // about the mean FDE size of C and C++ code
 	if hdr != nil && hdr.count > 0 {
-		hint = min(hint, hdr.count*10)
+		nsegs = hdr.count // checked against the header's size
 	}
-	out := b.newSource("eh_frame", hint)
+	out.segs = make([]seg, 0, min(nsegs, b.max))
 	p := b.newParser(sec, out)
 	stop, err := p.walk()
 	if err != nil {

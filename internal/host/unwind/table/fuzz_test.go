@@ -1,6 +1,8 @@
 package table
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -80,5 +82,32 @@ func FuzzDebugFrame(f *testing.F) {
 			return
 		}
 		checkRows(t, rows)
+	})
+}
+
+// FuzzBuild feeds whole ELF images: section and program headers, the
+// .eh_frame_hdr lookup, gap scanning and the merge, not only the CFI.
+func FuzzBuild(f *testing.F) {
+	fx := testfixture.Build(f, testfixture.Spec{Name: "unwindtable-gcc-O2-nofp", Lang: "c", Sources: []string{"unwindtable/cfi.c"}, Args: []string{"-O2", "-fomit-frame-pointer"}})
+	stripped := filepath.Join(f.TempDir(), "stripped")
+	testfixture.Run(f, testfixture.NeedTool(f, "strip"), "-s", "-o", stripped, fx)
+	img, err := os.ReadFile(stripped)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(img)
+	f.Fuzz(func(t *testing.T, img []byte) {
+		ef, err := elfx.NewFile(img)
+		if err != nil {
+			return
+		}
+		tab, err := Build(ef, Options{MaxRows: 1 << 14})
+		if err != nil {
+			return
+		}
+		checkRows(t, tab.Rows)
+		if len(tab.Rows) == 0 || tab.Rows[len(tab.Rows)-1].Kind != KindFallback {
+			t.Fatalf("table does not end in a fallback row")
+		}
 	})
 }

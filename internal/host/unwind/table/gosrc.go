@@ -22,6 +22,11 @@ var goTopFrames = [][]byte{[]byte("runtime.goexit"), []byte("runtime.rt0_go"), [
 var goSigreturn = [][]byte{[]byte("runtime.sigreturn__sigaction"), []byte("runtime.sigreturn")}
 
 func (b *builder) gopclntab() (*source, error) {
+	if len(b.f.Sections) > 0 && b.f.Section(".gopclntab") == nil && b.f.Section(".go.buildinfo") == nil {
+		// Not Go: spare the scan for a table that headers would name (Go PIE
+		// binaries keep theirs in .data.rel.ro, but have .go.buildinfo).
+		return nil, nil
+	}
 	t, err := gopclntab.New(b.f)
 	if err != nil {
 		if errors.Is(err, frame.ErrNoDebugInfo) {
@@ -29,49 +34,33 @@ func (b *builder) gopclntab() (*source, error) {
 		}
 		return nil, err
 	}
-	out := b.newSource("gopclntab", t.NumFuncs()*6)
+	out := b.newSource("gopclntab", t.NumFuncs()*10)
+	n := min(t.NumFuncs(), b.max) // NumFuncs is checked against the table's size
+	out.segs = make([]seg, 0, n)
+	funcs := make([]gopclntab.Func, 0, n)
 	var ferr error
-	var runs []goRun
 	walkErr := t.Funcs(func(fn *gopclntab.Func, name []byte) bool {
 		if !b.inText(fn.Entry, fn.End) {
 			b.stats.DroppedFDEs++
 			return true
 		}
-		lo := len(out.rows)
-		var kind Kind
+		if len(out.segs) >= b.max {
+			ferr = errLimit
+			return false
+		}
+		g := seg{start: fn.Entry, end: fn.End, ref: int32(len(funcs))}
 		switch {
 		case fn.Flag&gopclntab.FuncFlagTopFrame != 0 || oneOf(name, goTopFrames):
-			kind = KindEnd
+			g.kind = KindEnd
 		case oneOf(name, goSigreturn):
-			kind = KindSignal
+			g.kind = KindSignal
 		case fn.Flag&gopclntab.FuncFlagSPWrite != 0:
 			// SP is switched (systemstack, mcall, asmcgocall, gogo): the deltas
 			// stop holding partway; frame pointers survive the switch.
-			kind = KindFallback
+			g.kind = KindFallback
 		}
-		if kind != KindNormal {
-			if ferr = out.add(Row{PC: fn.Entry, Kind: kind}); ferr != nil {
-				return false
-			}
-		} else {
-			runs = runs[:0]
-			err := t.SPDeltas(fn, func(pc, end uint64, delta int32) {
-				runs = append(runs, goRun{pc, end, delta})
-			})
-			if err != nil || len(runs) == 0 {
-				if err != nil {
-					b.stats.BadFDEs++
-					if b.stats.FirstError == "" {
-						b.stats.FirstError = err.Error()
-					}
-				}
-				runs = append(runs[:0], goRun{pc: fn.Entry, end: fn.End, delta: -1})
-			}
-			if ferr = b.goRows(out, runs); ferr != nil {
-				return false
-			}
-		}
-		out.segs = append(out.segs, seg{start: fn.Entry, end: fn.End, lo: lo, hi: len(out.rows)})
+		funcs = append(funcs, *fn)
+		out.segs = append(out.segs, g)
 		b.stats.GoFuncs++
 		b.stats.FDEs++
 		return true
@@ -87,6 +76,21 @@ func (b *builder) gopclntab() (*source, error) {
 		if b.stats.FirstError == "" {
 			b.stats.FirstError = walkErr.Error()
 		}
+	}
+	var runs []goRun
+	out.gen = func(g *seg, em *emitter) error {
+		fn := &funcs[g.ref]
+		runs = runs[:0]
+		err := t.SPDeltas(fn, func(pc, end uint64, delta int32) {
+			runs = append(runs, goRun{pc, end, delta})
+		})
+		if err != nil {
+			return err
+		}
+		if len(runs) == 0 {
+			return em.row(Row{PC: fn.Entry, Kind: KindFallback})
+		}
+		return b.goRows(em, runs)
 	}
 	return out, nil
 }
@@ -105,20 +109,13 @@ func oneOf(name []byte, set [][]byte) bool {
 	return false
 }
 
-// goRows appends the rows of one function from its SP delta runs.
-func (b *builder) goRows(out *source, runs []goRun) error {
+// goRows writes the rows of one function from its SP delta runs.
+func (b *builder) goRows(em *emitter, runs []goRun) error {
 	saved := b.goFPSavedFrom(runs)
-	first := len(out.rows)
-	put := func(r Row) error {
-		if n := len(out.rows); n > first && out.rows[n-1].sameRule(&r) {
-			return nil
-		}
-		return out.add(r)
-	}
 	for _, run := range runs {
 		if run.delta < 0 || int64(run.delta)+8 > 1<<31-1 {
 			b.stats.Unencodable++
-			if err := put(Row{PC: run.pc, Kind: KindFallback}); err != nil {
+			if err := em.row(Row{PC: run.pc, Kind: KindFallback}); err != nil {
 				return err
 			}
 			continue
@@ -128,7 +125,7 @@ func (b *builder) goRows(out *source, runs []goRun) error {
 		if fp && run.pc < saved && saved < run.end {
 			// The save happens inside this run (older prologues store BP
 			// after allocating the frame): split it.
-			if err := put(r); err != nil {
+			if err := em.row(r); err != nil {
 				return err
 			}
 			r.PC = saved
@@ -138,8 +135,11 @@ func (b *builder) goRows(out *source, runs []goRun) error {
 		if fp {
 			r.FPSaved, r.FPOffset = true, -16
 		}
-		if err := put(r); err != nil {
+		if err := em.row(r); err != nil {
 			return err
+		}
+		if em.done {
+			return nil
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package table
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,5 +227,150 @@ func TestHdrRecovery(t *testing.T) {
 	}
 	if b.stats.FDEs != 2 || len(rows) != 5 || rows[3].PC != 0x3001 || rows[3].CFAOffset != 16 {
 		t.Fatalf("rows at %#x, %+v, stats %+v", got, rows, b.stats)
+	}
+}
+
+// fdeRaw returns an FDE at section offset pos with the given encoded
+// address and range fields.
+func fdeRaw(pos, cieOff int, addr, rng []byte, aug bool, instrs []byte) []byte {
+	body := binary.LittleEndian.AppendUint32(nil, uint32(pos+4-cieOff))
+	body = append(body, addr...)
+	body = append(body, rng...)
+	if aug {
+		body = append(body, 0)
+	}
+	body = append(body, instrs...)
+	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// TestPointerEncodings covers each DW_EH_PE_* form an FDE address may use.
+func TestPointerEncodings(t *testing.T) {
+	const ehAddr, hdrAddr, target = 0x10000, 0x8000, 0x2000
+	le32 := func(v int64) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(v)) }
+	le64 := func(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }
+	for _, tc := range []struct {
+		name string
+		cie  []byte
+		addr func(fieldAddr int64) []byte // the encoded address field
+		rng  []byte
+		aug  bool
+	}{
+		{"udata4", cieWith("zR", []byte{peUdata4}, stdInit), func(int64) []byte { return le32(target) }, le32(16), true},
+		{"pcrel sdata4", cieWith("zR", []byte{pePcrel | peSdata4}, stdInit), func(a int64) []byte { return le32(target - a) }, le32(16), true},
+		{"datarel sdata4", cieWith("zR", []byte{peDatarel | peSdata4}, stdInit), func(int64) []byte { return le32(target - hdrAddr) }, le32(16), true},
+		{"udata8", cieWith("zR", []byte{peUdata8}, stdInit), func(int64) []byte { return le64(target) }, le64(16), true},
+		{"sdata8 pcrel", cieWith("zR", []byte{pePcrel | peSdata8}, stdInit), func(a int64) []byte { return le64(target - a) }, le64(16), true},
+		{"udata2", cieWith("zR", []byte{peUdata2}, stdInit), func(int64) []byte { return []byte{0x00, 0x20} }, []byte{16, 0}, true},
+		{"uleb128", cieWith("zR", []byte{peUleb128}, stdInit), func(int64) []byte { return binary.AppendUvarint(nil, target) }, []byte{16}, true},
+		{"sleb128 pcrel", cieWith("zR", []byte{pePcrel | peSleb128}, stdInit), func(a int64) []byte { return sleb(target - a) }, []byte{16}, true},
+		{"aligned absptr", cieWith("zR", []byte{peAligned}, stdInit), func(a int64) []byte {
+			pad := (8 - a%8) % 8
+			return append(make([]byte, pad), le64(target)...)
+		}, le64(16), true},
+		{"indirect udata4", cieWith("zR", []byte{peIndirect | peUdata4}, stdInit), func(int64) []byte { return le32(0x5000) }, le32(16), true},
+		{"legacy eh", cieWith("eh\x00\x00\x00\x00\x00\x00\x00\x00", nil, stdInit), func(int64) []byte { return le64(target) }, le64(16), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cie
+			pos := len(c)
+			fieldAddr := int64(ehAddr + pos + 8) // after the length and CIE pointer
+			eh := cat(c, fdeRaw(pos, 0, tc.addr(fieldAddr), tc.rng, tc.aug, []byte{0x41, cfaDefCFAOffset, 16}))
+			hdr := []byte{1, peUdata4, peOmit, peOmit}
+			hdr = binary.LittleEndian.AppendUint32(hdr, ehAddr)
+			b := testBuilder(1 << 16)
+			b.code = func(addr uint64, n int) []byte {
+				if addr == 0x5000 && n == 8 {
+					return le64(target)
+				}
+				return nil
+			}
+			rows, err := parseEH(t, b, eh, ehAddr, hdr, hdrAddr)
+			if err != nil {
+				t.Fatalf("%v; stats %+v", err, b.stats)
+			}
+			if len(rows) != 3 || rows[0].PC != target || rows[1].PC != target+1 || rows[1].CFAOffset != 16 || rows[2].PC != target+16 {
+				t.Fatalf("rows %+v; stats %+v", rows, b.stats)
+			}
+		})
+	}
+}
+
+func sleb(v int64) []byte {
+	var b []byte
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// TestOverlapPriority: where .eh_frame and .debug_frame describe the same
+// addresses, .eh_frame wins, and .debug_frame's rows resume after it with
+// the rule in force there.
+func TestOverlapPriority(t *testing.T) {
+	// .debug_frame: CIE id ~0, absolute 8-byte addresses.
+	cieBody := []byte{0xff, 0xff, 0xff, 0xff, 1, 0, 1, 0x78, 16}
+	cieBody = append(cieBody, stdInit...)
+	df := cat(binary.LittleEndian.AppendUint32(nil, uint32(len(cieBody))), cieBody)
+	fdeBody := binary.LittleEndian.AppendUint32(nil, 0) // CIE at offset 0
+	fdeBody = binary.LittleEndian.AppendUint64(fdeBody, 0x2000)
+	fdeBody = binary.LittleEndian.AppendUint64(fdeBody, 0x30)
+	fdeBody = append(fdeBody, 0x44, cfaDefCFAOffset, 16, 0x40|0x14, cfaDefCFAOffset, 24, 0x50, cfaDefCFAOffset, 32)
+	df = cat(df, binary.LittleEndian.AppendUint32(nil, uint32(len(fdeBody))), fdeBody)
+
+	c := stdCIE()
+	eh := cat(c, fde(len(c), 0, 0x2010, 0x10, []byte{cfaDefCFA, 6, 16}))
+
+	b := testBuilder(1 << 16)
+	ehSrc, err := b.readEHFrame(eh, 0x1000, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dfSrc, err := b.readDebugFrame(df)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.emit(b.merge([]*source{ehSrc, dfSrc}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := func(pc uint64, off int32) Row {
+		return Row{PC: pc, Kind: KindNormal, CFA: CFASP, CFAOffset: off, RAOffset: -8}
+	}
+	want := []Row{
+		sp(0x2000, 8), sp(0x2004, 16),
+		{PC: 0x2010, Kind: KindNormal, CFA: CFAFP, CFAOffset: 16, RAOffset: -8},
+		sp(0x2020, 24), sp(0x2028, 32),
+		{PC: 0x2030, Kind: KindFallback},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", rows, want)
+	}
+}
+
+// TestHostileFDEFlood: FDEs whose CIE pointers all lead somewhere different
+// and wrong. Each costs its entry; the CIE cache stays bounded; the row
+// limit also bounds how many FDEs are read at all.
+func TestHostileFDEFlood(t *testing.T) {
+	const n = 100_000
+	eh := stdCIE()
+	for i := 0; i < n; i++ {
+		// Point at the FDE before (or the CIE's middle for the first).
+		prev := len(eh) - 20
+		eh = append(eh, fde(len(eh), prev, 0x2000, 16, nil)...)
+	}
+	b := testBuilder(DefaultMaxRows)
+	if _, err := parseEH(t, b, eh, 0x1000, nil, 0); err == nil {
+		t.Fatal("no error")
+	}
+	if b.stats.BadFDEs != n {
+		t.Fatalf("%+v", b.stats)
+	}
+	b = testBuilder(1000)
+	if _, err := parseEH(t, b, eh, 0x1000, nil, 0); !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/host/unwind/table"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -172,4 +175,52 @@ func TestHandWrittenCFI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVDSO builds the table of this process's vdso, an ELF image that
+// exists only in memory, read from /proc/self/mem as the sampler would, and
+// compares it with the peer on a copy of the image.
+func TestVDSO(t *testing.T) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var lo, hi uint64
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasSuffix(line, "[vdso]") {
+			if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if hi <= lo {
+		t.Skip("no vdso mapped")
+	}
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	img := make([]byte, hi-lo)
+	if _, err := mem.ReadAt(img, int64(lo)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := elfx.NewFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := table.Build(f, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, tab)
+	path := filepath.Join(t.TempDir(), "vdso.so")
+	if err := os.WriteFile(path, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := compareFDEs(t, tab, peerFDEs(t, path, "--eh-frame"), codeOf(f))
+	for _, b := range a.bad {
+		t.Error(b)
+	}
+	t.Logf("vdso: %s, %d rows: %s", tab.Source, len(tab.Rows), a)
 }
