@@ -24,7 +24,7 @@
 
 #define MAX_USER_FRAMES 128   /* power of two: the frame index is masked */
 #define FRAMES_PER_PROG 6     /* frames per program; 22 tail calls reach 128 */
-#define ROW_SEARCH_STEPS 20   /* tables of up to 2^20-1 rows */
+#define ROW_SEARCH_STEPS 22   /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
 #define MAP_SEARCH_STEPS 10   /* up to 1023 executable mappings per process */
 #define MAX_TAIL_CALLS 30     /* the kernel allows 33 */
 

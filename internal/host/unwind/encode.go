@@ -26,8 +26,8 @@ const (
 	RowBytes = 8
 	// MappingBytes is the size of one mapping entry in the kernel.
 	MappingBytes = 32
-	// MaxRowsPerTable is what the BPF binary search reaches (20 steps).
-	MaxRowsPerTable = 1<<20 - 1
+	// MaxRowsPerTable is what the BPF binary search reaches (22 steps).
+	MaxRowsPerTable = 1<<22 - 1
 	// MaxMappingsPerProcess is what the BPF mapping search reaches (10 steps).
 	MaxMappingsPerProcess = 1<<10 - 1
 
