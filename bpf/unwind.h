@@ -249,16 +249,19 @@ static __always_inline int fp_step(struct unwind_state *s)
 
 	if (s->fp == 0)
 		return 1; /* end of the frame pointer chain */
-	if (s->fp < s->sp) {
-		set_reason(s, STOP_BAD_FRAME);
-		return 1;
-	}
+	/* No "FP above SP" check: Go's systemstack and cgo switch stacks, and
+	 * the frame pointer chain is what crosses back. A chain that loops on
+	 * itself ends here; a longer loop ends at the depth limit. */
 	if (bpf_probe_read_user(rec, sizeof(rec), (void *)s->fp)) {
 		set_reason(s, STOP_READ_FAULT);
 		return 1;
 	}
 	if (rec[1] == 0)
 		return 1;
+	if (rec[0] == s->fp) {
+		set_reason(s, STOP_BAD_FRAME);
+		return 1;
+	}
 	s->sp = s->fp + FP_STEP_SP;
 	s->fp = rec[0];
 	s->pc = rec[1];
