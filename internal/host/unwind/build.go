@@ -5,8 +5,8 @@ package unwind
 import (
 	"encoding/binary"
 	"errors"
-	"runtime/debug"
 	"fmt"
+	"runtime/debug"
 	"syscall"
 	"time"
 
