@@ -241,3 +241,59 @@ func top(m map[string]int64, n int) []string {
 	}
 	return out
 }
+
+// TestWholeChainInProfiles: through the whole receiver path (sampler with
+// unwind tables, Builder feeding the unwinder), a chain built without frame
+// pointers comes out whole in the OTLP profile, and the few samples that are
+// not whole say why.
+func TestWholeChainInProfiles(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
+	pid, _ := runFixture(t, bin, fixtureSeconds)
+	h.exitSeen(pid, 2*time.Second)
+	r := h.collect(t)
+	real := realPath(t, bin)
+	id := gnuBuildID(t, real)
+	chain := []string{"leaf", "d", "c", "b", "a", "main"}
+	ranges := make([][2]uint64, len(chain))
+	for i, n := range chain {
+		ranges[i][0], ranges[i][1] = symRange(t, real, n)
+	}
+	name := func(addr uint64) string {
+		for i, rg := range ranges {
+			if addr >= rg[0] && addr < rg[1] {
+				return chain[i]
+			}
+		}
+		return ""
+	}
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	var total, whole, marked int64
+	for _, s := range v.samples(t, pid) {
+		total += s.count
+		var got []string
+		for _, l := range s.locs {
+			if _, a := v.mapping(l); a[AttrBuildIDGNU] == id {
+				if n := name(l.Address()); n != "" {
+					got = append(got, n)
+				}
+			}
+		}
+		if strings.Join(got, " ") == strings.Join(chain[len(chain)-len(got):], " ") && len(got) > 0 && got[len(got)-1] == "main" {
+			whole += s.count
+		} else if s.attrs[AttrUnwindStop] != nil {
+			marked += s.count
+		}
+	}
+	t.Logf("pid %d: %d samples, %d whole, %d not whole but marked; unwind stops %v", pid, total, whole, marked, r.UnwindStops)
+	if total < 20 {
+		t.Fatalf("only %d samples", total)
+	}
+	if float64(whole+marked) < 0.99*float64(total) {
+		t.Errorf("%d/%d samples whole or marked, want >= 99%%", whole+marked, total)
+	}
+	if float64(whole) < 0.97*float64(total) {
+		t.Errorf("%d/%d samples whole", whole, total)
+	}
+}

@@ -31,6 +31,9 @@ func newHarness(t testing.TB, scfg sampler.Config, opt Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if u := s.Unwinder(); u != nil && opt.Unwinder == nil {
+		opt.Unwinder = u
+	}
 	h := &harness{s: s, b: New(opt), start: time.Now()}
 	done := make(chan struct{})
 	go func() {
