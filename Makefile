@@ -47,13 +47,14 @@ bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
 
-# A short run of every go test -fuzz target.
+# A short run of every go test -fuzz target. Minimizing a new crasher or
+# input can run far past -fuzztime, so it is off: a crasher is saved as is.
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg; \
 	  done; \
 	done
 
