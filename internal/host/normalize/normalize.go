@@ -241,11 +241,12 @@ func identify(openPath, path string) *FileInfo {
 	f, err := elfx.Open(openPath)
 	if err != nil {
 		fi.Err = err
-		if osf, oerr := os.Open(openPath); oerr == nil {
-			if st, serr := osf.Stat(); serr == nil {
-				fi.Size = st.Size()
-				fi.HTLHash, _ = buildid.HTLHash(osf, st.Size())
-			}
+		// Not ELF (or not parsable): the content hash still identifies
+		// it. The same checks apply: a FIFO put in its place must not
+		// block, and only head and tail are read.
+		if osf, size, oerr := elfx.OpenRegular(openPath, 1<<62); oerr == nil {
+			fi.Size = size
+			fi.HTLHash, _ = buildid.HTLHash(osf, size)
 			osf.Close()
 		}
 		return fi
