@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -21,9 +21,16 @@ build:
 vet:
 	$(GO) vet ./...
 
+# The processor and the CLI build for macOS and Windows too (the sampler and
+# the receiver build there as stubs that say Linux is needed).
+check-cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build ./...
+	GOOS=darwin GOARCH=amd64 $(GO) build ./...
+	GOOS=windows GOARCH=amd64 $(GO) build ./...
+
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests. Under
 # CI=true, tests that lack a tool or privilege fail instead of skipping.
-test: vet build otelcol
+test: vet check-cross build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
 bench: bench-symbolize bench-processor bench-sampler

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/profsym/profsym/internal/addrmap"
@@ -213,12 +212,11 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 	}
 	var lastErr error
 	for _, c := range candidates {
-		var st syscall.Stat_t
-		if err := syscall.Stat(c, &st); err != nil {
+		key, err := statKey(c)
+		if err != nil {
 			lastErr = err
 			continue
 		}
-		key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
 		if fi, ok := n.files.Get(key); ok {
 			return fi
 		}

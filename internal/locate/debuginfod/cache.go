@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/profsym/profsym/internal/frame"
@@ -63,13 +62,6 @@ func (c *Client) scan() error {
 	c.evict("")
 	c.mu.Unlock()
 	return nil
-}
-
-func accessTime(info fs.FileInfo) time.Time {
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		return time.Unix(st.Atim.Sec, st.Atim.Nsec)
-	}
-	return info.ModTime()
 }
 
 // hit serves a cached file, bumping its access time on disk too so that the
