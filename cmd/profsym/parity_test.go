@@ -197,4 +197,3 @@ func debugFileOf(t *testing.T, bin string) string {
 	}
 	return p
 }
-
