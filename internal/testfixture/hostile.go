@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"debug/elf"
 	"encoding/binary"
+	"encoding/hex"
 	"io"
 	"testing"
 
@@ -135,4 +136,25 @@ func XZ(t testing.TB, n int64) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// BuildIDNote is a .note.gnu.build-id section carrying id (hex), so that a
+// hand-built file passes the build-id checks of debuginfod and debug
+// directories and reaches the parsers behind them.
+func BuildIDNote(t testing.TB, id string) Section {
+	t.Helper()
+	desc, err := hex.DecodeString(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 16, 16+len(desc)+3)
+	binary.LittleEndian.PutUint32(b[0:], 4)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(desc)))
+	binary.LittleEndian.PutUint32(b[8:], 3) // NT_GNU_BUILD_ID
+	copy(b[12:], "GNU\x00")
+	b = append(b, desc...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return Section{Name: ".note.gnu.build-id", Type: elf.SHT_NOTE, Flags: elf.SHF_ALLOC, Data: b}
 }
