@@ -161,6 +161,13 @@ __asm__(
 	".cfi_endproc\n"
 	".size cfi_sigframe, .-cfi_sigframe\n"
 
+	/* A signal trampoline with ordinary CFI: only its bytes tell. */
+	".globl cfi_restore_plain\n.type cfi_restore_plain,@function\ncfi_restore_plain:\n"
+	".cfi_startproc\n"
+	"mov $15, %rax\nsyscall\n"
+	".cfi_endproc\n"
+	".size cfi_restore_plain, .-cfi_restore_plain\n"
+
 	/* Code without CFI: a plain function, and an rt_sigreturn trampoline
 	 * that only its bytes identify (as musl's __restore_rt). */
 	".p2align 4\n"
@@ -184,13 +191,14 @@ void cfi_plt(void);
 void cfi_fp_rules(void);
 void cfi_outermost(void (*)(void));
 void cfi_sigframe(void);
+void cfi_restore_plain(void);
 void nocfi_plain(void (*)(void));
 void nocfi_restore_rt(void);
 
 void *volatile keep[] = {
 	(void *)cfi_frame, (void *)cfi_ra_in_reg, (void *)cfi_cfa_expr, (void *)cfi_plt,
 	(void *)cfi_fp_rules, (void *)cfi_outermost, (void *)cfi_sigframe,
-	(void *)nocfi_plain, (void *)nocfi_restore_rt,
+	(void *)cfi_restore_plain, (void *)nocfi_plain, (void *)nocfi_restore_rt,
 };
 
 int main(int argc, char **argv) {

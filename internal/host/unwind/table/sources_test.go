@@ -153,6 +153,7 @@ func TestHandWrittenCFI(t *testing.T) {
 				{"cfi_outermost", 0, table.Row{Kind: table.KindEnd}},
 				{"cfi_outermost", 3, table.Row{Kind: table.KindEnd}},
 				{"cfi_sigframe", 0, table.Row{Kind: table.KindSignal}},
+				{"cfi_restore_plain", 0, table.Row{Kind: table.KindSignal}}, // CFI without 'S': by its bytes
 				{"nocfi_plain", 0, fb},
 				{"nocfi_restore_rt", 0, table.Row{Kind: table.KindSignal}},          // found by its bytes
 				{"nocfi_restore_rt", ^uint64(0), table.Row{Kind: table.KindSignal}}, // the nop before it

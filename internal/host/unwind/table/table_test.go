@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -90,6 +91,10 @@ func TestEHFrameAgainstLLVM(t *testing.T) {
 			}
 			if a.addrs == 0 {
 				t.Fatal("no addresses compared")
+			}
+			fromCFISrc := strings.HasPrefix(name, "gcc-") || strings.HasPrefix(name, "clang19-")
+			if fromCFISrc && a.sigByCode == 0 {
+				t.Error("cfi_restore_plain (a trampoline with plain CFI) was not taken for a signal frame")
 			}
 			if tab.Stats.BadFDEs != 0 || tab.Stats.FirstError != "" {
 				t.Errorf("malformed entries in a real file: %+v", tab.Stats)
