@@ -239,12 +239,33 @@ static __always_inline long stack_id(void *ctx, void *map, __u64 flags, struct s
 	return -2;
 }
 
+/* Adds one sample to key's row. The key holds the CPU and a perf_event
+ * program does not nest on one CPU, so nobody else updates this entry
+ * concurrently. */
+static __always_inline int count_sample(void *counts, struct sample_key *key, struct stats *st)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct sample_value *val = bpf_map_lookup_elem(counts, key);
+
+	if (val) {
+		val->count++;
+		val->last_ns = now;
+		return 0;
+	}
+	struct sample_value nv = {};
+	nv.count = 1;
+	nv.first_ns = now;
+	nv.last_ns = now;
+	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
+	if (bpf_map_update_elem(counts, key, &nv, BPF_NOEXIST))
+		st->lost_map_full++;
+	return 0;
+}
+
 static __always_inline int record_agg(void *ctx, void *counts, void *stacks, struct stats *st,
 				      __u32 tgid, __u32 tid)
 {
 	struct sample_key key = {};
-	struct sample_value *val;
-	__u64 now = bpf_ktime_get_boot_ns();
 	long id;
 
 	key.pid = tgid;
@@ -262,32 +283,16 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 		return 0;
 	key.ustack = id;
 
-	/* The key holds the CPU and a perf_event program does not nest on one
-	 * CPU, so nobody else updates this entry concurrently. */
-	val = bpf_map_lookup_elem(counts, &key);
-	if (val) {
-		val->count++;
-		val->last_ns = now;
-		return 0;
-	}
-	struct sample_value nv = {};
-	nv.count = 1;
-	nv.first_ns = now;
-	nv.last_ns = now;
-	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
-	if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST))
-		st->lost_map_full++;
-	return 0;
+	return count_sample(counts, &key, st);
 }
 
 /* Counts one sample whose user stack the walker left in s->stack. */
 static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 {
 	struct sample_key key = {};
-	struct sample_value *val;
 	void *counts = s->buf ? (void *)&counts1 : (void *)&counts0;
 	void *ustacks = s->buf ? (void *)&ustacks1 : (void *)&ustacks0;
-	__u64 now = bpf_ktime_get_boot_ns(), h;
+	__u64 h;
 	__u32 reason = s->stack.reason & 7;
 	long err;
 
@@ -307,20 +312,7 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 			return 0;
 		}
 	}
-	val = bpf_map_lookup_elem(counts, &key);
-	if (val) {
-		val->count++;
-		val->last_ns = now;
-		return 0;
-	}
-	struct sample_value nv = {};
-	nv.count = 1;
-	nv.first_ns = now;
-	nv.last_ns = now;
-	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
-	if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST))
-		st->lost_map_full++;
-	return 0;
+	return count_sample(counts, &key, st);
 }
 
 /* Walks FRAMES_PER_PROG frames, then tail-calls itself. */

@@ -52,27 +52,7 @@ func BenchmarkWholeChainVsPerf(b *testing.B) {
 	}
 	defer stats.Close()
 	h := newHarness(b, sampler.Config{})
-	cases := []struct {
-		name  string
-		bin   func(t testing.TB) string
-		chain chain
-	}{
-		{"c", func(t testing.TB) string {
-			return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
-		}, cChain},
-		{"c++", func(t testing.TB) string {
-			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-cc", Lang: "c++",
-				Sources: []string{"unwind/chain.cc"}, Args: []string{"-O2"}})
-		}, newChain(-1, "_ZN5chain4leafEm", `_ZN5chain4stepILi0EE3runEm`, `_ZN5chain4stepILi1EE3runEm`,
-			`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main")},
-		{"rust", func(t testing.TB) string {
-			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-rs", Lang: "rust",
-				Sources: []string{"unwind/chain.rs"}, Args: []string{"-C", "opt-level=3"}})
-		}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`)},
-		{"qsort", func(t testing.TB) string {
-			return buildC(t, "unwind-qsort", []string{"unwind/qsort.c"})
-		}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main")},
-	}
+	cases := nativeCases
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			bin := tc.bin(b)

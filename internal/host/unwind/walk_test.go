@@ -318,35 +318,42 @@ func buildC(t testing.TB, name string, srcs []string, args ...string) string {
 
 var cChain = newChain(-1, "leaf", "d", "c", "b", "a", "main")
 
+// fixtureCase is one native fixture and the chain its samples must carry.
+type fixtureCase struct {
+	name  string
+	bin   func(t testing.TB) string
+	chain chain
+}
+
+// nativeCases are the native fixtures of the 99% target (TestWholeChains)
+// and of the comparison with perf (BenchmarkWholeChainVsPerf).
+var nativeCases = []fixtureCase{
+	{"c-pie", func(t testing.TB) string {
+		return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
+	}, cChain},
+	{"c-nopie", func(t testing.TB) string {
+		return buildC(t, "unwind-chain-nopie", []string{"unwind/chain.c"}, "-fno-PIE", "-no-pie")
+	}, cChain},
+	{"c++", func(t testing.TB) string {
+		return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-cc", Lang: "c++",
+			Sources: []string{"unwind/chain.cc"}, Args: []string{"-O2"}})
+	}, newChain(-1, "_ZN5chain4leafEm", `_ZN5chain4stepILi0EE3runEm`, `_ZN5chain4stepILi1EE3runEm`,
+		`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main")},
+	{"rust", func(t testing.TB) string {
+		return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-rs", Lang: "rust",
+			Sources: []string{"unwind/chain.rs"}, Args: []string{"-C", "opt-level=3"}})
+	}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`)},
+	{"qsort", func(t testing.TB) string {
+		return buildC(t, "unwind-qsort", []string{"unwind/qsort.c"})
+	}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main")},
+	{"signal", func(t testing.TB) string {
+		return buildC(t, "unwind-signal", []string{"unwind/signal.c"})
+	}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main")},
+}
+
 func TestWholeChains(t *testing.T) {
 	h := newHarness(t, sampler.Config{})
-	cases := []struct {
-		name  string
-		bin   func(t testing.TB) string
-		chain chain
-	}{
-		{"c-pie", func(t testing.TB) string {
-			return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
-		}, cChain},
-		{"c-nopie", func(t testing.TB) string {
-			return buildC(t, "unwind-chain-nopie", []string{"unwind/chain.c"}, "-fno-PIE", "-no-pie")
-		}, cChain},
-		{"c++", func(t testing.TB) string {
-			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-cc", Lang: "c++",
-				Sources: []string{"unwind/chain.cc"}, Args: []string{"-O2"}})
-		}, newChain(-1, "_ZN5chain4leafEm", `_ZN5chain4stepILi0EE3runEm`, `_ZN5chain4stepILi1EE3runEm`,
-			`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main")},
-		{"rust", func(t testing.TB) string {
-			return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-rs", Lang: "rust",
-				Sources: []string{"unwind/chain.rs"}, Args: []string{"-C", "opt-level=3"}})
-		}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`)},
-		{"qsort", func(t testing.TB) string {
-			return buildC(t, "unwind-qsort", []string{"unwind/qsort.c"})
-		}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main")},
-		{"signal", func(t testing.TB) string {
-			return buildC(t, "unwind-signal", []string{"unwind/signal.c"})
-		}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main")},
-	}
+	cases := nativeCases
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := tc.bin(t)
