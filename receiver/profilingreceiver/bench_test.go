@@ -84,44 +84,33 @@ func BenchmarkSamplerOverhead(b *testing.B) {
 	}
 }
 
-// spawnChurn starts perSec short-lived processes a second until stop: each
-// runs the fixture for 10 ms of CPU; every fourth is a new copy of it.
+// spawnChurn keeps a shell starting about perSec short-lived processes a
+// second until stop: every 0.1 s the fixture (10 ms of CPU; every other time
+// a fresh copy of it, i.e. a binary never seen before, made by cp) and a
+// sleep. The shell is a process of its own, so its fork and exec cost is not
+// counted as the receiver's. It returns the processes started.
 func spawnChurn(b *testing.B, bin string, perSec int, stop chan struct{}) int {
 	if perSec == 0 {
 		return 0
 	}
 	dir := b.TempDir()
-	t := time.NewTicker(time.Second / time.Duration(perSec))
-	defer t.Stop()
-	n := 0
-	for {
-		select {
-		case <-stop:
-			return n
-		case <-t.C:
-		}
-		path := bin
-		if n%4 == 0 {
-			path = filepath.Join(dir, fmt.Sprintf("chain-%d", n))
-			data, err := os.ReadFile(bin)
-			if err == nil {
-				err = os.WriteFile(path, data, 0o755)
-			}
-			if err != nil {
-				path = bin
-			}
-		}
-		c := exec.Command(path, "0.01")
-		if err := c.Start(); err == nil {
-			go func() {
-				c.Wait()
-				if path != bin {
-					os.Remove(path)
-				}
-			}()
-		}
-		n++
+	period := 2.0 / float64(perSec) // two processes per round, plus cp every other round
+	script := fmt.Sprintf(`i=0
+while [ ! -e %[1]s/stop ]; do
+  if [ $((i %% 2)) = 0 ]; then cp %[2]s %[1]s/c$i; (%[1]s/c$i 0.01; rm -f %[1]s/c$i) & else %[2]s 0.01 & fi
+  i=$((i+1)); echo $i > %[1]s/count
+  sleep %[3]g
+done`, dir, bin, period)
+	sh := exec.Command("sh", "-c", script)
+	if err := sh.Start(); err != nil {
+		b.Fatal(err)
 	}
+	<-stop
+	os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+	sh.Wait()
+	n, _ := os.ReadFile(filepath.Join(dir, "count"))
+	rounds, _ := strconv.Atoi(strings.TrimSpace(string(n)))
+	return rounds*2 + rounds/2 // fixture + sleep each round, cp every other
 }
 
 func benchOnce(b *testing.B, perf string, secs int) {
