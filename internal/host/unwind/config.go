@@ -42,7 +42,7 @@ func ParseMode(s string) (Mode, error) {
 
 // Defaults of Config.
 const (
-	DefaultMaxTableBytes = 64 << 20
+	DefaultMaxTableBytes = 32 << 20
 	DefaultMaxMappings   = 65536
 	DefaultMaxTables     = 4096
 	DefaultMaxProcesses  = 16384
