@@ -395,6 +395,7 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		s->fp = BPF_CORE_READ(regs, bp);
 	}
 	s->pc_exact = 1;
+	s->trusted = 1;
 	if (s->pc == 0)
 		return finish_walk(s, st);
 	p = bpf_map_lookup_elem(&unwind_procs, &tgid);

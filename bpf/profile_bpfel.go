@@ -108,7 +108,7 @@ type ProfileUnwindState struct {
 	TailCalls uint32
 	Remapped  uint32
 	MaxFrames uint32
-	Pad       uint32
+	Trusted   uint32
 	Stack     ProfileUserStack
 }
 

@@ -118,7 +118,8 @@ struct unwind_state {
 	__u32 tail_calls;
 	__u32 remapped; /* "unknown PC" event already sent for this sample */
 	__u32 max_frames;
-	__u32 pad;
+	__u32 trusted;  /* this PC was reached by registers, a table row or an
+			 * expected FP step, not by FP through code without FP */
 	struct user_stack stack;
 };
 
@@ -266,7 +267,16 @@ static __always_inline int fp_step(struct unwind_state *s)
 	s->fp = rec[0];
 	s->pc = rec[1];
 	s->pc_exact = 0;
+	s->trusted = 0;
 	return 0;
+}
+
+/* An FP step where frame pointers are expected (JIT, fallback rows). */
+static __always_inline int expected_fp_step(struct unwind_state *s)
+{
+	int r = fp_step(s);
+	s->trusted = 1;
+	return r;
 }
 
 static __always_inline void signal_remap(struct unwind_state *s, struct stats *st)
@@ -274,7 +284,10 @@ static __always_inline void signal_remap(struct unwind_state *s, struct stats *s
 	struct unwind_proc *p;
 	__u64 now;
 
-	if (s->remapped)
+	/* A PC reached through frame pointers in code that keeps none is
+	 * garbage more often than a new mapping: asking would reread
+	 * /proc/PID/maps every second for such processes. */
+	if (s->remapped || !s->trusted)
 		return;
 	s->remapped = 1;
 	p = bpf_map_lookup_elem(&unwind_procs, &s->tgid);
@@ -310,7 +323,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	slot = m->table;
 	off = lookup - m->bias;
 	if (slot == TABLE_FP)
-		return fp_step(s);
+		return expected_fp_step(s);
 	t = bpf_map_lookup_elem(&unwind_tables, &slot);
 	if (t && t->state == TABLE_LAZY) {
 		/* Tables are built for sampled files only. A race sends two
@@ -338,7 +351,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	case ROW_END:
 		return 1;
 	case ROW_FALLBACK:
-		return fp_step(s);
+		return expected_fp_step(s);
 	case ROW_SIGNAL: {
 		__u64 regs[3]; /* rbp ... rsp, rip are not contiguous with rbp */
 		if (bpf_probe_read_user(&regs[0], 8, (void *)(s->sp + SIGFRAME_FP)) ||
@@ -352,6 +365,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		s->sp = regs[1];
 		s->pc = regs[2];
 		s->pc_exact = 1;
+		s->trusted = 1;
 		return 0;
 	}
 	}
@@ -393,6 +407,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	s->sp = cfa;
 	s->pc = v;
 	s->pc_exact = 0;
+	s->trusted = 1;
 	return 0;
 }
 
