@@ -258,6 +258,9 @@ func (b *Builder) Collect(d Drainer, start time.Time) (Report, error) {
 
 func (b *Builder) forget(pid int) {
 	b.norm.Forget(pid)
+	if b.opt.Unwinder != nil {
+		b.opt.Unwinder.Forget(pid) // a no-op unless the exit event was lost
+	}
 	if b.jit != nil {
 		b.jit.Forget(pid)
 	}
