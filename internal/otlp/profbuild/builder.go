@@ -258,9 +258,6 @@ func (b *Builder) Collect(d Drainer, start time.Time) (Report, error) {
 
 func (b *Builder) forget(pid int) {
 	b.norm.Forget(pid)
-	if b.opt.Unwinder != nil {
-		b.opt.Unwinder.Forget(pid) // a no-op unless the exit event was lost
-	}
 	if b.jit != nil {
 		b.jit.Forget(pid)
 	}
@@ -290,6 +287,11 @@ func (b *Builder) sweep() {
 			continue
 		}
 		b.forget(pid)
+		if b.opt.Unwinder != nil {
+			// Its exit event was lost (the exit path already released it,
+			// and a reused pid must keep its new mappings).
+			b.opt.Unwinder.Forget(pid)
+		}
 	}
 }
 
