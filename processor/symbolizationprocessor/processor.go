@@ -3,6 +3,7 @@ package symbolizationprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -102,7 +103,7 @@ func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
 	})
 }
 
-func (p *symbolizer) start(context.Context, component.Host) error {
+func (p *symbolizer) start(_ context.Context, host component.Host) error {
 	shared.Lock()
 	defer shared.Unlock()
 	if e := shared.m[p.cfg]; e != nil {
@@ -118,6 +119,15 @@ func (p *symbolizer) start(context.Context, component.Host) error {
 	if client != nil {
 		opt.Debuginfod = client
 		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
+	}
+	if id := p.cfg.SymbolStore; id.Type().String() != "" {
+		ext, ok := host.GetExtensions()[id]
+		loc, isLoc := ext.(otlpsym.Locator)
+		if !ok || !isLoc {
+			return fmt.Errorf("symbol_store: %s is not a symbolstore extension of this collector (list it under service.extensions)", id)
+		}
+		opt.Store = loc
+		p.log.Info("symbol store source enabled", zap.Stringer("extension", id))
 	}
 	e := &sharedSym{sym: otlpsym.New(opt), client: client, users: 1}
 	shared.m[p.cfg] = e

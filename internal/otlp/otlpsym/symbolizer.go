@@ -53,6 +53,7 @@ type Options struct {
 	SymbolDirs  []string // folders indexed by identity
 	Rescan      time.Duration
 	Debuginfod  Locator // nil: no debuginfod
+	Store       Locator // symbol store in this collector; nil: none
 	Demangle    bool
 	Inlines     bool
 	Lines       bool
