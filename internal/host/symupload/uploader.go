@@ -41,6 +41,11 @@ const (
 	// maxNotFound is how many rounds an id whose file cannot be opened (its
 	// processes exited) is kept.
 	maxNotFound = 3
+	// queryTimeout bounds one missing query; uploadTimeout plus a second per
+	// minUploadRate bytes bounds one upload.
+	queryTimeout  = 30 * time.Second
+	uploadTimeout = 2 * time.Minute
+	minUploadRate = 64 << 10
 )
 
 // Config configures an Uploader.
@@ -303,7 +308,9 @@ func (u *Uploader) round(ctx context.Context) {
 	if len(ask) == 0 {
 		return
 	}
-	res, err := u.cfg.Client.Missing(ctx, ask)
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	res, err := u.cfg.Client.Missing(qctx, ask)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -407,7 +414,11 @@ func (u *Uploader) upload(ctx context.Context, id, lease string) {
 		return
 	}
 	defer os.Remove(tmp)
-	stored, err := u.cfg.Client.Upload(ctx, id, symstore.DebugInfo, tmp, lease)
+	// A hung connection must not hold a slot forever; a throttled upload
+	// of a large file legitimately takes long.
+	uctx, cancel := context.WithTimeout(ctx, uploadTimeout+time.Duration(size/minUploadRate)*time.Second)
+	defer cancel()
+	stored, err := u.cfg.Client.Upload(uctx, id, symstore.DebugInfo, tmp, lease)
 	switch {
 	case err == nil && stored:
 		u.obs.Stored(size)
