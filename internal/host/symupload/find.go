@@ -70,13 +70,13 @@ type Source struct {
 	Size   int64
 }
 
-// findSource opens the candidate's binary on this host, checks it is the
+// FindSource opens the candidate's binary on this host, checks it is the
 // build the profile names, and returns the file that carries its symbols:
 // the binary itself, or its separate debug file (by build id under the
 // debug directories, the process's own /usr/lib/debug, or .gnu_debuglink).
 // Errors wrap frame.ErrNotFound (no such file any more),
 // frame.ErrBuildIDMismatch or frame.ErrNoDebugInfo.
-func findSource(procRoot string, c Candidate, debugDirs []string) (Source, error) {
+func FindSource(procRoot string, c Candidate, debugDirs []string) (Source, error) {
 	want, err := buildid.ParseHex(c.BuildID)
 	if err != nil {
 		return Source{}, fmt.Errorf("%w: %v", frame.ErrInvalidBuildID, err)

@@ -357,7 +357,7 @@ func (u *Uploader) resolve(id string) bool {
 	}
 	var lastErr error
 	for _, c := range cands {
-		src, err := findSource(u.cfg.ProcRoot, c, u.cfg.DebugDirs)
+		src, err := FindSource(u.cfg.ProcRoot, c, u.cfg.DebugDirs)
 		if err != nil {
 			lastErr = err
 			continue
