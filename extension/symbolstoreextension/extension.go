@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -26,8 +27,9 @@ type Store struct {
 	set extension.Settings
 	tel *metadata.TelemetryBuilder
 
+	store atomic.Pointer[symstore.Store] // set once started; read on the symbolizer's path
+
 	mu     sync.Mutex
-	store  *symstore.Store
 	server *http.Server
 	wg     sync.WaitGroup
 }
@@ -115,8 +117,9 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 		ln.Close()
 		return err
 	}
+	s.store.Store(st)
 	s.mu.Lock()
-	s.store, s.server = st, srv
+	s.server = srv
 	s.mu.Unlock()
 	log.Info("symbol store serving", zap.String("endpoint", ln.Addr().String()), zap.Stringer("backend", be),
 		zap.Bool("auth", sc.Auth.HasValue()), zap.Bool("tls", sc.TLS.HasValue()))
@@ -147,13 +150,21 @@ func (s *Store) Shutdown(ctx context.Context) error {
 // Locate gives the symbolization processor the stored files of a build id
 // as local paths (the symbolizer's locator interface).
 func (s *Store) Locate(ctx context.Context, buildID string) (string, string, error) {
-	s.mu.Lock()
-	st := s.store
-	s.mu.Unlock()
+	st := s.store.Load()
 	if st == nil {
 		return "", "", errors.New("symbol store not started")
 	}
 	return st.Locate(ctx, buildID)
+}
+
+// Generation changes whenever the store gains files; the symbolization
+// processor then retries frames that failed for lack of them.
+func (s *Store) Generation() uint64 {
+	st := s.store.Load()
+	if st == nil {
+		return 0
+	}
+	return st.Generation()
 }
 
 // isLoopback reports whether host:port binds to loopback only.

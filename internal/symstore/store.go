@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -121,6 +122,8 @@ type Store struct {
 	leases  map[string]lease
 	listed  time.Time
 
+	gen atomic.Uint64 // bumped whenever files are added
+
 	cacheMu sync.Mutex
 	cache   map[string]int64 // local copies of remote files: path -> size
 	cached  int64
@@ -198,10 +201,18 @@ func (s *Store) relist(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	grew := n != s.objects
 	s.index, s.objects, s.bytes, s.listed = idx, n, b, time.Now()
 	s.mu.Unlock()
+	if grew {
+		s.gen.Add(1)
+	}
 	return nil
 }
+
+// Generation changes whenever the store gains files, so a symbolizer can
+// retry frames that failed before an upload.
+func (s *Store) Generation() uint64 { return s.gen.Load() }
 
 // Refresh relists a shared backend when the last listing is older than
 // Rescan; the directory backend is only written by this process.
@@ -403,6 +414,7 @@ func (s *Store) Put(ctx context.Context, rawID string, rawKind string, body io.R
 	s.index[id] |= kindBit(kind)
 	s.mu.Unlock()
 	res.Stored = true
+	s.gen.Add(1)
 	s.obs.Stored(kind, n)
 	s.log.Info("symbol store: stored", zap.String("build_id", id), zap.String("kind", string(kind)), zap.Int64("bytes", n))
 	return res, nil
@@ -423,6 +435,7 @@ func (s *Store) statBackend(ctx context.Context, id string, kind Kind) bool {
 		s.index[id] |= kindBit(kind)
 		s.objects++
 		s.bytes += size
+		s.gen.Add(1)
 	}
 	s.mu.Unlock()
 	return true

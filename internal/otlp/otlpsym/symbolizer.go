@@ -45,6 +45,14 @@ type Locator interface {
 	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
 }
 
+// Generational is implemented by a locator whose contents grow while the
+// collector runs (a symbol store receiving uploads): a frame that failed is
+// looked up again once the generation has moved on, instead of staying
+// unresolved from the result cache.
+type Generational interface {
+	Generation() uint64
+}
+
 // Options configure a Symbolizer.
 type Options struct {
 	Sources     []string // order of sources (DefaultSources when empty)
@@ -116,6 +124,7 @@ const maxObjects = 1<<16 - 1
 type result struct {
 	lines []rline // innermost first
 	err   error
+	gen   uint64 // the store's generation when err was found
 }
 
 type rline struct {
@@ -236,7 +245,7 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 // next batch retries once the object is available.
 func (s *Symbolizer) resolve(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
 	if k, ok := keyOf(o.num, addr); ok && tr.kind == asIs {
-		if r, ok := s.results.Get(k); ok {
+		if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == s.generation()) {
 			st.CacheHits++
 			return r
 		}
@@ -280,7 +289,7 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
 	k, cacheable := keyOf(o.num, addr)
 	st.CacheMisses++
-	r := &result{err: o.err}
+	r := &result{err: o.err, gen: s.generation()}
 	var terr error
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
@@ -456,6 +465,14 @@ func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[
 		objs[key] = o
 	}
 	return work{loc: i, obj: o, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}, true
+}
+
+// generation is the symbol store's, or 0 without one.
+func (s *Symbolizer) generation() uint64 {
+	if g, ok := s.opt.Store.(Generational); ok {
+		return g.Generation()
+	}
+	return 0
 }
 
 func (s *Symbolizer) has(source string) bool {
