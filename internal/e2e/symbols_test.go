@@ -226,6 +226,9 @@ service:
 	if len(got) != len(hot) {
 		agent.stop(t)
 		gateway.stop(t)
+		if d := os.Getenv("PROFSYM_E2E_KEEP"); d != "" {
+			exec.Command("cp", "-r", work, d).Run()
+		}
 		t.Fatalf("within 60 s the gateway named %v, want %v with main as caller, file and line\nagent log:\n%s\ngateway log:\n%s",
 			got, hot, agent.log.String(), gateway.log.String())
 	}

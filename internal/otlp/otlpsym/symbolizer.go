@@ -374,6 +374,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	// Answers from the result cache first; open objects only for misses.
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
+	gen := s.generation() // failures from before the store's last upload are retried
 	for i, w := range todo {
 		if w.obj.num == 0 {
 			w.obj.num = s.objNum(w.obj.key)
@@ -383,7 +384,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		if k, ok := keyOf(w.obj.num, w.addr); ok {
-			if r, ok := s.results.Get(k); ok {
+			if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == gen) {
 				answers[i] = r
 				st.CacheHits++
 				continue
