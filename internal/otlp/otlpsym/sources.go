@@ -25,7 +25,7 @@ const (
 	// SourceSymbolStore is a symbol store (symbolstore extension) in the
 	// same collector, holding what agents and CI uploaded.
 	SourceSymbolStore = "symbol_store"
-	SourceKernel     = "kernel"
+	SourceKernel      = "kernel"
 )
 
 // DefaultSources is the order sources are tried in when none is configured.
