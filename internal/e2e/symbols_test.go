@@ -107,10 +107,14 @@ func runPrivate(t *testing.T, root, bin, backend string) {
 	// Distinct builds per backend: each run starts from an empty store.
 	short := map[string]string{"directory": "dir", "s3": "s3"}[backend]
 	unstrippedName, strippedName := "e2epriv"+short, "e2estrip"+short
-	unstripped := testfixture.Build(t, testfixture.Spec{Name: unstrippedName, Lang: "c", Sources: []string{"e2e/hot.c"},
-		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + unstrippedName}})
-	full := testfixture.Build(t, testfixture.Spec{Name: strippedName, Lang: "c", Sources: []string{"e2e/hot.c"},
-		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + strippedName}})
+	// -O0: gcc omits the frame setup of a leaf at -O1 whatever the flags,
+	// and the sampler unwinds by frame pointer, so main (the caller to be
+	// named) would be skipped.
+	args := func(name string) []string {
+		return []string{"-O0", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + name}
+	}
+	unstripped := testfixture.Build(t, testfixture.Spec{Name: unstrippedName, Lang: "c", Sources: []string{"e2e/hot.c"}, Args: args(unstrippedName)})
+	full := testfixture.Build(t, testfixture.Spec{Name: strippedName, Lang: "c", Sources: []string{"e2e/hot.c"}, Args: args(strippedName)})
 	stripped, debug := testfixture.SplitDebug(t, full, false)
 	strippedID := testfixture.BuildID(t, full)
 	agentDebug := t.TempDir()

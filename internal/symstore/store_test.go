@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -318,5 +319,31 @@ func BenchmarkMissing(b *testing.B) {
 	b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/query")
 	if missing.Load() != 500 {
 		b.Fatalf("%d missing, want 500", missing.Load())
+	}
+}
+
+// elfutils' debuginfod-find, the reference client, fetches from the store.
+func TestDebuginfodFindPeer(t *testing.T) {
+	find := testfixture.NeedTool(t, "debuginfod-find")
+	fx := buildFixture(t, "storepeer")
+	s, srv, _, _ := newServer(t, 0)
+	data, _ := os.ReadFile(fx.debug)
+	if _, err := s.Put(context.Background(), fx.id, "debuginfo", bytes.NewReader(data), int64(len(data)), ""); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(find, "debuginfo", fx.id)
+	cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+srv.URL, "DEBUGINFOD_CACHE_PATH="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("debuginfod-find: %v\n%s", err, out)
+	}
+	got, _ := os.ReadFile(strings.TrimSpace(string(out)))
+	if !bytes.Equal(got, data) {
+		t.Errorf("debuginfod-find got %d bytes, the store has %d", len(got), len(data))
+	}
+	cmd = exec.Command(find, "executable", fx.id)
+	cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+srv.URL, "DEBUGINFOD_CACHE_PATH="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("debuginfod-find executable found %s, the store has none", out)
 	}
 }
