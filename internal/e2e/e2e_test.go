@@ -207,6 +207,7 @@ func TestAgentGatewayDebuginfod(t *testing.T) {
 
 	work := t.TempDir()
 	gwPort, gwHTTP, gwHealth, agHealth := testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t)
+	symPort := testfixture.FreePort(t)
 	gwOut, agOut := filepath.Join(work, "gateway.json"), filepath.Join(work, "agent.json")
 	gwEnv := []string{
 		fmt.Sprintf("PROFSYM_GATEWAY_LISTEN=127.0.0.1:%d", gwPort),
@@ -216,6 +217,8 @@ func TestAgentGatewayDebuginfod(t *testing.T) {
 		"PROFSYM_DEBUGINFOD_CACHE=" + filepath.Join(work, "cache"),
 		"PROFSYM_LOCAL_ROOT=/nonexistent", // the gateway must not read the host's binaries
 		"DEBUGINFOD_URLS=" + srv.URL,
+		fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
+		"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "symbols"),
 	}
 	gwConfig := filepath.Join(root, "config", "gateway.yaml")
 	gateway := startCollector(t, bin, "gateway", gwEnv, gwConfig)
@@ -239,6 +242,7 @@ service:
 `, agOut)), 0o644)
 	agEnv := []string{
 		fmt.Sprintf("PROFSYM_GATEWAY_ENDPOINT=127.0.0.1:%d", gwPort),
+		fmt.Sprintf("PROFSYM_SYMBOLS_ENDPOINT=http://127.0.0.1:%d", symPort),
 		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", agHealth),
 		"PROFSYM_REPORT_INTERVAL=2s",
 	}
