@@ -379,7 +379,9 @@ func (s *Store) Put(ctx context.Context, rawID string, rawKind string, body io.R
 		tmp.Close()
 		os.Remove(tmp.Name()) // a no-op once stored
 	}()
-	n, err := io.Copy(tmp, io.LimitReader(body, s.cfg.MaxUploadBytes+1))
+	// A large upload at a throttled rate can outlast the lease: keep it
+	// while bytes arrive, so nobody else is told to upload meanwhile.
+	n, err := io.Copy(tmp, &leaseKeeper{r: io.LimitReader(body, s.cfg.MaxUploadBytes+1), s: s, id: id, token: token})
 	res.Bytes = n
 	var mbe *http.MaxBytesError
 	switch {
@@ -439,6 +441,27 @@ func (s *Store) statBackend(ctx context.Context, id string, kind Kind) bool {
 	}
 	s.mu.Unlock()
 	return true
+}
+
+// leaseKeeper extends an upload's lease as its body streams in.
+type leaseKeeper struct {
+	r         io.Reader
+	s         *Store
+	id, token string
+	last      time.Time
+}
+
+func (k *leaseKeeper) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	if now := time.Now(); n > 0 && now.Sub(k.last) > k.s.cfg.Lease/4 {
+		k.last = now
+		k.s.mu.Lock()
+		if l, ok := k.s.leases[k.id]; ok && l.token == k.token {
+			k.s.leases[k.id] = lease{token: k.token, until: now.Add(k.s.cfg.Lease)}
+		}
+		k.s.mu.Unlock()
+	}
+	return n, err
 }
 
 func (s *Store) release(id, token string) {

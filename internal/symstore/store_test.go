@@ -347,3 +347,42 @@ func TestDebuginfodFindPeer(t *testing.T) {
 		t.Errorf("debuginfod-find executable found %s, the store has none", out)
 	}
 }
+
+// slowReader hands out its data in small pieces, pausing between them.
+type slowReader struct {
+	data  []byte
+	pause time.Duration
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(r.pause)
+	n := copy(p[:min(len(p), 1+len(r.data)/8)], r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// An upload that outlasts the lease keeps it while its bytes arrive: others
+// are told "pending", not given the id too.
+func TestLeaseKeptWhileUploading(t *testing.T) {
+	fx := buildFixture(t, "storeslow")
+	be, _ := NewDir(t.TempDir())
+	s, _ := New(context.Background(), Config{Backend: be, Lease: 200 * time.Millisecond})
+	a, _ := s.Missing([]string{fx.id}, true)
+	data, _ := os.ReadFile(fx.debug)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(context.Background(), fx.id, "debuginfo", &slowReader{data: data, pause: 60 * time.Millisecond}, int64(len(data)), a.Upload[0].Token)
+		done <- err
+	}()
+	time.Sleep(450 * time.Millisecond) // past the lease, upload still streaming
+	b, _ := s.Missing([]string{fx.id}, true)
+	if len(b.Pending) != 1 {
+		t.Errorf("during a long upload another client got %+v, want pending", b)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
