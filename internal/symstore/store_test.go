@@ -20,6 +20,7 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
+	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -384,5 +385,27 @@ func TestLeaseKeptWhileUploading(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Another gateway reads the store with the processor's debuginfod source.
+func TestDebuginfodClientReadsStore(t *testing.T) {
+	fx := buildFixture(t, "storeclient")
+	s, srv, _, _ := newServer(t, 0)
+	data, _ := os.ReadFile(fx.debug)
+	if _, err := s.Put(context.Background(), fx.id, "debuginfo", bytes.NewReader(data), int64(len(data)), ""); err != nil {
+		t.Fatal(err)
+	}
+	c, err := debuginfod.New(debuginfod.Config{URLs: []string{srv.URL}, CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bin, dbg, err := c.Locate(context.Background(), fx.id)
+	if err != nil || dbg == "" {
+		t.Fatalf("Locate = %q %q %v", bin, dbg, err)
+	}
+	if got, _ := os.ReadFile(dbg); !bytes.Equal(got, data) {
+		t.Error("fetched file differs from the stored one")
 	}
 }
