@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,73 +10,32 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pprofile"
-
-	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
-// frameAt is a named user frame: function and file:line.
+// frameAt is a named user frame: function and file:line ("" when raw).
 type frameAt struct{ fn, at string }
 
-// leafAndCaller scans a profiles file for samples of pids and returns, per
-// pid, the (leaf, caller) user-frame pairs seen with their sample counts.
-// A frame without lines is "" (raw).
+// leafAndCaller returns, per pid, the (leaf, caller) user-frame pairs seen
+// in a profiles file with their sample counts.
 func leafAndCaller(t *testing.T, path string, pids map[int64]bool) map[int64]map[[2]frameAt]int64 {
 	t.Helper()
 	out := map[int64]map[[2]frameAt]int64{}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return out
-	}
-	var um pprofile.JSONUnmarshaler
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
+	eachSample(t, path, pids, func(pid, n int64, frames []userFrame) {
+		if len(frames) < 2 {
+			return
 		}
-		pd, err := um.UnmarshalProfiles(line)
-		if err != nil {
-			continue // a line being written
-		}
-		d := pdict.New(pd.Dictionary())
-		dict := pd.Dictionary()
-		for _, rp := range pd.ResourceProfiles().All() {
-			v, ok := rp.Resource().Attributes().Get("process.pid")
-			if !ok || !pids[v.Int()] {
-				continue
-			}
-			for _, sp := range rp.ScopeProfiles().All() {
-				for _, p := range sp.Profiles().All() {
-					for _, s := range p.Samples().All() {
-						var frames []frameAt
-						for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
-							loc := dict.LocationTable().At(int(li))
-							if ft, _ := d.FindAttr(loc.AttributeIndices(), "profile.frame.type"); ft.Str() == "kernel" {
-								continue
-							}
-							if loc.Lines().Len() == 0 {
-								frames = append(frames, frameAt{})
-							} else {
-								ln := loc.Lines().At(loc.Lines().Len() - 1)
-								fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
-								frames = append(frames, frameAt{d.Str(fn.NameStrindex()),
-									fmt.Sprintf("%s:%d", filepath.Base(d.Str(fn.FilenameStrindex())), ln.Line())})
-							}
-							if len(frames) == 2 {
-								break
-							}
-						}
-						if len(frames) == 2 {
-							if out[v.Int()] == nil {
-								out[v.Int()] = map[[2]frameAt]int64{}
-							}
-							out[v.Int()][[2]frameAt{frames[0], frames[1]}] += s.Values().At(0)
-						}
-					}
-				}
+		var pair [2]frameAt
+		for i := range pair {
+			if f := frames[i]; !f.raw {
+				pair[i] = frameAt{f.fn, fmt.Sprintf("%s:%d", f.file, f.line)}
 			}
 		}
-	}
+		if out[pid] == nil {
+			out[pid] = map[[2]frameAt]int64{}
+		}
+		out[pid][pair] += n
+	})
 	return out
 }
 
