@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -42,7 +41,7 @@ func StartS3(t testing.TB) *S3Server {
 	var log bytes.Buffer
 	cmd := exec.Command(bin, "--port", s.Endpoint, "--access", s.Access, "--secret", s.Secret, "--quiet", "posix", "--nometa", dir)
 	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
