@@ -12,6 +12,7 @@ import (
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/locate/debugdirs"
 )
 
@@ -34,21 +35,21 @@ const maxMapsLines = 1 << 16
 // replaced or deleted), the path inside the process's mount namespace, and
 // for a basename every mapped file of that name.
 func hostPaths(procRoot string, c Candidate) []string {
-	pid := strconv.FormatInt(c.PID, 10)
-	var out []string
-	if c.PID > 0 && c.Start != 0 && c.Limit > c.Start {
-		out = append(out, filepath.Join(procRoot, pid, "map_files", fmt.Sprintf("%x-%x", c.Start, c.Limit)))
+	if c.PID <= 0 {
+		if filepath.IsAbs(c.Path) {
+			return []string{c.Path} // a file named without a process (CLI, tests)
+		}
+		return nil
 	}
-	if c.PID > 0 && filepath.IsAbs(c.Path) {
-		out = append(out, filepath.Join(procRoot, pid, "root", c.Path))
-	}
-	if c.PID > 0 && c.Path != "" && !strings.Contains(c.Path, "/") {
-		if f, err := os.Open(filepath.Join(procRoot, pid, "maps")); err == nil {
+	dir := filepath.Join(procRoot, strconv.FormatInt(c.PID, 10))
+	out := normalize.OpenPaths(dir, c.Start, c.Limit, c.Path)
+	if c.Path != "" && !strings.Contains(c.Path, "/") {
+		if f, err := os.Open(filepath.Join(dir, "maps")); err == nil {
 			sc := bufio.NewScanner(f)
 			for n := 0; sc.Scan() && n < maxMapsLines; n++ {
 				fields := strings.Fields(sc.Text())
 				if len(fields) >= 6 && filepath.Base(fields[5]) == c.Path && filepath.IsAbs(fields[5]) {
-					p := filepath.Join(procRoot, pid, "root", fields[5])
+					p := filepath.Join(dir, "root", fields[5])
 					if len(out) == 0 || out[len(out)-1] != p {
 						out = append(out, p)
 					}
@@ -56,9 +57,6 @@ func hostPaths(procRoot string, c Candidate) []string {
 			}
 			f.Close()
 		}
-	}
-	if c.PID <= 0 && filepath.IsAbs(c.Path) {
-		out = append(out, c.Path) // a file named without a process (CLI, tests)
 	}
 	return out
 }
