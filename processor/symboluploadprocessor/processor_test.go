@@ -3,8 +3,11 @@ package symboluploadprocessor
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
@@ -134,5 +138,68 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p.ConsumeProfiles(context.Background(), pd)
+	}
+}
+
+// Ten agents (processor instances, each with its own client) see the same
+// new build id at once: the store receives one upload body in all.
+func TestTenAgentsOneUpload(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "procten", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-Wl,--build-id", "-DE2E_ID=procten"}})
+	id := testfixture.BuildID(t, bin)
+	cmd := exec.Command(bin, "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(50 * time.Millisecond)
+
+	be, _ := symstore.NewDir(t.TempDir())
+	store, _ := symstore.New(context.Background(), symstore.Config{Backend: be})
+	var puts, queries atomic.Int64
+	h := store.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			puts.Add(1)
+		} else {
+			queries.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	var procs []xprocessor.Profiles
+	for i := 0; i < 10; i++ {
+		cfg := createDefaultConfig()
+		cfg.ClientConfig.Endpoint = srv.URL
+		cfg.QueryInterval = 100 * time.Millisecond
+		p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Shutdown(context.Background())
+		procs = append(procs, p)
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.ConsumeProfiles(context.Background(), profileOf(int64(cmd.Process.Pid), map[string]string{bin: id}))
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for !store.Has(id, symstore.DebugInfo) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the other agents' next rounds
+	t.Logf("%d missing queries, %d uploads", queries.Load(), puts.Load())
+	if !store.Has(id, symstore.DebugInfo) || puts.Load() != 1 {
+		t.Errorf("stored %v after %d uploads, want 1", store.Has(id, symstore.DebugInfo), puts.Load())
 	}
 }
