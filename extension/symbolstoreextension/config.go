@@ -31,6 +31,9 @@ type Config struct {
 	LeaseDuration time.Duration `mapstructure:"lease_duration"`
 	// MaxQueryIDs bounds the ids in one missing query.
 	MaxQueryIDs int `mapstructure:"max_query_ids"`
+	// MaxConcurrentUploads bounds uploads received at once (and so the
+	// scratch disk: this many times max_upload_size); more get 503.
+	MaxConcurrentUploads int `mapstructure:"max_concurrent_uploads"`
 }
 
 // StorageConfig selects the backend: a directory (default) or, when
@@ -77,6 +80,8 @@ func createDefaultConfig() *Config {
 		MaxUploadSize: symstore.DefaultMaxUploadBytes,
 		LeaseDuration: symstore.DefaultLease,
 		MaxQueryIDs:   symstore.DefaultMaxQueryIDs,
+
+		MaxConcurrentUploads: symstore.DefaultMaxUploads,
 	}
 }
 
@@ -95,7 +100,7 @@ func (c *Config) Validate() error {
 	if c.MaxUploadSize <= 0 {
 		errs = append(errs, fmt.Errorf("max_upload_size: %d must be positive", c.MaxUploadSize))
 	}
-	if c.LeaseDuration <= 0 || c.MaxQueryIDs <= 0 || c.Storage.CacheMaxBytes < 0 || c.Storage.Rescan < 0 {
+	if c.LeaseDuration <= 0 || c.MaxQueryIDs <= 0 || c.MaxConcurrentUploads <= 0 || c.Storage.CacheMaxBytes < 0 || c.Storage.Rescan < 0 {
 		errs = append(errs, errors.New("lease_duration and max_query_ids must be positive; cache_max_bytes and rescan not negative"))
 	}
 	return errors.Join(errs...)

@@ -67,6 +67,7 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 		MaxUploadBytes: s.cfg.MaxUploadSize,
 		Lease:          s.cfg.LeaseDuration,
 		MaxQueryIDs:    s.cfg.MaxQueryIDs,
+		MaxUploads:     s.cfg.MaxConcurrentUploads,
 		CacheBytes:     s.cfg.Storage.CacheMaxBytes,
 		Rescan:         s.cfg.Storage.Rescan,
 		Logger:         log,

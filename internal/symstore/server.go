@@ -73,6 +73,9 @@ func (s *Store) fail(w http.ResponseWriter, err error) {
 	var re *RejectError
 	if errors.As(err, &re) {
 		w.Header().Set("X-Profsym-Reason", re.Reason)
+		if re.Status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "10")
+		}
 		http.Error(w, re.Error(), re.Status)
 		return
 	}

@@ -39,6 +39,7 @@ const (
 	DefaultMaxQueryIDs    = 10_000
 	DefaultCacheBytes     = 4 << 30
 	DefaultRescan         = time.Minute
+	DefaultMaxUploads     = 4
 )
 
 // Rejection reasons, as counted and as returned to clients.
@@ -53,6 +54,7 @@ const (
 	ReasonUnauthorized   = "unauthorized"
 	ReasonBadRequest     = "bad_request"
 	ReasonTruncated      = "truncated"
+	ReasonBusy           = "busy"
 )
 
 // RejectError is an upload or query the store refused, with the HTTP status
@@ -102,18 +104,22 @@ type Config struct {
 	CacheBytes int64
 	// Rescan relists a shared (remote) backend this often, to learn of files
 	// other gateways stored.
-	Rescan   time.Duration
-	Logger   *zap.Logger
-	Observer Observer
+	Rescan time.Duration
+	// MaxUploads bounds uploads received at once, and so the scratch disk
+	// they use (MaxUploads x MaxUploadBytes); more get 503 and retry.
+	MaxUploads int
+	Logger     *zap.Logger
+	Observer   Observer
 }
 
 // Store is safe for concurrent use.
 type Store struct {
-	cfg Config
-	be  Backend
-	log *zap.Logger
-	obs Observer
-	tmp string
+	cfg     Config
+	be      Backend
+	uploads chan struct{}
+	log     *zap.Logger
+	obs     Observer
+	tmp     string
 
 	mu      sync.Mutex
 	index   map[string]uint8 // id -> kinds present (bit per kind)
@@ -161,6 +167,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Rescan <= 0 {
 		cfg.Rescan = DefaultRescan
 	}
+	if cfg.MaxUploads <= 0 {
+		cfg.MaxUploads = DefaultMaxUploads
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -168,7 +177,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Observer = nopObserver{}
 	}
 	s := &Store{cfg: cfg, be: cfg.Backend, log: cfg.Logger, obs: cfg.Observer,
-		index: map[string]uint8{}, leases: map[string]lease{}, cache: map[string]int64{}}
+		index: map[string]uint8{}, leases: map[string]lease{}, cache: map[string]int64{},
+		uploads: make(chan struct{}, cfg.MaxUploads)}
 	switch {
 	case cfg.ScratchDir != "":
 		s.tmp = cfg.ScratchDir
@@ -354,6 +364,13 @@ func (s *Store) Put(ctx context.Context, rawID string, rawKind string, body io.R
 		s.obs.Deduped(kind)
 		s.release(id, token)
 		return res, nil
+	}
+	select {
+	case s.uploads <- struct{}{}:
+		defer func() { <-s.uploads }()
+	default:
+		s.obs.Rejected(ReasonBusy)
+		return res, reject(ReasonBusy, http.StatusServiceUnavailable, fmt.Errorf("%d uploads in progress; retry later", s.cfg.MaxUploads))
 	}
 	now := time.Now()
 	s.mu.Lock()

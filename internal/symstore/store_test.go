@@ -409,3 +409,29 @@ func TestDebuginfodClientReadsStore(t *testing.T) {
 		t.Error("fetched file differs from the stored one")
 	}
 }
+
+// Uploads beyond MaxUploads at once get 503 (busy), not scratch disk.
+func TestUploadsBounded(t *testing.T) {
+	a, b := buildFixture(t, "storebusya"), buildFixture(t, "storebusyb")
+	be, _ := NewDir(t.TempDir())
+	obs := &countObs{}
+	s, _ := New(context.Background(), Config{Backend: be, MaxUploads: 1, Observer: obs})
+	da, _ := os.ReadFile(a.debug)
+	db, _ := os.ReadFile(b.debug)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(context.Background(), a.id, "debuginfo", &slowReader{data: da, pause: 30 * time.Millisecond}, int64(len(da)), "")
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	_, err := s.Put(context.Background(), b.id, "debuginfo", bytes.NewReader(db), int64(len(db)), "")
+	if re, ok := err.(*RejectError); !ok || re.Status != http.StatusServiceUnavailable || obs.get("rejected:busy") != 1 {
+		t.Errorf("second concurrent upload: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Put(context.Background(), b.id, "debuginfo", bytes.NewReader(db), int64(len(db)), ""); err != nil || !r.Stored {
+		t.Errorf("after the first finished: %+v %v", r, err)
+	}
+}

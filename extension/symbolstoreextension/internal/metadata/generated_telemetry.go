@@ -152,7 +152,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolstoreUploadsRejected, err = builder.meter.Int64Counter(
 		"otelcol_symbolstore_uploads_rejected",
-		metric.WithDescription("Requests refused, by reason (unauthorized, invalid_build_id, too_large, not_elf, build_id_mismatch, no_symbols, lease_held, truncated, bad_request). [Alpha]"),
+		metric.WithDescription("Requests refused, by reason (unauthorized, invalid_build_id, too_large, not_elf, build_id_mismatch, no_symbols, lease_held, truncated, bad_request, busy). [Alpha]"),
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)

@@ -132,7 +132,7 @@ func AssertEqualSymbolstoreUploadsDeduped(t *testing.T, tt *componenttest.Teleme
 func AssertEqualSymbolstoreUploadsRejected(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolstore_uploads_rejected",
-		Description: "Requests refused, by reason (unauthorized, invalid_build_id, too_large, not_elf, build_id_mismatch, no_symbols, lease_held, truncated, bad_request). [Alpha]",
+		Description: "Requests refused, by reason (unauthorized, invalid_build_id, too_large, not_elf, build_id_mismatch, no_symbols, lease_held, truncated, bad_request, busy). [Alpha]",
 		Unit:        "{request}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
