@@ -1,7 +1,13 @@
 package symstore
 
 import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
+	"strings"
 	"path/filepath"
 	"testing"
 
@@ -29,6 +35,40 @@ func FuzzVerify(f *testing.F) {
 		}
 		if rerr := Verify(p, id, DebugInfo); rerr != nil && rerr.Reason == "" {
 			t.Fatalf("refusal without a reason: %v", rerr)
+		}
+	})
+}
+
+// FuzzMissingQuery feeds query bodies and paths to the handler: every
+// request gets an answer (200, a 4xx or 404), never a panic or a 5xx.
+func FuzzMissingQuery(f *testing.F) {
+	be, err := NewDir(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := New(context.Background(), Config{Backend: be, MaxQueryIDs: 100})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := s.Handler()
+	f.Add(PathMissing, []byte(`{"build_ids":["00112233445566778899aabbccddeeff00112233"],"lease":true}`))
+	f.Add(PathMissing, []byte(`{"build_ids":["../../etc"]}`))
+	f.Add("/buildid/..%2F..%2Fetc/debuginfo", []byte(""))
+	f.Add("/buildid/0011223344556677/executable", []byte(""))
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\r\n?#") {
+			return
+		}
+		if _, err := url.ParseRequestURI(path); err != nil {
+			return // not a request line a server would parse
+		}
+		for _, method := range []string{http.MethodPost, http.MethodGet} {
+			req := httptest.NewRequest(method, "http://store"+path, bytes.NewReader(body))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code >= 500 {
+				t.Fatalf("%s %q: %d %s", method, path, w.Code, w.Body.String())
+			}
 		}
 	})
 }
