@@ -7,8 +7,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/internal/testfixture"
