@@ -66,10 +66,16 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("symbol store answered %d %s: %s", e.Status, e.Reason, e.Msg)
 }
 
-// Permanent reports whether retrying the same request cannot help.
+// Permanent reports whether retrying the same request cannot help: a
+// refusal of the request itself. Authentication failures are not: a token
+// fixed on either side should let uploads resume without a restart.
 func (e *StatusError) Permanent() bool {
-	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusConflict &&
-		e.Status != http.StatusTooManyRequests && e.Status != http.StatusRequestTimeout
+	switch e.Status {
+	case http.StatusConflict, http.StatusTooManyRequests, http.StatusRequestTimeout,
+		http.StatusUnauthorized, http.StatusForbidden:
+		return false
+	}
+	return e.Status >= 400 && e.Status < 500
 }
 
 // IsPermanent reports whether err is a refusal that a retry would repeat.
