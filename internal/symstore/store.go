@@ -224,9 +224,11 @@ func (s *Store) relist(ctx context.Context) error {
 // retry frames that failed before an upload.
 func (s *Store) Generation() uint64 { return s.gen.Load() }
 
-// Refresh relists a shared backend when the last listing is older than
-// Rescan; the directory backend is only written by this process.
-func (s *Store) Refresh(ctx context.Context) {
+// Refresh starts relisting a shared backend, in the background, when the
+// last listing is older than Rescan: a large bucket must not hold up a
+// query or a symbolizer batch. The directory backend is only written by
+// this process.
+func (s *Store) Refresh(context.Context) {
 	if _, local := s.be.(*Dir); local {
 		return
 	}
@@ -237,9 +239,13 @@ func (s *Store) Refresh(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	if stale {
-		if err := s.relist(ctx); err != nil {
-			s.log.Warn("symbol store: relisting failed", zap.Stringer("backend", s.be), zap.Error(err))
-		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Rescan)
+			defer cancel()
+			if err := s.relist(ctx); err != nil {
+				s.log.Warn("symbol store: relisting failed", zap.Stringer("backend", s.be), zap.Error(err))
+			}
+		}()
 	}
 }
 
