@@ -27,22 +27,25 @@ import (
 
 // Attribute keys of the frame format.
 const (
-	AttrBuildIDGNU = "process.executable.build_id.gnu"
-	AttrBuildIDGo  = "process.executable.build_id.go"
-	AttrBuildIDHTL = "process.executable.build_id.htlhash"
-	AttrFrameType  = "profile.frame.type"
-	AttrError      = "profsym.symbolization.error"
-	AttrHasFuncs   = "pprof.mapping.has_functions"
-	AttrHasFiles   = "pprof.mapping.has_filenames"
-	AttrHasLines   = "pprof.mapping.has_line_numbers"
-	AttrHasInlines = "pprof.mapping.has_inline_frames"
-	// AttrAddressBase = AddressBaseImage on a mapping: its locations'
-	// addresses are offsets from the image base (JFR remote frames), not
-	// ELF addresses.
+	AttrBuildIDGNU  = "process.executable.build_id.gnu"
+	AttrBuildIDGo   = "process.executable.build_id.go"
+	AttrBuildIDHTL  = "process.executable.build_id.htlhash"
+	AttrFrameType   = "profile.frame.type"
+	AttrError       = "profsym.symbolization.error"
+	AttrHasFuncs    = "pprof.mapping.has_functions"
+	AttrHasFiles    = "pprof.mapping.has_filenames"
+	AttrHasLines    = "pprof.mapping.has_line_numbers"
+	AttrHasInlines  = "pprof.mapping.has_inline_frames"
+	FrameTypeNative = "native"
+	FrameTypeKernel = "kernel"
+)
+
+// AttrAddressBase = AddressBaseImage on a mapping: its locations' addresses
+// are offsets from the image base (JFR remote frames, docs/jfr.md), not ELF
+// addresses.
+const (
 	AttrAddressBase  = "profsym.mapping.address_base"
 	AddressBaseImage = "image"
-	FrameTypeNative  = "native"
-	FrameTypeKernel  = "kernel"
 )
 
 // Locator finds files by GNU build id (debuginfod).
