@@ -7,12 +7,9 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.uber.org/zap"
 
-	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
 
@@ -27,15 +24,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("profsym resolve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "output file (default: standard output)")
-	var urls, dirs, symdirs listFlag
-	fs.Var(&urls, "debuginfod-url", "debuginfod server (repeatable; default DEBUGINFOD_URLS)")
-	fs.Var(&dirs, "debug-file-directory", "folder with .build-id/ debug files (repeatable; default /usr/lib/debug)")
-	fs.Var(&symdirs, "symbol-directory", "folder of binaries and debug files under any name (repeatable)")
-	root := fs.String("root", "", "prefix for the profiled files' paths (e.g. a host mount)")
-	cacheDir := fs.String("debuginfod-cache", "", "debuginfod download cache (default $XDG_CACHE_HOME/profsym/debuginfod)")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on fetching and opening binaries")
-	noDemangle := fs.Bool("no-demangle", false, "keep mangled names")
-	noInlines := fs.Bool("no-inlines", false, "do not add inlined frames")
+	sources := addSourceFlags(fs)
 	pos, err := parseArgs(fs, args) // flags may follow the input file
 	if err == flag.ErrHelp {
 		return 0
@@ -58,26 +47,12 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	opt := otlpsym.Options{Demangle: !*noDemangle, Inlines: !*noInlines, Lines: true, LocalRoot: *root,
-		DebugDirs: dirs, SymbolDirs: symdirs, Timeout: *timeout, Logger: zap.NewNop()}
-	if len(opt.DebugDirs) == 0 {
-		opt.DebugDirs = []string{"/usr/lib/debug"}
+	sym, closeSym, err := sources.symbolizer()
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
+		return 1
 	}
-	u := []string(urls)
-	if len(u) == 0 {
-		u = debuginfod.ParseURLs(os.Getenv(debuginfod.EnvURLs))
-	}
-	if len(u) > 0 {
-		client, err := debuginfod.New(debuginfod.Config{URLs: u, Timeout: *timeout, CacheDir: *cacheDir})
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
-			return 1
-		}
-		defer client.Close()
-		opt.Debuginfod = client
-	}
-	sym := otlpsym.New(opt)
-	defer sym.Close()
+	defer closeSym()
 
 	var w io.Writer = stdout
 	if *out != "" {
