@@ -2,6 +2,9 @@
 GO        ?= go
 BIN       := _build
 FUZZTIME  ?= 10s
+# Bound the minimization of each new interesting input: Go's default (60 s)
+# lets a target with kilobyte seeds spend its whole run minimizing.
+FUZZMINTIME ?= 2s
 BENCHTIME ?= 1x
 CLANG     ?= clang-19
 
@@ -11,7 +14,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet bench bench-symbolize bench-processor bench-sampler bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -26,7 +29,7 @@ vet:
 test: vet build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler
+bench: bench-symbolize bench-processor bench-sampler bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -47,13 +50,19 @@ bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
 
+# A 100 MB multi-chunk JDK 17 recording through profsym convert and the
+# JDK's jfr print --json, side by side: wall time, peak RSS, speedup.
+bench-jfr:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkConvertJFR100MB -benchtime 1x -timeout 30m ./cmd/profsym/ | tee $(BIN)/bench-jfr.txt
+
 # A short run of every go test -fuzz target.
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$pkg; \
 	  done; \
 	done
 

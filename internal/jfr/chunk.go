@@ -9,6 +9,7 @@
 package jfr
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -107,6 +108,7 @@ func Parse(r io.ReaderAt, size int64, opt Options, v Visitor) error {
 	}
 	var buf []byte
 	var pos int64
+	var mc metaCache
 	for n := 0; pos < size; n++ {
 		if n >= opt.Limits.MaxChunks {
 			return fmt.Errorf("jfr: more than %d chunks: %w", opt.Limits.MaxChunks, ErrLimit)
@@ -140,7 +142,7 @@ func Parse(r io.ReaderAt, size int64, opt Options, v Visitor) error {
 		}
 		c, err := newChunk(buf, &opt)
 		if err == nil {
-			err = c.parse(v)
+			err = c.parse(v, &mc)
 		}
 		if err != nil {
 			return fmt.Errorf("jfr: chunk %d at %d: %w", n, pos, err)
@@ -242,8 +244,17 @@ func (c *Chunk) eventHeader(pos int64) (*decoder, int64, int64, error) {
 	return d, size, typ, nil
 }
 
-func (c *Chunk) parse(v Visitor) error {
-	d, _, typ, err := c.eventHeader(c.metaOffset)
+// metaCache keeps the last chunk's parsed metadata: a JVM writes the same
+// type system into every chunk, and parsing it is most of the work of a
+// small chunk.
+type metaCache struct {
+	raw        []byte
+	meta       *metadata
+	compressed bool
+}
+
+func (c *Chunk) parse(v Visitor, mc *metaCache) error {
+	d, size, typ, err := c.eventHeader(c.metaOffset)
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}
@@ -253,8 +264,19 @@ func (c *Chunk) parse(v Visitor) error {
 	d.i64() // start time
 	d.i64() // duration
 	d.i64() // metadata id
-	if c.meta, err = readMetadata(d); err != nil {
-		return err
+	if d.err != nil {
+		return fmt.Errorf("metadata: %w", d.err)
+	}
+	// The type system itself, without the event's timestamps.
+	raw := c.b[d.pos : c.metaOffset+size]
+	if mc.meta != nil && bytes.Equal(raw, mc.raw) && c.compressed == mc.compressed {
+		c.meta = mc.meta
+	} else {
+		if c.meta, err = readMetadata(d); err != nil {
+			return err
+		}
+		mc.raw = append(mc.raw[:0], raw...)
+		mc.meta, mc.compressed = c.meta, c.compressed
 	}
 	if err := c.readPools(); err != nil {
 		return err
