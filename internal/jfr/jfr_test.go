@@ -258,3 +258,26 @@ func TestConcatenatedChunks(t *testing.T) {
 		t.Fatalf("%d samples, %v", len(c.samples), err)
 	}
 }
+
+// Chunks with different type systems, one after another: each chunk is read
+// with its own metadata (the reader reuses parsed metadata only when a
+// chunk repeats it byte for byte).
+func TestChunksWithDifferentMetadata(t *testing.T) {
+	jdk, err := os.ReadFile(jfrtest.RecordJDK(t, 300))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dd := sampleRecording(false).Bytes()
+	in := append(append(append(append([]byte(nil), jdk...), dd...), jdk...), dd...)
+	n := map[string]int{}
+	err = jfr.ParseBytes(in, jfr.Options{}, jfr.Visitor{Sample: func(c *jfr.Chunk, s *jfr.Sample) error {
+		n[s.EventType]++
+		if _, ok := c.Stack(s.Stack); !ok {
+			t.Errorf("%s: no stack %d", s.EventType, s.Stack)
+		}
+		return nil
+	}})
+	if err != nil || n["datadog.ExecutionSample"] != 4 || n["jdk.ExecutionSample"] == 0 || n["jdk.ExecutionSample"]%2 != 0 {
+		t.Fatalf("%v %v", n, err)
+	}
+}
