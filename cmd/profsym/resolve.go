@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
-
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
 
 // maxProfileFile bounds what resolve reads into memory.
@@ -54,17 +52,13 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer closeSym()
 
-	var w io.Writer = stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := output(*out, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
+		return 1
 	}
-	var total otlpsym.Stats
+	defer closeOut()
+	var total statsTotal
 	var um pprofile.JSONUnmarshaler
 	var mm pprofile.JSONMarshaler
 	for i, doc := range splitDocuments(in) {
@@ -73,14 +67,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profsym resolve: document %d: %v\n", i+1, err)
 			return 1
 		}
-		st := sym.Profiles(context.Background(), pd)
-		total.Resolved += st.Resolved
-		for k, v := range st.Unresolved {
-			if total.Unresolved == nil {
-				total.Unresolved = map[string]int64{}
-			}
-			total.Unresolved[k] += v
-		}
+		total.add(sym.Profiles(context.Background(), pd))
 		b, err := mm.MarshalProfiles(pd)
 		if err != nil {
 			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
@@ -89,11 +76,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		w.Write(b)
 		io.WriteString(w, "\n")
 	}
-	fmt.Fprintf(stderr, "profsym resolve: %d frames resolved", total.Resolved)
-	for k, v := range total.Unresolved {
-		fmt.Fprintf(stderr, ", %d %s", v, k)
-	}
-	fmt.Fprintln(stderr)
+	total.print(stderr, "resolve")
 	return 0
 }
 

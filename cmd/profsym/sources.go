@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -62,4 +63,39 @@ func (sf *sourceFlags) symbolizer() (sym *otlpsym.Symbolizer, closeFn func(), er
 			client.Close()
 		}
 	}, nil
+}
+
+// output returns the file at path (created), or stdout when path is empty,
+// and how to close it.
+func output(path string, stdout io.Writer) (io.Writer, func(), error) {
+	if path == "" {
+		return stdout, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// statsTotal adds up what the symbolizer did over several documents.
+type statsTotal struct{ otlpsym.Stats }
+
+func (t *statsTotal) add(st otlpsym.Stats) {
+	t.Resolved += st.Resolved
+	for k, v := range st.Unresolved {
+		if t.Unresolved == nil {
+			t.Unresolved = map[string]int64{}
+		}
+		t.Unresolved[k] += v
+	}
+}
+
+// print writes "profsym CMD: N frames resolved, M reason, ...".
+func (t *statsTotal) print(w io.Writer, cmd string) {
+	fmt.Fprintf(w, "profsym %s: %d frames resolved", cmd, t.Resolved)
+	for k, v := range t.Unresolved {
+		fmt.Fprintf(w, ", %d %s", v, k)
+	}
+	fmt.Fprintln(w)
 }

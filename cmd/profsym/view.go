@@ -16,7 +16,6 @@ import (
 
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
@@ -91,22 +90,11 @@ func symbolizeAll(docs []pprofile.Profiles, on bool, sf *sourceFlags, stderr io.
 		return false
 	}
 	defer closeSym()
-	var total otlpsym.Stats
+	var total statsTotal
 	for _, pd := range docs {
-		st := sym.Profiles(context.Background(), pd)
-		total.Resolved += st.Resolved
-		for k, v := range st.Unresolved {
-			if total.Unresolved == nil {
-				total.Unresolved = map[string]int64{}
-			}
-			total.Unresolved[k] += v
-		}
+		total.add(sym.Profiles(context.Background(), pd))
 	}
-	fmt.Fprintf(stderr, "profsym %s: %d frames resolved", cmd, total.Resolved)
-	for k, v := range total.Unresolved {
-		fmt.Fprintf(stderr, ", %d %s", v, k)
-	}
-	fmt.Fprintln(stderr)
+	total.print(stderr, cmd)
 	return true
 }
 
@@ -396,16 +384,12 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
 			return 1
 		}
-		w := stdout
-		if *out != "" {
-			f, err := os.Create(*out)
-			if err != nil {
-				fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-				return 1
-			}
-			defer f.Close()
-			w = f
+		w, closeOut, err := output(*out, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
+			return 1
 		}
+		defer closeOut()
 		if _, err := w.Write(append(b, '\n')); err != nil {
 			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
 			return 1

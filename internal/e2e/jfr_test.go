@@ -3,16 +3,13 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/internal/jfr/jfrtest"
@@ -61,27 +58,16 @@ func TestJFRIntakeGateway(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", jfrPort)
 
 	rec := fx.Recording(1_700_000_000_000_000_000, 3, 4).Bytes()
-	var zs bytes.Buffer
-	zw, _ := zstd.NewWriter(&zs)
-	zw.Write(rec)
-	zw.Close()
 
 	// Hostile first: each is refused and the gateway keeps serving.
-	var bomb bytes.Buffer
-	zw, _ = zstd.NewWriter(&bomb, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	zero := make([]byte, 1<<20)
-	for i := 0; i < 1024; i++ {
-		zw.Write(zero)
-	}
-	zw.Close()
-	for name, body := range map[string][]byte{"bomb": bomb.Bytes(), "truncated": rec[:len(rec)/2], "magic": append([]byte("XLR\x00"), rec[4:]...)} {
+	for name, body := range map[string][]byte{"bomb": jfrtest.ZstdBomb(1024), "truncated": rec[:len(rec)/2], "magic": append([]byte("XLR\x00"), rec[4:]...)} {
 		code, msg := ddPost(t, base, "service:evil", body)
 		if code < 400 || code >= 500 {
 			t.Errorf("%s upload: %d %s", name, code, msg)
 		}
 	}
 
-	if code, msg := ddPost(t, base, "service:dd-app,env:e2e,host:jvm-1,runtime-id:rt-1", zs.Bytes()); code != http.StatusOK {
+	if code, msg := ddPost(t, base, "service:dd-app,env:e2e,host:jvm-1,runtime-id:rt-1", jfrtest.Zstd(rec)); code != http.StatusOK {
 		t.Fatalf("datadog upload: %d %s\n%s", code, msg, gw.log.String())
 	}
 	resp, err := http.Post(base+"/ingest?name=pyro-app%7Benv%3De2e%7D&format=jfr&event=itimer", "application/octet-stream", bytes.NewReader(rec))
@@ -130,20 +116,8 @@ func TestJFRIntakeGateway(t *testing.T) {
 }
 
 func ddPost(t *testing.T, base, tags string, body []byte) (int, string) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="event"; filename="event.json"`)
-	h.Set("Content-Type", "application/json")
-	pw, _ := mw.CreatePart(h)
-	fmt.Fprintf(pw, `{"attachments":["main.jfr"],"tags_profiler":%q,"family":"java","version":"4"}`, tags)
-	h = textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="main"; filename="main.jfr"`)
-	h.Set("Content-Type", "application/octet-stream")
-	pw, _ = mw.CreatePart(h)
-	pw.Write(body)
-	mw.Close()
-	resp, err := http.Post(base+"/profiling/v1/input", mw.FormDataContentType(), &buf)
+	buf, ct := jfrtest.DatadogUpload(tags, body)
+	resp, err := http.Post(base+"/profiling/v1/input", ct, buf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,15 +69,9 @@ func TestDecompress(t *testing.T) {
 		}
 	}
 	// A bomb: 1 GiB of zeros in a few hundred kilobytes stops at the limit.
-	var bomb bytes.Buffer
-	zw, _ = zstd.NewWriter(&bomb, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	zero := make([]byte, 1<<20)
-	for i := 0; i < 1024; i++ {
-		zw.Write(zero)
-	}
-	zw.Close()
-	if _, err := jfr.Decompress(bomb.Bytes(), 16<<20); !errors.Is(err, jfr.ErrLimit) {
-		t.Errorf("bomb of %d bytes: %v", bomb.Len(), err)
+	bomb := jfrtest.ZstdBomb(1024)
+	if _, err := jfr.Decompress(bomb, 16<<20); !errors.Is(err, jfr.ErrLimit) {
+		t.Errorf("bomb of %d bytes: %v", len(bomb), err)
 	}
 	if _, err := jfr.Decompress(gz.Bytes()[:gz.Len()/2], 1<<20); !errors.Is(err, jfr.ErrTruncated) && !errors.Is(err, jfr.ErrCorrupt) {
 		t.Errorf("truncated gzip: %v", err)

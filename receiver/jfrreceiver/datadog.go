@@ -2,12 +2,10 @@ package jfrreceiver // import "github.com/profsym/profsym/receiver/jfrreceiver"
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -32,79 +30,50 @@ var ddTags = map[string]string{
 	"runtime":         "process.runtime.name",
 }
 
-// handleDatadog serves the Datadog profiling intake: a multipart form with
+// readDatadog reads an upload to the Datadog profiling intake: a multipart form with
 // an `event` JSON part (tags, attachment names) and the recordings as
 // files (main.jfr, auto.jfr), possibly gzip/zstd/lz4 compressed; the older
 // form with `tags[]` fields and `data[0]` files is accepted too.
-func (r *jfrReceiver) handleDatadog(w http.ResponseWriter, req *http.Request) {
-	start := time.Now()
-	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "POST only", http.StatusMethodNotAllowed)
-		return
-	}
-	if !r.acquire(req.Context()) {
-		return
-	}
-	defer r.release()
-	up, herr := r.readDatadog(req)
-	r.finish(w, req, "datadog", start, up, herr)
-}
-
 func (r *jfrReceiver) readDatadog(req *http.Request) (*upload, *httpError) {
 	if !isMultipart(req) {
 		return nil, badRequest("want a multipart/form-data upload, got Content-Type %q", req.Header.Get("Content-Type"))
 	}
-	mr, err := req.MultipartReader()
-	if err != nil {
-		return nil, badRequest("multipart: %v", err)
-	}
 	up := &upload{resource: map[string]any{}}
 	var tags []string
 	var ev ddEvent
-	for n := 0; ; n++ {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, classify(err, "multipart")
-		}
-		if n >= maxParts {
-			return nil, badRequest("more than %d parts", maxParts)
-		}
+	herr := eachPart(req, func(part *multipart.Part) *httpError {
 		name, file := part.FormName(), part.FileName()
 		switch {
 		case name == "event":
 			b, err := readSmall(part, maxEventJSON)
 			if err != nil {
-				return nil, classify(err, "event part")
+				return classify(err, "event part")
 			}
 			if err := json.Unmarshal(b, &ev); err != nil {
-				return nil, badRequest("event part: %v", err)
+				return badRequest("event part: %v", err)
 			}
 		case strings.HasSuffix(file, ".jfr") || name == "main" || name == "auto" || strings.HasPrefix(name, "data["):
 			if len(up.recordings) >= maxRecordings {
-				return nil, badRequest("more than %d recordings", maxRecordings)
+				return badRequest("more than %d recordings", maxRecordings)
 			}
 			b, err := r.readRecording(part)
 			if err != nil {
-				return nil, classify(err, "attachment "+strconv.Quote(name))
+				return classify(err, "attachment "+strconv.Quote(name))
 			}
 			up.recordings = append(up.recordings, b)
 		case name == "tags[]":
 			b, err := readSmall(part, 4096)
 			if err != nil {
-				return nil, classify(err, "tags")
+				return classify(err, "tags")
 			}
 			if len(tags) < maxTagParts {
 				tags = append(tags, string(b))
 			}
-		default:
-			if _, err := io.Copy(io.Discard, part); err != nil {
-				return nil, classify(err, "multipart")
-			}
 		}
+		return nil
+	})
+	if herr != nil {
+		return nil, herr
 	}
 	if len(up.recordings) == 0 {
 		return nil, badRequest("no JFR attachment (main.jfr, auto.jfr)")

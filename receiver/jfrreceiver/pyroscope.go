@@ -1,37 +1,20 @@
 package jfrreceiver // import "github.com/profsym/profsym/receiver/jfrreceiver"
 
 import (
-	"errors"
 	"fmt"
-	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/profsym/profsym/internal/jfr"
 )
 
-// handlePyroscope serves Pyroscope's ingest: POST /ingest?format=jfr&name=
+// readPyroscope reads an upload to Pyroscope's ingest: POST /ingest?format=jfr&name=
 // app{k=v,...}&event=cpu|itimer|wall|alloc..., with the recording as the
 // raw body or as the `jfr` part of a multipart form whose `labels` part is
 // the agent's LabelsSnapshot (protobuf: label contexts by id).
-func (r *jfrReceiver) handlePyroscope(w http.ResponseWriter, req *http.Request) {
-	start := time.Now()
-	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "POST only", http.StatusMethodNotAllowed)
-		return
-	}
-	if !r.acquire(req.Context()) {
-		return
-	}
-	defer r.release()
-	up, herr := r.readPyroscope(req)
-	r.finish(w, req, "pyroscope", start, up, herr)
-}
-
 func (r *jfrReceiver) readPyroscope(req *http.Request) (*upload, *httpError) {
 	q := req.URL.Query()
 	if f := q.Get("format"); f != "jfr" {
@@ -62,29 +45,15 @@ func (r *jfrReceiver) readPyroscope(req *http.Request) (*upload, *httpError) {
 		up.recordings = append(up.recordings, b)
 		return up, nil
 	}
-	mr, err := req.MultipartReader()
-	if err != nil {
-		return nil, badRequest("multipart: %v", err)
-	}
-	for n := 0; ; n++ {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, classify(err, "multipart")
-		}
-		if n >= maxParts {
-			return nil, badRequest("more than %d parts", maxParts)
-		}
+	herr := eachPart(req, func(part *multipart.Part) *httpError {
 		switch part.FormName() {
 		case "jfr":
 			if len(up.recordings) > 0 {
-				return nil, badRequest("more than one jfr part")
+				return badRequest("more than one jfr part")
 			}
 			b, err := r.readRecording(part)
 			if err != nil {
-				return nil, classify(err, "jfr part")
+				return classify(err, "jfr part")
 			}
 			up.recordings = append(up.recordings, b)
 		case "labels":
@@ -93,16 +62,16 @@ func (r *jfrReceiver) readPyroscope(req *http.Request) (*upload, *httpError) {
 				b, err = jfr.Decompress(b, maxLabelsPart)
 			}
 			if err != nil {
-				return nil, classify(err, "labels part")
+				return classify(err, "labels part")
 			}
 			if up.labels, err = parseLabels(b); err != nil {
-				return nil, badRequest("labels part: %v", err)
-			}
-		default:
-			if _, err := io.Copy(io.Discard, part); err != nil {
-				return nil, classify(err, "multipart")
+				return badRequest("labels part: %v", err)
 			}
 		}
+		return nil
+	})
+	if herr != nil {
+		return nil, herr
 	}
 	if len(up.recordings) == 0 {
 		return nil, badRequest("no jfr part")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"strings"
@@ -70,10 +71,10 @@ func newReceiver(cfg *Config, set receiver.Settings, next xconsumer.Profiles) (*
 func (r *jfrReceiver) Start(ctx context.Context, host component.Host) error {
 	mux := http.NewServeMux()
 	if r.cfg.Datadog.Enabled {
-		mux.HandleFunc(r.cfg.Datadog.Path, r.handleDatadog)
+		mux.HandleFunc(r.cfg.Datadog.Path, r.handler("datadog", r.readDatadog))
 	}
 	if r.cfg.Pyroscope.Enabled {
-		mux.HandleFunc(r.cfg.Pyroscope.Path, r.handlePyroscope)
+		mux.HandleFunc(r.cfg.Pyroscope.Path, r.handler("pyroscope", r.readPyroscope))
 	}
 	ln, err := r.cfg.ToListener(ctx)
 	if err != nil {
@@ -153,6 +154,25 @@ type upload struct {
 	resource   map[string]any
 	labels     map[int64]map[string]string
 	execKind   jfr.Kind
+}
+
+// handler serves one intake: POST only, at most maxConcurrency uploads
+// held at once, read by read, converted and passed on.
+func (r *jfrReceiver) handler(intake string, read func(*http.Request) (*upload, *httpError)) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		if req.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if !r.acquire(req.Context()) {
+			return
+		}
+		defer r.release()
+		up, herr := read(req)
+		r.finish(w, req, intake, start, up, herr)
+	}
 }
 
 func (r *jfrReceiver) finish(w http.ResponseWriter, req *http.Request, intake string, start time.Time, up *upload, herr *httpError) {
@@ -251,4 +271,31 @@ func readSmall(r io.Reader, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("part larger than %d bytes: %w", max, jfr.ErrLimit)
 	}
 	return b, nil
+}
+
+// eachPart walks a multipart request's parts (at most maxParts), handing
+// each to f; parts f does not read are drained.
+func eachPart(req *http.Request, f func(p *multipart.Part) *httpError) *httpError {
+	mr, err := req.MultipartReader()
+	if err != nil {
+		return badRequest("multipart: %v", err)
+	}
+	for n := 0; ; n++ {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return classify(err, "multipart")
+		}
+		if n >= maxParts {
+			return badRequest("more than %d parts", maxParts)
+		}
+		if herr := f(part); herr != nil {
+			return herr
+		}
+		if _, err := io.Copy(io.Discard, part); err != nil {
+			return classify(err, "multipart")
+		}
+	}
 }

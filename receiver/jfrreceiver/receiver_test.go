@@ -9,13 +9,11 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
@@ -102,23 +100,8 @@ func start(t *testing.T, mod func(*Config)) *server {
 	return &server{url: "http://" + r.Addr().String(), sink: sink, tel: tel}
 }
 
-// ddUpload builds what dd-trace-java's ProfileUploader sends: an event
-// part and main.jfr.
-func ddUpload(t *testing.T, tags string, jfrBody []byte) (*bytes.Buffer, string) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="event"; filename="event.json"`)
-	h.Set("Content-Type", "application/json")
-	pw, _ := mw.CreatePart(h)
-	fmt.Fprintf(pw, `{"attachments":["main.jfr"],"tags_profiler":%q,"start":"2026-11-23T10:00:00Z","end":"2026-11-23T10:01:00Z","family":"java","version":"4"}`, tags)
-	h = textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="main"; filename="main.jfr"`)
-	h.Set("Content-Type", "application/octet-stream")
-	pw, _ = mw.CreatePart(h)
-	pw.Write(jfrBody)
-	mw.Close()
-	return &buf, mw.FormDataContentType()
+func ddUpload(_ *testing.T, tags string, body []byte) (*bytes.Buffer, string) {
+	return jfrtest.DatadogUpload(tags, body)
 }
 
 func post(t *testing.T, url, ctype string, body io.Reader) (int, string) {
@@ -134,21 +117,13 @@ func post(t *testing.T, url, ctype string, body io.Reader) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func zstdOf(b []byte) []byte {
-	var out bytes.Buffer
-	w, _ := zstd.NewWriter(&out)
-	w.Write(b)
-	w.Close()
-	return out.Bytes()
-}
-
 func TestDatadogIntake(t *testing.T) {
 	s := start(t, nil)
 	var l4 bytes.Buffer
 	lw := lz4.NewWriter(&l4)
 	lw.Write(recording())
 	lw.Close()
-	for name, body := range map[string][]byte{"zstd": zstdOf(recording()), "lz4": l4.Bytes(), "plain": recording()} {
+	for name, body := range map[string][]byte{"zstd": jfrtest.Zstd(recording()), "lz4": l4.Bytes(), "plain": recording()} {
 		s.sink.Reset()
 		b, ct := ddUpload(t, "service:checkout,env:prod,version:1.2.3,host:web-1,runtime-id:5f0c-77,pid:4242,language:jvm,snapshot:periodic", body)
 		code, msg := post(t, s.url+"/profiling/v1/input", ct, b)
@@ -269,14 +244,8 @@ func TestHostileUploads(t *testing.T) {
 	huge := append([]byte(nil), good...)
 	binary.BigEndian.PutUint64(huge[8:], 1<<40)
 	cycle := cpCycle()
-	var bomb bytes.Buffer
-	zw, _ := zstd.NewWriter(&bomb, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	zero := make([]byte, 1<<20)
-	for i := 0; i < 1024; i++ { // 1 GiB of zeros
-		zw.Write(zero)
-	}
-	zw.Close()
-	require.Less(t, bomb.Len(), 4<<20, "the bomb must fit the body limit to reach the decompressor")
+	bomb := jfrtest.ZstdBomb(1024) // 1 GiB of zeros
+	require.Less(t, len(bomb), 4<<20, "the bomb must fit the body limit to reach the decompressor")
 	big := make([]byte, 5<<20)
 	cases := []struct {
 		name string
@@ -289,7 +258,7 @@ func TestHostileUploads(t *testing.T) {
 		{"bad magic byte", magic, 400, "magic"},
 		{"huge declared chunk", huge, 413, "over the limit"},
 		{"constant-pool cycle", cycle, 400, "cycle"},
-		{"decompression bomb", bomb.Bytes(), 413, "expands past"},
+		{"decompression bomb", bomb, 413, "expands past"},
 		{"body over the limit", big, 413, "too large"},
 	}
 	for _, tc := range cases {
