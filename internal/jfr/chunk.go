@@ -133,12 +133,16 @@ func Parse(r io.ReaderAt, size int64, opt Options, v Visitor) error {
 		if csize > size-pos {
 			return fmt.Errorf("jfr: chunk %d at %d: declares %d bytes, %d left: %w", n, pos, csize, size-pos, ErrTruncated)
 		}
-		if int64(cap(buf)) < csize {
-			buf = make([]byte, csize)
-		}
-		buf = buf[:csize]
-		if _, err := r.ReadAt(buf, pos); err != nil && !(errors.Is(err, io.EOF) && pos+csize == size) {
-			return fmt.Errorf("jfr: chunk %d: %w", n, err)
+		if m, ok := r.(interface{ Bytes() []byte }); ok && int64(len(m.Bytes())) >= pos+csize {
+			buf = m.Bytes()[pos : pos+csize] // in memory already: no copy
+		} else {
+			if int64(cap(buf)) < csize {
+				buf = make([]byte, csize)
+			}
+			buf = buf[:csize]
+			if _, err := r.ReadAt(buf, pos); err != nil && !(errors.Is(err, io.EOF) && pos+csize == size) {
+				return fmt.Errorf("jfr: chunk %d: %w", n, err)
+			}
 		}
 		c, err := newChunk(buf, &opt)
 		if err == nil {
@@ -158,6 +162,8 @@ func ParseBytes(b []byte, opt Options, v Visitor) error {
 }
 
 type bytesReaderAt []byte
+
+func (b bytesReaderAt) Bytes() []byte { return b }
 
 func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off >= int64(len(b)) {

@@ -80,6 +80,9 @@ func ConvertBytes(b []byte, opt Options) (pprofile.Profiles, Stats, error) {
 
 type bytesAt []byte
 
+// Bytes lets the reader slice chunks instead of copying them.
+func (b bytesAt) Bytes() []byte { return b }
+
 func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 	if off >= int64(len(b)) {
 		return 0, io.EOF
