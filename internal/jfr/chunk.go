@@ -397,7 +397,7 @@ func (c *Chunk) plan(typ int64) *eventPlan {
 			continue
 		}
 		// A field of an unexpected shape is skipped, not trusted.
-		isStr := !f.array && !f.cpool && f.typ.kind == kindString
+		isStr := !f.array && f.typ.kind == kindString // inline, or a reference into the String pool
 		isScalar := !f.array && (f.cpool || f.typ.kind != kindStruct && f.typ.kind != kindString)
 		if stringSlots[s] && !isStr || !stringSlots[s] && !isScalar {
 			p.slot[i] = -1
@@ -418,6 +418,9 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 		switch {
 		case s < 0:
 			d.skipField(f, 0)
+		case stringSlots[s] && f.cpool:
+			strs[s] = str{ref: int64(d.i64()), isRef: true}
+			has[s] = true
 		case stringSlots[s]:
 			strs[s] = d.str()
 			has[s] = true
