@@ -50,6 +50,21 @@ func TestTopJDKRecording(t *testing.T) {
 		t.Errorf("profsym top counts %d samples, jfr print --json %d", ours, peer)
 	}
 	t.Logf("profsym top: %d samples, jfr print --json: %d", ours, peer)
+
+	// The allocation profile, by the same name docs/jfr.md gives it.
+	out.Reset()
+	if code := run([]string{"top", rec, "--type", "alloc", "--n", "3"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var allocs struct {
+		Recording struct {
+			Events []json.RawMessage `json:"events"`
+		} `json:"recording"`
+	}
+	json.Unmarshal(jfrtest.PrintJSON(t, rec, "jdk.ObjectAllocationSample"), &allocs)
+	if !strings.HasPrefix(out.String(), "Samples: ") || len(allocs.Recording.Events) > 0 && strings.HasPrefix(out.String(), "Samples: 0 ") {
+		t.Errorf("alloc profile (%d allocation samples):\n%s", len(allocs.Recording.Events), out.String())
+	}
 }
 
 // convert --symbolize names remote frames with the same sources as

@@ -289,8 +289,8 @@ func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, 
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
-				if d.Str(p.PeriodType().TypeStrindex()) != typ && d.Str(p.SampleType().TypeStrindex()) != typ {
-					continue
+				if st := d.Str(p.SampleType().TypeStrindex()); d.Str(p.PeriodType().TypeStrindex()) != typ && st != typ && !strings.HasPrefix(st, typ+"_") {
+					continue // another profile: "alloc" selects alloc_space
 				}
 				for _, s := range p.Samples().All() {
 					v := sampleValue(s)
