@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/confmap"
@@ -16,6 +17,7 @@ const (
 	DefaultPyroscopePath    = "/ingest"
 	DefaultMaxBodySize      = 64 << 20  // bytes of one request as sent (compressed)
 	DefaultMaxRecordingSize = 512 << 20 // bytes of one recording once decompressed
+	DefaultReadTimeout      = time.Minute
 )
 
 // Config configures the jfr receiver. See docs/configuration.md.
@@ -52,6 +54,9 @@ func createDefaultConfig() *Config {
 	sc := confighttp.NewDefaultServerConfig()
 	sc.NetAddr.Endpoint = DefaultEndpoint
 	sc.MaxRequestBodySize = DefaultMaxBodySize
+	// An upload holds one of the few conversion slots while its body
+	// arrives: a client that trickles bytes must not hold it forever.
+	sc.ReadTimeout = DefaultReadTimeout
 	return &Config{
 		ServerConfig:     sc,
 		Datadog:          IntakeConfig{Enabled: true, Path: DefaultDatadogPath},
