@@ -465,6 +465,10 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 	return v.Sample(c, s)
 }
 
+// maxAllocWeight bounds the bytes one allocation sample may stand for
+// (256 TiB): far above any real weight, far below what sums overflow at.
+const maxAllocWeight = 1 << 48
+
 // allocWeight is the bytes an allocation sample stands for.
 func allocWeight(name string, p *eventPlan, vals [numSlots]uint64, has [numSlots]bool) int64 {
 	var w float64
@@ -487,8 +491,8 @@ func allocWeight(name string, p *eventPlan, vals [numSlots]uint64, has [numSlots
 	if w < 0 || math.IsNaN(w) {
 		return 0
 	}
-	if w > math.MaxInt64/2 {
-		return math.MaxInt64 / 2
+	if w > maxAllocWeight {
+		return maxAllocWeight // hostile weights must not overflow sums
 	}
 	return int64(w + 0.5)
 }
