@@ -3,6 +3,7 @@ package jfrreceiver // import "github.com/profsym/profsym/receiver/jfrreceiver"
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -96,6 +97,15 @@ func (c *Config) Validate() error {
 // Unmarshal (which the embedded struct would otherwise apply to the whole
 // configuration) and the receiver's with confmap.
 func (c *Config) Unmarshal(conf *confmap.Conf) error {
+	// Both halves ignore keys they do not know, so unknown keys (typos)
+	// are caught here, as the collector catches them everywhere else.
+	known := map[string]bool{}
+	mapstructureKeys(reflect.TypeOf(*c), known)
+	for k := range conf.ToStringMap() {
+		if !known[k] {
+			return fmt.Errorf("'' has invalid keys: %s", k)
+		}
+	}
 	if err := c.ServerConfig.Unmarshal(conf); err != nil {
 		return err
 	}
@@ -110,4 +120,19 @@ func (c *Config) Unmarshal(conf *confmap.Conf) error {
 	}
 	c.Datadog, c.Pyroscope, c.MaxRecordingSize, c.MaxChunkSize = own.Datadog, own.Pyroscope, own.MaxRecordingSize, own.MaxChunkSize
 	return nil
+}
+
+// mapstructureKeys collects the top-level keys a struct decodes, following
+// squashed fields.
+func mapstructureKeys(t reflect.Type, into map[string]bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		switch {
+		case strings.Contains(opts, "squash") && f.Type.Kind() == reflect.Struct:
+			mapstructureKeys(f.Type, into)
+		case name != "" && name != "-":
+			into[name] = true
+		}
+	}
 }

@@ -61,14 +61,15 @@ func TestLoadConfig(t *testing.T) {
 			c.Pyroscope.Enabled = false
 		}},
 		{"jfr/nothing", false, nil},
+		{"jfr/typo", false, nil},
 		{"jfr/badpath", false, nil},
 	} {
 		cfg := f.CreateDefaultConfig().(*Config)
 		sub, err := cm.Sub(tc.id)
 		require.NoError(t, err)
-		require.NoError(t, sub.Unmarshal(cfg))
-		if !tc.ok {
-			require.Error(t, cfg.Validate(), tc.id)
+		if err := sub.Unmarshal(cfg); err != nil || !tc.ok {
+			require.False(t, tc.ok && err != nil, "%s: %v", tc.id, err)
+			require.True(t, err != nil || cfg.Validate() != nil, tc.id)
 			continue
 		}
 		require.NoError(t, cfg.Validate(), tc.id)
