@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/collector/config/confighttp"
+
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
 
@@ -53,6 +55,16 @@ type DebuginfodConfig struct {
 	MaxCacheBytes int64         `mapstructure:"max_cache_bytes"`
 	MaxParallel   int           `mapstructure:"max_parallel"`
 	NegativeTTL   time.Duration `mapstructure:"negative_ttl"`
+	// MaxFileBytes refuses larger downloads (Content-Length, the bytes
+	// streamed, or the server's 406), like DEBUGINFOD_MAXSIZE.
+	MaxFileBytes int64 `mapstructure:"max_file_bytes"`
+	// MaxDownloadTime stops one download from one server, however steadily
+	// it moves, like DEBUGINFOD_MAXTIME.
+	MaxDownloadTime time.Duration `mapstructure:"max_download_time"`
+	// HTTP is the collector's HTTP client configuration for every server:
+	// tls, headers, proxy_url, auth (an authenticator extension) and
+	// the rest of confighttp. Its endpoint is unused (see urls).
+	HTTP confighttp.ClientConfig `mapstructure:"http"`
 }
 
 // CacheConfig bounds the processor's memory.
@@ -72,6 +84,10 @@ func createDefaultConfig() *Config {
 			MaxCacheBytes: 2 << 30,
 			MaxParallel:   4,
 			NegativeTTL:   5 * time.Minute,
+			// The whole cache: a larger file could not be kept anyway.
+			MaxFileBytes:    2 << 30,
+			MaxDownloadTime: 5 * time.Minute,
+			HTTP:            confighttp.NewDefaultClientConfig(),
 		},
 		Demangle:     "full",
 		InlineFrames: true,
@@ -118,6 +134,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Debuginfod.MaxParallel < 0 || c.Debuginfod.MaxCacheBytes < 0 {
 		errs = append(errs, errors.New("debuginfod.max_parallel and max_cache_bytes must not be negative"))
+	}
+	if c.Debuginfod.MaxFileBytes < 0 || c.Debuginfod.MaxDownloadTime < 0 {
+		errs = append(errs, errors.New("debuginfod.max_file_bytes and max_download_time must not be negative"))
+	}
+	if c.Debuginfod.HTTP.Endpoint != "" {
+		errs = append(errs, errors.New("debuginfod.http.endpoint is unused: list servers in debuginfod.urls"))
 	}
 	if c.Cache.MaxBytes < 0 || c.Cache.MaxEntries < 0 {
 		errs = append(errs, errors.New("cache.max_bytes and cache.max_entries must not be negative"))

@@ -3,6 +3,7 @@ package symbolizationprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 type symbolizer struct {
 	cfg    *Config
 	log    *zap.Logger
+	set    component.TelemetrySettings
 	tel    *metadata.TelemetryBuilder
 	shared *sharedSym
 	sym    *otlpsym.Symbolizer
@@ -50,7 +52,7 @@ func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &symbolizer{cfg: cfg, log: set.Logger, tel: tel}, nil
+	return &symbolizer{cfg: cfg, log: set.Logger, set: set.TelemetrySettings, tel: tel}, nil
 }
 
 // Options turns the configuration into the symbolizer's options; the
@@ -74,8 +76,11 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 }
 
 // NewDebuginfod builds the debuginfod client the configuration asks for, or
-// nil when the source is not listed or no server is known.
-func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
+// nil when the source is not listed or no server is known. Its HTTP client
+// comes from debuginfod.http (confighttp), whose auth extension, if any, is
+// looked up in extensions (host.GetExtensions()).
+func (c *Config) NewDebuginfod(ctx context.Context, extensions map[component.ID]component.Component, set component.TelemetrySettings) (*debuginfod.Client, error) {
+	log := set.Logger
 	listed := false
 	for _, s := range c.Sources {
 		listed = listed || s == otlpsym.SourceDebuginfod
@@ -91,18 +96,25 @@ func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
 		log.Info("debuginfod source listed but no server configured (debuginfod.urls or DEBUGINFOD_URLS); skipping it")
 		return nil, nil
 	}
+	hc, err := c.Debuginfod.HTTP.ToClient(ctx, extensions, set)
+	if err != nil {
+		return nil, fmt.Errorf("debuginfod.http: %w", err)
+	}
 	return debuginfod.New(debuginfod.Config{
-		URLs:          urls,
-		Timeout:       c.Debuginfod.Timeout,
-		CacheDir:      c.Debuginfod.CacheDir,
-		MaxCacheBytes: c.Debuginfod.MaxCacheBytes,
-		MaxParallel:   c.Debuginfod.MaxParallel,
-		NegativeTTL:   c.Debuginfod.NegativeTTL,
-		Logger:        log,
+		URLs:            urls,
+		Timeout:         c.Debuginfod.Timeout,
+		CacheDir:        c.Debuginfod.CacheDir,
+		MaxCacheBytes:   c.Debuginfod.MaxCacheBytes,
+		MaxParallel:     c.Debuginfod.MaxParallel,
+		NegativeTTL:     c.Debuginfod.NegativeTTL,
+		MaxFileBytes:    c.Debuginfod.MaxFileBytes,
+		MaxDownloadTime: c.Debuginfod.MaxDownloadTime,
+		HTTPClient:      hc,
+		Logger:          log,
 	})
 }
 
-func (p *symbolizer) start(context.Context, component.Host) error {
+func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 	shared.Lock()
 	defer shared.Unlock()
 	if e := shared.m[p.cfg]; e != nil {
@@ -111,7 +123,7 @@ func (p *symbolizer) start(context.Context, component.Host) error {
 		return nil
 	}
 	opt := p.cfg.Options(p.log)
-	client, err := p.cfg.NewDebuginfod(p.log)
+	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
 	if err != nil {
 		return err
 	}
