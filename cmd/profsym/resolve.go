@@ -5,10 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/internal/elfx"
 )
 
 // maxProfileFile bounds what resolve reads into memory.
@@ -81,19 +82,12 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := elfx.OpenRegular(path, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return b, nil
+	return readAllBounded(f, path, limit)
 }
 
 // splitDocuments splits the file exporter's JSON lines format; a single

@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
@@ -27,33 +28,28 @@ const maxJFR = 4 << 30
 // the file exporter's one document per line), or a JFR recording (plain,
 // or gzip/zstd/lz4 compressed), converted as the jfr receiver converts it.
 func readProfiles(path string) ([]pprofile.Profiles, error) {
-	f, err := os.Open(path)
+	// Regular files only: a FIFO or device named on the command line must
+	// not block or be read.
+	f, size, err := elfx.OpenRegular(path, maxJFR)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
 	var head [4]byte
 	n, _ := f.ReadAt(head[:], 0)
-	switch {
-	case string(head[:n]) == "FLR\x00":
+	if string(head[:n]) == "FLR\x00" {
 		// Read chunk by chunk from the file: memory stays one chunk's.
-		pd, _, err := jfrconv.Convert(f, st.Size(), jfrconv.Options{})
+		pd, _, err := jfrconv.Convert(f, size, jfrconv.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return []pprofile.Profiles{pd}, nil
-	case jfr.Detect(head[:n]) != jfr.None:
-		b, err := readBounded(path, maxProfileFile)
-		if err != nil {
-			return nil, err
-		}
+	}
+	b, err := readAllBounded(f, path, maxProfileFile)
+	if err != nil {
+		return nil, err
+	}
+	if jfr.Detect(head[:n]) != jfr.None {
 		if b, err = jfr.Decompress(b, maxJFR); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -62,10 +58,6 @@ func readProfiles(path string) ([]pprofile.Profiles, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return []pprofile.Profiles{pd}, nil
-	}
-	b, err := readBounded(path, maxProfileFile)
-	if err != nil {
-		return nil, err
 	}
 	var um pprofile.JSONUnmarshaler
 	var out []pprofile.Profiles
@@ -77,6 +69,18 @@ func readProfiles(path string) ([]pprofile.Profiles, error) {
 		out = append(out, pd)
 	}
 	return out, nil
+}
+
+// readAllBounded reads f (named path) whole, failing past limit bytes.
+func readAllBounded(f io.Reader, path string, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // symbolizeAll runs the processor's symbolizer over docs when asked.
