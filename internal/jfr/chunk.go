@@ -197,6 +197,7 @@ type Chunk struct {
 	threads    map[int64]threadEntry
 	frameTypes map[int64]str
 	states     map[int64]str
+	attrValues map[int64]str
 	entries    int
 }
 
@@ -363,7 +364,16 @@ type eventPlan struct {
 	role eventRole
 	kind Kind
 	slot []int8 // per field: a slot, or -1
+	// ctx marks context-attribute fields (slot -2); attrs is the buffer
+	// samples' Attrs point into.
+	attrs []Attr
 }
+
+// slotContext marks a context-attribute field in eventPlan.slot.
+const slotContext = -2
+
+// maxContextAttrs bounds the context attributes kept per sample.
+const maxContextAttrs = 16
 
 func (c *Chunk) plan(typ int64) *eventPlan {
 	cls := c.meta.classes[typ]
@@ -390,10 +400,15 @@ func (c *Chunk) plan(typ int64) *eventPlan {
 		return nil
 	}
 	p.slot = make([]int8, len(cls.fields))
+	nctx := 0
 	for i, f := range cls.fields {
 		s, ok := slotNames[f.name]
 		if !ok {
 			p.slot[i] = -1
+			if p.role == roleSample && f.cpool && !f.array && f.typ.name == "profiler.types.AttributeValue" && nctx < maxContextAttrs {
+				p.slot[i] = slotContext
+				nctx++
+			}
 			continue
 		}
 		// A field of an unexpected shape is skipped, not trusted.
@@ -412,10 +427,15 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 	var vals [numSlots]uint64
 	var has [numSlots]bool
 	var strs [numSlots]str
+	p.attrs = p.attrs[:0]
 	for i := range p.cls.fields {
 		f := &p.cls.fields[i]
 		s := p.slot[i]
 		switch {
+		case s == slotContext:
+			if id := int64(d.i64()); id != 0 {
+				p.attrs = append(p.attrs, Attr{Name: f.name, Value: id})
+			}
 		case s < 0:
 			d.skipField(f, 0)
 		case stringSlots[s] && f.cpool:
@@ -451,7 +471,7 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 	}
 	s := &Sample{Kind: p.kind, EventType: p.cls.name, Time: c.nanos(int64(vals[sTime])),
 		Thread: int64(vals[sThread]), Stack: int64(vals[sStack]), State: int64(vals[sState]),
-		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), ContextID: int64(vals[sContext]), Weight: 1}
+		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), ContextID: int64(vals[sContext]), Weight: 1, Attrs: p.attrs}
 	if p.kind == KindAlloc {
 		s.Weight = allocWeight(p.cls.name, p, vals, has)
 	} else {

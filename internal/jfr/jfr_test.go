@@ -95,8 +95,9 @@ func TestRoundTrip(t *testing.T) {
 // peer, not a format of our own.
 func TestWriterReadByJDK(t *testing.T) {
 	r := jfrtest.New(1_700_000_000_000_000_000)
+	r.ContextAttributes = []string{"http.route"}
 	java := jfrtest.JavaFrame("com/example/App", "run", 42)
-	r.Sample(jfrtest.DatadogExecutionSample, 1000, 7, 1, jfrtest.NativeFrame("JNI_Call"), java)
+	r.SampleWith(jfrtest.DatadogExecutionSample, 1000, 7, 1, map[string]string{"http.route": "/cart"}, jfrtest.NativeFrame("JNI_Call"), java)
 	r.Sample(jfrtest.JDKExecutionSample, 2000, 7, 1, java)
 	f := filepath.Join(t.TempDir(), "w.jfr")
 	os.WriteFile(f, r.Bytes(), 0o644)
@@ -115,6 +116,9 @@ func TestWriterReadByJDK(t *testing.T) {
 							LineNumber int `json:"lineNumber"`
 						} `json:"frames"`
 					} `json:"stackTrace"`
+					Route struct {
+						Value string `json:"value"`
+					} `json:"http.route"`
 				} `json:"values"`
 			} `json:"events"`
 		} `json:"recording"`
@@ -125,7 +129,7 @@ func TestWriterReadByJDK(t *testing.T) {
 	ev := doc.Recording.Events
 	if len(ev) != 2 || ev[0].Type != "datadog.ExecutionSample" || ev[1].Type != "jdk.ExecutionSample" ||
 		len(ev[0].Values.StackTrace.Frames) != 2 || ev[0].Values.StackTrace.Frames[1].LineNumber != 42 ||
-		ev[0].Values.StackTrace.Frames[0].Method.Name.String != "JNI_Call" {
+		ev[0].Values.StackTrace.Frames[0].Method.Name.String != "JNI_Call" || ev[0].Values.Route.Value != "/cart" {
 		t.Fatalf("jfr print read %+v", ev)
 	}
 }

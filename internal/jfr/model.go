@@ -42,6 +42,17 @@ type Sample struct {
 	SpanID          int64
 	LocalRootSpanID int64
 	ContextID       int64 // Pyroscope's label context
+	// Attrs are the Datadog profiler's context attributes (fields of type
+	// profiler.types.AttributeValue it appends to sample events), the ones
+	// set on this sample; valid only during the Sample callback.
+	Attrs []Attr
+}
+
+// Attr is a context attribute: its field name and the constant-pool id of
+// its value (Chunk.AttributeValue).
+type Attr struct {
+	Name  string
+	Value int64
 }
 
 // NativeLibrary is a jdk.NativeLibrary event, with the Datadog profiler's

@@ -17,6 +17,7 @@ func (c *Chunk) readPools() error {
 	c.threads = map[int64]threadEntry{}
 	c.frameTypes = map[int64]str{}
 	c.states = map[int64]str{}
+	c.attrValues = map[int64]str{}
 	pos := c.cpOffset
 	for n := 0; ; n++ {
 		if n >= c.opt.Limits.MaxCPEvents {
@@ -95,6 +96,8 @@ func (c *Chunk) poolReader(cls *class) func(d *decoder, key int64) {
 		return c.structReader(cls, func(key int64, v *fieldVals) { c.frameTypes[key] = v.str("description") })
 	case "jdk.types.ThreadState":
 		return c.structReader(cls, func(key int64, v *fieldVals) { c.states[key] = v.str("name") })
+	case "profiler.types.AttributeValue":
+		return c.structReader(cls, func(key int64, v *fieldVals) { c.attrValues[key] = v.str("value") })
 	case "java.lang.Class":
 		return c.structReader(cls, func(key int64, v *fieldVals) {
 			c.classes[key] = classEntry{name: int64(v.num("name")), pkg: int64(v.num("package"))}
@@ -298,6 +301,9 @@ func (c *Chunk) FrameType(id int64) (string, bool) {
 	}
 	return c.resolve(s), true
 }
+
+// AttributeValue returns context-attribute value id ("" when absent).
+func (c *Chunk) AttributeValue(id int64) string { return c.resolve(c.attrValues[id]) }
 
 // ThreadState returns the name of thread state id ("" when absent).
 func (c *Chunk) ThreadState(id int64) string { return c.resolve(c.states[id]) }

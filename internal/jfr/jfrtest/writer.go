@@ -69,6 +69,10 @@ type Recording struct {
 	TicksPerSecond int64
 	// Uncompressed writes fixed-width integers (chunk flag bit 0 clear).
 	Uncompressed bool
+	// ContextAttributes are the Datadog profiler's context attribute names
+	// (its `attributes=` option), appended as fields to the datadog sample
+	// events; set them before adding samples.
+	ContextAttributes []string
 
 	events  [][]byte
 	threads map[int64]bool
@@ -78,12 +82,14 @@ type Recording struct {
 	mlist   []Frame
 	stacks  map[string]int64
 	slist   [][]Frame
+	avals   map[string]int64
 }
 
 // New starts a recording at startNanos (Unix), with nanosecond ticks.
 func New(startNanos int64) *Recording {
 	return &Recording{StartNanos: startNanos, TicksPerSecond: 1e9, threads: map[int64]bool{},
-		strs: map[string]int64{}, classes: map[string]int64{}, methods: map[Frame]int64{}, stacks: map[string]int64{}}
+		strs: map[string]int64{}, classes: map[string]int64{}, methods: map[Frame]int64{}, stacks: map[string]int64{},
+		avals: map[string]int64{}}
 }
 
 // Type ids of the metadata below.
@@ -110,6 +116,7 @@ const (
 	tJDKExec
 	tNativeLib
 	tObjectSample
+	tAttrValue
 )
 
 // Event names a sample event type.
@@ -124,6 +131,12 @@ const (
 // Sample adds a CPU or wall sample: at offset ticks from the start, on
 // thread tid, with weight, frames leaf first.
 func (r *Recording) Sample(ev Event, at int64, tid int64, weight int64, frames ...Frame) {
+	r.SampleWith(ev, at, tid, weight, nil, frames...)
+}
+
+// SampleWith is Sample with context attribute values (by name, among
+// ContextAttributes) on a datadog event.
+func (r *Recording) SampleWith(ev Event, at int64, tid int64, weight int64, attrs map[string]string, frames ...Frame) {
 	var b enc
 	b.compressed = !r.Uncompressed
 	b.long(int64(ev))
@@ -136,6 +149,19 @@ func (r *Recording) Sample(ev Event, at int64, tid int64, weight int64, frames .
 		b.long(weight)
 		b.long(0) // spanId
 		b.long(0) // localRootSpanId
+		for _, name := range r.ContextAttributes {
+			v, ok := attrs[name]
+			if !ok {
+				b.long(0)
+				continue
+			}
+			id, seen := r.avals[v]
+			if !seen {
+				id = int64(len(r.avals) + 1)
+				r.avals[v] = id
+			}
+			b.long(id)
+		}
 	}
 	r.events = append(r.events, b.b)
 }
@@ -366,6 +392,16 @@ func (r *Recording) pool() []byte {
 			e.utf8(s)
 		}
 	})
+	vals := make([]string, len(r.avals))
+	for v, id := range r.avals {
+		vals[id-1] = v
+	}
+	add(tAttrValue, len(vals), func(e *enc) {
+		for i, v := range vals {
+			e.long(int64(i + 1))
+			e.utf8(v)
+		}
+	})
 	b.int(int32(len(pools)))
 	for _, p := range pools {
 		b.b = append(b.b, p...)
@@ -391,6 +427,9 @@ func (r *Recording) metadata() []byte {
 	sample := []fieldDef{{"startTime", tLong, false, false}, {"eventThread", tThread, true, false},
 		{"stackTrace", tStackTrace, true, false}, {"state", tThreadState, true, false},
 		{"weight", tLong, false, false}, {"spanId", tLong, false, false}, {"localRootSpanId", tLong, false, false}}
+	for _, name := range r.ContextAttributes {
+		sample = append(sample, fieldDef{name, tAttrValue, true, false})
+	}
 	classes := []classDef{
 		{tBool, "boolean", "", nil}, {tChar, "char", "", nil}, {tFloat, "float", "", nil},
 		{tDouble, "double", "", nil}, {tByte, "byte", "", nil}, {tShort, "short", "", nil},
@@ -406,6 +445,7 @@ func (r *Recording) metadata() []byte {
 		{tMethod, "jdk.types.Method", "", []fieldDef{{"type", tClass, true, false}, {"name", tSymbol, true, false},
 			{"descriptor", tSymbol, true, false}, {"modifiers", tInt, false, false}, {"hidden", tBool, false, false}}},
 		{tSymbol, "jdk.types.Symbol", "", []fieldDef{{"string", tString, false, false}}},
+		{tAttrValue, "profiler.types.AttributeValue", "", []fieldDef{{"value", tString, false, false}}},
 		{tExec, "datadog.ExecutionSample", "jdk.jfr.Event", sample},
 		{tMethodSample, "datadog.MethodSample", "jdk.jfr.Event", sample},
 		{tJDKExec, "jdk.ExecutionSample", "jdk.jfr.Event", []fieldDef{{"startTime", tLong, false, false},

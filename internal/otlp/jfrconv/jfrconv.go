@@ -133,6 +133,7 @@ type pendKey struct {
 	kind          jfr.Kind
 	stack, thread int64
 	context       int64
+	attrs         string // context attributes, rendered name\x00value\x00...
 }
 
 type rowKey struct {
@@ -172,12 +173,24 @@ func (c *converter) resetChunk() {
 	c.locs = map[locKey]int32{}
 }
 
-func (c *converter) sample(_ *jfr.Chunk, s *jfr.Sample) error {
+func (c *converter) sample(ch *jfr.Chunk, s *jfr.Sample) error {
 	c.st.Events[s.EventType]++
 	if int(s.Kind) >= len(c.rows) || s.Weight <= 0 {
 		return nil
 	}
 	k := pendKey{kind: s.Kind, stack: s.Stack, thread: s.Thread, context: s.ContextID}
+	if len(s.Attrs) > 0 {
+		var sb strings.Builder
+		for _, a := range s.Attrs {
+			if v := ch.AttributeValue(a.Value); v != "" {
+				sb.WriteString(a.Name)
+				sb.WriteByte(0)
+				sb.WriteString(v)
+				sb.WriteByte(0)
+			}
+		}
+		k.attrs = sb.String()
+	}
 	a := c.pending[k]
 	if a == nil {
 		a = &agg{first: s.Time, thread: s.Thread}
@@ -221,9 +234,9 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 		tattrs, tkey := c.threadAttrs(ch, k.thread)
 		attrs := tattrs
 		akey := ""
-		if lab := c.opt.Labels[k.context]; k.context != 0 && len(lab) > 0 {
+		lab := c.opt.Labels[k.context]
+		if k.context != 0 && len(lab) > 0 || k.attrs != "" {
 			attrs = append([]int32(nil), tattrs...)
-			var sb strings.Builder
 			keys := make([]string, 0, len(lab))
 			for lk := range lab {
 				keys = append(keys, lk)
@@ -232,6 +245,15 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 			for _, lk := range keys {
 				attrs = append(attrs, c.dict.AttrStr(lk, lab[lk]))
 			}
+			// Datadog context attributes, under the names the profiler
+			// was configured with.
+			for rest := k.attrs; rest != ""; {
+				var name, val string
+				name, rest, _ = strings.Cut(rest, "\x00")
+				val, rest, _ = strings.Cut(rest, "\x00")
+				attrs = append(attrs, c.dict.AttrStr(name, val))
+			}
+			var sb strings.Builder
 			for _, ai := range attrs[len(tattrs):] {
 				sb.WriteString(strconv.Itoa(int(ai)))
 				sb.WriteByte(',')

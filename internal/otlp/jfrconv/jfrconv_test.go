@@ -128,6 +128,43 @@ func TestConvertFrames(t *testing.T) {
 	}
 }
 
+// The Datadog profiler's context attributes become sample attributes, and
+// samples that differ only in them stay apart.
+func TestContextAttributes(t *testing.T) {
+	r := jfrtest.New(1_700_000_000_000_000_000)
+	r.ContextAttributes = []string{"http.route", "tenant"}
+	java := jfrtest.JavaFrame("com/example/App", "run", 42)
+	r.SampleWith(jfrtest.DatadogExecutionSample, 10, 1, 1, map[string]string{"http.route": "/cart"}, java)
+	r.SampleWith(jfrtest.DatadogExecutionSample, 20, 1, 1, map[string]string{"http.route": "/cart"}, java)
+	r.SampleWith(jfrtest.DatadogExecutionSample, 30, 1, 1, map[string]string{"http.route": "/pay", "tenant": "acme"}, java)
+	r.Sample(jfrtest.DatadogExecutionSample, 40, 1, 1, java)
+	pd, _, err := jfrconv.ConvertBytes(r.Bytes(), jfrconv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pdict.New(pd.Dictionary())
+	got := map[string]int64{}
+	for _, s := range pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().All() {
+		var kv []string
+		for _, ai := range s.AttributeIndices().All() {
+			k, v, _ := d.Attr(ai)
+			if !strings.HasPrefix(k, "thread.") {
+				kv = append(kv, k+"="+v.AsString())
+			}
+		}
+		got[strings.Join(kv, ",")] += s.Values().At(0)
+	}
+	want := map[string]int64{"http.route=/cart": 2, "http.route=/pay,tenant=acme": 1, "": 1}
+	if len(got) != len(want) {
+		t.Fatalf("samples by attributes %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("samples by attributes %v, want %v", got, want)
+		}
+	}
+}
+
 // Remote frames from a real process, through a shared library, a library
 // whose .text is linked far from its file offset, and a non-PIE
 // executable, all stripped: after symbolization every frame has the
