@@ -21,6 +21,10 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add(sampleRecording(false).Bytes())
 	f.Add(sampleRecording(true).Bytes())
+	ctx := sampleRecording(false)
+	ctx.ContextAttributes = []string{"http.route"}
+	ctx.SampleWith(jfrtest.DatadogMethodSample, 9, 3, 1, map[string]string{"http.route": "/x"}, jfrtest.NativeFrame("f"))
+	f.Add(ctx.Bytes())
 	if os.Getenv("NOJDK") == "" && (testfixture.InCI() || fileExists("/usr/bin/java")) {
 		if b, err := os.ReadFile(jfrtest.RecordJDK(f, 300)); err == nil {
 			f.Add(b)
@@ -42,6 +46,9 @@ func FuzzParse(f *testing.F) {
 			}
 			c.Thread(s.Thread)
 			c.ThreadState(s.State)
+			for _, a := range s.Attrs {
+				c.AttributeValue(a.Value)
+			}
 			return nil
 		}})
 		if frames > len(b)*8 {
