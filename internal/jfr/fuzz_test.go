@@ -21,7 +21,7 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add(sampleRecording(false).Bytes())
 	f.Add(sampleRecording(true).Bytes())
-	ctx := sampleRecording(false)
+	ctx := jfrtest.New(1)
 	ctx.ContextAttributes = []string{"http.route"}
 	ctx.SampleWith(jfrtest.DatadogMethodSample, 9, 3, 1, map[string]string{"http.route": "/x"}, jfrtest.NativeFrame("f"))
 	f.Add(ctx.Bytes())
