@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -33,7 +33,7 @@ check-cross:
 test: vet check-cross build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler
+bench: bench-symbolize bench-processor bench-sampler bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -53,6 +53,12 @@ bench-processor:
 bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
+
+# A 100 MB multi-chunk JDK 17 recording through profsym convert and the
+# JDK's jfr print --json, side by side: wall time, peak RSS, speedup.
+bench-jfr:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkConvertJFR100MB -benchtime 1x -timeout 30m ./cmd/profsym/ | tee $(BIN)/bench-jfr.txt
 
 # A short run of every go test -fuzz target. Minimizing a new crasher or
 # input can run far past -fuzztime, so it is off: a crasher is saved as is.

@@ -40,6 +40,14 @@ const (
 	FrameTypeKernel = "kernel"
 )
 
+// AttrAddressBase = AddressBaseImage on a mapping: its locations' addresses
+// are offsets from the image base (JFR remote frames, docs/jfr.md), not ELF
+// addresses.
+const (
+	AttrAddressBase  = "profsym.mapping.address_base"
+	AddressBaseImage = "image"
+)
+
 // Locator finds files by GNU build id (debuginfod).
 type Locator interface {
 	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
@@ -261,7 +269,7 @@ type translation struct {
 
 const (
 	asIs       uint8 = iota // already an ELF virtual address
-	imageBase               // an offset from the lowest PT_LOAD (remote frames)
+	imageBase               // an offset from the image base (remote frames): plus the p_vaddr mapping file offset 0
 	kernelText              // a run-time kernel address: minus run-time _stext, plus vmlinux's
 )
 
@@ -331,6 +339,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	objs := map[string]*objRef{}
 	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
 	mapSeen := make([]bool, maps.Len())
+	mapTr := make([]translation, maps.Len()) // image-base offsets (docs/jfr.md)
 	todo := make([]work, 0, locs.Len())
 	frameType := d.StringIndex(AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
@@ -359,13 +368,16 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		if !mapSeen[mi] {
 			mapObj[mi] = s.mappingObject(d, mi, objs)
 			mapSeen[mi] = true
+			if v, ok := d.FindAttr(maps.At(int(mi)).AttributeIndices(), AttrAddressBase); ok && v.Str() == AddressBaseImage {
+				mapTr[mi] = translation{kind: imageBase}
+			}
 		}
 		o := mapObj[mi]
 		if o == nil {
 			st.Skipped++
 			continue
 		}
-		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address()})
+		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address(), tr: mapTr[mi]})
 	}
 	if len(todo) == 0 {
 		return st
