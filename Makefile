@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -33,7 +33,7 @@ check-cross:
 test: vet check-cross build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler
+bench: bench-symbolize bench-processor bench-sampler bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -61,6 +61,12 @@ bench-sampler:
 bench-unwind:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench WholeChainVsPerf -benchtime 1x -timeout 15m ./internal/host/unwind | tee $(BIN)/bench-unwind.txt
+
+# A 100 MB multi-chunk JDK 17 recording through profsym convert and the
+# JDK's jfr print --json, side by side: wall time, peak RSS, speedup.
+bench-jfr:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkConvertJFR100MB -benchtime 1x -timeout 30m ./cmd/profsym/ | tee $(BIN)/bench-jfr.txt
 
 # A short run of every go test -fuzz target. Minimizing a new crasher or
 # input can run far past -fuzztime, so it is off: a crasher is saved as is.
@@ -106,13 +112,13 @@ $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
 # libbpf-dev) and the components' metadata code (mdatagen).
 generate: $(MDATAGEN)
 	$(GO) generate ./bpf/...
-	@if ls receiver/*/metadata.yaml processor/*/metadata.yaml >/dev/null 2>&1; then \
-	  PATH=$(abspath $(BIN)):$$PATH $(GO) generate ./receiver/... ./processor/...; fi
+	@if ls receiver/*/metadata.yaml processor/*/metadata.yaml extension/*/metadata.yaml >/dev/null 2>&1; then \
+	  PATH=$(abspath $(BIN)):$$PATH $(GO) generate ./receiver/... ./processor/... ./extension/...; fi
 
 # CI: the committed generated files must be what `make generate` produces.
 check-generate: generate
-	@git diff --exit-code --stat -- bpf/ receiver/ processor/ || (echo "generated files are stale: run make generate and commit"; exit 1)
-	@test -z "$$(git status --porcelain -- bpf/ receiver/ processor/)" || (git status --porcelain -- bpf/ receiver/ processor/; echo "make generate created files that are not committed"; exit 1)
+	@git diff --exit-code --stat -- bpf/ receiver/ processor/ extension/ || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@test -z "$$(git status --porcelain -- bpf/ receiver/ processor/ extension/)" || (git status --porcelain -- bpf/ receiver/ processor/ extension/; echo "make generate created files that are not committed"; exit 1)
 
 clean:
 	rm -rf $(BIN)

@@ -343,8 +343,12 @@ func (h *Handle) HasDebugInfo() bool { return h.obj.dwarf != nil || h.obj.gopcln
 // Why explains missing debug info (nil when the object has DWARF).
 func (h *Handle) Why() error { return h.obj.why }
 
-// ImageBase is the lowest PT_LOAD address of the object, page aligned: what
-// "offset from the load base" is relative to.
+// ImageBase is the ELF address of the image base that remote frames'
+// offsets count from. A profiler's image base is the start of the file's
+// first mapping with file offset 0, which maps the PT_LOAD holding file
+// offset 0, so its ELF address is that segment's p_vaddr, page aligned
+// (0 for PIE executables and shared libraries, 0x400000 for a classic
+// non-PIE x86-64 executable). Without such a segment, the lowest PT_LOAD.
 func (h *Handle) ImageBase() uint64 {
 	for _, f := range []*elfx.File{h.obj.bin, h.obj.dbg} {
 		if f == nil {
@@ -352,7 +356,13 @@ func (h *Handle) ImageBase() uint64 {
 		}
 		base, found := ^uint64(0), false
 		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Vaddr < base {
+			if p.Type != elf.PT_LOAD {
+				continue
+			}
+			if p.Off&^0xfff == 0 {
+				return p.Vaddr &^ 0xfff
+			}
+			if p.Vaddr < base {
 				base, found = p.Vaddr, true
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
@@ -27,6 +28,9 @@ type Config struct {
 	SymbolDirectories []string `mapstructure:"symbol_directories"`
 	// Debuginfod fetches debug files by build id.
 	Debuginfod DebuginfodConfig `mapstructure:"debuginfod"`
+	// SymbolStore names a symbolstore extension of this collector, read in
+	// process by the symbol_store source (empty: none).
+	SymbolStore component.ID `mapstructure:"symbol_store"`
 	// Demangle is "full" (C++ and Rust names demangled) or "none".
 	Demangle string `mapstructure:"demangle"`
 	// InlineFrames adds a line per inlined call.
@@ -106,9 +110,9 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for _, s := range c.Sources {
 		switch s {
-		case otlpsym.SourceLocal, otlpsym.SourceDebugDirs, otlpsym.SourceSymbolDirs, otlpsym.SourceDebuginfod, otlpsym.SourceKernel:
+		case otlpsym.SourceLocal, otlpsym.SourceDebugDirs, otlpsym.SourceSymbolDirs, otlpsym.SourceSymbolStore, otlpsym.SourceDebuginfod, otlpsym.SourceKernel:
 		default:
-			errs = append(errs, fmt.Errorf("sources: unknown source %q (local, debug_directories, symbol_directories, debuginfod, kernel)", s))
+			errs = append(errs, fmt.Errorf("sources: unknown source %q (local, debug_directories, symbol_directories, symbol_store, debuginfod, kernel)", s))
 		}
 		if seen[s] {
 			errs = append(errs, fmt.Errorf("sources: %q listed twice", s))

@@ -123,6 +123,15 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		return nil
 	}
 	opt := p.cfg.Options(p.log)
+	if id := p.cfg.SymbolStore; id.Type().String() != "" {
+		ext, ok := host.GetExtensions()[id]
+		loc, isLoc := ext.(otlpsym.Locator)
+		if !ok || !isLoc {
+			return fmt.Errorf("symbol_store: %s is not a symbolstore extension of this collector (list it under service.extensions)", id)
+		}
+		opt.Store = loc
+		p.log.Info("symbol store source enabled", zap.Stringer("extension", id))
+	}
 	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
 	if err != nil {
 		return err

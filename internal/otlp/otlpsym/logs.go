@@ -97,7 +97,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 						k, ok := keyOf(o.num, f.Address)
 						if !ok {
 							need[o] = true
-						} else if _, hit := s.results.Get(k); !hit {
+						} else if r, hit := s.results.Get(k); !hit || r.err != nil && r.gen != s.generation() {
 							need[o] = true
 						}
 					}

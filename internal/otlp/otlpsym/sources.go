@@ -22,11 +22,14 @@ const (
 	SourceDebugDirs  = "debug_directories"
 	SourceSymbolDirs = "symbol_directories"
 	SourceDebuginfod = "debuginfod"
-	SourceKernel     = "kernel"
+	// SourceSymbolStore is a symbol store (symbolstore extension) in the
+	// same collector, holding what agents and CI uploaded.
+	SourceSymbolStore = "symbol_store"
+	SourceKernel      = "kernel"
 )
 
 // DefaultSources is the order sources are tried in when none is configured.
-var DefaultSources = []string{SourceLocal, SourceDebugDirs, SourceSymbolDirs, SourceDebuginfod, SourceKernel}
+var DefaultSources = []string{SourceLocal, SourceDebugDirs, SourceSymbolDirs, SourceSymbolStore, SourceDebuginfod, SourceKernel}
 
 // ids is the identity of one mapping's file.
 type ids struct {
@@ -223,6 +226,17 @@ func (s *Symbolizer) locate(ctx context.Context, id ids) (string, string, error)
 		case SourceSymbolDirs:
 			if x, ok := s.symdirs.lookup(id.key()); ok {
 				return x.bin, x.debug, nil
+			}
+		case SourceSymbolStore:
+			if s.opt.Store == nil || id.gnu == "" {
+				continue
+			}
+			b, d, err := s.opt.Store.Locate(ctx, id.gnu)
+			if err == nil && (b != "" || d != "") {
+				return b, d, nil
+			}
+			if err != nil && !errors.Is(err, frame.ErrNotFound) {
+				lastErr = err
 			}
 		case SourceDebuginfod:
 			if s.opt.Debuginfod == nil || id.gnu == "" {

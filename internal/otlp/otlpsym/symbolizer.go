@@ -40,9 +40,25 @@ const (
 	FrameTypeKernel = "kernel"
 )
 
+// AttrAddressBase = AddressBaseImage on a mapping: its locations' addresses
+// are offsets from the image base (JFR remote frames, docs/jfr.md), not ELF
+// addresses.
+const (
+	AttrAddressBase  = "profsym.mapping.address_base"
+	AddressBaseImage = "image"
+)
+
 // Locator finds files by GNU build id (debuginfod).
 type Locator interface {
 	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
+}
+
+// Generational is implemented by a locator whose contents grow while the
+// collector runs (a symbol store receiving uploads): a frame that failed is
+// looked up again once the generation has moved on, instead of staying
+// unresolved from the result cache.
+type Generational interface {
+	Generation() uint64
 }
 
 // Options configure a Symbolizer.
@@ -53,6 +69,7 @@ type Options struct {
 	SymbolDirs  []string // folders indexed by identity
 	Rescan      time.Duration
 	Debuginfod  Locator // nil: no debuginfod
+	Store       Locator // symbol store in this collector; nil: none
 	Demangle    bool
 	Inlines     bool
 	Lines       bool
@@ -115,6 +132,7 @@ const maxObjects = 1<<16 - 1
 type result struct {
 	lines []rline // innermost first
 	err   error
+	gen   uint64 // the store's generation when err was found
 }
 
 type rline struct {
@@ -235,7 +253,7 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 // next batch retries once the object is available.
 func (s *Symbolizer) resolve(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
 	if k, ok := keyOf(o.num, addr); ok && tr.kind == asIs {
-		if r, ok := s.results.Get(k); ok {
+		if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == s.generation()) {
 			st.CacheHits++
 			return r
 		}
@@ -251,7 +269,7 @@ type translation struct {
 
 const (
 	asIs       uint8 = iota // already an ELF virtual address
-	imageBase               // an offset from the lowest PT_LOAD (remote frames)
+	imageBase               // an offset from the image base (remote frames): plus the p_vaddr mapping file offset 0
 	kernelText              // a run-time kernel address: minus run-time _stext, plus vmlinux's
 )
 
@@ -279,7 +297,7 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
 	k, cacheable := keyOf(o.num, addr)
 	st.CacheMisses++
-	r := &result{err: o.err}
+	r := &result{err: o.err, gen: s.generation()}
 	var terr error
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
@@ -321,6 +339,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	objs := map[string]*objRef{}
 	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
 	mapSeen := make([]bool, maps.Len())
+	mapTr := make([]translation, maps.Len()) // image-base offsets (docs/jfr.md)
 	todo := make([]work, 0, locs.Len())
 	frameType := d.StringIndex(AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
@@ -349,13 +368,16 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		if !mapSeen[mi] {
 			mapObj[mi] = s.mappingObject(d, mi, objs)
 			mapSeen[mi] = true
+			if v, ok := d.FindAttr(maps.At(int(mi)).AttributeIndices(), AttrAddressBase); ok && v.Str() == AddressBaseImage {
+				mapTr[mi] = translation{kind: imageBase}
+			}
 		}
 		o := mapObj[mi]
 		if o == nil {
 			st.Skipped++
 			continue
 		}
-		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address()})
+		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address(), tr: mapTr[mi]})
 	}
 	if len(todo) == 0 {
 		return st
@@ -364,6 +386,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	// Answers from the result cache first; open objects only for misses.
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
+	gen := s.generation() // failures from before the store's last upload are retried
 	for i, w := range todo {
 		if w.obj.num == 0 {
 			w.obj.num = s.objNum(w.obj.key)
@@ -373,7 +396,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		if k, ok := keyOf(w.obj.num, w.addr); ok {
-			if r, ok := s.results.Get(k); ok {
+			if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == gen) {
 				answers[i] = r
 				st.CacheHits++
 				continue
@@ -455,6 +478,14 @@ func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[
 		objs[key] = o
 	}
 	return work{loc: i, obj: o, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}, true
+}
+
+// generation is the symbol store's, or 0 without one.
+func (s *Symbolizer) generation() uint64 {
+	if g, ok := s.opt.Store.(Generational); ok {
+		return g.Generation()
+	}
+	return 0
 }
 
 func (s *Symbolizer) has(source string) bool {
