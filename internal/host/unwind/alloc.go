@@ -53,13 +53,31 @@ func (a *allocator) release(s span) {
 	a.pending = append(a.pending, s)
 }
 
+// pendingRows is how much is waiting for a grace period.
+func (a *allocator) pendingRows() uint32 {
+	var n uint32
+	for _, s := range a.pending {
+		n += s.n
+	}
+	return n
+}
+
 // settle makes pending spans reusable; call only after a grace period.
-func (a *allocator) settle() {
-	if len(a.pending) == 0 {
+func (a *allocator) settle() { a.addFree(a.takePending()) }
+
+// takePending hands over the spans released so far, for a grace period
+// waited without the owner's lock; addFree then makes them reusable.
+func (a *allocator) takePending() []span {
+	p := a.pending
+	a.pending = nil
+	return p
+}
+
+func (a *allocator) addFree(spans []span) {
+	if len(spans) == 0 {
 		return
 	}
-	a.free = append(a.free, a.pending...)
-	a.pending = a.pending[:0]
+	a.free = append(a.free, spans...)
 	sort.Slice(a.free, func(i, j int) bool { return a.free[i].off < a.free[j].off })
 	out := a.free[:1]
 	for _, s := range a.free[1:] {

@@ -110,28 +110,48 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		return
 	}
 	n := uint32(len(enc.rows))
+	f.building = true // keeps the file from being retired while the lock is dropped
 	sp, ok := m.rows.alloc(n)
 	for !ok {
+		// Evict until the released rows could hold the table, then wait
+		// for one grace period for all of them.
+		progressed := false
+		for m.rows.pendingRows() < n && m.evictOne() {
+			progressed = true
+		}
 		if len(m.rows.pending) > 0 {
-			if err := m.reclaim(); err != nil {
+			if err := m.reclaimUnlocked(); err != nil || m.closed || f.retired {
 				break
 			}
-		} else if !m.evictOne() {
+			progressed = true
+		}
+		if !progressed {
 			break
 		}
 		sp, ok = m.rows.alloc(n)
 	}
+	if m.closed || f.retired {
+		if ok {
+			m.rows.release(sp)
+		}
+		f.building = false
+		m.mu.Unlock()
+		return
+	}
 	if !ok {
+		f.building = false
 		m.stats.NoRoom++
 		f.noRoom = true
 		m.setState(f, stateNone)
+		if f.refs == 0 {
+			m.retire(f)
+		}
 		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
 			zap.String("file", f.path), zap.Int("rows", len(enc.rows)))
 		m.mu.Unlock()
 		return
 	}
-	f.building = true // keeps the file from being retired while its rows are written
-	m.mu.Unlock()
+	m.mu.Unlock() // f.building stays set while the rows are written
 
 	werr := m.writeRows(sp, enc.rows)
 	base, fallbacks := enc.base, enc.fallbacks

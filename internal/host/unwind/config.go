@@ -95,8 +95,8 @@ func (c *Config) Validate() error {
 	if c.Mode != ModeAuto && c.Mode != ModeFramePointers {
 		errs = append(errs, fmt.Errorf("unknown unwinding mode %v", c.Mode))
 	}
-	if c.MaxTableBytes < 1<<20 || c.MaxTableBytes > 4<<30 {
-		errs = append(errs, fmt.Errorf("max_table_bytes must be between 1 MiB and 4 GiB, got %d", c.MaxTableBytes))
+	if c.MaxTableBytes < 64<<10 || c.MaxTableBytes > 4<<30 {
+		errs = append(errs, fmt.Errorf("max_table_bytes must be between 64 KiB and 4 GiB, got %d", c.MaxTableBytes))
 	}
 	if c.MaxMappings < 1024 || c.MaxMappings > 1<<24 {
 		errs = append(errs, fmt.Errorf("max_mappings must be between 1024 and %d, got %d", 1<<24, c.MaxMappings))

@@ -427,6 +427,26 @@ func (m *Manager) Poll() {
 	}
 }
 
+// reclaimUnlocked is reclaim for the builders: it waits for the grace
+// period without m.mu (held on entry and on return), so process events are
+// not held up, and frees only what was released before the wait.
+func (m *Manager) reclaimUnlocked() error {
+	rows, maps, slots := m.rows.takePending(), m.mapSlot.takePending(), m.slots.takePending()
+	m.mu.Unlock()
+	err := m.maps.Sync()
+	m.mu.Lock()
+	if err != nil {
+		m.rows.pending = append(m.rows.pending, rows...)
+		m.mapSlot.pending = append(m.mapSlot.pending, maps...)
+		m.slots.pending = append(m.slots.pending, slots...)
+		return fmt.Errorf("unwind: waiting for BPF programs: %w", err)
+	}
+	m.rows.addFree(rows)
+	m.mapSlot.addFree(maps)
+	m.slots.addFree(slots)
+	return nil
+}
+
 func (m *Manager) enqueue(f *file) {
 	f.queued = true
 	m.queue = append(m.queue, f)

@@ -447,6 +447,15 @@ func TestGoReachesMain(t *testing.T) {
 			hot = append(hot, s)
 		}
 	}
+	if len(hot) == 0 {
+		for i, s := range samples {
+			if i == 5 {
+				break
+			}
+			t.Logf("sample %v: %v", s.Stop, syms.names(p, s.UserPCs))
+		}
+		t.Logf("%d samples of pid %d, mappings %+v", len(samples), pid, p.Mappings)
+	}
 	checkWhole(t, "go", evaluate(p, syms, newChain(-1, "main.hot", "main.middle", "main.main"), hot))
 }
 
