@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
@@ -155,7 +156,7 @@ func topOf(pd pprofile.Profiles, pid int, stats map[string]*fnStat) int64 {
 	var total int64
 	for _, rp := range pd.ResourceProfiles().All() {
 		if pid != 0 {
-			if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			if v, ok := rp.Resource().Attributes().Get(frame.AttrPID); !ok || v.Int() != int64(pid) {
 				continue
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
@@ -77,11 +78,11 @@ func makeBenchSet(b *testing.B) benchSet {
 func (s benchSet) batch() pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	d := pdict.New(pd.Dictionary())
-	native := d.AttrStr(otlpsym.AttrFrameType, "native")
+	native := d.AttrStr(pframe.AttrFrameType, "native")
 	maps := make([]int32, benchBinaries)
 	for i := range maps {
 		maps[i] = d.Mapping(pdict.Mapping{Start: 0x400000, Limit: 0x800000, File: "/remote/bin",
-			Attrs: []int32{d.AttrStr(otlpsym.AttrBuildIDGNU, s.ids[i])}})
+			Attrs: []int32{d.AttrStr(pframe.AttrBuildIDGNU, s.ids[i])}})
 	}
 	locs := make([]int32, 0, benchLocations)
 	for bi := range maps {

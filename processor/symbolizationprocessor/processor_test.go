@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -68,8 +69,8 @@ func profile(vs ...variant) pprofile.Profiles {
 	prof := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
 	for i, v := range vs {
 		mi := d.Mapping(pdict.Mapping{Start: 0x1000, Limit: 0x2000, File: fmt.Sprintf("/opt/gone/prog-%d", i),
-			Attrs: []int32{d.AttrStr(otlpsym.AttrBuildIDGNU, v.id)}})
-		loc := d.Location(pdict.Location{Mapping: mi, Address: v.hot, Attrs: []int32{d.AttrStr(otlpsym.AttrFrameType, "native")}})
+			Attrs: []int32{d.AttrStr(pframe.AttrBuildIDGNU, v.id)}})
+		loc := d.Location(pdict.Location{Mapping: mi, Address: v.hot, Attrs: []int32{d.AttrStr(pframe.AttrFrameType, "native")}})
 		s := prof.Samples().AppendEmpty()
 		s.SetStackIndex(d.Stack([]int32{loc}))
 		s.Values().Append(int64(10 + i))
@@ -97,7 +98,7 @@ func outcomes(t *testing.T, pd pprofile.Profiles) []outcome {
 			fn := pd.Dictionary().FunctionTable().At(int(loc.Lines().At(loc.Lines().Len() - 1).FunctionIndex()))
 			o.name = d.Str(fn.NameStrindex())
 		}
-		if v, ok := d.FindAttr(loc.AttributeIndices(), otlpsym.AttrError); ok {
+		if v, ok := d.FindAttr(loc.AttributeIndices(), pframe.AttrError); ok {
 			o.reason = v.Str()
 		}
 		out = append(out, o)

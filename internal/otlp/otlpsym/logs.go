@@ -86,7 +86,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 				frames, err := ParseLogFrames(v.AsString())
 				if err != nil {
 					st.unresolved(frame.Reason(err))
-					lr.Attributes().PutStr(AttrError, frame.Reason(err))
+					lr.Attributes().PutStr(frame.AttrError, frame.Reason(err))
 					continue
 				}
 				for _, f := range frames {
@@ -157,14 +157,14 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 			for k := range reasons {
 				rs = append(rs, k)
 			}
-			r.lr.Attributes().PutStr(AttrError, strings.Join(sortStrings(rs), ","))
+			r.lr.Attributes().PutStr(frame.AttrError, strings.Join(sortStrings(rs), ","))
 		}
 	}
 	return st
 }
 
 func logObject(f LogFrame, objs map[string]*objRef) *objRef {
-	if f.FrameType != "" && f.FrameType != FrameTypeNative {
+	if f.FrameType != "" && f.FrameType != frame.TypeNative {
 		return nil
 	}
 	id := ids{gnu: strings.ToLower(f.BuildID), goid: f.GoBuildID, htl: strings.ToLower(f.FileID)}

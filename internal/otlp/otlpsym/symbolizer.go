@@ -25,21 +25,6 @@ import (
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
-// Attribute keys of the frame format.
-const (
-	AttrBuildIDGNU  = "process.executable.build_id.gnu"
-	AttrBuildIDGo   = "process.executable.build_id.go"
-	AttrBuildIDHTL  = "process.executable.build_id.htlhash"
-	AttrFrameType   = "profile.frame.type"
-	AttrError       = "profsym.symbolization.error"
-	AttrHasFuncs    = "pprof.mapping.has_functions"
-	AttrHasFiles    = "pprof.mapping.has_filenames"
-	AttrHasLines    = "pprof.mapping.has_line_numbers"
-	AttrHasInlines  = "pprof.mapping.has_inline_frames"
-	FrameTypeNative = "native"
-	FrameTypeKernel = "kernel"
-)
-
 // Locator finds files by GNU build id (debuginfod).
 type Locator interface {
 	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
@@ -322,7 +307,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
 	mapSeen := make([]bool, maps.Len())
 	todo := make([]work, 0, locs.Len())
-	frameType := d.StringIndex(AttrFrameType)
+	frameType := d.StringIndex(frame.AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
 		loc := locs.At(i)
 		if loc.Lines().Len() > 0 {
@@ -333,7 +318,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			st.Skipped++
 			continue
 		}
-		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != FrameTypeNative && v.Str() != "" {
+		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != frame.TypeNative && v.Str() != "" {
 			if w, ok := s.kernelFrame(d, v.Str(), int32(i), objs); ok {
 				todo = append(todo, w)
 				continue
@@ -404,8 +389,8 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			st.unresolved(reason)
 			// A remote frame keeps its "<remote>" line: that is its only
 			// record of build id and offset.
-			if _, has := d.FindAttr(loc.AttributeIndices(), AttrError); !has {
-				loc.AttributeIndices().Append(d.AttrStr(AttrError, reason))
+			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrError); !has {
+				loc.AttributeIndices().Append(d.AttrStr(frame.AttrError, reason))
 			}
 			continue
 		}
@@ -434,7 +419,7 @@ func transient(err error) bool {
 // its mapping says which vmlinux (build id) and where its text ran
 // (memory_start is the run-time _stext).
 func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[string]*objRef) (work, bool) {
-	if ftype != FrameTypeKernel || !s.has(SourceKernel) {
+	if ftype != frame.TypeKernel || !s.has(SourceKernel) {
 		return work{}, false
 	}
 	loc := d.D.LocationTable().At(int(i))
@@ -443,7 +428,7 @@ func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[
 		return work{}, false
 	}
 	m := d.D.MappingTable().At(int(mi))
-	v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU)
+	v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU)
 	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != "[kernel.kallsyms]" {
 		return work{}, false
 	}
@@ -475,13 +460,13 @@ func (s *Symbolizer) mappingObject(d *pdict.Dict, mi int32, objs map[string]*obj
 	}
 	m := maps.At(int(mi))
 	var id ids
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU); ok {
+	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU); ok {
 		id.gnu = strings.ToLower(v.AsString())
 	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGo); ok {
+	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGo); ok {
 		id.goid = v.AsString()
 	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDHTL); ok {
+	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDHTL); ok {
 		id.htl = strings.ToLower(v.AsString())
 	}
 	key := id.key()
@@ -611,8 +596,8 @@ func (f *mappingFlags) apply(d *pdict.Dict, m pprofile.Mapping) {
 		}
 		m.AttributeIndices().Append(d.AttrBool(key, true))
 	}
-	set(AttrHasFuncs, f.funcs)
-	set(AttrHasFiles, f.files)
-	set(AttrHasLines, f.lines)
-	set(AttrHasInlines, f.inlines)
+	set(frame.AttrHasFunctions, f.funcs)
+	set(frame.AttrHasFilenames, f.files)
+	set(frame.AttrHasLineNumbers, f.lines)
+	set(frame.AttrHasInlineFrames, f.inlines)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -64,17 +65,17 @@ func rawProfile(frames ...rawFrame) (pprofile.Profiles, []int32) {
 	for _, f := range frames {
 		var attrs []int32
 		if f.ids.gnu != "" {
-			attrs = append(attrs, d.AttrStr(AttrBuildIDGNU, f.ids.gnu))
+			attrs = append(attrs, d.AttrStr(frame.AttrBuildIDGNU, f.ids.gnu))
 		}
 		if f.ids.htl != "" {
-			attrs = append(attrs, d.AttrStr(AttrBuildIDHTL, f.ids.htl))
+			attrs = append(attrs, d.AttrStr(frame.AttrBuildIDHTL, f.ids.htl))
 		}
 		mi := d.Mapping(pdict.Mapping{Start: 0x1000, Limit: 0x100000, File: f.file, Attrs: attrs})
 		ft := f.ftype
 		if ft == "" {
-			ft = FrameTypeNative
+			ft = frame.TypeNative
 		}
-		locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: f.addr, Attrs: []int32{d.AttrStr(AttrFrameType, ft)}}))
+		locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: f.addr, Attrs: []int32{d.AttrStr(frame.AttrFrameType, ft)}}))
 	}
 	rp := pd.ResourceProfiles().AppendEmpty()
 	p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
@@ -98,7 +99,7 @@ func names(pd pprofile.Profiles, loc int32) []string {
 
 func reasonOf(pd pprofile.Profiles, loc int32) string {
 	d := pdict.New(pd.Dictionary())
-	v, ok := d.FindAttr(pd.Dictionary().LocationTable().At(int(loc)).AttributeIndices(), AttrError)
+	v, ok := d.FindAttr(pd.Dictionary().LocationTable().At(int(loc)).AttributeIndices(), frame.AttrError)
 	if !ok {
 		return ""
 	}
@@ -150,7 +151,7 @@ func TestLocalBinary(t *testing.T) {
 	checkSamples(t, pd)
 	m := pd.Dictionary().MappingTable().At(1)
 	d := pdict.New(pd.Dictionary())
-	for _, k := range []string{AttrHasFuncs, AttrHasFiles, AttrHasLines} {
+	for _, k := range []string{frame.AttrHasFunctions, frame.AttrHasFilenames, frame.AttrHasLineNumbers} {
 		if v, ok := d.FindAttr(m.AttributeIndices(), k); !ok || !v.Bool() {
 			t.Errorf("mapping lacks %s=true", k)
 		}
@@ -330,8 +331,8 @@ func TestKernelSource(t *testing.T) {
 	pd := pprofile.NewProfiles()
 	d := pdict.New(pd.Dictionary())
 	mi := d.Mapping(pdict.Mapping{Start: runStext, Limit: runStext + 0x1000000, File: "[kernel.kallsyms]",
-		Attrs: []int32{d.AttrStr(AttrBuildIDGNU, id)}})
-	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(AttrFrameType, FrameTypeKernel)}})
+		Attrs: []int32{d.AttrStr(frame.AttrBuildIDGNU, id)}})
+	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
 	opt := defaults()
 	opt.DebugDirs = []string{dir}
 	s := New(opt)
@@ -343,8 +344,8 @@ func TestKernelSource(t *testing.T) {
 	// Without the kernel source the frame passes through.
 	pd2 := pprofile.NewProfiles()
 	d2 := pdict.New(pd2.Dictionary())
-	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(AttrBuildIDGNU, id)}})
-	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(AttrFrameType, FrameTypeKernel)}})
+	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(frame.AttrBuildIDGNU, id)}})
+	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
 	opt.Sources = []string{SourceDebugDirs}
 	s2 := New(opt)
 	defer s2.Close()

@@ -15,8 +15,7 @@ import (
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
-// AttrSymbolizationError says why a location stayed raw.
-const AttrSymbolizationError = "profsym.symbolization.error"
+// pframe.AttrError says why a location stayed raw.
 
 var reasons = []error{pframe.ErrNoDebugInfo, pframe.ErrBuildIDMismatch, pframe.ErrFetchFailed,
 	pframe.ErrTimeout, pframe.ErrCorruptFile, pframe.ErrNotFound}
@@ -26,7 +25,7 @@ var reasons = []error{pframe.ErrNoDebugInfo, pframe.ErrBuildIDMismatch, pframe.E
 // (/proc/PID/root, right for containers) while the process lives and by
 // its path otherwise, checked against the mapping's GNU build id. It
 // returns how many locations were resolved and left raw; locations left
-// raw get AttrSymbolizationError.
+// raw get pframe.AttrError.
 func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resolver) (resolved, failed int) {
 	d := pdict.New(pd.Dictionary())
 	pids := mappingPIDs(d, pd)
@@ -37,7 +36,7 @@ func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resol
 		if l.Lines().Len() > 0 || l.MappingIndex() <= 0 {
 			continue
 		}
-		if v, ok := d.FindAttr(l.AttributeIndices(), AttrFrameType); ok && v.Str() != FrameNative {
+		if v, ok := d.FindAttr(l.AttributeIndices(), pframe.AttrFrameType); ok && v.Str() != pframe.TypeNative {
 			continue
 		}
 		byMap[l.MappingIndex()] = append(byMap[l.MappingIndex()], int32(i))
@@ -50,7 +49,7 @@ func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resol
 			continue // [jit], [vdso]: nothing to open
 		}
 		id := ""
-		if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU); ok {
+		if v, ok := d.FindAttr(m.AttributeIndices(), pframe.AttrBuildIDGNU); ok {
 			id = v.Str()
 		}
 		h, err := r.Open(ctx, symbolize.Target{Path: hostPath(pids[mi], file), BuildID: id})
@@ -61,7 +60,7 @@ func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resol
 				frames, err = h.Lookup(l.Address(), frames[:0])
 			}
 			if err != nil {
-				l.AttributeIndices().Append(d.AttrStr(AttrSymbolizationError, reason(err)))
+				l.AttributeIndices().Append(d.AttrStr(pframe.AttrError, reason(err)))
 				failed++
 				if h != nil {
 					err = nil // only this address is unresolved
@@ -83,8 +82,8 @@ func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resol
 			h.Close()
 		}
 		if named > 0 {
-			m.AttributeIndices().Append(d.AttrBool(AttrHasFunctions, true), d.AttrBool(AttrHasFilenames, true),
-				d.AttrBool(AttrHasLineNumbers, true), d.AttrBool(AttrHasInlineFrames, inlines))
+			m.AttributeIndices().Append(d.AttrBool(pframe.AttrHasFunctions, true), d.AttrBool(pframe.AttrHasFilenames, true),
+				d.AttrBool(pframe.AttrHasLineNumbers, true), d.AttrBool(pframe.AttrHasInlineFrames, inlines))
 		}
 	}
 	return resolved, failed
@@ -94,7 +93,7 @@ func SymbolizeHost(ctx context.Context, pd pprofile.Profiles, r *symbolize.Resol
 func mappingPIDs(d *pdict.Dict, pd pprofile.Profiles) map[int32]int64 {
 	out := map[int32]int64{}
 	for _, rp := range pd.ResourceProfiles().All() {
-		v, ok := rp.Resource().Attributes().Get(AttrPID)
+		v, ok := rp.Resource().Attributes().Get(pframe.AttrPID)
 		if !ok {
 			continue
 		}
