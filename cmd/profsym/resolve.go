@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
@@ -58,10 +60,10 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	opt := otlpsym.Options{Demangle: !*noDemangle, Inlines: !*noInlines, Lines: true, LocalRoot: *root,
-		DebugDirs: dirs, SymbolDirs: symdirs, Timeout: *timeout, Logger: zap.NewNop()}
-	if len(opt.DebugDirs) == 0 {
-		opt.DebugDirs = []string{"/usr/lib/debug"}
+	opt := otlpsym.Options{Demangle: !*noDemangle, Inlines: !*noInlines, Lines: true, Timeout: *timeout,
+		Logger: zap.NewNop(), Locate: locate.Config{LocalRoot: *root, DebugDirs: dirs, SymbolDirs: symdirs}}
+	if len(opt.Locate.DebugDirs) == 0 {
+		opt.Locate.DebugDirs = []string{debugdirs.DefaultDebugDir}
 	}
 	u := []string(urls)
 	if len(u) == 0 {
@@ -74,9 +76,13 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer client.Close()
-		opt.Debuginfod = client
+		opt.Locate.Debuginfod = client
 	}
-	sym := otlpsym.New(opt)
+	sym, err := otlpsym.New(opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
+		return 1
+	}
 	defer sym.Close()
 
 	var w io.Writer = stdout

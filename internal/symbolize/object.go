@@ -11,7 +11,6 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/symbolize/dwarf"
 	"github.com/profsym/profsym/internal/symbolize/gopclntab"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
@@ -38,9 +37,10 @@ type object struct {
 	close   sync.Once
 }
 
-// openObject opens the binary at path (or only a debug file) and attaches
-// every source available.
-func openObject(binPath, debugPath string, debugDirs []string) (*object, error) {
+// openObject opens the binary at binPath and the debug file at debugPath
+// (either may be empty) and attaches every source they hold. It searches for
+// nothing: internal/locate chose the files.
+func openObject(binPath, debugPath string) (*object, error) {
 	o := &object{}
 	var err error
 	if binPath != "" {
@@ -49,8 +49,7 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 		}
 		o.buildID, _ = buildid.GNU(o.bin)
 	}
-	switch {
-	case debugPath != "":
+	if debugPath != "" {
 		o.dbg, err = elfx.Open(debugPath)
 		if err != nil {
 			o.why = classify(err)
@@ -58,16 +57,6 @@ func openObject(binPath, debugPath string, debugDirs []string) (*object, error) 
 			o.dbg.Close()
 			o.dbg = nil
 			o.why = fmt.Errorf("%s: %w", debugPath, frame.ErrBuildIDMismatch)
-		}
-	case o.bin != nil && !o.bin.HasSection(".debug_info"):
-		p, ferr := debugdirs.Find(binPath, o.bin, o.buildID, debugDirs)
-		if ferr == nil {
-			if o.dbg, err = elfx.Open(p); err != nil {
-				o.why = classify(err)
-				o.dbg = nil
-			}
-		} else {
-			o.why = ferr
 		}
 	}
 	if o.bin == nil && o.dbg == nil {

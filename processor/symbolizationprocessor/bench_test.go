@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	pframe "github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -103,7 +103,7 @@ func (s benchSet) batch() pprofile.Profiles {
 
 func benchHarness(b *testing.B, set benchSet) *harness {
 	return newHarness(b, func(cfg *Config) {
-		cfg.Sources = []string{otlpsym.SourceSymbolDirs}
+		cfg.Sources = []string{locate.SourceSymbolDirs}
 		cfg.SymbolDirectories = []string{set.dir}
 	})
 }
@@ -128,7 +128,7 @@ func BenchmarkProcessor(b *testing.B) {
 	eng := symbolize.New(symbolize.DefaultOptions())
 	start := time.Now()
 	for _, p := range set.paths {
-		eng.Symbolize(context.Background(), symbolize.Target{Path: p}, set.addrs)
+		eng.Symbolize(context.Background(), p, "", set.addrs)
 	}
 	engineCold := time.Since(start)
 	eng.Close()

@@ -23,7 +23,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	pframe "github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
@@ -115,7 +115,7 @@ type harness struct {
 func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig()
-	cfg.Sources = []string{otlpsym.SourceDebuginfod}
+	cfg.Sources = []string{locate.SourceDebuginfod}
 	cfg.Debuginfod.CacheDir = t.TempDir()
 	cfg.Debuginfod.NegativeTTL = time.Millisecond
 	mutate(cfg)
@@ -313,7 +313,7 @@ func TestCacheBound(t *testing.T) {
 	}
 	const bound = 4 << 20 // about a dozen of these objects
 	h := newHarness(t, func(cfg *Config) {
-		cfg.Sources = []string{otlpsym.SourceSymbolDirs}
+		cfg.Sources = []string{locate.SourceSymbolDirs}
 		cfg.SymbolDirectories = []string{dir}
 		cfg.Cache.MaxBytes = bound
 		cfg.Cache.MaxEntries = 100
@@ -349,7 +349,7 @@ func TestCacheBound(t *testing.T) {
 // one set of caches, one debuginfod client.
 func TestSharedAcrossPipelines(t *testing.T) {
 	cfg := createDefaultConfig()
-	cfg.Sources = []string{otlpsym.SourceDebugDirs}
+	cfg.Sources = []string{locate.SourceDebugDirs}
 	set := processortest.NewNopSettings(metadata.Type)
 	f := NewFactory()
 	pp, err := f.CreateProfiles(context.Background(), set, cfg, new(consumertest.ProfilesSink))

@@ -1,53 +1,86 @@
 // Package otlpsym symbolizes OTLP profiles and ProfileEvent logs in place:
-// raw native frames, known only by the build id of their file and an ELF
-// address (docs/frame-format.md), get functions, files, lines and inlined
-// frames from the engine in internal/symbolize. The symbolization processor,
-// `profsym resolve` and `profsym record --symbolize` are thin adapters over
-// it. Frames that cannot be resolved keep their address and get a reason;
-// samples are never dropped or changed.
+// raw native frames, known only by the identity of their file (build id,
+// htlhash) and an ELF address (docs/frame-format.md), get functions, files,
+// lines and inlined frames. Files come from one locate chain
+// (internal/locate), answers from the engine (internal/symbolize). It is the
+// one symbolizer of profsym: the symbolization processor, `profsym resolve`
+// and `profsym record --symbolize` are thin adapters over it. Frames that
+// cannot be resolved keep their address and get a reason; samples are never
+// dropped or changed. Input is treated as hostile: identities are validated,
+// names are truncated, every cache is bounded.
 package otlpsym
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
-// Locator finds files by GNU build id (debuginfod).
-type Locator interface {
-	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
+// Options configure a Symbolizer. Zero fields take the defaults below.
+type Options struct {
+	// Locate configures the chain of sources; listing locate.SourceKernel in
+	// its Order also turns on symbolization of raw kernel frames.
+	Locate locate.Config
+
+	Demangle bool
+	Inlines  bool
+	Lines    bool
+
+	CacheBytes     int64 // parsed objects (symbolize.DefaultCacheBytes)
+	MaxEntries     int   // resolved (object, address) results
+	MaxResultBytes int64 // the results' memory
+	MaxObjects     int   // identities remembered (object numbers, located files)
+	// DemangleEntries and DemangleBytes bound the demangled-name cache.
+	DemangleEntries int
+	DemangleBytes   int64
+
+	Timeout     time.Duration // bound on finding and opening objects per batch
+	NegativeTTL time.Duration // how long failures and answers short of DWARF are kept
+	MaxParallel int           // objects found and opened at once
+
+	Limits Limits
+	Logger *zap.Logger
 }
 
-// Options configure a Symbolizer.
-type Options struct {
-	Sources     []string // order of sources (DefaultSources when empty)
-	LocalRoot   string   // prefix for mapping paths of the local source ("" or "/": as is)
-	DebugDirs   []string // .build-id trees
-	SymbolDirs  []string // folders indexed by identity
-	Rescan      time.Duration
-	Debuginfod  Locator // nil: no debuginfod
-	Demangle    bool
-	Inlines     bool
-	Lines       bool
-	CacheBytes  int64         // parsed objects
-	MaxEntries  int           // resolved (object, address) results
-	Timeout     time.Duration // bound on finding and opening objects per batch
-	NegativeTTL time.Duration
-	MaxParallel int
-	Logger      *zap.Logger
+// Limits bound what hostile input can make the symbolizer write or read.
+type Limits struct {
+	// MaxNameBytes truncates function and file names (frame.Truncate).
+	MaxNameBytes int
+	// MaxAttributeBytes bounds each log attribute the symbolizer writes
+	// (stackPath, stackTrace); whole frames are dropped from the root end
+	// to fit.
+	MaxAttributeBytes int
+	// MaxFramesJSON and MaxLogFrames bound a log record's frames attribute:
+	// larger attributes are refused, frames beyond the count ignored.
+	MaxFramesJSON int
+	MaxLogFrames  int
 }
+
+// Defaults.
+const (
+	DefaultTimeout           = 10 * time.Second
+	DefaultMaxEntries        = 1 << 20
+	DefaultMaxResultBytes    = 256 << 20
+	DefaultMaxObjects        = 1 << 16
+	DefaultMaxParallel       = 4
+	DefaultMaxAttributeBytes = 64 << 10
+	DefaultMaxFramesJSON     = 1 << 20
+	DefaultMaxLogFrames      = 1024
+	// maxInternBytes bounds the function interning table; past it the table
+	// starts over (cached results keep their pointers).
+	maxInternBytes = 64 << 20
+)
 
 // Stats counts what one call did.
 type Stats struct {
@@ -68,31 +101,29 @@ func (s *Stats) unresolved(reason string) {
 // Symbolizer is safe for concurrent use.
 type Symbolizer struct {
 	opt     Options
+	chain   *locate.Chain
 	engine  *symbolize.Resolver
 	results *lru.Clock[resultKey, *result]
-	symdirs *dirIndex
-	idents  identifier
 	log     *zap.Logger
+	kernel  bool
 
-	mu     sync.Mutex
-	funcs  map[funcTuple]*funcTuple
-	objIDs map[string]uint32
+	// Object numbers: an identity is interned to a number that is never
+	// reused (a 64-bit counter), so a result cached for one object can never
+	// answer for another however many objects come and go. An identity
+	// evicted from objNums gets a new number when it returns, and its old
+	// results age out of the result cache unseen.
+	objNums *lru.Cache[string, uint64]
+	nextNum atomic.Uint64
+
+	mu          sync.Mutex
+	funcs       map[funcTuple]*funcTuple
+	internBytes int64
 }
 
-// resultKey packs an interned object number (16 bits) and an address (48
-// bits) into one word, so the big result map hashes a uint64. Addresses
-// that do not fit (kernel addresses) are not cached.
-type resultKey uint64
-
-func keyOf(obj uint32, addr uint64) (resultKey, bool) {
-	if addr>>48 != 0 || obj >= 1<<16 {
-		return 0, false
-	}
-	return resultKey(uint64(obj)<<48 | addr), true
+// resultKey is an object number and an ELF address.
+type resultKey struct {
+	obj, addr uint64
 }
-
-// maxObjects bounds interned object numbers to the 16 bits a key holds.
-const maxObjects = 1<<16 - 1
 
 // result is a resolved address, independent of any batch's dictionary:
 // lines point at interned functions so that a batch maps them to its
@@ -100,6 +131,9 @@ const maxObjects = 1<<16 - 1
 type result struct {
 	lines []rline // innermost first
 	err   error
+	// expires (unix nanoseconds, 0: never) ends a failure, or an answer from
+	// files short of DWARF, so that better files reach addresses already seen.
+	expires int64
 }
 
 type rline struct {
@@ -113,71 +147,160 @@ type funcTuple struct {
 	startLine          int64
 }
 
-// maxInterned bounds the interning tables; past it they start over (old
-// results keep their pointers, they are just no longer shared).
-const maxInterned = 1 << 20
+func (f *funcTuple) bytes() int64 { return int64(len(f.name)+len(f.system)+len(f.file)) + 80 }
+
+// resultCost is what a cached result holds: the slot and index entry, the
+// result, its lines and (counted for each result, though shared) the
+// strings of its functions.
+func resultCost(r *result) int64 {
+	n := int64(160)
+	for _, l := range r.lines {
+		n += 16 + l.fn.bytes()
+	}
+	return n
+}
 
 // New builds a Symbolizer.
-func New(opt Options) *Symbolizer {
-	if len(opt.Sources) == 0 {
-		opt.Sources = DefaultSources
-	}
+func New(opt Options) (*Symbolizer, error) {
 	if opt.Timeout <= 0 {
-		opt.Timeout = 10 * time.Second
+		opt.Timeout = DefaultTimeout
 	}
 	if opt.MaxEntries <= 0 {
-		opt.MaxEntries = 1 << 20
+		opt.MaxEntries = DefaultMaxEntries
+	}
+	if opt.MaxResultBytes <= 0 {
+		opt.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if opt.MaxObjects <= 0 {
+		opt.MaxObjects = DefaultMaxObjects
 	}
 	if opt.MaxParallel <= 0 {
-		opt.MaxParallel = 4
+		opt.MaxParallel = DefaultMaxParallel
 	}
-	if opt.Rescan <= 0 {
-		opt.Rescan = 30 * time.Second
+	if opt.NegativeTTL <= 0 {
+		opt.NegativeTTL = locate.DefaultNegativeTTL
+	}
+	l := &opt.Limits
+	if l.MaxNameBytes <= 0 {
+		l.MaxNameBytes = frame.DefaultMaxNameBytes
+	}
+	if l.MaxAttributeBytes <= 0 {
+		l.MaxAttributeBytes = DefaultMaxAttributeBytes
+	}
+	if l.MaxFramesJSON <= 0 {
+		l.MaxFramesJSON = DefaultMaxFramesJSON
+	}
+	if l.MaxLogFrames <= 0 {
+		l.MaxLogFrames = DefaultMaxLogFrames
 	}
 	if opt.Logger == nil {
 		opt.Logger = zap.NewNop()
 	}
-	eo := symbolize.Options{
-		Inlines:        opt.Inlines,
-		Demangle:       opt.Demangle,
-		UseSymbolTable: true,
-		DebugDirs:      opt.DebugDirs,
-		CacheBytes:     opt.CacheBytes,
-		NegativeTTL:    opt.NegativeTTL,
+	lc := opt.Locate
+	if lc.NegativeTTL <= 0 {
+		lc.NegativeTTL = opt.NegativeTTL
 	}
-	return &Symbolizer{
-		opt:     opt,
-		engine:  symbolize.New(eo),
-		results: lru.NewClock[resultKey, *result](opt.MaxEntries),
-		symdirs: newDirIndex(opt.SymbolDirs, opt.Rescan),
+	if lc.MaxEntries <= 0 {
+		lc.MaxEntries = opt.MaxObjects
+	}
+	if lc.Logger == nil {
+		lc.Logger = opt.Logger
+	}
+	chain, err := locate.NewFromConfig(lc)
+	if err != nil {
+		return nil, err
+	}
+	s := &Symbolizer{
+		opt:   opt,
+		chain: chain,
+		engine: symbolize.New(symbolize.Options{
+			Inlines:         opt.Inlines,
+			Demangle:        opt.Demangle,
+			UseSymbolTable:  true,
+			CacheBytes:      opt.CacheBytes,
+			NegativeTTL:     opt.NegativeTTL,
+			DemangleEntries: opt.DemangleEntries,
+			DemangleBytes:   opt.DemangleBytes,
+		}),
+		results: lru.NewClockBytes[resultKey, *result](opt.MaxEntries, opt.MaxResultBytes, resultCost),
+		objNums: lru.New[string, uint64](0, opt.MaxObjects, func(uint64) int64 { return 96 }, nil),
 		log:     opt.Logger,
 	}
+	for _, src := range chain.Sources() {
+		s.kernel = s.kernel || src == locate.SourceKernel
+	}
+	return s, nil
 }
 
 // Close releases cached objects.
 func (s *Symbolizer) Close() error { return s.engine.Close() }
 
-// CacheStats reports the object cache and the result cache.
-func (s *Symbolizer) CacheStats() (objects, results lru.Stats) {
-	return s.engine.CacheStats(), s.results.Stats()
+// CacheStats is one cache's counters, named for telemetry.
+type CacheStats struct {
+	Name string
+	lru.Stats
 }
 
-// work is one raw location to resolve.
-type work struct {
-	loc  int32
-	obj  *objRef
-	addr uint64
-	tr   translation // how addr becomes an ELF address once the object is open
+// Caches reports every cache the symbolizer holds: parsed objects, resolved
+// addresses, demangled names, interned functions, object numbers, located
+// files per identity and file identities.
+func (s *Symbolizer) Caches() []CacheStats {
+	answers, files := s.chain.Stats()
+	s.mu.Lock()
+	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
+	s.mu.Unlock()
+	nums := s.objNums.Stats()
+	nums.Bytes = int64(nums.Entries) * 96
+	return []CacheStats{
+		{"objects", s.engine.CacheStats()},
+		{"results", s.results.Stats()},
+		{"demangle", s.engine.DemangleStats()},
+		{"functions", funcs},
+		{"object_ids", nums},
+		{"located", answers},
+		{"file_ids", files},
+	}
 }
 
-// objRef is one object of a batch: the identity of a mapping's file.
+// objNum interns an identity key.
+func (s *Symbolizer) objNum(key string) uint64 {
+	if n, ok := s.objNums.Get(key); ok {
+		return n
+	}
+	n := s.nextNum.Add(1)
+	s.objNums.Add(key, n)
+	return n
+}
+
+func (s *Symbolizer) intern(f funcTuple) *funcTuple {
+	f.name = frame.Truncate(f.name, s.opt.Limits.MaxNameBytes)
+	f.system = frame.Truncate(f.system, s.opt.Limits.MaxNameBytes)
+	f.file = frame.Truncate(f.file, s.opt.Limits.MaxNameBytes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.funcs[f]; ok {
+		return p
+	}
+	if s.funcs == nil || s.internBytes > maxInternBytes {
+		s.funcs = map[funcTuple]*funcTuple{}
+		s.internBytes = 0
+	}
+	p := &f
+	s.funcs[f] = p
+	s.internBytes += p.bytes() + 64
+	return p
+}
+
+// objRef is one object of a batch: the identity of a mapping's file and
+// where to look for it.
 type objRef struct {
-	id   ids
-	file string // path recorded in the mapping
-	key  string
-	num  uint32 // interned key, for the result cache
-	h    *symbolize.Handle
-	err  error
+	q        locate.Query
+	key      string
+	num      uint64
+	h        *symbolize.Handle
+	err      error // why the object could not be opened
+	complete bool  // its files have DWARF: answers never get better
+	mapping  int32 // the first mapping seen with this identity
 
 	// Translation bases, looked up once per batch rather than per frame
 	// (finding _stext scans the symbol table).
@@ -185,47 +308,13 @@ type objRef struct {
 	stextOK, baseSet, stextSet bool
 }
 
-// objNum interns an object key.
-func (s *Symbolizer) objNum(key string) uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.objIDs == nil || len(s.objIDs) >= maxObjects {
-		// Starting over makes old cache entries unreachable; they age out.
-		s.objIDs = map[string]uint32{}
-	}
-	n, ok := s.objIDs[key]
-	if !ok {
-		n = uint32(len(s.objIDs)) + 1
-		s.objIDs[key] = n
-	}
-	return n
-}
-
-func (s *Symbolizer) intern(f funcTuple) *funcTuple {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p, ok := s.funcs[f]; ok {
-		return p
-	}
-	if s.funcs == nil || len(s.funcs) > maxInterned {
-		s.funcs = map[funcTuple]*funcTuple{}
-	}
-	p := &f
-	s.funcs[f] = p
-	return p
-}
-
-// resolve answers one address of an open (or failed) object through the
-// result cache. Transient failures (fetch, timeout) are not cached, so the
-// next batch retries once the object is available.
-func (s *Symbolizer) resolve(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
-	if k, ok := keyOf(o.num, addr); ok && tr.kind == asIs {
-		if r, ok := s.results.Get(k); ok {
-			st.CacheHits++
-			return r
-		}
-	}
-	return s.lookup(o, addr, tr, buf, st)
+// work is one raw location to resolve.
+type work struct {
+	loc  int32
+	obj  *objRef // nil with err set: the frame fails before any lookup
+	err  error
+	addr uint64
+	tr   translation // how addr becomes an ELF address once the object is open
 }
 
 // translation turns a location's address into the object's ELF address.
@@ -260,9 +349,24 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 	return addr, nil
 }
 
+// cached returns a live cached answer.
+func (s *Symbolizer) cached(k resultKey, now int64) (*result, bool) {
+	r, ok := s.results.Get(k)
+	if !ok {
+		return nil, false
+	}
+	if r.expires != 0 && now >= r.expires {
+		return nil, false
+	}
+	return r, true
+}
+
 // lookup asks the engine (the result cache missed) and caches the answer.
+// Transient failures (fetch, timeout) are not cached, so the next batch
+// retries once the object is available; other failures, and answers from
+// files short of DWARF, are cached until NegativeTTL.
 func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
-	k, cacheable := keyOf(o.num, addr)
+	k := resultKey{o.num, addr}
 	st.CacheMisses++
 	r := &result{err: o.err}
 	var terr error
@@ -290,9 +394,13 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbo
 			}
 		}
 	}
-	if cacheable && tr.kind == asIs && (r.err == nil || !transient(r.err)) {
-		s.results.Add(k, r)
+	if r.err != nil && frame.Transient(r.err) {
+		return r
 	}
+	if r.err != nil || !o.complete {
+		r.expires = time.Now().Add(s.opt.NegativeTTL).UnixNano()
+	}
+	s.results.Add(k, r)
 	return r
 }
 
@@ -302,16 +410,16 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	d := pdict.New(pd.Dictionary())
 	locs := d.D.LocationTable()
 	maps := d.D.MappingTable()
+	b := &batch{s: s, d: d, pd: pd, objs: map[string]*objRef{}}
 
-	objs := map[string]*objRef{}
-	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
+	mapWork := make([]work, maps.Len()) // by mapping index: the object, or why there is none
 	mapSeen := make([]bool, maps.Len())
 	todo := make([]work, 0, locs.Len())
 	frameType := d.StringIndex(frame.AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
 		loc := locs.At(i)
 		if loc.Lines().Len() > 0 {
-			if w, ok := s.remoteFrame(d, int32(i), objs); ok {
+			if w, ok := s.remoteFrame(b, int32(i)); ok {
 				todo = append(todo, w)
 				continue
 			}
@@ -319,7 +427,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != frame.TypeNative && v.Str() != "" {
-			if w, ok := s.kernelFrame(d, v.Str(), int32(i), objs); ok {
+			if w, ok := s.kernelFrame(b, v.Str(), int32(i)); ok {
 				todo = append(todo, w)
 				continue
 			}
@@ -327,20 +435,17 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		mi := loc.MappingIndex()
-		if mi <= 0 || int(mi) >= len(mapObj) {
-			st.Skipped++
+		if mi <= 0 || int(mi) >= len(mapWork) {
+			todo = append(todo, work{loc: int32(i), err: fmt.Errorf("location %d has no mapping: %w", i, frame.ErrNoMapping)})
 			continue
 		}
 		if !mapSeen[mi] {
-			mapObj[mi] = s.mappingObject(d, mi, objs)
+			mapWork[mi] = b.mappingObject(mi)
 			mapSeen[mi] = true
 		}
-		o := mapObj[mi]
-		if o == nil {
-			st.Skipped++
-			continue
-		}
-		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address()})
+		w := mapWork[mi]
+		w.loc, w.addr = int32(i), loc.Address()
+		todo = append(todo, w)
 	}
 	if len(todo) == 0 {
 		return st
@@ -349,7 +454,11 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	// Answers from the result cache first; open objects only for misses.
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
+	now := time.Now().UnixNano()
 	for i, w := range todo {
+		if w.obj == nil {
+			continue
+		}
 		if w.obj.num == 0 {
 			w.obj.num = s.objNum(w.obj.key)
 		}
@@ -357,15 +466,14 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			need[w.obj] = true // the translation is only known once the object is open
 			continue
 		}
-		if k, ok := keyOf(w.obj.num, w.addr); ok {
-			if r, ok := s.results.Get(k); ok {
-				answers[i] = r
-				st.CacheHits++
-				continue
-			}
+		if r, ok := s.cached(resultKey{w.obj.num, w.addr}, now); ok {
+			answers[i] = r
+			st.CacheHits++
+			continue
 		}
 		need[w.obj] = true
 	}
+	b.hints(need)
 	s.openAll(ctx, need)
 	defer func() {
 		for o := range need {
@@ -380,7 +488,11 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	var buf []symbolize.Frame
 	for i, w := range todo {
 		r := answers[i]
-		if r == nil {
+		switch {
+		case r != nil:
+		case w.obj == nil:
+			r = &result{err: w.err}
+		default:
 			r = s.lookup(w.obj, w.addr, w.tr, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
@@ -411,143 +523,181 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	return st
 }
 
-func transient(err error) bool {
-	return errors.Is(err, frame.ErrTimeout) || errors.Is(err, frame.ErrFetchFailed)
+// batch is one call's view of its input.
+type batch struct {
+	s    *Symbolizer
+	d    *pdict.Dict
+	pd   pprofile.Profiles
+	objs map[string]*objRef
 }
 
-// kernelFrame queues a raw kernel frame when the kernel source is on and
-// its mapping says which vmlinux (build id) and where its text ran
-// (memory_start is the run-time _stext).
-func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[string]*objRef) (work, bool) {
-	if ftype != frame.TypeKernel || !s.has(SourceKernel) {
-		return work{}, false
-	}
-	loc := d.D.LocationTable().At(int(i))
-	mi := loc.MappingIndex()
-	if mi <= 0 || int(mi) >= d.D.MappingTable().Len() {
-		return work{}, false
-	}
-	m := d.D.MappingTable().At(int(mi))
-	v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU)
-	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != "[kernel.kallsyms]" {
-		return work{}, false
-	}
-	id := strings.ToLower(v.AsString())
-	key := "k:" + id
-	o, seen := objs[key]
-	if !seen {
-		o = &objRef{id: ids{gnu: id}, file: "[kernel.kallsyms]", key: key}
-		objs[key] = o
-	}
-	return work{loc: i, obj: o, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}, true
+type procHint struct {
+	pid int64
+	exe string
 }
 
-func (s *Symbolizer) has(source string) bool {
-	for _, src := range s.opt.Sources {
-		if src == source {
-			return true
-		}
+// object returns the batch's objRef for an identity, creating it.
+func (b *batch) object(id frame.Identity, kernel bool) *objRef {
+	q := locate.Query{ID: id, Kernel: kernel}
+	key := id.Key()
+	if kernel {
+		key = "k" + key
 	}
-	return false
-}
-
-// mappingObject returns the object of mapping mi, or nil when the mapping
-// carries no identity we can look up.
-func (s *Symbolizer) mappingObject(d *pdict.Dict, mi int32, objs map[string]*objRef) *objRef {
-	maps := d.D.MappingTable()
-	if mi <= 0 || int(mi) >= maps.Len() {
-		return nil
-	}
-	m := maps.At(int(mi))
-	var id ids
-	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU); ok {
-		id.gnu = strings.ToLower(v.AsString())
-	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGo); ok {
-		id.goid = v.AsString()
-	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDHTL); ok {
-		id.htl = strings.ToLower(v.AsString())
-	}
-	key := id.key()
-	if key == "" {
-		return nil
-	}
-	if o, ok := objs[key]; ok {
+	if o, ok := b.objs[key]; ok {
 		return o
 	}
-	o := &objRef{id: id, file: d.Str(m.FilenameStrindex()), key: key}
-	objs[key] = o
+	o := &objRef{q: q, key: key}
+	b.objs[key] = o
 	return o
 }
 
-// openAll opens the objects of a batch in parallel, bounded in time by
-// Options.Timeout so a dead or slow source costs at most that per batch.
+// mappingObject returns the work template of mapping mi: its object, or the
+// reason it has none.
+func (b *batch) mappingObject(mi int32) work {
+	d := b.d
+	m := d.D.MappingTable().At(int(mi))
+	id, err := mappingIdentity(d, m)
+	if err != nil {
+		return work{err: err}
+	}
+	if id.IsZero() {
+		return work{err: fmt.Errorf("mapping %d (%.200s) has no build id or htlhash: %w", mi, d.Str(m.FilenameStrindex()), frame.ErrNoMapping)}
+	}
+	o := b.object(id, false)
+	if o.mapping == 0 {
+		o.mapping = mi
+		o.q.File = d.Str(m.FilenameStrindex())
+		o.q.FileOffset = m.FileOffset()
+	}
+	return work{obj: o}
+}
+
+// mappingIdentity reads and validates a mapping's identity attributes.
+func mappingIdentity(d *pdict.Dict, m pprofile.Mapping) (frame.Identity, error) {
+	var gnu, goID, htl string
+	for _, ai := range m.AttributeIndices().All() {
+		k, v, ok := d.Attr(ai)
+		if !ok {
+			continue
+		}
+		switch k {
+		case frame.AttrBuildIDGNU:
+			gnu = v.AsString()
+		case frame.AttrBuildIDGo:
+			goID = v.AsString()
+		case frame.AttrBuildIDHTL:
+			htl = v.AsString()
+		}
+	}
+	return frame.ParseIdentity(gnu, goID, htl)
+}
+
+// hints fills in, for the objects to locate, a process that mapped them
+// (pid, executable) from the resources whose samples use their mappings:
+// what the proc and local sources need for the upstream profiler's base
+// name mappings. Walked once per batch, only when something is located.
+func (b *batch) hints(need map[*objRef]bool) {
+	if len(need) == 0 {
+		return
+	}
+	procs := map[int32]procHint{}
+	release := ""
+	d := b.d
+	stacks, locs := d.D.StackTable(), d.D.LocationTable()
+	for _, rp := range b.pd.ResourceProfiles().All() {
+		a := rp.Resource().Attributes()
+		var h procHint
+		if v, ok := a.Get(frame.AttrPID); ok {
+			h.pid = v.Int()
+		}
+		if v, ok := a.Get(frame.AttrExePath); ok {
+			h.exe = v.AsString()
+		}
+		if v, ok := a.Get(frame.AttrKernelRelease); ok && release == "" {
+			release = v.AsString()
+		}
+		if h.pid <= 0 && h.exe == "" {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, smp := range p.Samples().All() {
+					si := smp.StackIndex()
+					if si <= 0 || int(si) >= stacks.Len() {
+						continue
+					}
+					for _, li := range stacks.At(int(si)).LocationIndices().All() {
+						if li <= 0 || int(li) >= locs.Len() {
+							continue
+						}
+						mi := locs.At(int(li)).MappingIndex()
+						if _, ok := procs[mi]; !ok {
+							procs[mi] = h
+						}
+					}
+				}
+			}
+		}
+	}
+	for o := range need {
+		if o.q.Kernel {
+			o.q.KernelRelease = release
+			continue
+		}
+		if h, ok := procs[o.mapping]; ok {
+			o.q.PID, o.q.ExePath = h.pid, h.exe
+		}
+	}
+}
+
+// openAll locates and opens the objects of a batch, MaxParallel at a time,
+// bounded in time by Options.Timeout so a dead or slow source costs at most
+// that per batch.
 func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
+	if len(need) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
 	defer cancel()
-	sem := make(chan struct{}, s.opt.MaxParallel)
+	ch := make(chan *objRef)
 	var wg sync.WaitGroup
-	for o := range need {
+	for range min(s.opt.MaxParallel, len(need)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				o.err = fmt.Errorf("%s: %w: %v", o.key, frame.ErrTimeout, ctx.Err())
-				return
+			for o := range ch {
+				if ctx.Err() != nil {
+					o.err = fmt.Errorf("%s: %w: %v", o.key, frame.ErrTimeout, ctx.Err())
+					continue
+				}
+				o.h, o.err = s.open(ctx, o)
 			}
-			defer func() { <-sem }()
-			o.h, o.err = s.open(ctx, o)
 		}()
 	}
+	for o := range need {
+		ch <- o
+	}
+	close(ch)
 	wg.Wait()
 }
 
-// open finds and opens one object, trying the configured sources in order.
-// A local binary without debug info is paired with a debug file found by
-// build id, so stripped binaries on the host still get lines.
+// open locates an object's files and opens them. Files that vanished since
+// they were located (a process exited) are located again, once.
 func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, error) {
-	var local *symbolize.Handle
-	var firstErr error
-	if s.has(SourceLocal) && filepath.IsAbs(o.file) {
-		p := filepath.Join(s.opt.LocalRoot, o.file)
-		if fid, err := s.idents.identify(p); err == nil && fid.matches(o.id) {
-			h, err := s.engine.Open(ctx, symbolize.Target{Path: p, BuildID: o.id.gnu})
-			if err == nil && h.HasDebugInfo() {
-				return h, nil
-			}
-			local = h
-			if err != nil {
-				firstErr = err
-			}
-		} else if err == nil {
-			firstErr = fmt.Errorf("%s: local file is another build: %w", p, frame.ErrBuildIDMismatch)
+	for attempt := 0; ; attempt++ {
+		res, err := s.chain.Locate(ctx, o.q)
+		if err != nil {
+			return nil, err
 		}
+		o.complete = res.Complete()
+		bin, dbg := res.Paths()
+		h, err := s.engine.Open(ctx, bin, dbg)
+		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
+			s.chain.Forget(&o.q)
+			continue
+		}
+		return h, err
 	}
-	bin, dbg, err := s.locate(ctx, o.id)
-	if err != nil || (bin == "" && dbg == "") {
-		if local != nil {
-			return local, nil // symbol tables only, still better than nothing
-		}
-		if err == nil || errors.Is(err, frame.ErrNotFound) && firstErr != nil {
-			err = firstErr
-		}
-		if err == nil {
-			err = fmt.Errorf("%s: %w", o.key, frame.ErrNoDebugInfo)
-		}
-		if errors.Is(err, frame.ErrNotFound) {
-			err = fmt.Errorf("%s: no file or debug info found: %w (%v)", o.key, frame.ErrNoDebugInfo, err)
-		}
-		return nil, err
-	}
-	t := symbolize.Target{Path: bin, DebugPath: dbg, BuildID: o.id.gnu}
-	if local != nil {
-		t.Path = filepath.Join(s.opt.LocalRoot, o.file)
-		local.Close()
-	}
-	return s.engine.Open(ctx, t)
 }
 
 // setLines writes a result (innermost first) as the location's lines.
@@ -600,4 +750,32 @@ func (f *mappingFlags) apply(d *pdict.Dict, m pprofile.Mapping) {
 	set(frame.AttrHasFilenames, f.files)
 	set(frame.AttrHasLineNumbers, f.lines)
 	set(frame.AttrHasInlineFrames, f.inlines)
+}
+
+// kernelFrame queues a raw kernel frame when the kernel source is on and
+// its mapping says which vmlinux (build id) and where its text ran
+// (memory_start is the run-time _stext).
+func (s *Symbolizer) kernelFrame(b *batch, ftype string, i int32) (work, bool) {
+	if ftype != frame.TypeKernel || !s.kernel {
+		return work{}, false
+	}
+	d := b.d
+	loc := d.D.LocationTable().At(int(i))
+	mi := loc.MappingIndex()
+	if mi <= 0 || int(mi) >= d.D.MappingTable().Len() {
+		return work{}, false
+	}
+	m := d.D.MappingTable().At(int(mi))
+	v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU)
+	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != frame.FileKernel {
+		return work{}, false
+	}
+	w := work{loc: i, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}
+	id, err := frame.ParseIdentity(v.AsString(), "", "")
+	if err != nil {
+		w.err = err
+		return w, true
+	}
+	w.obj = b.object(id, true)
+	return w, true
 }

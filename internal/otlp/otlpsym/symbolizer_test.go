@@ -15,6 +15,7 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -110,7 +111,7 @@ func reasonOf(pd pprofile.Profiles, loc int32) string {
 func engineNames(t *testing.T, path string, addr uint64) []string {
 	r := symbolize.New(symbolize.DefaultOptions())
 	defer r.Close()
-	res := r.Symbolize(context.Background(), symbolize.Target{Path: path}, []uint64{addr})
+	res := r.Symbolize(context.Background(), path, "", []uint64{addr})
 	var out []string
 	for _, f := range res[0].Frames {
 		out = append(out, f.Function)
@@ -125,6 +126,17 @@ func defaults() Options {
 	return Options{Demangle: true, Inlines: true, Lines: true}
 }
 
+// newSym builds a Symbolizer or fails the test.
+func newSym(t testing.TB, opt Options) *Symbolizer {
+	t.Helper()
+	s, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func checkSamples(t *testing.T, pd pprofile.Profiles) {
 	t.Helper()
 	s := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
@@ -137,8 +149,7 @@ func TestLocalBinary(t *testing.T) {
 	bin := fixture(t, "otlpsym-local")
 	hot, hash := inside(t, bin, "hot"), inside(t, bin, "hash_bytes")
 	pd, locs := rawProfile(rawFrame{bin, idsOf(t, bin), hot, ""}, rawFrame{bin, idsOf(t, bin), hash, ""})
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	st := s.Profiles(context.Background(), pd)
 	if st.Resolved != 2 {
 		t.Fatalf("resolved %d, want 2 (stats %+v)", st.Resolved, st)
@@ -181,10 +192,10 @@ func TestStrippedWithDebugDir(t *testing.T) {
 	for _, file := range []string{stripped, "/gone/away/binary"} {
 		pd, locs := rawProfile(rawFrame{file, ids, hot, ""})
 		opt := defaults()
-		opt.DebugDirs = []string{dir}
-		s := New(opt)
+		opt.Locate.DebugDirs = []string{dir}
+		s := newSym(t, opt)
 		s.Profiles(context.Background(), pd)
-		s.Close()
+
 		if got := names(pd, locs[0]); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s: %v, want %v (reason %q)", file, got, want, reasonOf(pd, locs[0]))
 		}
@@ -208,8 +219,7 @@ func TestReasons(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pd, locs := rawProfile(tc.frame)
-			s := New(Options{Inlines: true, Lines: true, Sources: []string{SourceLocal, SourceDebugDirs}, DebugDirs: []string{t.TempDir()}})
-			defer s.Close()
+			s := newSym(t, Options{Inlines: true, Lines: true, Locate: locate.Config{Order: []string{locate.SourceLocal, locate.SourceDebugDirs}, DebugDirs: []string{t.TempDir()}}})
 			st := s.Profiles(context.Background(), pd)
 			if got := reasonOf(pd, locs[0]); got != tc.reason {
 				t.Errorf("reason %q, want %q (stats %+v)", got, tc.reason, st)
@@ -233,8 +243,7 @@ func TestUpstreamShape(t *testing.T) {
 	}
 	hot := inside(t, bin, "hot")
 	pd, locs := rawProfile(rawFrame{bin, fileIDs{htl: ids.htl}, hot, ""}, rawFrame{bin, fileIDs{htl: ids.htl}, hot + 1, "kernel"})
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	st := s.Profiles(context.Background(), pd)
 	if got, want := names(pd, locs[0]), engineNames(t, bin, hot); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("htlhash frame: %v, want %v (stats %+v)", got, want, st)
@@ -261,9 +270,8 @@ func TestRemoteFrame(t *testing.T) {
 	fn := d.Function(remoteMethod, ids.gnu, fmt.Sprintf("0x%x", hot), 0) // PIE: base 0
 	loc := d.Location(pdict.Location{Lines: []pdict.Line{{Function: fn}}})
 	opt := defaults()
-	opt.DebugDirs = []string{dir}
-	s := New(opt)
-	defer s.Close()
+	opt.Locate.DebugDirs = []string{dir}
+	s := newSym(t, opt)
 	st := s.Profiles(context.Background(), pd)
 	if got, want := names(pd, loc), engineNames(t, bin, hot); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("remote frame: %v, want %v (stats %+v)", got, want, st)
@@ -284,8 +292,7 @@ func TestLogs(t *testing.T) {
 	lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
 	lr.Attributes().PutStr("frames", string(frames))
 	lr.Attributes().PutStr("comm", "fixture")
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	s.Logs(context.Background(), ld)
 	a := lr.Attributes()
 	top, _ := a.Get(LogAttrTopFunction)
@@ -308,7 +315,7 @@ func TestLogs(t *testing.T) {
 func FuzzParseLogFrames(f *testing.F) {
 	f.Add(`[{"buildId":"ab","address":1,"frameType":"native"}]`)
 	f.Add(`[]`)
-	f.Fuzz(func(t *testing.T, s string) { ParseLogFrames(s) })
+	f.Fuzz(func(t *testing.T, s string) { ParseLogFrames(s, DefaultMaxFramesJSON, DefaultMaxLogFrames) })
 }
 
 // A raw kernel frame (the agent ran with kernel_symbols off): the mapping
@@ -334,9 +341,8 @@ func TestKernelSource(t *testing.T) {
 		Attrs: []int32{d.AttrStr(frame.AttrBuildIDGNU, id)}})
 	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
 	opt := defaults()
-	opt.DebugDirs = []string{dir}
-	s := New(opt)
-	defer s.Close()
+	opt.Locate.DebugDirs = []string{dir}
+	s := newSym(t, opt)
 	st := s.Profiles(context.Background(), pd)
 	if got := names(pd, loc); len(got) == 0 || got[len(got)-1] != "hot" {
 		t.Fatalf("kernel frame: %v (stats %+v, reason %q)", got, st, reasonOf(pd, loc))
@@ -346,9 +352,8 @@ func TestKernelSource(t *testing.T) {
 	d2 := pdict.New(pd2.Dictionary())
 	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(frame.AttrBuildIDGNU, id)}})
 	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
-	opt.Sources = []string{SourceDebugDirs}
-	s2 := New(opt)
-	defer s2.Close()
+	opt.Locate.Order = []string{locate.SourceDebugDirs}
+	s2 := newSym(t, opt)
 	if st := s2.Profiles(context.Background(), pd2); st.Skipped != 1 || len(names(pd2, loc2)) != 0 {
 		t.Errorf("kernel source off: %+v", st)
 	}

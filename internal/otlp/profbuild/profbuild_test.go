@@ -15,7 +15,8 @@ import (
 
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
-	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
 )
 
@@ -147,11 +148,16 @@ func TestFilter(t *testing.T) {
 // and the pprof conversion keeps them.
 func TestSymbolizeAndPprof(t *testing.T) {
 	r := buildSelf(t, Options{KernelSymbols: true})
-	res := symbolize.New(symbolize.DefaultOptions())
-	defer res.Close()
-	ok, failed := SymbolizeHost(context.Background(), r.Profiles, res)
+	sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true,
+		Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sym.Close()
+	st := sym.Profiles(context.Background(), r.Profiles)
+	ok, failed := st.Resolved, st.Unresolved
 	if ok == 0 {
-		t.Fatalf("nothing resolved (%d failed)", failed)
+		t.Fatalf("nothing resolved (%v failed)", failed)
 	}
 	pp, err := ToPprof(r.Profiles)
 	if err != nil {
@@ -183,7 +189,7 @@ func TestSymbolizeAndPprof(t *testing.T) {
 	if back.Sample[0].Value[0] != 5 || back.SampleType[0].Type != "samples" {
 		t.Errorf("values %v types %v", back.Sample[0].Value, back.SampleType)
 	}
-	t.Logf("%d resolved, %d raw; stack %s", ok, failed, chain)
+	t.Logf("%d resolved, raw: %v; stack %s", ok, failed, chain)
 }
 
 func TestToPprofEmpty(t *testing.T) {
