@@ -32,9 +32,9 @@ const DefaultNegativeTTL = time.Minute
 
 // Options configure a Resolver.
 type Options struct {
-	Inlines        bool // return inlined frames, innermost first
-	Demangle       bool // fill Frame.Function with demangled names
-	UseSymbolTable bool // name the outermost frame from .symtab/.dynsym, like llvm-symbolizer
+	Inlines        bool          // return inlined frames, innermost first
+	Demangle       bool          // fill Frame.Function with demangled names
+	UseSymbolTable bool          // name the outermost frame from .symtab/.dynsym, like llvm-symbolizer
 	CacheBytes     int64         // bound on parsed objects (0: DefaultCacheBytes)
 	NegativeTTL    time.Duration // how long a failed open is remembered (0: DefaultNegativeTTL)
 	// DemangleEntries and DemangleBytes bound the demangled-name cache
