@@ -68,7 +68,8 @@ func (o *objects) open(ctx context.Context, t target) (*symbolize.Handle, error)
 			f.Close()
 			o.ids[abs] = id
 		}
-		q.ID, q.File = id, abs
+		q.ID = id
+		q.AddHint(locate.Hint{File: abs})
 	} else {
 		id, err := frame.ParseBuildID(t.BuildID)
 		if err != nil {

@@ -31,8 +31,21 @@ import (
 // without containment.
 type Query struct {
 	ID frame.Identity
-	// File is the mapping's file name as received: an absolute path (profsym's
-	// receiver) or a base name (the upstream eBPF profiler).
+	// Hints say where frames saw the file, at most MaxHints (see AddHint).
+	Hints []Hint
+	// Kernel asks for a vmlinux; KernelRelease is `uname -r` of its host.
+	Kernel        bool
+	KernelRelease string
+
+	// Found lists the files accepted so far by earlier sources, best first
+	// (the debug directories look up .gnu_debuglink of binaries found).
+	Found []File
+}
+
+// Hint is where one mapping with the query's identity says its file was.
+type Hint struct {
+	// File is the mapping's file name as received: an absolute path
+	// (profsym's receiver) or a base name (the upstream eBPF profiler).
 	File string
 	// FileOffset is the mapping's file offset, which tells apart the
 	// mappings of one file name in /proc/PID/maps.
@@ -41,13 +54,23 @@ type Query struct {
 	// ExePath its executable (the resource's process.executable.path).
 	PID     int64
 	ExePath string
-	// Kernel asks for a vmlinux; KernelRelease is `uname -r` of its host.
-	Kernel        bool
-	KernelRelease string
+}
 
-	// Found lists the files accepted so far by earlier sources, best first
-	// (the debug directories look up .gnu_debuglink of binaries found).
-	Found []File
+// MaxHints bounds the hints of one query: the mappings of one identity in a
+// batch (one per process, or per path in containers) can be many.
+const MaxHints = 8
+
+// AddHint adds h unless it is known already or MaxHints are held.
+func (q *Query) AddHint(h Hint) {
+	if len(q.Hints) >= MaxHints || h == (Hint{}) {
+		return
+	}
+	for _, x := range q.Hints {
+		if x == h {
+			return
+		}
+	}
+	q.Hints = append(q.Hints, h)
 }
 
 // Candidate is a file a source offers. The chain opens it and checks its

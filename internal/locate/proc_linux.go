@@ -41,24 +41,37 @@ const maxMapsLines = 1 << 20
 func (Proc) Name() string { return SourceProc }
 
 func (p Proc) Find(_ context.Context, q *Query) ([]Candidate, error) {
-	if q.Kernel || q.PID <= 0 || q.PID > maxPID {
+	if q.Kernel {
 		return nil, nil
 	}
-	name := filepath.Base(q.File)
-	if q.File == "" || name == "." || name == "/" {
-		if q.ExePath == "" {
-			return nil, nil
+	// The first process still there that maps the file is enough.
+	for _, h := range q.Hints {
+		if out := p.find(h); len(out) > 0 {
+			return out, nil
 		}
-		name = filepath.Base(q.ExePath)
+	}
+	return nil, nil
+}
+
+func (p Proc) find(h Hint) []Candidate {
+	if h.PID <= 0 || h.PID > maxPID {
+		return nil
+	}
+	name := filepath.Base(h.File)
+	if h.File == "" || name == "." || name == "/" {
+		if h.ExePath == "" {
+			return nil
+		}
+		name = filepath.Base(h.ExePath)
 	}
 	proc := p.Root
 	if proc == "" {
 		proc = "/proc"
 	}
-	dir := filepath.Join(proc, strconv.FormatInt(q.PID, 10))
+	dir := filepath.Join(proc, strconv.FormatInt(h.PID, 10))
 	fh, err := os.Open(filepath.Join(dir, "maps"))
 	if err != nil {
-		return nil, nil // gone, or not ours to read: nothing to offer
+		return nil // gone, or not ours to read: nothing to offer
 	}
 	defer fh.Close()
 	var exact, byName []addrmap.Mapping
@@ -71,7 +84,7 @@ func (p Proc) Find(_ context.Context, q *Query) ([]Candidate, error) {
 		if !m.IsFile() || filepath.Base(m.Path) != name {
 			return nil
 		}
-		if m.Offset == q.FileOffset {
+		if m.Offset == h.FileOffset {
 			exact = append(exact, m)
 		} else {
 			byName = append(byName, m)
@@ -79,7 +92,7 @@ func (p Proc) Find(_ context.Context, q *Query) ([]Candidate, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return nil, nil
+		return nil
 	}
 	ms := exact
 	if len(ms) == 0 {
@@ -111,5 +124,5 @@ func (p Proc) Find(_ context.Context, q *Query) ([]Candidate, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }

@@ -41,11 +41,21 @@ func (l Local) Find(_ context.Context, q *Query) ([]Candidate, error) {
 		return nil, nil
 	}
 	var paths []string
-	if filepath.IsAbs(q.File) {
-		paths = append(paths, q.File)
+	add := func(p string) {
+		for _, x := range paths {
+			if x == p {
+				return
+			}
+		}
+		paths = append(paths, p)
 	}
-	if filepath.IsAbs(q.ExePath) && q.ExePath != q.File && (q.File == "" || filepath.Base(q.File) == filepath.Base(q.ExePath)) {
-		paths = append(paths, q.ExePath)
+	for _, h := range q.Hints {
+		if filepath.IsAbs(h.File) {
+			add(h.File)
+		}
+		if filepath.IsAbs(h.ExePath) && (h.File == "" || filepath.Base(h.File) == filepath.Base(h.ExePath)) {
+			add(h.ExePath)
+		}
 	}
 	var out []Candidate
 	var err error

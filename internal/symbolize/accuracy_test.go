@@ -291,7 +291,8 @@ func (o target) files(t testing.TB) (bin, debug string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q.ID, q.File = buildid.Identify(f), o.path
+		q.ID = buildid.Identify(f)
+		q.AddHint(locate.Hint{File: o.path})
 		f.Close()
 	}
 	res, err := c.Locate(context.Background(), q)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
@@ -105,9 +106,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					if o == nil {
 						continue
 					}
-					if o.q.PID == 0 && !o.q.Kernel {
-						o.q.PID, o.q.ExePath = pid, exe
-					}
+					o.q.AddHint(locate.Hint{File: f.File, PID: pid, ExePath: exe})
 					if o.num == 0 {
 						o.num = s.objNum(o.key)
 					}
@@ -200,11 +199,7 @@ func (b *batch) logObject(f LogFrame) work {
 	if id.IsZero() {
 		return work{err: fmt.Errorf("frame at %#x has no build id or file id: %w", f.Address, frame.ErrNoMapping)}
 	}
-	o := b.object(id, false)
-	if o.q.File == "" {
-		o.q.File = f.File
-	}
-	return work{obj: o}
+	return work{obj: b.object(id, false)}
 }
 
 // writeTrace sets the seed-002 fields from the resolved trace (leaf first).

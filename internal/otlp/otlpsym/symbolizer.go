@@ -299,8 +299,8 @@ type objRef struct {
 	num      uint64
 	h        *symbolize.Handle
 	err      error // why the object could not be opened
-	complete bool  // its files have DWARF: answers never get better
-	mapping  int32 // the first mapping seen with this identity
+	complete bool    // its files have DWARF: answers never get better
+	mappings []int32 // mappings of the batch with this identity (hints)
 
 	// Translation bases, looked up once per batch rather than per frame
 	// (finding _stext scans the symbol table).
@@ -564,10 +564,8 @@ func (b *batch) mappingObject(mi int32) work {
 		return work{err: fmt.Errorf("mapping %d (%.200s) has no build id or htlhash: %w", mi, d.Str(m.FilenameStrindex()), frame.ErrNoMapping)}
 	}
 	o := b.object(id, false)
-	if o.mapping == 0 {
-		o.mapping = mi
-		o.q.File = d.Str(m.FilenameStrindex())
-		o.q.FileOffset = m.FileOffset()
+	if len(o.mappings) < locate.MaxHints {
+		o.mappings = append(o.mappings, mi)
 	}
 	return work{obj: o}
 }
@@ -639,13 +637,16 @@ func (b *batch) hints(need map[*objRef]bool) {
 			}
 		}
 	}
+	maps := d.D.MappingTable()
 	for o := range need {
 		if o.q.Kernel {
 			o.q.KernelRelease = release
 			continue
 		}
-		if h, ok := procs[o.mapping]; ok {
-			o.q.PID, o.q.ExePath = h.pid, h.exe
+		for _, mi := range o.mappings {
+			m := maps.At(int(mi))
+			h := procs[mi]
+			o.q.AddHint(locate.Hint{File: d.Str(m.FilenameStrindex()), FileOffset: m.FileOffset(), PID: h.pid, ExePath: h.exe})
 		}
 	}
 }
