@@ -298,7 +298,7 @@ type objRef struct {
 	key      string
 	num      uint64
 	h        *symbolize.Handle
-	err      error // why the object could not be opened
+	err      error   // why the object could not be opened
 	complete bool    // its files have DWARF: answers never get better
 	mappings []int32 // mappings of the batch with this identity (hints)
 
