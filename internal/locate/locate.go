@@ -204,6 +204,10 @@ type answer struct {
 // their strings.
 const entryCost = 640
 
+// IdentityCost is what the chain may hold per identity at most: its answer
+// and the identity of a file it inspected (both caches hold MaxEntries).
+const IdentityCost = entryCost + infoCost
+
 // New makes a Chain.
 func New(opt Options) *Chain {
 	if opt.NegativeTTL <= 0 {

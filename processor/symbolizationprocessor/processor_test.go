@@ -109,6 +109,7 @@ func outcomes(t *testing.T, pd pprofile.Profiles) []outcome {
 type harness struct {
 	p    xprocessor.Profiles
 	sink *consumertest.ProfilesSink
+	cfg  *Config
 	tel  *componenttest.Telemetry
 }
 
@@ -135,7 +136,7 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	return &harness{p: p, sink: sink, tel: tel}
+	return &harness{p: p, sink: sink, tel: tel, cfg: cfg}
 }
 
 func (h *harness) run(t *testing.T, pd pprofile.Profiles) []outcome {

@@ -25,6 +25,7 @@ import (
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/symbolize/demangle"
 )
 
 // Options configure a Symbolizer. Zero fields take the defaults below.
@@ -77,10 +78,33 @@ const (
 	DefaultMaxAttributeBytes = 64 << 10
 	DefaultMaxFramesJSON     = 1 << 20
 	DefaultMaxLogFrames      = 1024
-	// maxInternBytes bounds the function interning table; past it the table
-	// starts over (cached results keep their pointers).
-	maxInternBytes = 64 << 20
+	// ObjectCost is what remembering one identity costs at most: its object
+	// number, its located files and the identity of each file inspected.
+	ObjectCost = objNumCost + locate.IdentityCost
+	// objNumCost is an interned identity: key string, list element, map entry.
+	objNumCost = 224
 )
+
+// internBytes bounds the function interning table; past it the table
+// starts over (cached results keep their pointers).
+func (o *Options) internBytes() int64 { return max(o.MaxResultBytes/4, 4<<20) }
+
+// MemoryBudget is the memory the symbolizer's caches may hold at most with
+// these options (after defaults): parsed objects, results, interned
+// functions, demangled names and remembered identities. The process needs
+// this much on top of what the batches in flight take.
+func (o Options) MemoryBudget() int64 {
+	o.defaults()
+	dm := o.DemangleBytes
+	if dm <= 0 {
+		dm = demangle.DefaultBytes
+	}
+	cb := o.CacheBytes
+	if cb <= 0 {
+		cb = symbolize.DefaultCacheBytes
+	}
+	return cb + o.MaxResultBytes + o.internBytes() + dm + int64(o.MaxObjects)*ObjectCost
+}
 
 // Stats counts what one call did.
 type Stats struct {
@@ -162,6 +186,44 @@ func resultCost(r *result) int64 {
 
 // New builds a Symbolizer.
 func New(opt Options) (*Symbolizer, error) {
+	opt.defaults()
+	lc := opt.Locate
+	if lc.NegativeTTL <= 0 {
+		lc.NegativeTTL = opt.NegativeTTL
+	}
+	if lc.MaxEntries <= 0 {
+		lc.MaxEntries = opt.MaxObjects
+	}
+	if lc.Logger == nil {
+		lc.Logger = opt.Logger
+	}
+	chain, err := locate.NewFromConfig(lc)
+	if err != nil {
+		return nil, err
+	}
+	s := &Symbolizer{
+		opt:   opt,
+		chain: chain,
+		engine: symbolize.New(symbolize.Options{
+			Inlines:         opt.Inlines,
+			Demangle:        opt.Demangle,
+			UseSymbolTable:  true,
+			CacheBytes:      opt.CacheBytes,
+			NegativeTTL:     opt.NegativeTTL,
+			DemangleEntries: opt.DemangleEntries,
+			DemangleBytes:   opt.DemangleBytes,
+		}),
+		results: lru.NewClockBytes[resultKey, *result](opt.MaxEntries, opt.MaxResultBytes, resultCost),
+		objNums: lru.NewKeyed[string, uint64](0, opt.MaxObjects, func(k string, _ uint64) int64 { return objNumCost }, nil),
+		log:     opt.Logger,
+	}
+	for _, src := range chain.Sources() {
+		s.kernel = s.kernel || src == locate.SourceKernel
+	}
+	return s, nil
+}
+
+func (opt *Options) defaults() {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
@@ -196,40 +258,6 @@ func New(opt Options) (*Symbolizer, error) {
 	if opt.Logger == nil {
 		opt.Logger = zap.NewNop()
 	}
-	lc := opt.Locate
-	if lc.NegativeTTL <= 0 {
-		lc.NegativeTTL = opt.NegativeTTL
-	}
-	if lc.MaxEntries <= 0 {
-		lc.MaxEntries = opt.MaxObjects
-	}
-	if lc.Logger == nil {
-		lc.Logger = opt.Logger
-	}
-	chain, err := locate.NewFromConfig(lc)
-	if err != nil {
-		return nil, err
-	}
-	s := &Symbolizer{
-		opt:   opt,
-		chain: chain,
-		engine: symbolize.New(symbolize.Options{
-			Inlines:         opt.Inlines,
-			Demangle:        opt.Demangle,
-			UseSymbolTable:  true,
-			CacheBytes:      opt.CacheBytes,
-			NegativeTTL:     opt.NegativeTTL,
-			DemangleEntries: opt.DemangleEntries,
-			DemangleBytes:   opt.DemangleBytes,
-		}),
-		results: lru.NewClockBytes[resultKey, *result](opt.MaxEntries, opt.MaxResultBytes, resultCost),
-		objNums: lru.New[string, uint64](0, opt.MaxObjects, func(uint64) int64 { return 96 }, nil),
-		log:     opt.Logger,
-	}
-	for _, src := range chain.Sources() {
-		s.kernel = s.kernel || src == locate.SourceKernel
-	}
-	return s, nil
 }
 
 // Close releases cached objects.
@@ -250,7 +278,6 @@ func (s *Symbolizer) Caches() []CacheStats {
 	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
 	s.mu.Unlock()
 	nums := s.objNums.Stats()
-	nums.Bytes = int64(nums.Entries) * 96
 	return []CacheStats{
 		{"objects", s.engine.CacheStats()},
 		{"results", s.results.Stats()},
@@ -281,7 +308,7 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 	if p, ok := s.funcs[f]; ok {
 		return p
 	}
-	if s.funcs == nil || s.internBytes > maxInternBytes {
+	if s.funcs == nil || s.internBytes > s.opt.internBytes() {
 		s.funcs = map[funcTuple]*funcTuple{}
 		s.internBytes = 0
 	}
