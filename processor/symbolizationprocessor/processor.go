@@ -136,7 +136,7 @@ func (c *Config) storeSource(host component.Host, log *zap.Logger) locate.Source
 			return sp.SymbolSource()
 		}
 	}
-	log.Info("symbol_store source listed but no symbol store extension runs in this collector; skipping it")
+	log.Debug("symbol_store source listed but no symbol store extension runs in this collector; skipping it")
 	return nil
 }
 
