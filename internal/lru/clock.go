@@ -24,10 +24,13 @@ type Clock[K comparable, V any] struct {
 	hits, misses, evictions atomic.Uint64
 }
 
+// clockSlot is kept small: a lookup touches one slot, and many slots
+// touched per batch compete for the CPU's cache with everything else. A
+// value's cost is not stored; cost must give the same answer for a value
+// every time it is asked.
 type clockSlot[K comparable, V any] struct {
 	key  K
 	val  V
-	cost int64
 	ref  atomic.Bool
 	used bool // false for a slot freed to honour the byte bound
 }
@@ -41,7 +44,8 @@ func NewClock[K comparable, V any](capacity int) *Clock[K, V] {
 }
 
 // NewClockBytes is NewClock with a second bound: the total cost of the
-// values, as cost reports it (their bytes), stays at most maxBytes.
+// values, as cost reports it (their bytes, the same for a value each time),
+// stays at most maxBytes.
 func NewClockBytes[K comparable, V any](capacity int, maxBytes int64, cost func(V) int64) *Clock[K, V] {
 	c := NewClock[K, V](capacity)
 	c.maxBytes, c.cost = maxBytes, cost
@@ -71,16 +75,13 @@ func (c *Clock[K, V]) Get(k K) (V, bool) {
 // Add inserts or replaces k, evicting entries not used since the hand last
 // passed them when the cache is full (in entries or in bytes).
 func (c *Clock[K, V]) Add(k K, v V) {
-	var cost int64
-	if c.cost != nil {
-		cost = c.cost(v)
-	}
+	cost := c.costOf(v)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i, ok := c.index[k]; ok {
 		s := &c.slots[i]
-		c.bytes += cost - s.cost
-		s.val, s.cost = v, cost
+		c.bytes += cost - c.costOf(s.val)
+		s.val = v
 		s.ref.Store(true)
 		c.shrink(int(i), 1)
 		return
@@ -102,11 +103,11 @@ func (c *Clock[K, V]) Add(k K, v V) {
 		i = c.victim(-1)
 		s := &c.slots[i]
 		delete(c.index, s.key)
-		c.bytes -= s.cost
+		c.bytes -= c.costOf(s.val)
 		c.evictions.Add(1)
 	}
 	s := &c.slots[i]
-	s.key, s.val, s.cost, s.used = k, v, cost, true
+	s.key, s.val, s.used = k, v, true
 	s.ref.Store(false)
 	c.index[k] = int32(i)
 	c.bytes += cost
@@ -143,11 +144,18 @@ func (c *Clock[K, V]) shrink(keep, floor int) {
 func (c *Clock[K, V]) release(i int) {
 	s := &c.slots[i]
 	delete(c.index, s.key)
-	c.bytes -= s.cost
+	c.bytes -= c.costOf(s.val)
 	var zero V
 	var zk K
-	s.key, s.val, s.cost, s.used = zk, zero, 0, false
+	s.key, s.val, s.used = zk, zero, false
 	c.free = append(c.free, int32(i))
+}
+
+func (c *Clock[K, V]) costOf(v V) int64 {
+	if c.cost == nil {
+		return 0
+	}
+	return c.cost(v)
 }
 
 // Stats returns the cache's counters (Bytes only with NewClockBytes).
@@ -165,4 +173,14 @@ func (c *Clock[K, V]) Remove(k K) {
 	if i, ok := c.index[k]; ok {
 		c.release(int(i))
 	}
+}
+
+// Purge drops every entry.
+func (c *Clock[K, V]) Purge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.index)
+	clear(c.index)
+	c.slots, c.free, c.hand, c.bytes = nil, nil, 0, 0
+	c.evictions.Add(uint64(n))
 }

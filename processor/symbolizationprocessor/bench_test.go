@@ -168,6 +168,11 @@ func BenchmarkProcessor(b *testing.B) {
 		warmCPU += cpuTime() - c0
 	}
 	peak = max(peak, heapInUse())
+	if sh := sharedOf(h); sh != nil {
+		for _, c := range sh.sym.Caches() {
+			b.Logf("cache %s: %d entries, %d bytes, %d hits, %d misses, %d evictions", c.Name, c.Entries, c.Bytes, c.Hits, c.Misses, c.Evictions)
+		}
+	}
 	b.ReportMetric(float64(warm.Nanoseconds())/float64(b.N)/benchLocations, "warm-ns/location")
 	// CPU time, GC included, is steadier than wall time on a shared machine.
 	b.ReportMetric(float64(warmCPU.Nanoseconds())/float64(b.N)/benchLocations, "warm-cpu-ns/location")

@@ -136,7 +136,7 @@ func TestTelemetry(t *testing.T) {
 		name, _ := dp.Attributes.Value("cache")
 		seen[name.AsString()] = true
 	}
-	for _, c := range []string{"objects", "results", "demangle", "functions", "object_ids", "located", "file_ids"} {
+	for _, c := range []string{"objects", "results", "partial_results", "demangle", "functions", "object_ids", "located", "file_ids"} {
 		if !seen[c] {
 			t.Errorf("no cache_entries for cache %s (have %v)", c, seen)
 		}

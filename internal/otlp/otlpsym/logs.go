@@ -103,14 +103,14 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					w := b.logObject(f)
 					r.work[i] = w
 					o := w.obj
-					if o == nil {
+					if o == nil || o.fail != nil {
 						continue
 					}
 					o.q.AddHint(locate.Hint{File: f.File, PID: pid, ExePath: exe})
 					if o.num == 0 {
-						o.num = s.objNum(o.key)
+						s.number(o)
 					}
-					if _, hit := s.cached(resultKey{o.num, f.Address}, now); !hit {
+					if _, hit := s.cached(o, f.Address, now); !hit {
 						need[o] = true
 					}
 				}
@@ -140,20 +140,16 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 			case f.Function != "":
 				lines = []rline{{fn: s.intern(funcTuple{name: f.Function})}}
 				st.Skipped++
-			case w.obj == nil && w.err == nil:
+			case w.obj == nil:
 				st.Skipped++
 			default:
-				res, ok := (*result)(nil), false
-				if w.obj != nil {
-					res, ok = s.cached(resultKey{w.obj.num, f.Address}, now)
-				}
-				switch {
-				case ok:
-					st.CacheHits++
-				case w.obj == nil:
-					res = &result{err: w.err}
-				default:
-					res = s.lookup(w.obj, f.Address, translation{}, &buf, &st)
+				res, ok := w.obj.fail, w.obj.fail != nil
+				if !ok {
+					if res, ok = s.cached(w.obj, f.Address, now); ok {
+						st.CacheHits++
+					} else {
+						res = s.lookup(w.obj, f.Address, translation{}, &buf, &st)
+					}
 				}
 				if res.err != nil {
 					reasons[frame.Reason(res.err)] = true
@@ -194,10 +190,10 @@ func (b *batch) logObject(f LogFrame) work {
 	}
 	id, err := frame.ParseIdentity(f.BuildID, f.GoBuildID, f.FileID)
 	if err != nil {
-		return work{err: err}
+		return work{obj: failed(err)}
 	}
 	if id.IsZero() {
-		return work{err: fmt.Errorf("frame at %#x has no build id or file id: %w", f.Address, frame.ErrNoMapping)}
+		return work{obj: failed(fmt.Errorf("frame at %#x has no build id or file id: %w", f.Address, frame.ErrNoMapping))}
 	}
 	return work{obj: b.object(id, false)}
 }

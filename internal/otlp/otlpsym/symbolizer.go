@@ -14,7 +14,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -86,7 +85,7 @@ const (
 )
 
 // internBytes bounds the function interning table; past it the table
-// starts over (cached results keep their pointers).
+// starts over, and the result cache with it.
 func (o *Options) internBytes() int64 { return max(o.MaxResultBytes/4, 4<<20) }
 
 // MemoryBudget is the memory the symbolizer's caches may hold at most with
@@ -127,26 +126,50 @@ type Symbolizer struct {
 	opt     Options
 	chain   *locate.Chain
 	engine  *symbolize.Resolver
-	results *lru.Clock[resultKey, *result]
+	// results holds answers that cannot get better (from files with
+	// DWARF); partial holds failures and answers from files short of DWARF,
+	// each with its expiry. Lookups try results first: its entries are one
+	// word of key and one pointer, so the hot path stays small.
+	results *lru.Clock[uint64, *result]
+	partial *lru.Clock[uint64, partialResult]
 	log     *zap.Logger
 	kernel  bool
 
-	// Object numbers: an identity is interned to a number that is never
-	// reused (a 64-bit counter), so a result cached for one object can never
-	// answer for another however many objects come and go. An identity
-	// evicted from objNums gets a new number when it returns, and its old
-	// results age out of the result cache unseen.
-	objNums *lru.Cache[string, uint64]
-	nextNum atomic.Uint64
+	// Object numbers: an identity is interned to a number, which with an
+	// address forms a result's key (number in the top 16 bits, address in
+	// the low 48). Numbers are never reused within a generation; when they
+	// run out, the generation ends and the numbers and both result caches
+	// are cleared together, so a result cached for one object never answers
+	// for another however many objects come and go. An identity evicted
+	// from objNums gets a new number when it returns; its old results age
+	// out unseen.
+	objNums *lru.Cache[string, objNum]
+	numMu   sync.Mutex // serializes the numbering below
+	nextNum uint64
+	genMu   sync.RWMutex // held for reading while keys of a generation are in use
+	gen     uint64
 
 	mu          sync.Mutex
 	funcs       map[funcTuple]*funcTuple
 	internBytes int64
 }
 
-// resultKey is an object number and an ELF address.
-type resultKey struct {
-	obj, addr uint64
+// objNum is an identity's number and the generation it belongs to.
+type objNum struct {
+	num, gen uint64
+}
+
+// maxObjNum is the largest object number: a key keeps 16 bits for it.
+const maxObjNum = 1<<16 - 1
+
+// keyOf packs an object number and an address into one word, so the big
+// result maps take their fast path. Addresses above 48 bits (kernel ones)
+// are not cached.
+func keyOf(num, addr uint64) (uint64, bool) {
+	if addr>>48 != 0 {
+		return 0, false
+	}
+	return num<<48 | addr, true
 }
 
 // result is a resolved address, independent of any batch's dictionary:
@@ -155,8 +178,13 @@ type resultKey struct {
 type result struct {
 	lines []rline // innermost first
 	err   error
-	// expires (unix nanoseconds, 0: never) ends a failure, or an answer from
-	// files short of DWARF, so that better files reach addresses already seen.
+}
+
+// partialResult is a failure, or an answer from files short of DWARF,
+// until expires (unix nanoseconds): better files found later then reach
+// addresses already seen.
+type partialResult struct {
+	r       *result
 	expires int64
 }
 
@@ -174,15 +202,9 @@ type funcTuple struct {
 func (f *funcTuple) bytes() int64 { return int64(len(f.name)+len(f.system)+len(f.file)) + 80 }
 
 // resultCost is what a cached result holds: the slot and index entry, the
-// result, its lines and (counted for each result, though shared) the
-// strings of its functions.
-func resultCost(r *result) int64 {
-	n := int64(160)
-	for _, l := range r.lines {
-		n += 16 + l.fn.bytes()
-	}
-	return n
-}
+// result and its lines. The functions its lines point at are counted once,
+// in the interning table.
+func resultCost(r *result) int64 { return 160 + 16*int64(len(r.lines)) }
 
 // New builds a Symbolizer.
 func New(opt Options) (*Symbolizer, error) {
@@ -213,8 +235,10 @@ func New(opt Options) (*Symbolizer, error) {
 			DemangleEntries: opt.DemangleEntries,
 			DemangleBytes:   opt.DemangleBytes,
 		}),
-		results: lru.NewClockBytes[resultKey, *result](opt.MaxEntries, opt.MaxResultBytes, resultCost),
-		objNums: lru.NewKeyed[string, uint64](0, opt.MaxObjects, func(k string, _ uint64) int64 { return objNumCost }, nil),
+		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
+		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
+			func(p partialResult) int64 { return resultCost(p.r) + 16 }),
+		objNums: lru.NewKeyed[string, objNum](0, opt.MaxObjects, func(string, objNum) int64 { return objNumCost }, nil),
 		log:     opt.Logger,
 	}
 	for _, src := range chain.Sources() {
@@ -281,6 +305,7 @@ func (s *Symbolizer) Caches() []CacheStats {
 	return []CacheStats{
 		{"objects", s.engine.CacheStats()},
 		{"results", s.results.Stats()},
+		{"partial_results", s.partial.Stats()},
 		{"demangle", s.engine.DemangleStats()},
 		{"functions", funcs},
 		{"object_ids", nums},
@@ -289,14 +314,34 @@ func (s *Symbolizer) Caches() []CacheStats {
 	}
 }
 
-// objNum interns an identity key.
-func (s *Symbolizer) objNum(key string) uint64 {
-	if n, ok := s.objNums.Get(key); ok {
-		return n
+// number interns o's identity key, ending the generation when numbers run
+// out.
+func (s *Symbolizer) number(o *objRef) {
+	if n, ok := s.objNums.Get(o.key); ok {
+		o.num, o.gen = n.num, n.gen
+		return
 	}
-	n := s.nextNum.Add(1)
-	s.objNums.Add(key, n)
-	return n
+	s.numMu.Lock()
+	defer s.numMu.Unlock()
+	if n, ok := s.objNums.Peek(o.key); ok { // numbered meanwhile
+		o.num, o.gen = n.num, n.gen
+		return
+	}
+	if s.nextNum == maxObjNum {
+		s.genMu.Lock()
+		s.gen++
+		s.objNums.Purge()
+		s.results.Purge()
+		s.partial.Purge()
+		s.genMu.Unlock()
+		s.nextNum = 0
+	}
+	s.nextNum++
+	s.genMu.RLock()
+	n := objNum{s.nextNum, s.gen}
+	s.genMu.RUnlock()
+	s.objNums.Add(o.key, n)
+	o.num, o.gen = n.num, n.gen
 }
 
 func (s *Symbolizer) intern(f funcTuple) *funcTuple {
@@ -309,6 +354,12 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 		return p
 	}
 	if s.funcs == nil || s.internBytes > s.opt.internBytes() {
+		// Start over, and drop the results with it: no cached result may
+		// hold a function the table no longer counts.
+		if s.funcs != nil {
+			s.results.Purge()
+			s.partial.Purge()
+		}
 		s.funcs = map[funcTuple]*funcTuple{}
 		s.internBytes = 0
 	}
@@ -323,11 +374,12 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 type objRef struct {
 	q        locate.Query
 	key      string
-	num      uint64
+	num, gen uint64 // see Symbolizer.number
 	h        *symbolize.Handle
 	err      error   // why the object could not be opened
 	complete bool    // its files have DWARF: answers never get better
 	mappings []int32 // mappings of the batch with this identity (hints)
+	fail     *result // set for frames that fail before any lookup
 
 	// Translation bases, looked up once per batch rather than per frame
 	// (finding _stext scans the symbol table).
@@ -338,11 +390,14 @@ type objRef struct {
 // work is one raw location to resolve.
 type work struct {
 	loc  int32
-	obj  *objRef // nil with err set: the frame fails before any lookup
-	err  error
+	obj  *objRef
 	addr uint64
 	tr   translation // how addr becomes an ELF address once the object is open
 }
+
+// failed is the objRef of frames that fail before any lookup (no mapping,
+// an invalid identity): its answer is fixed.
+func failed(err error) *objRef { return &objRef{fail: &result{err: err}} }
 
 // translation turns a location's address into the object's ELF address.
 type translation struct {
@@ -376,16 +431,25 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 	return addr, nil
 }
 
-// cached returns a live cached answer.
-func (s *Symbolizer) cached(k resultKey, now int64) (*result, bool) {
-	r, ok := s.results.Get(k)
-	if !ok {
+// cachedLocked returns a live cached answer; s.genMu is held for reading.
+func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, now int64) (*result, bool) {
+	k, ok := keyOf(o.num, addr)
+	if !ok || o.gen != s.gen || o.num == 0 {
 		return nil, false
 	}
-	if r.expires != 0 && now >= r.expires {
-		return nil, false
+	if r, ok := s.results.Get(k); ok {
+		return r, true
 	}
-	return r, true
+	if p, ok := s.partial.Get(k); ok && now < p.expires {
+		return p.r, true
+	}
+	return nil, false
+}
+
+func (s *Symbolizer) cached(o *objRef, addr uint64, now int64) (*result, bool) {
+	s.genMu.RLock()
+	defer s.genMu.RUnlock()
+	return s.cachedLocked(o, addr, now)
 }
 
 // lookup asks the engine (the result cache missed) and caches the answer.
@@ -393,7 +457,7 @@ func (s *Symbolizer) cached(k resultKey, now int64) (*result, bool) {
 // retries once the object is available; other failures, and answers from
 // files short of DWARF, are cached until NegativeTTL.
 func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
-	k := resultKey{o.num, addr}
+	key := addr
 	st.CacheMisses++
 	r := &result{err: o.err}
 	var terr error
@@ -421,13 +485,21 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbo
 			}
 		}
 	}
-	if r.err != nil && frame.Transient(r.err) {
+	// Only addresses that need no translation are cached: the others are
+	// looked up through an object opened anyway.
+	k, ok := keyOf(o.num, key)
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) {
 		return r
 	}
-	if r.err != nil || !o.complete {
-		r.expires = time.Now().Add(s.opt.NegativeTTL).UnixNano()
+	s.genMu.RLock()
+	if o.gen == s.gen && o.num != 0 {
+		if r.err != nil || !o.complete {
+			s.partial.Add(k, partialResult{r: r, expires: time.Now().Add(s.opt.NegativeTTL).UnixNano()})
+		} else {
+			s.results.Add(k, r)
+		}
 	}
-	s.results.Add(k, r)
+	s.genMu.RUnlock()
 	return r
 }
 
@@ -442,6 +514,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	mapWork := make([]work, maps.Len()) // by mapping index: the object, or why there is none
 	mapSeen := make([]bool, maps.Len())
 	todo := make([]work, 0, locs.Len())
+	var noMapping *objRef
 	frameType := d.StringIndex(frame.AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
 		loc := locs.At(i)
@@ -463,7 +536,10 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		}
 		mi := loc.MappingIndex()
 		if mi <= 0 || int(mi) >= len(mapWork) {
-			todo = append(todo, work{loc: int32(i), err: fmt.Errorf("location %d has no mapping: %w", i, frame.ErrNoMapping)})
+			if noMapping == nil {
+				noMapping = failed(fmt.Errorf("native frame without a mapping: %w", frame.ErrNoMapping))
+			}
+			todo = append(todo, work{loc: int32(i), obj: noMapping})
 			continue
 		}
 		if !mapSeen[mi] {
@@ -478,48 +554,48 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		return st
 	}
 
-	// Answers from the result cache first; open objects only for misses.
+	// Answers from the result cache first, in a tight loop over the cache
+	// alone; objects are opened only for the misses.
+	for _, o := range b.objs {
+		s.number(o)
+	}
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
 	now := time.Now().UnixNano()
+	s.genMu.RLock()
 	for i, w := range todo {
-		if w.obj == nil {
+		if w.obj.fail != nil {
+			answers[i] = w.obj.fail
 			continue
 		}
-		if w.obj.num == 0 {
-			w.obj.num = s.objNum(w.obj.key)
-		}
-		if w.tr.kind != asIs {
-			need[w.obj] = true // the translation is only known once the object is open
-			continue
-		}
-		if r, ok := s.cached(resultKey{w.obj.num, w.addr}, now); ok {
-			answers[i] = r
-			st.CacheHits++
-			continue
-		}
+		if w.tr.kind == asIs {
+			if r, ok := s.cachedLocked(w.obj, w.addr, now); ok {
+				answers[i] = r
+				st.CacheHits++
+				continue
+			}
+		} // else the translation is only known once the object is open
 		need[w.obj] = true
 	}
-	b.hints(need)
-	s.openAll(ctx, need)
-	defer func() {
-		for o := range need {
-			if o.h != nil {
-				o.h.Close()
+	s.genMu.RUnlock()
+	if len(need) > 0 {
+		b.hints(need)
+		s.openAll(ctx, need)
+		defer func() {
+			for o := range need {
+				if o.h != nil {
+					o.h.Close()
+				}
 			}
-		}
-	}()
+		}()
+	}
 
 	touched := map[int32]*mappingFlags{}
 	fnIdx := map[*funcTuple]int32{}
 	var buf []symbolize.Frame
 	for i, w := range todo {
 		r := answers[i]
-		switch {
-		case r != nil:
-		case w.obj == nil:
-			r = &result{err: w.err}
-		default:
+		if r == nil {
 			r = s.lookup(w.obj, w.addr, w.tr, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
@@ -585,10 +661,10 @@ func (b *batch) mappingObject(mi int32) work {
 	m := d.D.MappingTable().At(int(mi))
 	id, err := mappingIdentity(d, m)
 	if err != nil {
-		return work{err: err}
+		return work{obj: failed(err)}
 	}
 	if id.IsZero() {
-		return work{err: fmt.Errorf("mapping %d (%.200s) has no build id or htlhash: %w", mi, d.Str(m.FilenameStrindex()), frame.ErrNoMapping)}
+		return work{obj: failed(fmt.Errorf("mapping %d (%.200s) has no build id or htlhash: %w", mi, d.Str(m.FilenameStrindex()), frame.ErrNoMapping))}
 	}
 	o := b.object(id, false)
 	if len(o.mappings) < locate.MaxHints {
@@ -801,7 +877,7 @@ func (s *Symbolizer) kernelFrame(b *batch, ftype string, i int32) (work, bool) {
 	w := work{loc: i, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}
 	id, err := frame.ParseIdentity(v.AsString(), "", "")
 	if err != nil {
-		w.err = err
+		w.obj = failed(err)
 		return w, true
 	}
 	w.obj = b.object(id, true)

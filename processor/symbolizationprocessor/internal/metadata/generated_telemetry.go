@@ -79,7 +79,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizationCacheBytes, err = builder.meter.Int64Gauge(
 		"otelcol_symbolization_cache_bytes",
-		metric.WithDescription("Bytes held by each cache (attribute cache - objects, results, demangle, functions, object_ids, located, file_ids). [Alpha]"),
+		metric.WithDescription("Bytes held by each cache (attribute cache - objects, results, partial_results, demangle, functions, object_ids, located, file_ids). [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

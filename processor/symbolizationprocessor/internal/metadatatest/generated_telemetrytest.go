@@ -39,7 +39,7 @@ func AssertEqualSymbolizationBatchDuration(t *testing.T, tt *componenttest.Telem
 func AssertEqualSymbolizationCacheBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_cache_bytes",
-		Description: "Bytes held by each cache (attribute cache - objects, results, demangle, functions, object_ids, located, file_ids). [Alpha]",
+		Description: "Bytes held by each cache (attribute cache - objects, results, partial_results, demangle, functions, object_ids, located, file_ids). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
