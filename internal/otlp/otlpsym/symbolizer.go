@@ -123,9 +123,9 @@ func (s *Stats) unresolved(reason string) {
 
 // Symbolizer is safe for concurrent use.
 type Symbolizer struct {
-	opt     Options
-	chain   *locate.Chain
-	engine  *symbolize.Resolver
+	opt    Options
+	chain  *locate.Chain
+	engine *symbolize.Resolver
 	// results holds answers that cannot get better (from files with
 	// DWARF); partial holds failures and answers from files short of DWARF,
 	// each with its expiry. Lookups try results first: its entries are one
