@@ -44,3 +44,26 @@ func TestInRoot(t *testing.T) {
 		t.Errorf("no root: %q", got)
 	}
 }
+
+// Whatever path a frame carries, the result stays inside the root.
+func FuzzInRoot(f *testing.F) {
+	root := f.TempDir()
+	os.MkdirAll(filepath.Join(root, "a/b"), 0o755)
+	os.Symlink("/", filepath.Join(root, "a/top"))
+	os.Symlink("../../..", filepath.Join(root, "a/b/up"))
+	for _, s := range []string{"/a/b/c", "/../x", "/a/top/../../etc/passwd", "/a/b/up/up/x", "//a/./b/../../..", "/a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got, err := InRoot(root, p)
+		if err != nil {
+			if !errors.Is(err, frame.ErrInvalidPath) {
+				t.Fatalf("InRoot(%q): %v", p, err)
+			}
+			return
+		}
+		if got != root && !strings.HasPrefix(got, root+"/") {
+			t.Fatalf("InRoot(%q) = %q escapes %s", p, got, root)
+		}
+	})
+}

@@ -94,6 +94,12 @@ func (d DebugDirs) Find(_ context.Context, q *Query) ([]Candidate, error) {
 			}
 		}
 	}
+	if len(out) > 0 {
+		// A debug file by build id is what gdb tries first too; the
+		// debuglink search (a CRC over whole files) is for binaries
+		// without one there.
+		return out, nil
+	}
 	var firstErr error
 	for _, f := range q.Found {
 		if !f.Code || f.Score == ScoreDWARF || f.HostDir == "" {
