@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet bench bench-symbolize bench-processor bench-sampler fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -21,12 +21,19 @@ build:
 vet:
 	$(GO) vet ./...
 
+# The processor and the CLI build for macOS and Windows too (the sampler and
+# the receiver build there as stubs that say Linux is needed).
+check-cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build ./...
+	GOOS=darwin GOARCH=amd64 $(GO) build ./...
+	GOOS=windows GOARCH=amd64 $(GO) build ./...
+
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests. Under
 # CI=true, tests that lack a tool or privilege fail instead of skipping.
-test: vet build otelcol
+test: vet check-cross build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler
+bench: bench-symbolize bench-processor bench-sampler bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -47,13 +54,20 @@ bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
 
-# A short run of every go test -fuzz target.
+# A 100 MB multi-chunk JDK 17 recording through profsym convert and the
+# JDK's jfr print --json, side by side: wall time, peak RSS, speedup.
+bench-jfr:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkConvertJFR100MB -benchtime 1x -timeout 30m ./cmd/profsym/ | tee $(BIN)/bench-jfr.txt
+
+# A short run of every go test -fuzz target. Minimizing a new crasher or
+# input can run far past -fuzztime, so it is off: a crasher is saved as is.
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg; \
 	  done; \
 	done
 

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"strings"
 )
 
 type command struct {
@@ -37,13 +39,28 @@ func main() {
 	if p := os.Getenv("PROFSYM_CPUPROFILE"); p != "" {
 		if f, err := os.Create(p); err == nil {
 			pprof.StartCPUProfile(f)
-			code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+			code := run(dispatch(os.Args), os.Stdin, os.Stdout, os.Stderr)
 			pprof.StopCPUProfile()
 			f.Close()
 			os.Exit(code)
 		}
 	}
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(dispatch(os.Args), os.Stdin, os.Stdout, os.Stderr))
+}
+
+// dispatch turns an invocation through a symlink named like a tool profsym
+// stands in for into that command: pprof runs "llvm-symbolizer --inlining
+// -demangle=false --output-style=JSON" from PATH, so a symlink named
+// llvm-symbolizer (or llvm-symbolizer-19) to profsym serves it.
+func dispatch(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	name := strings.TrimSuffix(filepath.Base(argv[0]), ".exe")
+	if name == "llvm-symbolizer" || strings.HasPrefix(name, "llvm-symbolizer-") {
+		return append([]string{"symbolize"}, argv[1:]...)
+	}
+	return argv[1:]
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

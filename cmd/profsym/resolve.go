@@ -5,17 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.uber.org/zap"
 
-	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
-	"github.com/profsym/profsym/internal/locate/debuginfod"
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/elfx"
 )
 
 // maxProfileFile bounds what resolve reads into memory.
@@ -29,15 +23,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("profsym resolve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "output file (default: standard output)")
-	var urls, dirs, symdirs listFlag
-	fs.Var(&urls, "debuginfod-url", "debuginfod server (repeatable; default DEBUGINFOD_URLS)")
-	fs.Var(&dirs, "debug-file-directory", "folder with .build-id/ debug files (repeatable; default /usr/lib/debug)")
-	fs.Var(&symdirs, "symbol-directory", "folder of binaries and debug files under any name (repeatable)")
-	root := fs.String("root", "", "prefix for the profiled files' paths (e.g. a host mount)")
-	cacheDir := fs.String("debuginfod-cache", "", "debuginfod download cache (default $XDG_CACHE_HOME/profsym/debuginfod)")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on fetching and opening binaries")
-	noDemangle := fs.Bool("no-demangle", false, "keep mangled names")
-	noInlines := fs.Bool("no-inlines", false, "do not add inlined frames")
+	sources := addSourceFlags(fs)
 	pos, err := parseArgs(fs, args) // flags may follow the input file
 	if err == flag.ErrHelp {
 		return 0
@@ -60,42 +46,20 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	opt := otlpsym.Options{Demangle: !*noDemangle, Inlines: !*noInlines, Lines: true, Timeout: *timeout,
-		Logger: zap.NewNop(), Locate: locate.Config{LocalRoot: *root, DebugDirs: dirs, SymbolDirs: symdirs}}
-	if len(opt.Locate.DebugDirs) == 0 {
-		opt.Locate.DebugDirs = []string{debugdirs.DefaultDebugDir}
-	}
-	u := []string(urls)
-	if len(u) == 0 {
-		u = debuginfod.ParseURLs(os.Getenv(debuginfod.EnvURLs))
-	}
-	if len(u) > 0 {
-		client, err := debuginfod.New(debuginfod.Config{URLs: u, Timeout: *timeout, CacheDir: *cacheDir})
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
-			return 1
-		}
-		defer client.Close()
-		opt.Locate.Debuginfod = client
-	}
-	sym, err := otlpsym.New(opt)
+	sym, closeSym, err := sources.symbolizer()
 	if err != nil {
 		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
 		return 1
 	}
-	defer sym.Close()
+	defer closeSym()
 
-	var w io.Writer = stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := output(*out, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
+		return 1
 	}
-	var total otlpsym.Stats
+	defer closeOut()
+	var total statsTotal
 	var um pprofile.JSONUnmarshaler
 	var mm pprofile.JSONMarshaler
 	for i, doc := range splitDocuments(in) {
@@ -104,14 +68,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profsym resolve: document %d: %v\n", i+1, err)
 			return 1
 		}
-		st := sym.Profiles(context.Background(), pd)
-		total.Resolved += st.Resolved
-		for k, v := range st.Unresolved {
-			if total.Unresolved == nil {
-				total.Unresolved = map[string]int64{}
-			}
-			total.Unresolved[k] += v
-		}
+		total.add(sym.Profiles(context.Background(), pd))
 		b, err := mm.MarshalProfiles(pd)
 		if err != nil {
 			fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
@@ -120,28 +77,17 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		w.Write(b)
 		io.WriteString(w, "\n")
 	}
-	fmt.Fprintf(stderr, "profsym resolve: %d frames resolved", total.Resolved)
-	for k, v := range total.Unresolved {
-		fmt.Fprintf(stderr, ", %d %s", v, k)
-	}
-	fmt.Fprintln(stderr)
+	total.print(stderr, "resolve")
 	return 0
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := elfx.OpenRegular(path, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return b, nil
+	return readAllBounded(f, path, limit)
 }
 
 // splitDocuments splits the file exporter's JSON lines format; a single

@@ -372,17 +372,13 @@ func (c *symbolizeCmd) record(t target, addr uint64, res lookupResult) jsonRecor
 	if len(frames) == 0 {
 		frames = []symbolize.Frame{{}}
 	}
-	for i, f := range frames {
+	for _, f := range frames {
 		s := jsonSymbol{Column: f.Column, Discriminator: f.Discriminator, FileName: f.File,
-			FunctionName: c.name(f), Line: f.Line, StartLine: f.StartLine}
-		// llvm-symbolizer 19 reports StartFileName and StartAddress only for
-		// the outermost frame; inlined frames carry just StartLine. Match it
-		// so consumers diffing the two tools see no change.
-		if i == len(frames)-1 {
-			s.StartFileName = f.StartFile
-			if f.StartAddress != 0 {
-				s.StartAddress = fmt.Sprintf("0x%x", f.StartAddress)
-			}
+			FunctionName: c.name(f), Line: f.Line, StartLine: f.StartLine, StartFileName: f.StartFile}
+		// Every frame carries its own start, as llvm-symbolizer prints it
+		// (see docs/symbolization.md for where the two still differ).
+		if f.StartAddress != 0 {
+			s.StartAddress = fmt.Sprintf("0x%x", f.StartAddress)
 		}
 		rec.Symbol = append(rec.Symbol, s)
 	}

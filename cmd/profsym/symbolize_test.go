@@ -69,16 +69,69 @@ func TestSameOutputAsLLVM(t *testing.T) {
 	} {
 		got, stderr, code := runCLI(t, "", append(args, addrs...)...)
 		want := llvm(t, "", append(args, addrs...)...)
+		got = llvm19StartFiles(t, got, want)
 		if code != 0 || got != want {
 			t.Errorf("args %v: exit %d, stderr %q\ngot:\n%s\nwant:\n%s", args, code, stderr, got, want)
 		}
 		in := strings.Join(addrs, "\n") + "\n"
 		got, _, _ = runCLI(t, in, args...)
 		want = llvm(t, in, args...)
+		got = llvm19StartFiles(t, got, want)
 		if got != want {
 			t.Errorf("stdin, args %v:\ngot:\n%s\nwant:\n%s", args, got, want)
 		}
 	}
+}
+
+// llvm19StartFiles blanks, in JSON output ours, each StartFileName that
+// llvm's output (want) has empty: llvm-symbolizer 19 loses the file of a
+// DW_AT_decl_file in DW_FORM_implicit_const, which GCC uses for most
+// inlined functions (docs/symbolization.md; TestJSONParityLibc checks each
+// such case against llvm-dwarfdump). Anything else must still match.
+func llvm19StartFiles(t *testing.T, ours, want string) string {
+	if !strings.HasPrefix(strings.TrimSpace(want), "{") && !strings.HasPrefix(strings.TrimSpace(want), "[") {
+		return ours
+	}
+	parse := func(s string) ([]jsonRecord, bool) {
+		s = strings.TrimSpace(s)
+		var recs []jsonRecord
+		if strings.HasPrefix(s, "[") {
+			return recs, json.Unmarshal([]byte(s), &recs) == nil
+		}
+		for _, line := range strings.Split(s, "\n") {
+			var r jsonRecord
+			if json.Unmarshal([]byte(line), &r) != nil {
+				return nil, false
+			}
+			recs = append(recs, r)
+		}
+		return recs, true
+	}
+	g, ok1 := parse(ours)
+	w, ok2 := parse(want)
+	if !ok1 || !ok2 || len(g) != len(w) {
+		return ours
+	}
+	for i := range g {
+		for j := range g[i].Symbol {
+			if j < len(w[i].Symbol) && w[i].Symbol[j].StartFileName == "" {
+				g[i].Symbol[j].StartFileName = ""
+			}
+		}
+	}
+	var b strings.Builder
+	if strings.HasPrefix(strings.TrimSpace(ours), "[") {
+		out, _ := json.Marshal(g)
+		b.Write(out)
+		b.WriteByte('\n')
+		return b.String()
+	}
+	for _, r := range g {
+		out, _ := json.Marshal(r)
+		b.Write(out)
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // Stdin lines may name the object per line, by path or by build id.

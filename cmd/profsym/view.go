@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -8,21 +9,56 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/jfr"
+	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
-// readProfiles reads an OTLP profiles JSON file: one document, or the file
-// exporter's one document per line.
+// maxJFR bounds a compressed recording once expanded.
+const maxJFR = 4 << 30
+
+// readProfiles reads a profiles file: OTLP profiles JSON (one document, or
+// the file exporter's one document per line), or a JFR recording (plain,
+// or gzip/zstd/lz4 compressed), converted as the jfr receiver converts it.
 func readProfiles(path string) ([]pprofile.Profiles, error) {
-	b, err := readBounded(path, maxProfileFile)
+	// Regular files only: a FIFO or device named on the command line must
+	// not block or be read.
+	f, size, err := elfx.OpenRegular(path, maxJFR)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	var head [4]byte
+	n, _ := f.ReadAt(head[:], 0)
+	if string(head[:n]) == "FLR\x00" {
+		// Read chunk by chunk from the file: memory stays one chunk's.
+		pd, _, err := jfrconv.Convert(f, size, jfrconv.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return []pprofile.Profiles{pd}, nil
+	}
+	b, err := readAllBounded(f, path, maxProfileFile)
+	if err != nil {
+		return nil, err
+	}
+	if jfr.Detect(head[:n]) != jfr.None {
+		if b, err = jfr.Decompress(b, maxJFR); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		pd, _, err := jfrconv.ConvertBytes(b, jfrconv.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return []pprofile.Profiles{pd}, nil
 	}
 	var um pprofile.JSONUnmarshaler
 	var out []pprofile.Profiles
@@ -34,6 +70,37 @@ func readProfiles(path string) ([]pprofile.Profiles, error) {
 		out = append(out, pd)
 	}
 	return out, nil
+}
+
+// readAllBounded reads f (named path) whole, failing past limit bytes.
+func readAllBounded(f io.Reader, path string, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// symbolizeAll runs the processor's symbolizer over docs when asked.
+func symbolizeAll(docs []pprofile.Profiles, on bool, sf *sourceFlags, stderr io.Writer, cmd string) bool {
+	if !on {
+		return true
+	}
+	sym, closeSym, err := sf.symbolizer()
+	if err != nil {
+		fmt.Fprintf(stderr, "profsym %s: %v\n", cmd, err)
+		return false
+	}
+	defer closeSym()
+	var total statsTotal
+	for _, pd := range docs {
+		total.add(sym.Profiles(context.Background(), pd))
+	}
+	total.print(stderr, cmd)
+	return true
 }
 
 // parseArgs parses fs over args allowing flags after positional arguments.
@@ -65,12 +132,16 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 20, "rows to show")
 	by := fs.String("by", "self", "sort by self (flat) or cumulative samples")
 	pid := fs.Int("pid", 0, "only this process")
+	typ := fs.String("type", "", "profile: cpu, wall, alloc, native (period or sample type; default cpu when present, else the first)")
+	stacksN := fs.Int("stacks", 5, "also show this many hottest stacks, leaf <- callers")
+	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
+	sources := addSourceFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err == flag.ErrHelp {
 		return 0
 	}
 	if err != nil || len(pos) != 1 || (*by != "self" && *by != "cumulative") {
-		fmt.Fprintln(stderr, "usage: profsym top FILE [--n 20] [--by self|cumulative] [--pid N]")
+		fmt.Fprintln(stderr, "usage: profsym top FILE [--n 20] [--by self|cumulative] [--pid N] [--type cpu|wall|alloc|native] [--symbolize [resolve's source flags]]")
 		return 2
 	}
 	docs, err := readProfiles(pos[0])
@@ -78,10 +149,17 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profsym top: %v\n", err)
 		return 1
 	}
+	if !symbolizeAll(docs, *symbolize, sources, stderr, "top") {
+		return 1
+	}
+	if *typ == "" {
+		*typ = defaultType(docs)
+	}
 	stats := map[string]*fnStat{}
+	paths := map[string]int64{}
 	var total int64
 	for _, pd := range docs {
-		total += topOf(pd, *pid, stats)
+		total += topOf(pd, *pid, *typ, stats, paths)
 	}
 	rows := make([]*fnStat, 0, len(stats))
 	for _, s := range stats {
@@ -102,6 +180,9 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *pid != 0 {
 		fmt.Fprintf(stdout, " (pid %d)", *pid)
 	}
+	if *typ != "" {
+		fmt.Fprintf(stdout, " (%s)", *typ)
+	}
 	fmt.Fprintf(stdout, " in %s, sorted by %s\n", pos[0], *by)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "flat\tflat%\tsum%\tcum\tcum%\t \t")
@@ -114,8 +195,58 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t \t%s\n", r.flat, pct(r.flat, total), pct(sum, total), r.cum, pct(r.cum, total), r.name)
 	}
 	tw.Flush()
+	if *stacksN > 0 && len(paths) > 0 {
+		type sp struct {
+			path string
+			n    int64
+		}
+		var ps []sp
+		for p, n := range paths {
+			ps = append(ps, sp{p, n})
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i].n > ps[j].n || ps[i].n == ps[j].n && ps[i].path < ps[j].path })
+		fmt.Fprintln(stdout, "\nHottest stacks (leaf <- callers):")
+		for i, p := range ps {
+			if i >= *stacksN {
+				break
+			}
+			fmt.Fprintf(stdout, "%8d %6s  %s\n", p.n, pct(p.n, total), p.path)
+		}
+	}
 	return 0
 }
+
+// defaultType picks the profile top shows: cpu when any profile is a cpu
+// profile, else the first profile's period type.
+func defaultType(docs []pprofile.Profiles) string {
+	first, seen := "", false
+	for _, pd := range docs {
+		st := pd.Dictionary().StringTable()
+		str := func(i int32) string {
+			if i <= 0 || int(i) >= st.Len() {
+				return ""
+			}
+			return st.At(int(i))
+		}
+		for _, rp := range pd.ResourceProfiles().All() {
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, p := range sp.Profiles().All() {
+					t := str(p.PeriodType().TypeStrindex())
+					if t == "cpu" {
+						return t
+					}
+					if !seen {
+						first, seen = t, true
+					}
+				}
+			}
+		}
+	}
+	return first
+}
+
+// maxPathFrames bounds how much of a stack the hottest-stacks list shows.
+const maxPathFrames = 8
 
 func pct(a, b int64) string {
 	if b == 0 {
@@ -124,8 +255,9 @@ func pct(a, b int64) string {
 	return strconv.FormatFloat(100*float64(a)/float64(b), 'f', 2, 64) + "%"
 }
 
-// topOf adds one document's samples to stats and returns their total.
-func topOf(pd pprofile.Profiles, pid int, stats map[string]*fnStat) int64 {
+// topOf adds one document's samples of profile type typ (matched against
+// period and sample types) to stats and paths, and returns their total.
+func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, paths map[string]int64) int64 {
 	d := pdict.New(pd.Dictionary())
 	dict := pd.Dictionary()
 	locName := map[int32][]string{} // location -> names, innermost first
@@ -162,6 +294,9 @@ func topOf(pd pprofile.Profiles, pid int, stats map[string]*fnStat) int64 {
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
+				if st := d.Str(p.SampleType().TypeStrindex()); d.Str(p.PeriodType().TypeStrindex()) != typ && st != typ && !strings.HasPrefix(st, typ+"_") {
+					continue // another profile: "alloc" selects alloc_space
+				}
 				for _, s := range p.Samples().All() {
 					v := sampleValue(s)
 					total += v
@@ -170,7 +305,11 @@ func topOf(pd pprofile.Profiles, pid int, stats map[string]*fnStat) int64 {
 						continue
 					}
 					seen := map[string]bool{}
+					var path []string
 					for i, li := range dict.StackTable().At(int(si)).LocationIndices().All() {
+						if ns := names(li); len(path) < maxPathFrames && len(ns) > 0 {
+							path = append(path, ns[len(ns)-1])
+						}
 						for j, name := range names(li) {
 							st := stats[name]
 							if st == nil {
@@ -186,6 +325,7 @@ func topOf(pd pprofile.Profiles, pid int, stats map[string]*fnStat) int64 {
 							}
 						}
 					}
+					paths[strings.Join(path, " <- ")] += v
 				}
 			}
 		}
@@ -205,18 +345,22 @@ func sampleValue(s pprofile.Sample) int64 {
 	return 1
 }
 
-// runConvert implements `profsym convert FILE --to pprof -o OUT.pb.gz`.
-func runConvert(args []string, _ io.Reader, _, stderr io.Writer) int {
+// runConvert implements `profsym convert FILE --to pprof|otlp -o OUT`: an
+// OTLP profiles JSON file or a JFR recording to pprof (go tool pprof opens
+// it) or to OTLP profiles JSON (what the file exporter writes).
+func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("profsym convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	to := fs.String("to", "pprof", "output format: pprof")
-	out := fs.String("o", "", "output file (gzipped profile.proto)")
+	to := fs.String("to", "pprof", "output format: pprof (gzipped profile.proto) or otlp (OTLP profiles JSON)")
+	out := fs.String("o", "", "output file (otlp: default standard output)")
+	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
+	sources := addSourceFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err == flag.ErrHelp {
 		return 0
 	}
-	if err != nil || len(pos) != 1 || *to != "pprof" || *out == "" {
-		fmt.Fprintln(stderr, "usage: profsym convert FILE --to pprof -o OUT.pb.gz")
+	if err != nil || len(pos) != 1 || (*to != "pprof" && *to != "otlp") || (*to == "pprof" && *out == "") {
+		fmt.Fprintln(stderr, "usage: profsym convert FILE --to pprof -o OUT.pb.gz | --to otlp [-o OUT.json] [--symbolize [resolve's source flags]]")
 		return 2
 	}
 	docs, err := readProfiles(pos[0])
@@ -228,12 +372,37 @@ func runConvert(args []string, _ io.Reader, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profsym convert: %s holds no profiles\n", pos[0])
 		return 1
 	}
+	if !symbolizeAll(docs, *symbolize, sources, stderr, "convert") {
+		return 1
+	}
 	all := docs[0]
 	for _, pd := range docs[1:] {
 		if err := pd.MergeTo(all); err != nil {
 			fmt.Fprintf(stderr, "profsym convert: merging documents: %v\n", err)
 			return 1
 		}
+	}
+	if *to == "otlp" {
+		var m pprofile.JSONMarshaler
+		b, err := m.MarshalProfiles(all)
+		if err != nil {
+			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
+			return 1
+		}
+		w, closeOut, err := output(*out, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
+			return 1
+		}
+		defer closeOut()
+		if _, err := w.Write(append(b, '\n')); err != nil {
+			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
+			return 1
+		}
+		if *out != "" {
+			fmt.Fprintf(stderr, "wrote %s (%d samples)\n", *out, all.SampleCount())
+		}
+		return 0
 	}
 	p, err := profbuild.ToPprof(all)
 	if err != nil {

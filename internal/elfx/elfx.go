@@ -2,7 +2,14 @@
 // hands out section contents without copying (decompressing SHF_COMPRESSED and
 // legacy .zdebug sections on demand), and exposes the PT_LOAD segments that
 // address math needs. Every other package reads ELF bytes through it so that
-// bounds checks and corrupt-file handling live in one place.
+// bounds checks, resource limits and corrupt-file handling live in one place.
+//
+// Files are untrusted. OpenContext opens only regular files, never blocks on
+// a FIFO, gives up when the caller's context ends, refuses files larger than
+// Limits.MaxFileBytes, and charges every decompressed byte of a file (all
+// sections, MiniDebugInfo included) against Limits.MaxDecompressedBytes.
+// Decompression grows its buffer as bytes arrive: the size a header claims
+// is checked against the budget but never allocated up front.
 package elfx
 
 import (
@@ -13,13 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/profsym/profsym/internal/frame"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrCorrupt marks files that are not well-formed ELF, or whose headers point
@@ -30,73 +34,48 @@ var ErrCorrupt = fmt.Errorf("corrupt ELF file: %w", frame.ErrCorruptFile)
 // in the file (SHT_NOBITS, as in separate debug files).
 var ErrNoSection = errors.New("section not present")
 
-// MaxDecompressedSection bounds the size a compressed section may claim, so a
-// forged header cannot make us allocate without limit.
-const MaxDecompressedSection = 2 << 30
-
 // File is an opened ELF object. It is safe for concurrent use.
 type File struct {
 	*elf.File
 	Path string
 
-	data   []byte // whole file: mmap'd or read
-	mapped bool
-	osf    *os.File
+	data  []byte // whole file: mmap'd or read
+	unmap func([]byte) error
 
-	mu      sync.Mutex
-	decoded map[string][]byte // decompressed sections, by name
-	extra   int64             // bytes held in decoded
+	budget *budget
+
+	mu          sync.Mutex
+	decoded     map[string][]byte // decompressed sections, by name
+	extra       int64             // bytes held in decoded
+	freeOnClose [][]byte          // decoded's buffers, released by Close
 }
 
-// Open maps path and parses its ELF headers.
-func Open(path string) (*File, error) {
-	osf, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := osf.Stat()
-	if err != nil {
-		osf.Close()
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		osf.Close()
-		return nil, fmt.Errorf("%s: not a regular file: %w", path, ErrCorrupt)
-	}
-	size := st.Size()
-	var data []byte
-	mapped := false
-	if size > 0 && size < 1<<40 {
-		data, err = unix.Mmap(int(osf.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-		if err == nil {
-			mapped = true
-		}
-	}
-	if !mapped {
-		data, err = io.ReadAll(io.NewSectionReader(osf, 0, size))
-		if err != nil {
-			osf.Close()
-			return nil, err
-		}
-	}
-	f, err := newFile(data, path)
-	if err != nil {
-		if mapped {
-			unix.Munmap(data)
-		}
-		osf.Close()
-		return nil, err
-	}
-	f.mapped = mapped
-	f.osf = osf
-	return f, nil
+// budget is the decompression allowance of one file, shared with the files
+// embedded in it (MiniDebugInfo), so nesting cannot multiply it.
+type budget struct {
+	mu    sync.Mutex // serializes decompression, so a reservation is exact
+	limit int64
+	spent int64
 }
 
-// NewFile parses an ELF image held in memory. The slice must stay unchanged
-// while the File is in use.
-func NewFile(data []byte) (*File, error) { return newFile(data, "") }
+// NewFile parses an ELF image held in memory, with the default limits. The
+// slice must stay unchanged while the File is in use.
+func NewFile(data []byte) (*File, error) { return NewFileLimits(data, Limits{}) }
 
-func newFile(data []byte, path string) (f *File, err error) {
+// NewFileLimits is NewFile with explicit limits (only MaxDecompressedBytes
+// applies: the image is already in memory).
+func NewFileLimits(data []byte, lim Limits) (*File, error) {
+	lim = lim.withDefaults()
+	return newFile(data, "", &budget{limit: lim.MaxDecompressedBytes})
+}
+
+// Embedded parses an ELF image found inside f (the xz-compressed ELF of
+// .gnu_debugdata). Its decompression is charged to f's budget.
+func (f *File) Embedded(data []byte) (*File, error) {
+	return newFile(data, f.Path+"[embedded]", f.budget)
+}
+
+func newFile(data []byte, path string, b *budget) (f *File, err error) {
 	defer func() {
 		// debug/elf is hardened but not guaranteed panic-free on hostile input.
 		if r := recover(); r != nil {
@@ -107,23 +86,24 @@ func newFile(data []byte, path string) (f *File, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
 	}
-	return &File{File: ef, Path: path, data: data, decoded: map[string][]byte{}}, nil
+	return &File{File: ef, Path: path, data: data, budget: b, decoded: map[string][]byte{}}, nil
 }
 
-// Close releases the mapping. Slices handed out by the File become invalid.
+// Close releases the mapping and the decompressed sections. Slices handed
+// out by the File become invalid.
 func (f *File) Close() error {
 	var err error
-	if f.mapped {
-		err = unix.Munmap(f.data)
-		f.mapped = false
+	if f.unmap != nil && f.data != nil {
+		err = f.unmap(f.data)
 	}
+	f.unmap = nil
 	f.data = nil
-	if f.osf != nil {
-		if cerr := f.osf.Close(); err == nil {
-			err = cerr
-		}
-		f.osf = nil
+	f.mu.Lock()
+	for _, b := range f.freeOnClose {
+		sectionMemory.free(b)
 	}
+	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
+	f.mu.Unlock()
 	return err
 }
 
@@ -136,6 +116,14 @@ func (f *File) SizeBytes() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return int64(len(f.data)) + f.extra
+}
+
+// DecompressedBytes is how many bytes decompression of this file (and of
+// files embedded in it) has produced so far, against its limit.
+func (f *File) DecompressedBytes() (spent, limit int64) {
+	f.budget.mu.Lock()
+	defer f.budget.mu.Unlock()
+	return f.budget.spent, f.budget.limit
 }
 
 // HasSection reports whether a section with file contents exists.
@@ -157,7 +145,8 @@ func (f *File) section(name string) *elf.Section {
 
 // SectionData returns the contents of a section, decompressed. Uncompressed
 // sections alias the file mapping; decompressed ones are kept for the life of
-// the File.
+// the File. A section whose decompressed size would take the file past its
+// MaxDecompressedBytes fails with an error wrapping frame.ErrLimitExceeded.
 func (f *File) SectionData(name string) ([]byte, error) {
 	s := f.section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS {
@@ -172,30 +161,36 @@ func (f *File) SectionData(name string) ([]byte, error) {
 	if !compressed && !legacy {
 		return raw, nil
 	}
-	f.mu.Lock()
-	if d, ok := f.decoded[s.Name]; ok {
-		f.mu.Unlock()
+	if d, ok := f.cached(s.Name); ok {
 		return d, nil
 	}
-	f.mu.Unlock()
+	f.budget.mu.Lock()
+	defer f.budget.mu.Unlock()
+	// Another caller may have finished it while this one waited.
+	if d, ok := f.cached(s.Name); ok {
+		return d, nil
+	}
 	var d []byte
 	if compressed {
-		d, err = decompressSHF(raw, f.Class, f.ByteOrder)
+		d, err = f.decompressSHF(raw)
 	} else {
-		d, err = decompressZdebug(raw)
+		d, err = f.decompressZdebug(raw)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.Name, err)
+		return nil, fmt.Errorf("%s %s: %w", f.Path, s.Name, err)
 	}
 	f.mu.Lock()
-	if prev, ok := f.decoded[s.Name]; ok {
-		d = prev
-	} else {
-		f.decoded[s.Name] = d
-		f.extra += int64(len(d))
-	}
+	f.decoded[s.Name] = d
+	f.extra += int64(len(d))
 	f.mu.Unlock()
 	return d, nil
+}
+
+func (f *File) cached(name string) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.decoded[name]
+	return d, ok
 }
 
 // raw returns the on-disk bytes of a section, bounds-checked.
@@ -208,65 +203,184 @@ func (f *File) raw(s *elf.Section) ([]byte, error) {
 	return f.data[s.Offset:end:end], nil
 }
 
-func decompressSHF(raw []byte, class elf.Class, bo binary.ByteOrder) ([]byte, error) {
-	var typ elf.CompressionType
-	var size uint64
-	var hdr int
-	switch class {
+// compressionHeader parses an SHF_COMPRESSED section's Chdr: the algorithm
+// and the size it claims for the decoded bytes.
+func (f *File) compressionHeader(raw []byte) (typ elf.CompressionType, size uint64, hdr int, err error) {
+	bo := f.ByteOrder
+	switch f.Class {
 	case elf.ELFCLASS64:
 		if len(raw) < 24 {
-			return nil, fmt.Errorf("short compression header: %w", ErrCorrupt)
+			return 0, 0, 0, fmt.Errorf("short compression header: %w", ErrCorrupt)
 		}
-		typ = elf.CompressionType(bo.Uint32(raw[0:]))
-		size = bo.Uint64(raw[8:])
-		hdr = 24
+		return elf.CompressionType(bo.Uint32(raw[0:])), bo.Uint64(raw[8:]), 24, nil
 	default:
 		if len(raw) < 12 {
-			return nil, fmt.Errorf("short compression header: %w", ErrCorrupt)
+			return 0, 0, 0, fmt.Errorf("short compression header: %w", ErrCorrupt)
 		}
-		typ = elf.CompressionType(bo.Uint32(raw[0:]))
-		size = uint64(bo.Uint32(raw[4:]))
-		hdr = 12
-	}
-	if size > MaxDecompressedSection {
-		return nil, fmt.Errorf("compressed section claims %d bytes: %w", size, ErrCorrupt)
-	}
-	switch typ {
-	case elf.COMPRESS_ZLIB:
-		return inflate(raw[hdr:], size)
-	case elf.COMPRESS_ZSTD:
-		return unzstd(raw[hdr:], size)
-	default:
-		return nil, fmt.Errorf("unknown compression type %d: %w", typ, ErrCorrupt)
+		return elf.CompressionType(bo.Uint32(raw[0:])), uint64(bo.Uint32(raw[4:])), 12, nil
 	}
 }
 
+// decompressSHF decodes a standard compressed section; f.budget.mu is held.
+func (f *File) decompressSHF(raw []byte) ([]byte, error) {
+	typ, size, hdr, err := f.compressionHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.budget.check(size); err != nil {
+		return nil, err
+	}
+	var r io.Reader
+	switch typ {
+	case elf.COMPRESS_ZLIB:
+		zr, err := zlib.NewReader(bytes.NewReader(raw[hdr:]))
+		if err != nil {
+			return nil, fmt.Errorf("zlib: %v: %w", err, ErrCorrupt)
+		}
+		defer zr.Close()
+		r = zr
+	case elf.COMPRESS_ZSTD:
+		zr, err := newZstd(raw[hdr:], size)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, fmt.Errorf("unknown compression type %d: %w", typ, ErrCorrupt)
+	}
+	return f.readExactly(r, size, len(raw))
+}
+
 // decompressZdebug handles GNU's pre-standard ".zdebug_*" sections: "ZLIB",
-// a big-endian 64-bit size, then a zlib stream.
-func decompressZdebug(raw []byte) ([]byte, error) {
+// a big-endian 64-bit size, then a zlib stream. f.budget.mu is held.
+func (f *File) decompressZdebug(raw []byte) ([]byte, error) {
 	if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
 		return nil, fmt.Errorf("bad .zdebug header: %w", ErrCorrupt)
 	}
 	size := binary.BigEndian.Uint64(raw[4:])
-	if size > MaxDecompressedSection {
-		return nil, fmt.Errorf("compressed section claims %d bytes: %w", size, ErrCorrupt)
+	if err := f.budget.check(size); err != nil {
+		return nil, err
 	}
-	return inflate(raw[12:], size)
-}
-
-func inflate(src []byte, size uint64) ([]byte, error) {
-	zr, err := zlib.NewReader(bytes.NewReader(src))
+	zr, err := zlib.NewReader(bytes.NewReader(raw[12:]))
 	if err != nil {
 		return nil, fmt.Errorf("zlib: %v: %w", err, ErrCorrupt)
 	}
 	defer zr.Close()
-	return readExactly(zr, size)
+	return f.readExactly(zr, size, len(raw))
 }
 
-func readExactly(r io.Reader, size uint64) ([]byte, error) {
-	out := make([]byte, size)
-	if _, err := io.ReadFull(r, out); err != nil {
-		return nil, fmt.Errorf("decompress: %v: %w", err, ErrCorrupt)
+// check refuses a claimed size that does not fit what is left; b.mu is held.
+func (b *budget) check(size uint64) error {
+	if left := b.limit - b.spent; size > uint64(max(left, 0)) {
+		return fmt.Errorf("decompressed size %d exceeds what is left (%d) of the file's %d-byte decompression limit: %w",
+			size, max(left, 0), b.limit, frame.ErrLimitExceeded)
+	}
+	return nil
+}
+
+// readExactly decodes exactly size bytes from r (which must then end),
+// growing the buffer as bytes arrive; b.mu is held and size was checked.
+// The bytes live in memory that Close frees (see sectionMemory).
+func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, error) {
+	// Start small: a header may lie, and a real stream expands at most
+	// about 1000x (zlib's limit), so a few times the input is a fair guess.
+	out, err := growRead(r, int64(size), int64(compressed)*4, sectionMemory)
+	f.budget.spent += int64(len(out))
+	if err == nil && uint64(len(out)) != size {
+		err = fmt.Errorf("decompressed %d bytes, header says %d: %w", len(out), size, ErrCorrupt)
+	}
+	if err != nil {
+		sectionMemory.free(out)
+		return nil, err
+	}
+	out = sectionMemory.trim(out)
+	f.mu.Lock()
+	f.freeOnClose = append(f.freeOnClose, out)
+	f.mu.Unlock()
+	return out, nil
+}
+
+// memory allocates the buffers decompression grows into.
+type memory interface {
+	// grow returns a buffer of capacity n holding buf's bytes; buf is
+	// no longer valid.
+	grow(buf []byte, n int) ([]byte, error)
+	// trim shrinks buf's capacity to its length where that saves memory.
+	trim(buf []byte) []byte
+	free(buf []byte)
+}
+
+// heapMemory grows by copying into a new slice; the old one is garbage.
+type heapMemory struct{}
+
+func (heapMemory) grow(buf []byte, n int) ([]byte, error) {
+	nb := make([]byte, len(buf), n)
+	copy(nb, buf)
+	return nb, nil
+}
+func (heapMemory) trim(buf []byte) []byte { return buf }
+func (heapMemory) free([]byte)            {}
+
+// growRead reads r to its end into a buffer that doubles as it fills,
+// starting at min(hint, limit+1) bytes. More than limit bytes stop the read
+// with errTooLong. On error the partial buffer is returned for freeing.
+func growRead(r io.Reader, limit, hint int64, mem memory) ([]byte, error) {
+	const minBuf = 64 << 10
+	buf, err := mem.grow(nil, int(min(max(hint, minBuf), limit+1)))
+	if err != nil {
+		return nil, fmt.Errorf("decompress: %w", err)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return buf, errTooLong
+			}
+			nb, err := mem.grow(buf, int(min(int64(cap(buf))*2, limit+1)))
+			if err != nil {
+				return buf, fmt.Errorf("decompress: %w", err)
+			}
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if int64(len(buf)) > limit {
+				return buf, errTooLong
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return buf, fmt.Errorf("decompress: %v: %w", err, ErrCorrupt)
+		}
+	}
+}
+
+var errTooLong = fmt.Errorf("decompressed data longer than its header says: %w", ErrCorrupt)
+
+// Decompress reads r, a decoder over compressed bytes of this file (such as
+// .gnu_debugdata's xz stream), to its end. Its output counts against the
+// file's MaxDecompressedBytes and may not exceed max bytes; either bound
+// fails with an error wrapping frame.ErrLimitExceeded. The result is not
+// kept by the File.
+func (f *File) Decompress(r io.Reader, max int64, what string) ([]byte, error) {
+	b := f.budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	left := b.limit - b.spent
+	limit := min(max, left)
+	if limit < 0 {
+		limit = 0
+	}
+	out, err := growRead(r, limit, 0, heapMemory{})
+	b.spent += int64(len(out))
+	switch {
+	case errors.Is(err, errTooLong) && limit == max:
+		return nil, fmt.Errorf("%s: more than %d bytes decompressed: %w", what, max, frame.ErrLimitExceeded)
+	case errors.Is(err, errTooLong):
+		return nil, fmt.Errorf("%s: decompressing takes the file past its %d-byte decompression limit: %w", what, b.limit, frame.ErrLimitExceeded)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }

@@ -29,6 +29,12 @@ const (
 	// AttrError says why a location stayed raw (one of the reasons below).
 	AttrError = "profsym.symbolization.error"
 
+	// AttrAddressBase = AddressBaseImage on a mapping: its locations'
+	// addresses are offsets from the image base (JFR remote frames,
+	// docs/jfr.md), not ELF addresses.
+	AttrAddressBase  = "profsym.mapping.address_base"
+	AddressBaseImage = "image"
+
 	// Mapping flags pprof reads, set where symbolization found something.
 	AttrHasFunctions    = "pprof.mapping.has_functions"
 	AttrHasFilenames    = "pprof.mapping.has_filenames"

@@ -23,7 +23,9 @@ type Frame struct {
 	Column        uint32
 	Discriminator uint32
 	// StartFile and StartLine are where the function is declared;
-	// StartAddress is the lowest address of this (possibly inlined) instance.
+	// StartAddress is where this (possibly inlined) instance starts: its
+	// DW_AT_low_pc (zero when DWARF describes it by ranges alone) or, for
+	// the outermost frame, the start of the symbol covering the address.
 	StartFile    string
 	StartLine    uint32
 	StartAddress uint64

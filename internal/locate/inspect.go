@@ -1,11 +1,13 @@
 package locate
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
@@ -27,6 +29,10 @@ type inspector struct {
 	cache    *lru.Cache[string, fileInfo]
 }
 
+// inspectTimeout bounds opening one candidate when the caller's context
+// has no deadline of its own.
+const inspectTimeout = 30 * time.Second
+
 // infoCost approximates a cached fileInfo: key, identity strings, entry.
 const infoCost = 400
 
@@ -35,7 +41,7 @@ func newInspector(maxEntries int, maxFileBytes int64) *inspector {
 		cache: lru.New[string, fileInfo](0, maxEntries, func(fileInfo) int64 { return infoCost }, nil)}
 }
 
-func (in *inspector) inspect(path string) (fileInfo, error) {
+func (in *inspector) inspect(ctx context.Context, path string) (fileInfo, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -55,9 +61,15 @@ func (in *inspector) inspect(path string) (fileInfo, error) {
 	if fi, ok := in.cache.Get(key); ok {
 		return fi, nil
 	}
-	f, err := elfx.Open(path)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, inspectTimeout)
+		defer cancel()
+	}
+	// Only headers and notes are read: no decompression budget is needed.
+	f, err := elfx.OpenContext(ctx, path, elfx.Limits{MaxFileBytes: in.maxBytes, MaxDecompressedBytes: 1 << 20})
 	if err != nil {
-		if !errors.Is(err, frame.ErrCorruptFile) {
+		if frame.Reason(err) == "error" {
 			err = fmt.Errorf("%w: %v", frame.ErrCorruptFile, err)
 		}
 		return fileInfo{}, err

@@ -304,7 +304,7 @@ func (c *Chain) locate(ctx context.Context, q *Query) *answer {
 			errs = append(errs, fmt.Errorf("%s: %w", src.Name(), err))
 		}
 		for _, cand := range cands {
-			f, err := c.accept(q, src.Name(), cand)
+			f, err := c.accept(ctx, q, src.Name(), cand)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", src.Name(), err))
 				continue
@@ -329,13 +329,13 @@ func (c *Chain) locate(ctx context.Context, q *Query) *answer {
 // accept opens a candidate and checks that it is the object asked for: a
 // binary by its identity, a debug file by its build id (or by the CRC of
 // the .gnu_debuglink that named it, for debug files without one).
-func (c *Chain) accept(q *Query, source string, cand Candidate) (File, error) {
+func (c *Chain) accept(ctx context.Context, q *Query, source string, cand Candidate) (File, error) {
 	for _, f := range q.Found {
 		if f.Path == cand.Path {
 			return File{}, fmt.Errorf("%s: already found", cand.Path)
 		}
 	}
-	info, err := c.files.inspect(cand.Path)
+	info, err := c.files.inspect(ctx, cand.Path)
 	if err != nil {
 		return File{}, err
 	}

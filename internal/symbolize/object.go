@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -38,19 +39,19 @@ type object struct {
 }
 
 // openObject opens the binary at binPath and the debug file at debugPath
-// (either may be empty) and attaches every source they hold. It searches for
-// nothing: internal/locate chose the files.
-func openObject(binPath, debugPath string) (*object, error) {
+// (either may be empty) within lim and ctx, and attaches every source they
+// hold. It searches for nothing: internal/locate chose the files.
+func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits) (*object, error) {
 	o := &object{}
 	var err error
 	if binPath != "" {
-		if o.bin, err = elfx.Open(binPath); err != nil {
+		if o.bin, err = elfx.OpenContext(ctx, binPath, lim); err != nil {
 			return nil, classify(err)
 		}
 		o.buildID, _ = buildid.GNU(o.bin)
 	}
 	if debugPath != "" {
-		o.dbg, err = elfx.Open(debugPath)
+		o.dbg, err = elfx.OpenContext(ctx, debugPath, lim)
 		if err != nil {
 			o.why = classify(err)
 		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {
@@ -119,7 +120,7 @@ func sameBuildID(want []byte, f *elfx.File) bool {
 }
 
 func classify(err error) error {
-	if errors.Is(err, frame.ErrCorruptFile) || errors.Is(err, frame.ErrNotFound) {
+	if frame.Reason(err) != "error" { // already says why (limit_exceeded, invalid_path, timeout, ...)
 		return err
 	}
 	var pe interface{ Timeout() bool }

@@ -41,6 +41,8 @@ type Options struct {
 	// (0: demangle.DefaultEntries, demangle.DefaultBytes).
 	DemangleEntries int
 	DemangleBytes   int64
+	// Limits bound each file opened (size, decompressed bytes).
+	Limits elfx.Limits
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -149,8 +151,11 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 			}
 		}
 		ch := r.group.DoChan(key, func() (any, error) {
-			e := r.load(bin, debug)
-			r.cache.Add(key, e)
+			e := r.load(ctx, bin, debug)
+			// A timeout belongs to the caller that waited, not to the files.
+			if e.obj != nil || !frame.Transient(e.err) {
+				r.cache.Add(key, e)
+			}
 			return e, nil
 		})
 		select {
@@ -185,8 +190,8 @@ func filesKey(bin, debug string) (string, error) {
 	return k, nil
 }
 
-func (r *Resolver) load(bin, debug string) *entry {
-	o, err := openObject(bin, debug)
+func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
+	o, err := openObject(ctx, bin, debug, r.opt.Limits)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}
@@ -262,8 +267,12 @@ func (h *Handle) HasDebugInfo() bool { return h.obj.dwarf != nil || h.obj.gopcln
 // Why explains missing debug info (nil when the object has DWARF).
 func (h *Handle) Why() error { return h.obj.why }
 
-// ImageBase is the lowest PT_LOAD address of the object, page aligned: what
-// "offset from the load base" is relative to.
+// ImageBase is the ELF address of the image base that remote frames'
+// offsets count from. A profiler's image base is the start of the file's
+// first mapping with file offset 0, which maps the PT_LOAD holding file
+// offset 0, so its ELF address is that segment's p_vaddr, page aligned
+// (0 for PIE executables and shared libraries, 0x400000 for a classic
+// non-PIE x86-64 executable). Without such a segment, the lowest PT_LOAD.
 func (h *Handle) ImageBase() uint64 {
 	for _, f := range []*elfx.File{h.obj.bin, h.obj.dbg} {
 		if f == nil {
@@ -271,7 +280,13 @@ func (h *Handle) ImageBase() uint64 {
 		}
 		base, found := ^uint64(0), false
 		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Vaddr < base {
+			if p.Type != elf.PT_LOAD {
+				continue
+			}
+			if p.Off&^0xfff == 0 {
+				return p.Vaddr &^ 0xfff
+			}
+			if p.Vaddr < base {
 				base, found = p.Vaddr, true
 			}
 		}

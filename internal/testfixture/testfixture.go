@@ -61,6 +61,10 @@ type Spec struct {
 	Lang    string   // "c", "c++", "go" or "rust"
 	Sources []string // paths under testdata/src (for go: one package folder)
 	Args    []string // extra compiler flags
+	// Compiler replaces the language's default compiler (e.g. "clang-19"
+	// for "c"); Env adds variables to its environment (e.g. CGO_ENABLED=1).
+	Compiler string
+	Env      []string
 }
 
 var mu sync.Mutex
@@ -78,6 +82,9 @@ func Build(t testing.TB, spec Spec) string {
 	t.Helper()
 	key := sha256.New()
 	fmt.Fprintf(key, "%s\x00%s\x00%q\x00", spec.Name, spec.Lang, spec.Args)
+	if spec.Compiler != "" || len(spec.Env) > 0 {
+		fmt.Fprintf(key, "%s\x00%q\x00", spec.Compiler, spec.Env)
+	}
 	for _, s := range spec.Sources {
 		p := Src(t, s)
 		hashTree(t, key, p)
@@ -94,6 +101,9 @@ func Build(t testing.TB, spec Spec) string {
 		compiler = []string{NeedTool(t, "rustc")}
 	default:
 		t.Fatalf("unknown fixture language %q", spec.Lang)
+	}
+	if spec.Compiler != "" {
+		compiler[0] = NeedTool(t, spec.Compiler)
 	}
 	ver, _ := exec.Command(compiler[0], "--version").CombinedOutput()
 	if spec.Lang == "go" {
@@ -125,6 +135,7 @@ func Build(t testing.TB, spec Spec) string {
 		cmd = exec.Command(compiler[0], args...)
 		cmd.Dir = Src(t, spec.Sources[0])
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+		cmd.Env = append(cmd.Env, spec.Env...)
 	default:
 		args := append([]string{}, spec.Args...)
 		args = append(args, "-o", tmpOut)
@@ -133,6 +144,9 @@ func Build(t testing.TB, spec Spec) string {
 		}
 		cmd = exec.Command(compiler[0], args...)
 		cmd.Dir = tmp
+		if len(spec.Env) > 0 {
+			cmd.Env = append(os.Environ(), spec.Env...)
+		}
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building fixture %s: %v\n%s\n%s", spec.Name, err, strings.Join(cmd.Args, " "), b)

@@ -7,6 +7,9 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debugdirs"
@@ -65,6 +68,16 @@ type DebuginfodConfig struct {
 	MaxCacheBytes int64         `mapstructure:"max_cache_bytes"`
 	MaxParallel   int           `mapstructure:"max_parallel"`
 	NegativeTTL   time.Duration `mapstructure:"negative_ttl"`
+	// MaxFileBytes refuses larger downloads (Content-Length, the bytes
+	// streamed, or the server's 406), like DEBUGINFOD_MAXSIZE.
+	MaxFileBytes int64 `mapstructure:"max_file_bytes"`
+	// MaxDownloadTime stops one download from one server, however steadily
+	// it moves, like DEBUGINFOD_MAXTIME.
+	MaxDownloadTime time.Duration `mapstructure:"max_download_time"`
+	// HTTP is the collector's HTTP client configuration for every server:
+	// tls, headers, proxy_url, auth (an authenticator extension) and
+	// the rest of confighttp. Its endpoint is unused (see urls).
+	HTTP confighttp.ClientConfig `mapstructure:"http"`
 }
 
 // CacheConfig bounds the processor's memory; every cache counts its bytes,
@@ -98,6 +111,9 @@ type LimitsConfig struct {
 	MaxLogFrames       int `mapstructure:"max_log_frames"`
 	// MaxFileBytes refuses larger binaries and debug files.
 	MaxFileBytes int64 `mapstructure:"max_file_bytes"`
+	// MaxDecompressedBytes bounds what decompressing one file's sections
+	// (compressed DWARF, MiniDebugInfo) may produce.
+	MaxDecompressedBytes int64 `mapstructure:"max_decompressed_bytes"`
 	// MaxIndexedFiles bounds the files indexed in symbol directories.
 	MaxIndexedFiles int `mapstructure:"max_indexed_files"`
 }
@@ -112,6 +128,10 @@ func createDefaultConfig() *Config {
 			MaxCacheBytes: 2 << 30,
 			MaxParallel:   4,
 			NegativeTTL:   5 * time.Minute,
+			// The whole cache: a larger file could not be kept anyway.
+			MaxFileBytes:    2 << 30,
+			MaxDownloadTime: 5 * time.Minute,
+			HTTP:            confighttp.NewDefaultClientConfig(),
 		},
 		Demangle:     "full",
 		InlineFrames: true,
@@ -127,12 +147,13 @@ func createDefaultConfig() *Config {
 			MaxDemangledBytes: demangle.DefaultBytes,
 		},
 		Limits: LimitsConfig{
-			MaxNameBytes:       frame.DefaultMaxNameBytes,
-			MaxAttributeBytes:  otlpsym.DefaultMaxAttributeBytes,
-			MaxFramesJSONBytes: otlpsym.DefaultMaxFramesJSON,
-			MaxLogFrames:       otlpsym.DefaultMaxLogFrames,
-			MaxFileBytes:       locate.DefaultMaxFileBytes,
-			MaxIndexedFiles:    locate.DefaultMaxIndexedFiles,
+			MaxNameBytes:         frame.DefaultMaxNameBytes,
+			MaxAttributeBytes:    otlpsym.DefaultMaxAttributeBytes,
+			MaxFramesJSONBytes:   otlpsym.DefaultMaxFramesJSON,
+			MaxLogFrames:         otlpsym.DefaultMaxLogFrames,
+			MaxFileBytes:         elfx.DefaultMaxFileBytes,
+			MaxDecompressedBytes: elfx.DefaultMaxDecompressedBytes,
+			MaxIndexedFiles:      locate.DefaultMaxIndexedFiles,
 		},
 	}
 }
@@ -170,11 +191,18 @@ func (c *Config) Validate() error {
 	if c.Debuginfod.MaxParallel < 0 || c.Debuginfod.MaxCacheBytes < 0 {
 		errs = append(errs, errors.New("debuginfod.max_parallel and max_cache_bytes must not be negative"))
 	}
+	if c.Debuginfod.MaxFileBytes < 0 || c.Debuginfod.MaxDownloadTime < 0 {
+		errs = append(errs, errors.New("debuginfod.max_file_bytes and max_download_time must not be negative"))
+	}
+	if c.Debuginfod.HTTP.Endpoint != "" {
+		errs = append(errs, errors.New("debuginfod.http.endpoint is unused: list servers in debuginfod.urls"))
+	}
 	cc, l := c.Cache, c.Limits
 	if cc.MaxBytes < 0 || cc.MaxEntries < 0 || cc.MaxResultBytes < 0 || cc.MaxObjects < 0 || cc.MaxDemangled < 0 || cc.MaxDemangledBytes < 0 {
 		errs = append(errs, errors.New("cache bounds must not be negative"))
 	}
-	if l.MaxNameBytes < 0 || l.MaxAttributeBytes < 0 || l.MaxFramesJSONBytes < 0 || l.MaxLogFrames < 0 || l.MaxFileBytes < 0 || l.MaxIndexedFiles < 0 {
+	if l.MaxNameBytes < 0 || l.MaxAttributeBytes < 0 || l.MaxFramesJSONBytes < 0 || l.MaxLogFrames < 0 || l.MaxFileBytes < 0 ||
+		l.MaxDecompressedBytes < 0 || l.MaxIndexedFiles < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	if l.MaxNameBytes > 0 && l.MaxNameBytes < 16 {

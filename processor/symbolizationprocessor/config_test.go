@@ -18,22 +18,22 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	custom := &Config{
-		Sources:                 []string{"proc", "local", "debug_directories", "symbol_directories", "symbol_store", "debuginfod", "kernel"},
-		Local:                   LocalConfig{Root: "/host"},
-		DebugDirectories:        []string{"/usr/lib/debug", "/opt/debug"},
-		SymbolDirectories:       []string{"/srv/symbols"},
-		SymbolDirectoriesRescan: 5 * time.Second,
-		Debuginfod: DebuginfodConfig{URLs: []string{"https://debuginfod.example.org", "http://127.0.0.1:8002"},
-			Timeout: 3 * time.Second, CacheDir: "/var/cache/profsym", MaxCacheBytes: 1 << 30, MaxParallel: 2, NegativeTTL: time.Minute},
-		Demangle:    "none",
-		Timeout:     2 * time.Second,
-		NegativeTTL: 30 * time.Second,
-		Cache: CacheConfig{MaxBytes: 256 << 20, MaxEntries: 100000, MaxResultBytes: 64 << 20, MaxObjects: 4096,
-			MaxDemangled: 1000, MaxDemangledBytes: 1 << 20},
-		Limits: LimitsConfig{MaxNameBytes: 1024, MaxAttributeBytes: 16384, MaxFramesJSONBytes: 65536, MaxLogFrames: 256,
-			MaxFileBytes: 2 << 30, MaxIndexedFiles: 10000},
-	}
+	custom := createDefaultConfig()
+	custom.Sources = []string{"proc", "local", "debug_directories", "symbol_directories", "symbol_store", "debuginfod", "kernel"}
+	custom.Local = LocalConfig{Root: "/host"}
+	custom.DebugDirectories = []string{"/usr/lib/debug", "/opt/debug"}
+	custom.SymbolDirectories = []string{"/srv/symbols"}
+	custom.SymbolDirectoriesRescan = 5 * time.Second
+	d := &custom.Debuginfod
+	d.URLs = []string{"https://debuginfod.example.org", "http://127.0.0.1:8002"}
+	d.Timeout, d.CacheDir, d.MaxCacheBytes, d.MaxParallel, d.NegativeTTL = 3*time.Second, "/var/cache/profsym", 1<<30, 2, time.Minute
+	d.MaxFileBytes, d.MaxDownloadTime = 512<<20, 2*time.Minute
+	custom.Demangle, custom.InlineFrames, custom.LineNumbers = "none", false, false
+	custom.Timeout, custom.NegativeTTL = 2*time.Second, 30*time.Second
+	custom.Cache = CacheConfig{MaxBytes: 256 << 20, MaxEntries: 100000, MaxResultBytes: 64 << 20, MaxObjects: 4096,
+		MaxDemangled: 1000, MaxDemangledBytes: 1 << 20}
+	custom.Limits = LimitsConfig{MaxNameBytes: 1024, MaxAttributeBytes: 16384, MaxFramesJSONBytes: 65536, MaxLogFrames: 256,
+		MaxFileBytes: 2 << 30, MaxDecompressedBytes: 256 << 20, MaxIndexedFiles: 10000}
 	for _, tt := range []struct {
 		id   component.ID
 		want *Config
@@ -69,7 +69,7 @@ func TestDefaultsAreBounded(t *testing.T) {
 	}
 	l := c.Limits
 	if l.MaxNameBytes <= 0 || l.MaxAttributeBytes <= 0 || l.MaxFramesJSONBytes <= 0 || l.MaxLogFrames <= 0 ||
-		l.MaxFileBytes <= 0 || l.MaxIndexedFiles <= 0 || c.Timeout <= 0 || c.NegativeTTL <= 0 || c.SymbolDirectoriesRescan <= 0 {
+		l.MaxFileBytes <= 0 || l.MaxDecompressedBytes <= 0 || l.MaxIndexedFiles <= 0 || c.Timeout <= 0 || c.NegativeTTL <= 0 || c.SymbolDirectoriesRescan <= 0 {
 		t.Errorf("unbounded limit default: %+v", c)
 	}
 	if c.Sources[0] != "proc" || c.Sources[len(c.Sources)-1] != "kernel" {

@@ -3,6 +3,7 @@ package symbolizationprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
@@ -23,6 +25,7 @@ import (
 type symbolizer struct {
 	cfg    *Config
 	log    *zap.Logger
+	set    component.TelemetrySettings
 	tel    *metadata.TelemetryBuilder
 	shared *sharedSym
 	sym    *otlpsym.Symbolizer
@@ -52,7 +55,7 @@ func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &symbolizer{cfg: cfg, log: set.Logger, tel: tel}, nil
+	return &symbolizer{cfg: cfg, log: set.Logger, set: set.TelemetrySettings, tel: tel}, nil
 }
 
 // Options turns the configuration into the symbolizer's options; the
@@ -86,7 +89,8 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 			MaxFramesJSON:     c.Limits.MaxFramesJSONBytes,
 			MaxLogFrames:      c.Limits.MaxLogFrames,
 		},
-		Logger: log,
+		FileLimits: elfx.Limits{MaxFileBytes: c.Limits.MaxFileBytes, MaxDecompressedBytes: c.Limits.MaxDecompressedBytes},
+		Logger:     log,
 	}
 }
 
@@ -100,8 +104,11 @@ func (c *Config) lists(source string) bool {
 }
 
 // NewDebuginfod builds the debuginfod client the configuration asks for, or
-// nil when the source is not listed or no server is known.
-func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
+// nil when the source is not listed or no server is known. Its HTTP client
+// comes from debuginfod.http (confighttp), whose auth extension, if any, is
+// looked up in extensions (host.GetExtensions()).
+func (c *Config) NewDebuginfod(ctx context.Context, extensions map[component.ID]component.Component, set component.TelemetrySettings) (*debuginfod.Client, error) {
+	log := set.Logger
 	if !c.lists(locate.SourceDebuginfod) {
 		return nil, nil
 	}
@@ -113,14 +120,21 @@ func (c *Config) NewDebuginfod(log *zap.Logger) (*debuginfod.Client, error) {
 		log.Info("debuginfod source listed but no server configured (debuginfod.urls or DEBUGINFOD_URLS); skipping it")
 		return nil, nil
 	}
+	hc, err := c.Debuginfod.HTTP.ToClient(ctx, extensions, set)
+	if err != nil {
+		return nil, fmt.Errorf("debuginfod.http: %w", err)
+	}
 	return debuginfod.New(debuginfod.Config{
-		URLs:          urls,
-		Timeout:       c.Debuginfod.Timeout,
-		CacheDir:      c.Debuginfod.CacheDir,
-		MaxCacheBytes: c.Debuginfod.MaxCacheBytes,
-		MaxParallel:   c.Debuginfod.MaxParallel,
-		NegativeTTL:   c.Debuginfod.NegativeTTL,
-		Logger:        log,
+		URLs:            urls,
+		Timeout:         c.Debuginfod.Timeout,
+		CacheDir:        c.Debuginfod.CacheDir,
+		MaxCacheBytes:   c.Debuginfod.MaxCacheBytes,
+		MaxParallel:     c.Debuginfod.MaxParallel,
+		NegativeTTL:     c.Debuginfod.NegativeTTL,
+		MaxFileBytes:    c.Debuginfod.MaxFileBytes,
+		MaxDownloadTime: c.Debuginfod.MaxDownloadTime,
+		HTTPClient:      hc,
+		Logger:          log,
 	})
 }
 
@@ -140,7 +154,7 @@ func (c *Config) storeSource(host component.Host, log *zap.Logger) locate.Source
 	return nil
 }
 
-func (p *symbolizer) start(_ context.Context, host component.Host) error {
+func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 	shared.Lock()
 	defer shared.Unlock()
 	if e := shared.m[p.cfg]; e != nil {
@@ -149,7 +163,7 @@ func (p *symbolizer) start(_ context.Context, host component.Host) error {
 		return nil
 	}
 	opt := p.cfg.Options(p.log)
-	client, err := p.cfg.NewDebuginfod(p.log)
+	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/profsym/profsym/internal/addrmap"
@@ -213,12 +212,11 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 	}
 	var lastErr error
 	for _, c := range candidates {
-		var st syscall.Stat_t
-		if err := syscall.Stat(c, &st); err != nil {
+		key, err := statKey(c)
+		if err != nil {
 			lastErr = err
 			continue
 		}
-		key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
 		if fi, ok := n.files.Get(key); ok {
 			return fi
 		}
@@ -241,11 +239,12 @@ func identify(openPath, path string) *FileInfo {
 	f, err := elfx.Open(openPath)
 	if err != nil {
 		fi.Err = err
-		if osf, oerr := os.Open(openPath); oerr == nil {
-			if st, serr := osf.Stat(); serr == nil {
-				fi.Size = st.Size()
-				fi.HTLHash, _ = buildid.HTLHash(osf, st.Size())
-			}
+		// Not ELF (or not parsable): the content hash still identifies
+		// it. The same checks apply: a FIFO put in its place must not
+		// block, and only head and tail are read.
+		if osf, size, oerr := elfx.OpenRegular(openPath, 1<<62); oerr == nil {
+			fi.Size = size
+			fi.HTLHash, _ = buildid.HTLHash(osf, size)
 			osf.Close()
 		}
 		return fi

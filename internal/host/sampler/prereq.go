@@ -1,3 +1,5 @@
+//go:build linux
+
 package sampler
 
 import (
@@ -16,21 +18,7 @@ const (
 	capBPF      = 39
 )
 
-// MinKernel is the oldest kernel the sampler supports: BPF links for perf
-// events arrived in 5.15 (ring buffers 5.8, tp_btf 5.5).
-var MinKernel = [2]int{5, 15}
-
 const btfPath = "/sys/kernel/btf/vmlinux"
-
-// PrerequisiteError lists everything missing, so one start-up line says it
-// all.
-type PrerequisiteError struct {
-	Missing []string
-}
-
-func (e *PrerequisiteError) Error() string {
-	return "sampler: cannot run: " + strings.Join(e.Missing, "; ")
-}
 
 // host is what the checks read, separated so they can be tested.
 type host struct {

@@ -56,9 +56,10 @@ func ParseDebugLink(data []byte, order binary.ByteOrder) (name string, crc uint3
 
 // FileCRC computes the CRC gdb checks a debuglink against: the standard
 // IEEE CRC-32 (gdb's gnu_debuglink_crc32 is the zlib polynomial) over the
-// whole file.
+// whole file. Only a regular file within elfx's default size cap is read
+// (never a FIFO, which would block, nor a sparse terabyte).
 func FileCRC(path string) (uint32, error) {
-	fh, err := os.Open(path)
+	fh, _, err := elfx.OpenRegular(path, elfx.DefaultMaxFileBytes)
 	if err != nil {
 		return 0, err
 	}

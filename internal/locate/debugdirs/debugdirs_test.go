@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -257,4 +258,28 @@ func FuzzParseDebugLink(f *testing.F) {
 			t.Fatalf("bad name %q", name)
 		}
 	})
+}
+
+// The CRC of a debuglink candidate reads the whole file: a FIFO in a debug
+// folder used to block that read forever, and a sparse terabyte to take
+// minutes. Both are refused up front.
+func TestFileCRCHostile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.debug")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FileCRC(fifo); !errors.Is(err, frame.ErrInvalidPath) {
+		t.Errorf("FileCRC(fifo) = %v, want %v", err, frame.ErrInvalidPath)
+	}
+	huge := filepath.Join(dir, "huge.debug")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<40); err != nil {
+		t.Skipf("no sparse files here: %v", err)
+	}
+	if _, err := FileCRC(huge); !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Errorf("FileCRC(1 TiB) = %v, want %v", err, frame.ErrLimitExceeded)
+	}
 }

@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/profsym/profsym/internal/frame"
 )
 
 // tmpPrefix names downloads in progress; they live in the cache folder so
@@ -61,13 +62,6 @@ func (c *Client) scan() error {
 	c.evict("")
 	c.mu.Unlock()
 	return nil
-}
-
-func accessTime(info fs.FileInfo) time.Time {
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		return time.Unix(st.Atim.Sec, st.Atim.Nsec)
-	}
-	return info.ModTime()
 }
 
 // hit serves a cached file, bumping its access time on disk too so that the
@@ -122,10 +116,37 @@ func (c *Client) adopt(k, p string, size int64) {
 	c.evict(k)
 }
 
+// reserve accounts n more bytes of a download in progress, evicting cached
+// files to make room. When the downloads in progress alone fill the budget,
+// it fails with frame.ErrLimitExceeded.
+func (c *Client) reserve(n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bytes+c.reserved+n > c.cfg.MaxCacheBytes {
+		c.evictTo(c.cfg.MaxCacheBytes-c.reserved-n, "")
+	}
+	if c.bytes+c.reserved+n > c.cfg.MaxCacheBytes {
+		return fmt.Errorf("cache budget of %d bytes is full (%d cached, %d being downloaded): %w",
+			c.cfg.MaxCacheBytes, c.bytes, c.reserved, frame.ErrLimitExceeded)
+	}
+	c.reserved += n
+	return nil
+}
+
+func (c *Client) unreserve(n int64) {
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.reserved -= n
+	c.mu.Unlock()
+}
+
 // commit renames a verified download into place, indexes it and evicts.
 // The rename happens under c.mu so that eviction, which also runs under it,
-// never races with a file appearing.
-func (c *Client) commit(k, tmp, final string, size int64) error {
+// never races with a file appearing. The download's reservation becomes the
+// file's size.
+func (c *Client) commit(k, tmp, final string, size, reserved int64) error {
 	// CreateTemp makes 0600 files; other local tools may want to read them.
 	os.Chmod(tmp, 0o644)
 	c.mu.Lock()
@@ -137,6 +158,7 @@ func (c *Client) commit(k, tmp, final string, size int64) error {
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
+	c.reserved -= reserved
 	if old, ok := c.files[k]; ok {
 		c.bytes -= old.size
 	}
@@ -148,8 +170,12 @@ func (c *Client) commit(k, tmp, final string, size int64) error {
 
 // evict removes least recently accessed files until the cache fits,
 // sparing keep (the file about to be returned). c.mu is held.
-func (c *Client) evict(keep string) {
-	if c.bytes <= c.cfg.MaxCacheBytes {
+func (c *Client) evict(keep string) { c.evictTo(c.cfg.MaxCacheBytes-c.reserved, keep) }
+
+// evictTo removes least recently accessed files until the cached files take
+// at most target bytes, sparing keep. c.mu is held.
+func (c *Client) evictTo(target int64, keep string) {
+	if c.bytes <= target {
 		return
 	}
 	type cand struct {
@@ -164,7 +190,7 @@ func (c *Client) evict(keep string) {
 	}
 	slices.SortFunc(all, func(a, b cand) int { return a.e.atime.Compare(b.e.atime) })
 	for _, v := range all {
-		if c.bytes <= c.cfg.MaxCacheBytes {
+		if c.bytes <= target {
 			break
 		}
 		if err := os.Remove(v.e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {

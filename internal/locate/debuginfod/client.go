@@ -53,6 +53,8 @@ const (
 	DefaultMaxParallel   = 4
 	DefaultNegativeTTL   = 5 * time.Minute
 	DefaultMaxFileBytes  = 4 << 30
+	// DefaultMaxDownloadTime lets a 2 GiB file arrive at 8 MiB/s.
+	DefaultMaxDownloadTime = 5 * time.Minute
 )
 
 // EnvURLs is the variable elfutils' client reads its servers from.
@@ -77,13 +79,23 @@ type Config struct {
 	// are evicted. A body larger than this is refused, since keeping it would
 	// break the bound.
 	MaxCacheBytes int64
-	// MaxParallel bounds concurrent downloads across build ids.
+	// MaxParallel bounds concurrent downloads from each server. A download
+	// holds a slot of the server it is reading from, and gives it back
+	// before trying the next server; a caller that finds every slot of a
+	// server busy for Timeout goes on to the next server.
 	MaxParallel int
 	// NegativeTTL is how long a miss or a failure is remembered per
 	// (build id, kind); calls within it fail at once without network.
 	NegativeTTL time.Duration
-	// MaxFileBytes refuses larger bodies.
+	// MaxFileBytes refuses larger bodies: at once when Content-Length says
+	// so, else as soon as the streamed bytes pass it (frame.ErrLimitExceeded).
+	// Like elfutils' DEBUGINFOD_MAXSIZE, it is also sent to the server as
+	// X-Debuginfod-Maxsize.
 	MaxFileBytes int64
+	// MaxDownloadTime bounds one download from one server from request to
+	// last byte, however steadily the bytes come (frame.ErrLimitExceeded;
+	// the server is then skipped for a while). Like DEBUGINFOD_MAXTIME.
+	MaxDownloadTime time.Duration
 	// HTTPClient, if set, is used for requests (its own Timeout, if any,
 	// applies in addition to ours).
 	HTTPClient *http.Client
@@ -116,8 +128,8 @@ type Client struct {
 	http  *http.Client
 	log   *zap.Logger
 	dir   string
-	limit int64 // largest body accepted: min(MaxFileBytes, MaxCacheBytes)
-	sem   chan struct{}
+	limit int64                    // largest body accepted: min(MaxFileBytes, MaxCacheBytes)
+	slots map[string]chan struct{} // per server URL, MaxParallel each
 
 	base context.Context // canceled by Close
 	stop context.CancelFunc
@@ -127,6 +139,7 @@ type Client struct {
 	closed   bool
 	files    map[string]*cacheEntry // by key(id, kind)
 	bytes    int64                  // sum of files[*].size
+	reserved int64                  // bytes written to downloads in progress
 	neg      map[string]negEntry
 	inflight map[string]*call
 	down     map[string]downEntry // by server URL
@@ -163,7 +176,7 @@ type Stats struct {
 	NegativeHits int64 // answered from the negative cache
 	Abandoned    int64 // callers whose context ended before their download
 	// Errors counts failed downloads by frame.Reason (not_found, timeout,
-	// fetch_failed, build_id_mismatch, corrupt_file).
+	// fetch_failed, build_id_mismatch, corrupt_file, limit_exceeded).
 	Errors       map[string]int64
 	BytesFetched int64         // body bytes received, verified or not
 	Fetches      int64         // HTTP attempts, to average FetchLatency
@@ -189,6 +202,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxDownloadTime <= 0 {
+		cfg.MaxDownloadTime = DefaultMaxDownloadTime
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -234,7 +250,7 @@ func New(cfg Config) (*Client, error) {
 		log:      log,
 		dir:      dir,
 		limit:    min(cfg.MaxFileBytes, cfg.MaxCacheBytes),
-		sem:      make(chan struct{}, cfg.MaxParallel),
+		slots:    map[string]chan struct{}{},
 		base:     base,
 		stop:     stop,
 		files:    map[string]*cacheEntry{},
@@ -242,6 +258,9 @@ func New(cfg Config) (*Client, error) {
 		inflight: map[string]*call{},
 		down:     map[string]downEntry{},
 		st:       Stats{Errors: map[string]int64{}},
+	}
+	for _, u := range urls {
+		c.slots[u] = make(chan struct{}, cfg.MaxParallel)
 	}
 	if err := c.scan(); err != nil {
 		stop()
@@ -412,12 +431,6 @@ func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, er
 	if len(c.urls) == 0 {
 		return "", fmt.Errorf("debuginfod %s %s: no server configured: %w", id, kind, frame.ErrNotFound)
 	}
-	select {
-	case c.sem <- struct{}{}:
-		defer func() { <-c.sem }()
-	case <-ctx.Done():
-		return "", fmt.Errorf("debuginfod %s %s: client closed: %w", id, kind, frame.ErrFetchFailed)
-	}
 
 	var first error // the first failure that is not a 404
 	var msgs []string
@@ -430,8 +443,21 @@ func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, er
 			}
 			continue
 		}
+		release, err := c.slot(ctx, u)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("debuginfod %s %s: client closed: %w", id, kind, frame.ErrFetchFailed)
+			}
+			if first == nil {
+				first = err
+			} else {
+				msgs = append(msgs, err.Error())
+			}
+			continue
+		}
 		start := time.Now()
 		n, serverFault, err := c.attempt(ctx, u, k, id, kind)
+		release()
 		c.mu.Lock()
 		c.st.Fetches++
 		c.st.BytesFetched += n
@@ -465,6 +491,28 @@ func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, er
 		return "", fmt.Errorf("debuginfod: %w", first)
 	}
 	return "", fmt.Errorf("debuginfod: %w (other servers: %s)", first, strings.Join(msgs, "; "))
+}
+
+// slot takes one of server u's download slots, waiting at most Timeout: a
+// server whose slots are all held (by downloads that trickle, say) must not
+// keep ids that another server has from being fetched.
+func (c *Client) slot(ctx context.Context, u string) (release func(), err error) {
+	sem := c.slots[u]
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	default:
+	}
+	t := time.NewTimer(c.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%s: all %d download slots stayed busy for %v: %w", u, cap(sem), c.cfg.Timeout, frame.ErrTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // skipped returns the recent failure of server u while it is backing off.

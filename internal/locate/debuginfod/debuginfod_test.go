@@ -328,7 +328,11 @@ func TestShortAndOversizedBodies(t *testing.T) {
 			srv := startLoop(t, tc.h)
 			c := newClient(t, Config{URLs: []string{srv.URL}, MaxFileBytes: tc.maxFile})
 			_, err := c.Fetch(context.Background(), idA, DebugInfo)
-			wantErr(t, err, frame.ErrFetchFailed)
+			if tc.maxFile > 0 {
+				wantErr(t, err, frame.ErrLimitExceeded)
+			} else {
+				wantErr(t, err, frame.ErrFetchFailed)
+			}
 			if names, _ := cachedFiles(t, c.CacheDir()); len(names) != 0 {
 				t.Fatalf("left in cache: %v", names)
 			}
@@ -578,7 +582,7 @@ func TestCacheBound(t *testing.T) {
 	check("restart with a smaller bound")
 	c = newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: size / 2})
 	_, err := c.Fetch(ctx, idA, DebugInfo)
-	wantErr(t, err, frame.ErrFetchFailed)
+	wantErr(t, err, frame.ErrLimitExceeded)
 }
 
 func TestInvalidIDs(t *testing.T) {

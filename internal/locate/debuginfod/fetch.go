@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/profsym/profsym/internal/frame"
@@ -15,6 +16,9 @@ import (
 
 // errStalled is the cancel cause when a server misses a Timeout window.
 var errStalled = errors.New("no response or progress within the timeout")
+
+// errTooSlow is the cancel cause when a download passes MaxDownloadTime.
+var errTooSlow = errors.New("download took longer than the time limit")
 
 // drainLimit is how much of an error response is read so that the
 // connection can be reused; more is not worth waiting for.
@@ -27,6 +31,10 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 	u := base + "/buildid/" + id + "/" + kind.String()
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The overall cap: a server sending just enough to beat the watchdog
+	// must not hold a download (and its slot) forever.
+	overall := time.AfterFunc(c.cfg.MaxDownloadTime, func() { cancel(errTooSlow) })
+	defer overall.Stop()
 	// One timer covers both the wait for headers and each window of the
 	// body: it is pushed back whenever minProgress more bytes arrive.
 	watchdog := time.AfterFunc(c.cfg.Timeout, func() { cancel(errStalled) })
@@ -37,6 +45,9 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 		return 0, false, fmt.Errorf("%s: %w: %v", u, frame.ErrFetchFailed, err)
 	}
 	req.Header.Set("User-Agent", userAgent)
+	// elfutils' client sends its DEBUGINFOD_MAXSIZE so that a server can
+	// refuse a larger file before sending it.
+	req.Header.Set("X-Debuginfod-Maxsize", strconv.FormatInt(c.limit, 10))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, true, transportError(actx, u, err)
@@ -44,6 +55,11 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotAcceptable:
+		// elfutils' server answers 406 when the file is larger than the
+		// X-Debuginfod-Maxsize we sent.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+		return 0, false, fmt.Errorf("%s: HTTP %s: the server says the file exceeds the %d-byte limit: %w", u, resp.Status, c.limit, frame.ErrLimitExceeded)
 	case resp.StatusCode == http.StatusNotFound:
 		io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		return 0, false, fmt.Errorf("%s: %w", u, frame.ErrNotFound)
@@ -55,12 +71,21 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 	if resp.ContentLength > c.limit {
 		return 0, false, c.tooLarge(u, resp.ContentLength)
 	}
+	// Servers send the file's size here too (elfutils' client checks it
+	// against DEBUGINFOD_MAXSIZE when the body is chunked).
+	if sz, err := strconv.ParseInt(resp.Header.Get("X-Debuginfod-Size"), 10, 64); err == nil && sz > c.limit {
+		return 0, false, c.tooLarge(u, sz)
+	}
 
 	tmp, err := os.CreateTemp(c.dir, tmpPrefix+"*")
 	if err != nil {
 		return 0, false, fmt.Errorf("%s: cache: %w: %v", u, frame.ErrFetchFailed, err)
 	}
 	tmpName := tmp.Name()
+	// Every byte written is reserved in the cache budget first, so the
+	// files and the downloads in progress together never pass
+	// MaxCacheBytes, whatever the servers send.
+	var reserved int64
 	defer func() {
 		if tmp != nil {
 			tmp.Close()
@@ -68,6 +93,7 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 		if tmpName != "" {
 			os.Remove(tmpName)
 		}
+		c.unreserve(reserved)
 	}()
 
 	buf := make([]byte, 128<<10)
@@ -78,6 +104,10 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 			if n+int64(m) > c.limit {
 				return n + int64(m), false, c.tooLarge(u, -1)
 			}
+			if err := c.reserve(int64(m)); err != nil {
+				return n + int64(m), false, fmt.Errorf("%s: %w", u, err)
+			}
+			reserved += int64(m)
 			if _, werr := tmp.Write(buf[:m]); werr != nil {
 				return n, false, fmt.Errorf("%s: writing cache: %w: %v", u, frame.ErrFetchFailed, werr)
 			}
@@ -112,23 +142,27 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 	if err := verifyPath(tmpName, id); err != nil {
 		return n, false, fmt.Errorf("%s: %w", u, err)
 	}
-	if err := c.commit(k, tmpName, c.path(id, kind), n); err != nil {
+	if err := c.commit(k, tmpName, c.path(id, kind), n, reserved); err != nil {
 		return n, false, fmt.Errorf("%s: cache: %w: %v", u, frame.ErrFetchFailed, err)
 	}
-	tmpName = ""
+	tmpName, reserved = "", 0
 	return n, false, nil
 }
 
 func (c *Client) tooLarge(u string, size int64) error {
 	if size < 0 {
-		return fmt.Errorf("%s: body exceeds the %d-byte limit: %w", u, c.limit, frame.ErrFetchFailed)
+		return fmt.Errorf("%s: body exceeds the %d-byte limit: %w", u, c.limit, frame.ErrLimitExceeded)
 	}
-	return fmt.Errorf("%s: body of %d bytes exceeds the %d-byte limit: %w", u, size, c.limit, frame.ErrFetchFailed)
+	return fmt.Errorf("%s: body of %d bytes exceeds the %d-byte limit: %w", u, size, c.limit, frame.ErrLimitExceeded)
 }
 
-// transportError classifies a request or body error: our watchdog or any
-// network timeout is ErrTimeout, everything else ErrFetchFailed.
+// transportError classifies a request or body error: the overall cap is
+// ErrLimitExceeded, our watchdog or any network timeout ErrTimeout,
+// everything else ErrFetchFailed.
 func transportError(actx context.Context, u string, err error) error {
+	if errors.Is(context.Cause(actx), errTooSlow) {
+		return fmt.Errorf("%s: %w: %v", u, frame.ErrLimitExceeded, errTooSlow)
+	}
 	if errors.Is(context.Cause(actx), errStalled) {
 		return fmt.Errorf("%s: %w: %v", u, frame.ErrTimeout, errStalled)
 	}

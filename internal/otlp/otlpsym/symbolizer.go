@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/lru"
@@ -50,7 +51,10 @@ type Options struct {
 	MaxParallel int           // objects found and opened at once
 
 	Limits Limits
-	Logger *zap.Logger
+	// FileLimits bound each binary and debug file opened (size,
+	// decompressed bytes); Locate.MaxFileBytes defaults to its size bound.
+	FileLimits elfx.Limits
+	Logger     *zap.Logger
 }
 
 // Limits bound what hostile input can make the symbolizer write or read.
@@ -219,6 +223,9 @@ func New(opt Options) (*Symbolizer, error) {
 	if lc.Logger == nil {
 		lc.Logger = opt.Logger
 	}
+	if lc.MaxFileBytes <= 0 {
+		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
+	}
 	chain, err := locate.NewFromConfig(lc)
 	if err != nil {
 		return nil, err
@@ -234,6 +241,7 @@ func New(opt Options) (*Symbolizer, error) {
 			NegativeTTL:     opt.NegativeTTL,
 			DemangleEntries: opt.DemangleEntries,
 			DemangleBytes:   opt.DemangleBytes,
+			Limits:          opt.FileLimits,
 		}),
 		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
 		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
@@ -407,7 +415,7 @@ type translation struct {
 
 const (
 	asIs       uint8 = iota // already an ELF virtual address
-	imageBase               // an offset from the lowest PT_LOAD (remote frames)
+	imageBase               // an offset from the image base (remote frames): plus the p_vaddr mapping file offset 0
 	kernelText              // a run-time kernel address: minus run-time _stext, plus vmlinux's
 )
 
@@ -513,6 +521,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 
 	mapWork := make([]work, maps.Len()) // by mapping index: the object, or why there is none
 	mapSeen := make([]bool, maps.Len())
+	addrBase := d.StringIndex(frame.AttrAddressBase)
 	todo := make([]work, 0, locs.Len())
 	var noMapping *objRef
 	frameType := d.StringIndex(frame.AttrFrameType)
@@ -545,6 +554,11 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		if !mapSeen[mi] {
 			mapWork[mi] = b.mappingObject(mi)
 			mapSeen[mi] = true
+			if addrBase > 0 {
+				if v, ok := d.FindAttrKey(maps.At(int(mi)).AttributeIndices(), addrBase); ok && v.Str() == frame.AddressBaseImage {
+					mapWork[mi].tr = translation{kind: imageBase} // image-base offsets (docs/jfr.md)
+				}
+			}
 		}
 		w := mapWork[mi]
 		w.loc, w.addr = int32(i), loc.Address()

@@ -24,6 +24,7 @@ import (
 func ToPprof(pd pprofile.Profiles) (*profile.Profile, error) {
 	c := &pprofConv{pd: pd, dict: pd.Dictionary(), out: &profile.Profile{},
 		maps: map[int32]*profile.Mapping{}, locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{}}
+	c.sampleTypes()
 	for _, rp := range pd.ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
@@ -40,12 +41,13 @@ func ToPprof(pd pprofile.Profiles) (*profile.Profile, error) {
 }
 
 type pprofConv struct {
-	pd    pprofile.Profiles
-	dict  pprofile.ProfilesDictionary
-	out   *profile.Profile
-	maps  map[int32]*profile.Mapping
-	locs  map[int32]*profile.Location
-	funcs map[int32]*profile.Function
+	typeIdx map[[4]string]int // profile type -> index into SampleType
+	pd      pprofile.Profiles
+	dict    pprofile.ProfilesDictionary
+	out     *profile.Profile
+	maps    map[int32]*profile.Mapping
+	locs    map[int32]*profile.Location
+	funcs   map[int32]*profile.Function
 }
 
 func (c *pprofConv) str(i int32) string {
@@ -55,12 +57,47 @@ func (c *pprofConv) str(i int32) string {
 	return c.dict.StringTable().At(int(i))
 }
 
-func (c *pprofConv) addProfile(res pcommon.Resource, p pprofile.Profile) error {
-	if c.out.SampleType == nil {
-		c.out.SampleType = []*profile.ValueType{{Type: c.str(p.SampleType().TypeStrindex()), Unit: c.str(p.SampleType().UnitStrindex())}}
-		c.out.PeriodType = &profile.ValueType{Type: c.str(p.PeriodType().TypeStrindex()), Unit: c.str(p.PeriodType().UnitStrindex())}
-		c.out.Period = p.Period()
+func (c *pprofConv) typeKey(p pprofile.Profile) [4]string {
+	return [4]string{c.str(p.SampleType().TypeStrindex()), c.str(p.SampleType().UnitStrindex()),
+		c.str(p.PeriodType().TypeStrindex()), c.str(p.PeriodType().UnitStrindex())}
+}
+
+// sampleTypes gives every distinct profile type (a JFR recording has cpu,
+// wall and allocation profiles) a value index of its own, as pprof keeps
+// several sample types side by side; types sharing a sample type name
+// (samples/count over cpu and wall time) are told apart by the period's.
+func (c *pprofConv) sampleTypes() {
+	c.typeIdx = map[[4]string]int{}
+	var keys [][4]string
+	names := map[string]int{}
+	for _, rp := range c.pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				k := c.typeKey(p)
+				if _, ok := c.typeIdx[k]; ok {
+					continue
+				}
+				if len(keys) == 0 {
+					c.out.PeriodType = &profile.ValueType{Type: k[2], Unit: k[3]}
+					c.out.Period = p.Period()
+				}
+				c.typeIdx[k] = len(keys)
+				keys = append(keys, k)
+				names[k[0]+"/"+k[1]]++
+			}
+		}
 	}
+	for _, k := range keys {
+		vt := &profile.ValueType{Type: k[0], Unit: k[1]}
+		if names[k[0]+"/"+k[1]] > 1 && k[2] != "" {
+			vt.Type = k[2] + "_" + k[0]
+		}
+		c.out.SampleType = append(c.out.SampleType, vt)
+	}
+}
+
+func (c *pprofConv) addProfile(res pcommon.Resource, p pprofile.Profile) error {
+	idx, n := c.typeIdx[c.typeKey(p)], len(c.out.SampleType)
 	t := int64(p.Time())
 	if c.out.TimeNanos == 0 || t < c.out.TimeNanos {
 		c.out.TimeNanos = t
@@ -68,7 +105,12 @@ func (c *pprofConv) addProfile(res pcommon.Resource, p pprofile.Profile) error {
 	c.out.DurationNanos = max(c.out.DurationNanos, int64(p.DurationNano()))
 	strLabels, numLabels := resourceLabels(res)
 	for _, s := range p.Samples().All() {
-		ps := &profile.Sample{Value: s.Values().AsRaw(), Label: map[string][]string{}, NumLabel: map[string][]int64{}}
+		ps := &profile.Sample{Value: make([]int64, n), Label: map[string][]string{}, NumLabel: map[string][]int64{}}
+		if s.Values().Len() > 0 {
+			ps.Value[idx] = s.Values().At(0)
+		} else {
+			ps.Value[idx] = int64(max(s.TimestampsUnixNano().Len(), 1))
+		}
 		for k, v := range strLabels {
 			ps.Label[k] = []string{v}
 		}

@@ -184,13 +184,12 @@ func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32,
 	if o.hasLinkage {
 		n.name = o.linkage
 	}
+	// StartAddress is the DIE's own DW_AT_low_pc, not inherited and not
+	// taken from DW_AT_ranges, as llvm-symbolizer reports it: an instance
+	// described by ranges alone (a function split into hot and cold parts)
+	// has none.
 	if a.hasLow {
 		n.low = a.low
-	} else if len(ranges) > 0 {
-		n.low = ranges[0].lo
-		for _, r := range ranges[1:] {
-			n.low = min(n.low, r.lo)
-		}
 	}
 	return n
 }

@@ -409,6 +409,17 @@ func FuzzParse(f *testing.F) {
 				checkErr(t, err)
 			}
 		}
+		// The whole-table walks that unwind tables use.
+		n := 0
+		checkErr(t, tab.Funcs(func(fn *Func, name []byte) bool {
+			checkErr(t, tab.SPDeltas(fn, func(pc, end uint64, _ int32) {
+				if pc >= end || pc < fn.Entry || end > fn.End {
+					t.Fatalf("run [%#x,%#x) outside function [%#x,%#x)", pc, end, fn.Entry, fn.End)
+				}
+			}))
+			n++
+			return n < 64
+		}))
 	})
 }
 

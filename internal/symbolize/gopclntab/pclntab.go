@@ -287,6 +287,8 @@ type fn struct {
 	pcln      uint32
 	cuOffset  uint32
 	startLine int32
+	pcsp      uint32
+	flag      uint8
 	inlPC     uint32 // pcdata offset of the inline index table, 0 if none
 	inlTree   uint64 // address of the inline tree, 0 if none
 }
@@ -332,6 +334,7 @@ func (t *Table) decodeFunc(i int) (fn, error) {
 		p = 4
 	}
 	f.nameOff = t.u32(b[p:])
+	f.pcsp = t.u32(b[p+12:])
 	f.pcfile = t.u32(b[p+16:])
 	f.pcln = t.u32(b[p+20:])
 	npcdata := uint64(t.u32(b[p+24:]))
@@ -339,6 +342,7 @@ func (t *Table) decodeFunc(i int) (fn, error) {
 	if t.version == ver120 {
 		f.startLine = int32(t.u32(b[p+32:]))
 	}
+	f.flag = b[t.funcSize-3] // Go 1.16 wrote padding here, so 0
 	nfuncdata := uint64(b[t.funcSize-1])
 	pcdata := uint64(t.funcSize)
 	if npcdata > 1<<16 || uint64(len(b))-pcdata < npcdata*4 {

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -29,15 +27,6 @@ type Info struct {
 	Release string            // uname -r
 	BuildID string            // hex GNU build id of vmlinux, "" if unknown
 	Modules map[string]string // module name -> hex GNU build id
-}
-
-// Release returns the running kernel's release (uname -r).
-func Release() (string, error) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "", fmt.Errorf("uname: %w", err)
-	}
-	return unix.ByteSliceToString(u.Release[:]), nil
 }
 
 // KernelBuildID returns the running kernel's GNU build id from

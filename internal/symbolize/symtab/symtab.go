@@ -10,7 +10,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
@@ -149,14 +148,14 @@ func New(f *elfx.File) (t *Table, err error) {
 	b := builder{text: execRanges(f)}
 	syms, err := f.Symbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("%s .symtab: %v: %w", f.Path, err, errCorrupt)
+		return nil, tableErr(f, ".symtab", err)
 	}
 	if err := b.addELF(syms, fromSymtab); err != nil {
 		return nil, err
 	}
 	dyn, err := f.DynamicSymbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("%s .dynsym: %v: %w", f.Path, err, errCorrupt)
+		return nil, tableErr(f, ".dynsym", err)
 	}
 	if err := b.addELF(dyn, fromDynsym); err != nil {
 		return nil, err
@@ -168,6 +167,15 @@ func New(f *elfx.File) (t *Table, err error) {
 		return nil, err
 	}
 	return b.build(), nil
+}
+
+// tableErr keeps a limit's reason; any other failure of debug/elf's
+// readers means a malformed table.
+func tableErr(f *elfx.File, what string, err error) error {
+	if errors.Is(err, frame.ErrLimitExceeded) {
+		return fmt.Errorf("%s %s: %w", f.Path, what, err)
+	}
+	return fmt.Errorf("%s %s: %v: %w", f.Path, what, err, errCorrupt)
 }
 
 type span struct{ start, end uint64 }
@@ -259,38 +267,32 @@ func (b *builder) addMiniDebugInfo(f *elfx.File) error {
 	if err != nil {
 		return err
 	}
-	raw, err := unxz(data, MaxMiniDebugInfo)
+	raw, err := unxz(f, data)
 	if err != nil {
 		return fmt.Errorf("%s .gnu_debugdata: %w", f.Path, err)
 	}
-	mini, err := elfx.NewFile(raw)
+	mini, err := f.Embedded(raw)
 	if err != nil {
 		return fmt.Errorf("%s .gnu_debugdata: %w", f.Path, err)
 	}
 	syms, err := mini.Symbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return fmt.Errorf("%s .gnu_debugdata .symtab: %v: %w", f.Path, err, errCorrupt)
+		return tableErr(f, ".gnu_debugdata .symtab", err)
 	}
 	return b.addELF(syms, fromMiniDebugInfo)
 }
 
-// unxz decompresses an xz stream, refusing output larger than limit. The
-// decoder's dictionary is capped by its config (8 MiB default), whatever the
-// stream header claims.
-func unxz(data []byte, limit int64) ([]byte, error) {
+// unxz decompresses the xz stream of .gnu_debugdata, refusing output larger
+// than MaxMiniDebugInfo or than what is left of the file's decompression
+// limit (frame.ErrLimitExceeded). The decoder's dictionary is capped by its
+// config (8 MiB default), whatever the stream header claims, and the output
+// buffer grows as bytes arrive.
+func unxz(f *elfx.File, data []byte) ([]byte, error) {
 	r, err := xz.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("xz: %v: %w", err, errCorrupt)
 	}
-	var out bytes.Buffer
-	n, err := io.Copy(&out, io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("xz: %v: %w", err, errCorrupt)
-	}
-	if n > limit {
-		return nil, fmt.Errorf("xz: more than %d bytes: %w", limit, errCorrupt)
-	}
-	return out.Bytes(), nil
+	return f.Decompress(r, MaxMiniDebugInfo, "xz")
 }
 
 // build sorts, deduplicates and freezes the candidates.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -278,18 +279,70 @@ func TestMiniDebugInfo(t *testing.T) {
 }
 
 func TestCorruptMiniDebugInfo(t *testing.T) {
-	if _, err := unxz([]byte("not xz"), 1<<20); !errors.Is(err, frame.ErrCorruptFile) {
+	f, err := elfx.NewFile(testfixture.BuildELF())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unxz(f, []byte("not xz")); !errors.Is(err, frame.ErrCorruptFile) {
 		t.Fatalf("garbage: %v", err)
 	}
 	var b bytes.Buffer
 	w, _ := xz.NewWriter(&b)
 	w.Write(make([]byte, 1<<20))
 	w.Close()
-	if _, err := unxz(b.Bytes(), 1000); !errors.Is(err, frame.ErrCorruptFile) {
-		t.Fatalf("bomb: %v", err)
+	if out, err := unxz(f, b.Bytes()); err != nil || len(out) != 1<<20 {
+		t.Fatalf("1 MiB: %d %v", len(out), err)
 	}
-	if out, err := unxz(b.Bytes(), 1<<20); err != nil || len(out) != 1<<20 {
-		t.Fatalf("exact limit: %d %v", len(out), err)
+}
+
+// An xz bomb in .gnu_debugdata stops at MaxMiniDebugInfo, and at what is
+// left of the file's decompression limit, with limit_exceeded; what was
+// allocated stays within a small multiple of the bound.
+func TestMiniDebugInfoBomb(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		lim   elfx.Limits
+		bytes int64
+		bound int64
+	}{
+		{"MaxMiniDebugInfo", elfx.Limits{}, MaxMiniDebugInfo + 1<<20, MaxMiniDebugInfo},
+		{"file budget", elfx.Limits{MaxDecompressedBytes: 16 << 20}, 64 << 20, 16 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img := testfixture.BuildELF(testfixture.Section{Name: ".gnu_debugdata", Type: elf.SHT_PROGBITS, Data: testfixture.XZ(t, c.bytes)})
+			f, err := elfx.NewFileLimits(img, c.lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err = New(f)
+			runtime.ReadMemStats(&after)
+			n := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%d-byte file expanding to %d: %v; allocated %d", len(img), c.bytes, err, n)
+			if !errors.Is(err, frame.ErrLimitExceeded) {
+				t.Fatalf("got %v, want %v", err, frame.ErrLimitExceeded)
+			}
+			// Doubling buffers up to the bound (twice the bound in all),
+			// plus the xz decoder's own garbage; the live peak is far less.
+			if n > uint64(4*c.bound+(16<<20)) {
+				t.Errorf("allocated %d bytes against a bound of %d", n, c.bound)
+			}
+		})
+	}
+	// A bomb nested in the MiniDebugInfo ELF is charged to the outer file.
+	inner := testfixture.CompressedSection(t, ".symtab", elf.COMPRESS_ZLIB, 1<<30, 1<<10)
+	inner.Type = elf.SHT_SYMTAB
+	var b bytes.Buffer
+	w, _ := xz.NewWriter(&b)
+	w.Write(testfixture.BuildELF(inner))
+	w.Close()
+	f, err := elfx.NewFile(testfixture.BuildELF(testfixture.Section{Name: ".gnu_debugdata", Type: elf.SHT_PROGBITS, Data: b.Bytes()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(f); !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Fatalf("nested bomb: %v, want %v", err, frame.ErrLimitExceeded)
 	}
 }
 
@@ -322,7 +375,7 @@ func FuzzNew(f *testing.F) {
 		}
 		tab, err := New(ef)
 		if err != nil {
-			if !errors.Is(err, frame.ErrCorruptFile) {
+			if !errors.Is(err, frame.ErrCorruptFile) && !errors.Is(err, frame.ErrLimitExceeded) {
 				t.Fatalf("error not marked corrupt: %v", err)
 			}
 			return

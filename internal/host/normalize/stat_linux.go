@@ -1,0 +1,13 @@
+package normalize
+
+import "syscall"
+
+// statKey identifies a version of the file at path: a replaced file
+// changes dev/ino, a rewritten one its size and mtime.
+func statKey(path string) (fileKey, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileKey{}, err
+	}
+	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, nil
+}

@@ -1,0 +1,147 @@
+package sampler
+
+// The sampler's data types, on every platform: the sampler itself runs on
+// Linux only, but what it produces is read by code that builds anywhere
+// (profile building, format conversion, the CLI).
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// MaxStackDepth is the deepest stack the kernel walks by default
+// (sysctl kernel.perf_event_max_stack).
+const MaxStackDepth = 127
+
+// Mode selects where samples are aggregated.
+type Mode int
+
+const (
+	// ModeKernelAggregation counts samples in a BPF hash map keyed by
+	// pid/tid/cpu/stack ids and keeps stacks in STACK_TRACE maps; two
+	// buffers are swapped on every Drain. The default: it is the cheaper of
+	// the two as measured (see README.md).
+	ModeKernelAggregation Mode = iota
+	// ModeRingBuffer sends every sample through a ring buffer and aggregates
+	// in Go. Kept so that the choice can be re-measured.
+	ModeRingBuffer
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeKernelAggregation:
+		return "kernel-aggregation"
+	case ModeRingBuffer:
+		return "ring-buffer"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Config configures a Sampler.
+type Config struct {
+	// SampleRate is the sampling frequency per CPU in Hz (perf frequency
+	// mode). Zero means 99.
+	SampleRate int
+	// MaxStackDepth caps user and kernel stacks, 1..127. Zero means 127.
+	MaxStackDepth int
+	// KernelStacks also records the kernel stack of each sample.
+	KernelStacks bool
+	// Logger is optional.
+	Logger *zap.Logger
+	// Mode is ModeKernelAggregation unless set.
+	Mode Mode
+	// StackMapEntries sizes each of the two STACK_TRACE maps (kernel
+	// aggregation); zero means 16384. Bucket collisions are counted as lost.
+	StackMapEntries int
+	// CountMapEntries sizes each of the two count hash maps; zero means 16384.
+	CountMapEntries int
+}
+
+// Sample is one aggregated row: every sample of one thread on one CPU with
+// the same stacks since the previous Drain.
+type Sample struct {
+	Pid, Tid  uint32
+	Comm      string // thread name at the first sample
+	CPU       uint32
+	UserPCs   []uint64 // leaf first; PCs after the first are return addresses
+	KernelPCs []uint64 // leaf first; empty unless Config.KernelStacks
+	Count     uint64
+	FirstNs   int64 // Unix time of the first and last sample, ns
+	LastNs    int64
+	Truncated bool // a stack reached MaxStackDepth and may be cut short
+}
+
+// Batch is what Drain returns.
+type Batch struct {
+	Samples []Sample
+}
+
+// Stats are cumulative counters since New.
+type Stats struct {
+	Samples uint64 // perf events on a non-idle task
+	// Lost is the sum of the Lost* counters: samples not in any Batch.
+	Lost        uint64
+	LostStack   uint64 // stack id error: STACK_TRACE bucket collision or map full
+	LostMapFull uint64 // count map full
+	LostRingbuf uint64 // sample ring buffer full
+	Truncated   uint64 // samples with a stack at MaxStackDepth
+	// LostEvents counts process events dropped in the kernel (ring buffer
+	// full) or in Go (Events channel full).
+	LostEvents uint64
+}
+
+// EventKind says what happened to a process.
+type EventKind uint32
+
+// Event kinds, as numbered by the BPF program.
+const (
+	ProcessNew  EventKind = 1 // first sample of this pid since it was last seen
+	ProcessExec EventKind = 2 // a sampled process called execve: its maps changed
+	ProcessExit EventKind = 3 // a sampled process's last thread is exiting
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case ProcessNew:
+		return "new"
+	case ProcessExec:
+		return "exec"
+	case ProcessExit:
+		return "exit"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint32(k))
+}
+
+// Event tells the caller when to read /proc/PID/maps: on ProcessNew and
+// ProcessExec right away, and on ProcessExit as a last chance (the address
+// space may already be gone; MMAlive says whether it still was when the
+// kernel sent it). Samples of exited processes stay in the next Batch.
+type Event struct {
+	Pid     uint32
+	Kind    EventKind
+	TimeNs  int64 // Unix time, ns
+	MMAlive bool
+}
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("sampler: closed")
+
+// ErrStarted is returned by a second Start.
+var ErrStarted = errors.New("sampler: already started")
+
+// MinKernel is the oldest kernel the sampler supports: BPF links for perf
+// events arrived in 5.15 (ring buffers 5.8, tp_btf 5.5).
+var MinKernel = [2]int{5, 15}
+
+// PrerequisiteError lists everything missing, so one start-up line says it
+// all.
+type PrerequisiteError struct {
+	Missing []string
+}
+
+func (e *PrerequisiteError) Error() string {
+	return "sampler: cannot run: " + strings.Join(e.Missing, "; ")
+}

@@ -1,0 +1,582 @@
+package table
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
+)
+
+var errLimit = fmt.Errorf("unwind table: more rows than the configured limit: %w", frame.ErrLimitExceeded)
+
+// maxCFISection bounds the CFI sections read (after decompression). The
+// largest .eh_frame of a real shared library is tens of MB.
+const maxCFISection = 1 << 30
+
+// seg is one covered address range of a source (an FDE, a Go function).
+// Rows are written in a second pass, in address order, straight into the
+// table: kind other than KindNormal is the segment's only row; otherwise
+// the source's gen runs the segment's program (ref says where it is).
+type seg struct {
+	start, end uint64
+	ref        int32
+	kind       Kind
+}
+
+// source is one kind of unwind information: its indexed segments and the
+// generator of their rows.
+type source struct {
+	name  string
+	segs  []seg
+	gen   func(g *seg, em *emitter) error
+	hint  int // rows it is expected to produce
+	stats *Stats
+	used  bool // contributed rows to the table
+}
+
+type builder struct {
+	f     *elfx.File
+	max   int
+	regs  archRegs
+	text  [][2]uint64 // executable address ranges
+	big   bool
+	ptrSz int
+	// code returns n bytes of the file image at a virtual address, or nil.
+	code  func(addr uint64, n int) []byte
+	srcs  []*source
+	stats Stats
+}
+
+func newBuilder(f *elfx.File, opt Options) (*builder, error) {
+	b := &builder{f: f, max: opt.MaxRows, big: f.Data == elf.ELFDATA2MSB, ptrSz: 8}
+	if b.max <= 0 {
+		b.max = DefaultMaxRows
+	}
+	if f.Class == elf.ELFCLASS32 {
+		b.ptrSz = 4
+	}
+	b.code = func(addr uint64, n int) []byte {
+		c, err := f.ReadVaddr(addr, n)
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		b.regs = archRegs{fp: 6, sp: 7}
+	default:
+		return nil, fmt.Errorf("%w: %v", ErrUnsupportedArch, f.Machine)
+	}
+	if f.Type == elf.ET_REL {
+		return nil, fmt.Errorf("relocatable object: %w", ErrNoUnwindInfo)
+	}
+	for _, p := range f.Loads() {
+		if p.Flags&elf.PF_X != 0 && p.Memsz > 0 && p.Vaddr+p.Memsz > p.Vaddr {
+			b.text = append(b.text, [2]uint64{p.Vaddr, p.Vaddr + p.Memsz})
+		}
+	}
+	if len(f.Loads()) == 0 {
+		for _, s := range f.Sections {
+			if s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 && s.Addr+s.Size > s.Addr {
+				b.text = append(b.text, [2]uint64{s.Addr, s.Addr + s.Size})
+			}
+		}
+	}
+	b.text = unionRanges(b.text)
+	return b, nil
+}
+
+// unionRanges sorts ranges and merges those that overlap or touch, so that
+// a lookup is one binary search however many segments a file claims.
+func unionRanges(rs [][2]uint64) [][2]uint64 {
+	slices.SortFunc(rs, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// inText reports whether [start, end) lies within one executable range.
+func (b *builder) inText(start, end uint64) bool {
+	i, _ := slices.BinarySearchFunc(b.text, start, func(t [2]uint64, pc uint64) int { return cmpU64(t[0], pc+1) })
+	return i > 0 && start >= b.text[i-1][0] && end <= b.text[i-1][1]
+}
+
+func (b *builder) newSource(name string, hint int) *source {
+	return &source{name: name, stats: &b.stats, hint: hint}
+}
+
+func (b *builder) build() (*Table, error) {
+	var srcs []*source // by priority: earlier sources win where they overlap
+	var errs []error
+	add := func(s *source, err error) error {
+		if errors.Is(err, errLimit) {
+			return err
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if s != nil && len(s.segs) > 0 {
+			srcs = append(srcs, s)
+		}
+		return nil
+	}
+	// Go's own tables describe Go code best; CFI describes the rest (cgo,
+	// C and assembly objects). .debug_frame only fills what .eh_frame leaves.
+	if err := add(b.gopclntab()); err != nil {
+		return nil, err
+	}
+	if err := add(b.ehFrame()); err != nil {
+		return nil, err
+	}
+	if err := add(b.debugFrame()); err != nil {
+		return nil, err
+	}
+	if len(srcs) == 0 {
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("unwind table: %w: %w", frame.ErrCorruptFile, errors.Join(errs...))
+		}
+		return nil, ErrNoUnwindInfo
+	}
+	if len(errs) > 0 && b.stats.FirstError == "" {
+		b.stats.FirstError = errs[0].Error()
+	}
+	pieces := b.merge(srcs)
+	if syn := b.synthesize(pieces); syn != nil {
+		b.srcs = append(b.srcs, syn)
+		pieces = b.mergeInto(pieces, syn)
+	}
+	rows, err := b.emit(pieces)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range []string{"eh_frame", "debug_frame", "gopclntab"} {
+		for _, s := range srcs {
+			if s.name == n && s.used {
+				names = append(names, n)
+			}
+		}
+	}
+	return &Table{Arch: b.f.Machine, Source: strings.Join(names, "+"), Rows: rows, Stats: b.stats}, nil
+}
+
+// piece is a part of a source's segment that made it into the table.
+type piece struct {
+	start, end uint64
+	src        *source
+	seg        *seg
+}
+
+// merge resolves overlaps: within a source the earlier-starting range wins;
+// across sources the one earlier in srcs wins. The result is sorted and
+// non-overlapping.
+func (b *builder) merge(srcs []*source) []piece {
+	b.srcs = srcs
+	var covered []piece
+	for _, s := range srcs {
+		covered = b.mergeInto(covered, s)
+	}
+	return covered
+}
+
+// mergeInto adds the parts of s's segments not yet covered.
+func (b *builder) mergeInto(covered []piece, s *source) []piece {
+	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
+	add := make([]piece, 0, len(s.segs))
+	var reach uint64 // end of s's own ranges so far
+	j := 0
+	for i := range s.segs {
+		g := &s.segs[i]
+		a := g.start
+		if a < reach {
+			if g.end <= reach {
+				b.stats.DroppedFDEs++
+				continue
+			}
+			a = reach
+		}
+		reach = g.end
+		for j < len(covered) && covered[j].end <= a {
+			j++
+		}
+		for k := j; a < g.end; {
+			if k < len(covered) && covered[k].start <= a {
+				a = max(a, covered[k].end)
+				k++
+				continue
+			}
+			e := g.end
+			if k < len(covered) && covered[k].start < e {
+				e = covered[k].start
+			}
+			add = append(add, piece{start: a, end: e, src: s, seg: g})
+			a = e
+		}
+	}
+	if len(add) == 0 {
+		return covered
+	}
+	s.used = true
+	out := make([]piece, 0, len(covered)+len(add))
+	i, k := 0, 0
+	for i < len(covered) || k < len(add) {
+		if k == len(add) || (i < len(covered) && covered[i].start < add[k].start) {
+			out = append(out, covered[i])
+			i++
+		} else {
+			out = append(out, add[k])
+			k++
+		}
+	}
+	return out
+}
+
+// alignPad is the function alignment of x86-64 compilers.
+const alignPad = 16
+
+// emitter writes rows into the table. Sources hand it a segment's rows in
+// address order; it keeps those of the current piece (the last one at or
+// before the piece's start moves to the start), merges rows that unwind
+// alike and enforces the row limit.
+type emitter struct {
+	out        []Row
+	max        int
+	start, end uint64 // the current piece
+	pending    Row    // last row at or before start, not yet written
+	hasPending bool
+	wrote      bool // a row of this piece was written
+	done       bool // the generator may stop: rows past the piece end
+}
+
+func (e *emitter) put(r Row) error {
+	if n := len(e.out); n > 0 {
+		last := &e.out[n-1]
+		if last.sameRule(&r) {
+			return nil
+		}
+		if last.PC == r.PC {
+			*last = r
+			return nil
+		}
+	}
+	if len(e.out) >= e.max {
+		return errLimit
+	}
+	e.out = append(e.out, r)
+	return nil
+}
+
+func (e *emitter) begin(start, end uint64) {
+	e.start, e.end = start, end
+	e.hasPending, e.wrote, e.done = false, false, false
+}
+
+// row takes the next row of the current segment.
+func (e *emitter) row(r Row) error {
+	switch {
+	case r.PC >= e.end:
+		e.done = true
+		return nil
+	case r.PC <= e.start:
+		e.pending, e.hasPending = r, true
+		return nil
+	}
+	if e.hasPending {
+		if err := e.flushPending(); err != nil {
+			return err
+		}
+	}
+	if !e.wrote {
+		// Rows must start at the piece start; a generator that skipped it
+		// leaves nothing known there.
+		if err := e.put(Row{PC: e.start, Kind: KindFallback}); err != nil {
+			return err
+		}
+	}
+	e.wrote = true
+	return e.put(r)
+}
+
+func (e *emitter) flushPending() error {
+	p := e.pending
+	p.PC = e.start
+	e.hasPending, e.wrote = false, true
+	return e.put(p)
+}
+
+// finish ends the current piece.
+func (e *emitter) finish() error {
+	if e.hasPending {
+		return e.flushPending()
+	}
+	if !e.wrote {
+		e.wrote = true
+		return e.put(Row{PC: e.start, Kind: KindFallback})
+	}
+	return nil
+}
+
+// emit writes the pieces' rows in order (pass 2), a KindFallback row in
+// each gap (except alignment padding) and after the last piece. A segment
+// whose program turns out malformed falls back as a whole.
+func (b *builder) emit(pieces []piece) ([]Row, error) {
+	hint := 1
+	for _, s := range b.srcs {
+		if s.used {
+			hint += s.hint
+		}
+	}
+	em := &emitter{max: b.max, out: make([]Row, 0, min(hint, b.max))}
+	var prevEnd uint64
+	for i := range pieces {
+		p := &pieces[i]
+		// Alignment padding before a 16-byte aligned function is never
+		// executed: the previous row may run across it, which saves a row
+		// per function. Any larger gap may hold code without CFI.
+		pad := p.start-prevEnd < alignPad && p.start%alignPad == 0
+		if i > 0 && p.start > prevEnd && !pad {
+			if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+				return nil, err
+			}
+		}
+		n0 := len(em.out)
+		em.begin(p.start, p.end)
+		var err error
+		if g := p.seg; g.kind != KindNormal {
+			err = em.row(Row{PC: g.start, Kind: g.kind})
+		} else {
+			err = p.src.gen(g, em)
+		}
+		if err == nil {
+			err = em.finish()
+		}
+		if err != nil {
+			if errors.Is(err, errLimit) {
+				return nil, err
+			}
+			b.stats.BadFDEs++
+			if b.stats.FirstError == "" {
+				b.stats.FirstError = err.Error()
+			}
+			em.out = em.out[:n0]
+			em.begin(p.start, p.end)
+			if err := em.put(Row{PC: p.start, Kind: KindFallback}); err != nil {
+				return nil, err
+			}
+		}
+		prevEnd = p.end
+	}
+	if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
+		return nil, err
+	}
+	out := em.out
+	if cap(out)-len(out) > len(out)/4+64 {
+		// Far more room than rows: keep only what the table holds.
+		out = append(make([]Row, 0, len(out)), out...)
+	}
+	return out, nil
+}
+
+// rtSigreturn is the x86-64 signal return trampoline of glibc and musl
+// (__restore_rt) and Go (runtime.sigreturn__sigaction):
+// mov $15 (rt_sigreturn), %rax; syscall.
+var rtSigreturn = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}
+
+// isSigreturn reports whether a short code range is a signal trampoline,
+// possibly after the one-byte nop that glibc puts before it so that
+// unwinders looking up "return address - 1" land in the same FDE.
+func (b *builder) isSigreturn(start, end uint64) bool {
+	n := end - start
+	if n < uint64(len(rtSigreturn)) || n > 16 {
+		return false
+	}
+	code := b.code(start, int(n))
+	if code == nil {
+		return false
+	}
+	return bytes.HasPrefix(code, rtSigreturn) || (code[0] == 0x90 && bytes.HasPrefix(code[1:], rtSigreturn))
+}
+
+// synthesize covers what no source describes but is known by its code: a
+// signal trampoline without CFI (musl's __restore_rt), and an entry point
+// without CFI (_start of some C libraries), which ends the stack.
+func (b *builder) synthesize(pieces []piece) *source {
+	s := b.newSource("synthetic", 4)
+	s.gen = func(*seg, *emitter) error { return nil }
+	// Gaps between covered ranges, within executable ranges.
+	for _, t := range b.text {
+		a := t[0]
+		i, _ := slices.BinarySearchFunc(pieces, a, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+		for a < t[1] {
+			e := t[1]
+			if i < len(pieces) && pieces[i].start <= a {
+				a = max(a, pieces[i].end)
+				i++
+				continue
+			}
+			if i < len(pieces) && pieces[i].start < e {
+				e = pieces[i].start
+			}
+			b.scanGap(s, a, e)
+			a = e
+		}
+	}
+	if entry := b.f.Entry; entry != 0 && b.inText(entry, entry+1) && !coveredAt(pieces, entry) {
+		size := b.entrySize()
+		if size == 0 {
+			// Without a symbol, the uncovered code from the entry up to the
+			// next CFI, if short: startup code is a few dozen bytes, and
+			// everything else a C toolchain emits has CFI.
+			i, _ := slices.BinarySearchFunc(pieces, entry, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+			if i < len(pieces) && pieces[i].start-entry <= maxEntryGap {
+				size = pieces[i].start - entry
+			}
+		}
+		if size > 0 && b.inText(entry, entry+size) {
+			s.segs = append(s.segs, seg{start: entry, end: entry + size, kind: KindEnd})
+		}
+	}
+	if len(s.segs) == 0 {
+		return nil
+	}
+	return s
+}
+
+// maxSynthetic bounds the trampolines taken from code bytes: a libc has one.
+const maxSynthetic = 1024
+
+// scanGap marks rt_sigreturn trampolines found in [a, e).
+func (b *builder) scanGap(s *source, a, e uint64) {
+	const maxScan = 1 << 28
+	if e-a < uint64(len(rtSigreturn)) || e-a > maxScan {
+		return
+	}
+	code := b.code(a, int(e-a))
+	if code == nil {
+		return
+	}
+	for off := 0; ; {
+		k := bytes.Index(code[off:], rtSigreturn)
+		if k < 0 {
+			return
+		}
+		pc := a + uint64(off+k)
+		start := pc
+		if off+k > 0 && code[off+k-1] == 0x90 {
+			start-- // cover the nop a "return address - 1" lookup lands on
+		}
+		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(rtSigreturn)), kind: KindSignal})
+		if len(s.segs) >= maxSynthetic {
+			return
+		}
+		off += k + len(rtSigreturn)
+	}
+}
+
+func coveredAt(pieces []piece, pc uint64) bool {
+	i, _ := slices.BinarySearchFunc(pieces, pc, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+	return i < len(pieces) && pieces[i].start <= pc
+}
+
+// maxEntryGap bounds the code after an entry point without CFI or symbol
+// that is taken for startup code.
+const maxEntryGap = 256
+
+// entrySize is the size of the function symbol at the entry point, 0 when
+// the symbol tables do not say.
+func (b *builder) entrySize() uint64 {
+	for _, read := range []func() ([]elf.Symbol, error){b.f.Symbols, b.f.DynamicSymbols} {
+		syms, err := read()
+		if err != nil {
+			continue
+		}
+		for _, s := range syms {
+			if s.Value == b.f.Entry && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+				return min(s.Size, 4096)
+			}
+		}
+	}
+	return 0
+}
+
+// deref reads a pointer of the file image (DW_EH_PE_indirect).
+func (b *builder) deref(addr uint64, size int) (uint64, bool) {
+	p := b.code(addr, size)
+	if p == nil {
+		return 0, false
+	}
+	r := reader{b: p, big: b.big}
+	if size == 4 {
+		return uint64(r.u32()), true
+	}
+	return r.u64(), true
+}
+
+func (b *builder) newParser(sec *section, out *source) *cfiParser {
+	p := &cfiParser{
+		sec: sec, regs: b.regs, out: out, cies: map[int]*cie{}, maxSegs: b.max,
+		sigreturn: b.isSigreturn, inText: b.inText,
+	}
+	out.gen = p.rows
+	return p
+}
+
+// debugFrame reads .debug_frame.
+func (b *builder) debugFrame() (*source, error) {
+	s := b.f.Section(".debug_frame")
+	if s == nil {
+		s = b.f.Section(".zdebug_frame")
+	}
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil, nil
+	}
+	if s.Size > maxCFISection {
+		return nil, fmt.Errorf(".debug_frame of %d bytes: %w", s.Size, frame.ErrLimitExceeded)
+	}
+	data, err := b.f.SectionData(".debug_frame")
+	if err != nil {
+		return nil, fmt.Errorf(".debug_frame: %w", err)
+	}
+	return b.readDebugFrame(data)
+}
+
+// readDebugFrame parses .debug_frame bytes.
+func (b *builder) readDebugFrame(data []byte) (*source, error) {
+	sec := &section{name: ".debug_frame", data: data, debug: true, ptrSize: b.ptrSz, big: b.big, deref: b.deref}
+	b.stats.SourceBytes += len(data)
+	out := b.newSource("debug_frame", len(data)/6)
+	out.segs = make([]seg, 0, min(len(data)/48+1, b.max))
+	p := b.newParser(sec, out)
+	if _, err := p.walk(); err != nil {
+		if errors.Is(err, errLimit) {
+			return nil, err
+		}
+		p.note(err)
+		if len(out.segs) == 0 {
+			return nil, err
+		}
+	}
+	return out, nil
+}

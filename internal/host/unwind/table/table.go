@@ -1,0 +1,140 @@
+// Package table builds the unwind tables that the eBPF sampler walks to
+// unwind native stacks without frame pointers. Build turns the call frame
+// information of one ELF file (.eh_frame, located through .eh_frame_hdr when
+// section headers are gone; .debug_frame; and Go's .gopclntab pcsp tables)
+// into one sorted list of rows. Each row says, for the addresses from its PC
+// up to the next row's PC, how to find the canonical frame address (CFA),
+// where the return address and the caller's frame pointer were saved, or that
+// the frame ends the stack, is a signal frame, or must be unwound with frame
+// pointers.
+//
+// The package only reads bytes: it runs on any OS, and it treats every byte
+// of the file as hostile. Lengths, offsets and counts are checked against
+// the bytes really present before anything is allocated, rows are capped
+// (Options.MaxRows), and a malformed entry costs its own address range (it
+// falls back to frame pointers), not the table. See docs/unwinding.md.
+package table // import "github.com/profsym/profsym/internal/host/unwind/table"
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// CFARule says how the canonical frame address is computed.
+type CFARule uint8
+
+const (
+	CFAUndefined CFARule = iota // no encodable rule: unwind this frame with frame pointers
+	CFASP                       // CFA = SP + CFAOffset
+	CFAFP                       // CFA = FP + CFAOffset (rbp on x86-64, x29 on arm64)
+	CFAPLT                      // x86-64 PLT entries: CFA = SP + 8 + ((PC & 15) >= 11 ? 8 : 0)
+)
+
+// Kind classifies a row.
+type Kind uint8
+
+const (
+	KindNormal   Kind = iota
+	KindEnd           // outermost frame (RA undefined: _start, clone/thread_start): stack ends cleanly here
+	KindSignal        // signal trampoline (__restore_rt): caller regs come from the sigframe's ucontext at SP
+	KindFallback      // no CFI covers the address, or its CFI cannot be encoded: use frame pointers
+)
+
+// Row is the unwind rule for the addresses from PC up to the next row's PC.
+// Only KindNormal rows use the other fields; the rest leave them zero so
+// that neighbouring rows of the same kind merge.
+type Row struct {
+	PC        uint64 // first ELF virtual address covered; a row covers [PC, next row's PC)
+	Kind      Kind
+	CFA       CFARule
+	CFAOffset int32
+	FPSaved   bool // the caller's FP is saved at CFA+FPOffset; false: FP unchanged in this frame
+	FPOffset  int32
+	RAOffset  int32 // return address saved at CFA+RAOffset (always -8 on x86-64)
+}
+
+// sameRule reports whether two rows unwind alike (their PCs aside).
+func (r *Row) sameRule(o *Row) bool {
+	return r.Kind == o.Kind && r.CFA == o.CFA && r.CFAOffset == o.CFAOffset &&
+		r.FPSaved == o.FPSaved && r.FPOffset == o.FPOffset && r.RAOffset == o.RAOffset
+}
+
+// Table is the unwind table of one ELF file.
+type Table struct {
+	Arch   elf.Machine // EM_X86_64 now; EM_AARCH64 later (docs/unwinding.md says what it needs)
+	Source string      // "eh_frame", "debug_frame", "gopclntab", or a "+"-joined combination
+	// Rows are sorted by PC; adjacent identical rows are merged; gaps between
+	// covered ranges are KindFallback rows, and a KindFallback row ends the
+	// last range. Addresses below Rows[0].PC are not covered either.
+	Rows  []Row
+	Stats Stats
+}
+
+// Stats counts what went into a table and what fell back, for telemetry and
+// for the docs' figures.
+type Stats struct {
+	FDEs        int // FDEs (and Go functions) that produced rows
+	BadFDEs     int // FDEs whose instructions or CIE were malformed: their range falls back
+	DroppedFDEs int // FDEs outside the executable segments, empty, or overlapping an earlier one
+	GoFuncs     int // Go functions that produced rows
+	// Unencodable counts rows whose rules the table cannot express (CFA from
+	// another register or an expression, RA in a register): they became
+	// KindFallback.
+	Unencodable int
+	// SourceBytes is the size of the CFI sections and Go tables read.
+	SourceBytes int
+	// FirstError describes the first malformed entry, empty when none.
+	FirstError string
+}
+
+// Options bound a build.
+type Options struct {
+	MaxRows int // refuse (error wrapping frame.ErrLimitExceeded) tables larger than this; 0 = default (e.g. 4M)
+}
+
+// DefaultMaxRows bounds a table when Options.MaxRows is zero: 4M rows is
+// 128 MiB of Rows in Go, several times what the largest shared libraries
+// produce.
+const DefaultMaxRows = 4 << 20
+
+var (
+	// ErrUnsupportedArch is returned for machines the unwinder does not know.
+	ErrUnsupportedArch = errors.New("unwind table: unsupported architecture")
+	// ErrNoUnwindInfo: the file has no CFI and no Go tables; unwind it with
+	// frame pointers. It wraps frame.ErrNoDebugInfo.
+	ErrNoUnwindInfo = fmt.Errorf("unwind table: no .eh_frame, .debug_frame or .gopclntab: %w", frame.ErrNoDebugInfo)
+)
+
+// Build reads the unwind information of f and returns its table. A file
+// with none returns ErrNoUnwindInfo; a table that would exceed
+// opt.MaxRows returns an error wrapping frame.ErrLimitExceeded. Malformed
+// entries do not fail the build: their addresses fall back to frame
+// pointers and Stats counts them. Only when every source is unusable does
+// Build return an error wrapping frame.ErrCorruptFile.
+func Build(f *elfx.File, opt Options) (*Table, error) {
+	b, err := newBuilder(f, opt)
+	if err != nil {
+		return nil, err
+	}
+	return b.build()
+}
+
+// Lookup returns the row covering pc, and false when pc lies below the
+// first row (uncovered, like a KindFallback row).
+func (t *Table) Lookup(pc uint64) (Row, bool) {
+	i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > pc })
+	if i == 0 {
+		return Row{}, false
+	}
+	return t.Rows[i-1], true
+}
+
+// SizeBytes is the heap the table's rows hold.
+func (t *Table) SizeBytes() int64 { return int64(cap(t.Rows)) * rowBytes }
+
+const rowBytes = 32 // unsafe.Sizeof(Row{})

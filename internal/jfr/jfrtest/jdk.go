@@ -1,0 +1,82 @@
+package jfrtest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+var jdkMu sync.Mutex
+
+// RecordJDK runs testdata/src/jfr/Hot.java (compiled with javac) under the
+// JDK's own flight recorder, settings=profile, for millis milliseconds, and
+// returns the recording's path. Recordings are cached per source, JDK and
+// duration, like the other fixtures.
+func RecordJDK(t testing.TB, millis int) string {
+	t.Helper()
+	javac := testfixture.NeedTool(t, "javac")
+	java := testfixture.NeedTool(t, "java")
+	src := testfixture.Src(t, "jfr/Hot.java")
+	code, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, _ := exec.Command(java, "-version").CombinedOutput()
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d", code, ver, millis)
+	dir := filepath.Join(testfixture.CacheDir(), "jfr-"+hex.EncodeToString(h.Sum(nil))[:16])
+	out := filepath.Join(dir, "hot.jfr")
+	jdkMu.Lock()
+	defer jdkMu.Unlock()
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(dir, "rec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	testfixture.Run(t, javac, "-d", tmp, src)
+	rec := filepath.Join(tmp, "hot.jfr")
+	cmd := exec.Command(java, "-XX:StartFlightRecording=settings=profile,filename="+rec, "-cp", tmp, "Hot", fmt.Sprint(millis))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("java: %v\n%s", err, b)
+	}
+	if err := os.Rename(rec, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// JFRTool returns the JDK's jfr command (skips, or fails under CI=true,
+// when it is missing).
+func JFRTool(t testing.TB) string {
+	t.Helper()
+	return testfixture.NeedTool(t, "jfr")
+}
+
+// PrintJSON runs `jfr print --json --events TYPES FILE`.
+func PrintJSON(t testing.TB, file string, types ...string) []byte {
+	t.Helper()
+	args := []string{"print", "--json"}
+	if len(types) > 0 {
+		args = append(args, "--events", strings.Join(types, ","))
+	}
+	args = append(args, file)
+	b, err := exec.Command(JFRTool(t), args...).Output()
+	if err != nil {
+		t.Fatalf("jfr %v: %v", args, err)
+	}
+	return b
+}

@@ -1,0 +1,3 @@
+module profsym.test/cgo
+
+go 1.21

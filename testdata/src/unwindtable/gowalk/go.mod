@@ -1,0 +1,3 @@
+module profsym.test/gowalk
+
+go 1.18
