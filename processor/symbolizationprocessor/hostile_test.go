@@ -167,3 +167,35 @@ func TestTelemetry(t *testing.T) {
 	}
 	t.Logf("debuginfod attempts %d, %.3fs in all", count, sum)
 }
+
+// limits.max_decompressed_bytes: a binary whose compressed DWARF expands
+// past the bound keeps flowing, named from its symbol table only (no
+// lines), and the engine holds none of the refused bytes.
+func TestMaxDecompressedBytes(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "prog-gz", Lang: "c", Sources: []string{"processor/prog.c"},
+		Args: []string{"-O2", "-g", "-gz=zlib", "-Wl,--build-id", "-DSEED=12"}})
+	start, size := testfixture.Func(t, bin, "hot")
+	v := variant{id: testfixture.BuildID(t, bin), hot: start + size/2}
+	dir := t.TempDir()
+	data, _ := os.ReadFile(bin)
+	os.WriteFile(filepath.Join(dir, "prog"), data, 0o755)
+	for _, tc := range []struct {
+		limit int64
+		lines bool
+	}{{0, true}, {1024, false}} {
+		h := newHarness(t, func(cfg *Config) {
+			cfg.Sources = []string{locate.SourceSymbolDirs}
+			cfg.SymbolDirectories = []string{dir}
+			if tc.limit > 0 {
+				cfg.Limits.MaxDecompressedBytes = tc.limit
+			}
+		})
+		h.run(t, profile(v))
+		pd := h.sink.AllProfiles()[0]
+		loc := pd.Dictionary().LocationTable().At(1)
+		gotLines := loc.Lines().Len() > 0 && loc.Lines().At(0).Line() != 0
+		if gotLines != tc.lines || loc.Lines().Len() == 0 {
+			t.Errorf("limit %d: %d lines, first line %v; want lines %v and a name", tc.limit, loc.Lines().Len(), gotLines, tc.lines)
+		}
+	}
+}
