@@ -104,13 +104,13 @@ $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
 # libbpf-dev) and the components' metadata code (mdatagen).
 generate: $(MDATAGEN)
 	$(GO) generate ./bpf/...
-	@if ls receiver/*/metadata.yaml processor/*/metadata.yaml >/dev/null 2>&1; then \
-	  PATH=$(abspath $(BIN)):$$PATH $(GO) generate ./receiver/... ./processor/...; fi
+	@if ls receiver/*/metadata.yaml processor/*/metadata.yaml extension/*/metadata.yaml >/dev/null 2>&1; then \
+	  PATH=$(abspath $(BIN)):$$PATH $(GO) generate ./receiver/... ./processor/... ./extension/...; fi
 
 # CI: the committed generated files must be what `make generate` produces.
 check-generate: generate
-	@git diff --exit-code --stat -- bpf/ receiver/ processor/ || (echo "generated files are stale: run make generate and commit"; exit 1)
-	@test -z "$$(git status --porcelain -- bpf/ receiver/ processor/)" || (git status --porcelain -- bpf/ receiver/ processor/; echo "make generate created files that are not committed"; exit 1)
+	@git diff --exit-code --stat -- bpf/ receiver/ processor/ extension/ || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@test -z "$$(git status --porcelain -- bpf/ receiver/ processor/ extension/)" || (git status --porcelain -- bpf/ receiver/ processor/ extension/; echo "make generate created files that are not committed"; exit 1)
 
 clean:
 	rm -rf $(BIN)

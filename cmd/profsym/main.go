@@ -24,6 +24,7 @@ func commands() []command {
 		{"resolve", "symbolize an OTLP profiles JSON file offline, like the symbolization processor", runResolve},
 		{"top", "the hottest functions of a profiles file (like pprof -top)", runTop},
 		{"convert", "convert a profiles file to pprof (go tool pprof opens it)", runConvert},
+		{"upload", "upload the symbols of binaries to a profsym symbol store (for CI)", runUpload},
 	}
 }
 

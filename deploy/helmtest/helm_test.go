@@ -762,6 +762,10 @@ func TestCollectorValidate(t *testing.T) {
 		"pick-first-targets": {"--set", "agent.exporter.balancer=pick_first", "--set", "agent.profiling.targets[0].process_name=^java$",
 			"--set", "agent.profiling.targets[1].cgroup=/kubepods.slice/", "--set", "agent.profiling.targets[2].pids={1}"},
 		"merged": {"--set", "gateway.config.processors.symbolization.demangle=none", "--set", "agent.config.receivers.profiling.sample_rate=49"},
+		"symbols-s3-token": {"--set", "symbols.enabled=true", "--set", "symbols.token.value=t0ken",
+			"--set", "gateway.symbolStore.s3.bucket=symbols", "--set", "gateway.symbolStore.s3.endpoint=minio.storage:9000",
+			"--set", "gateway.symbolStore.s3.existingSecret=s3-creds", "--set", "agent.symbolUpload.exclude={/opt/secret/**}"},
+		"symbols-pvc": {"--set", "symbols.enabled=true", "--set", "gateway.symbolStore.persistence.enabled=true"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := mustTemplate(t, args...)
@@ -823,4 +827,62 @@ func validate(t *testing.T, bin string, d docs, kind, name string) error {
 		return fmt.Errorf("%s %s: %v\n%s\nconfig:\n%s", bin, strings.Join(args, " "), err, out, b)
 	}
 	return nil
+}
+
+// symbols.enabled wires the agents' uploads to the gateway's store: the
+// store's port on the Service, its storage (bucket with credentials from a
+// Secret, or a shared volume), and the token Secret mounted on both sides.
+func TestSymbols(t *testing.T) {
+	d := mustTemplate(t, "--set", "symbols.enabled=true", "--set", "symbols.token.value=t0ken",
+		"--set", "gateway.symbolStore.s3.bucket=symbols", "--set", "gateway.symbolStore.s3.endpoint=minio.storage:9000",
+		"--set", "gateway.symbolStore.s3.existingSecret=s3-creds")
+	sec := d.must(t, "Secret", release+"-symbols-token")
+	wantEqual(t, "token secret data", str(sec, "data", "token"), "dDBrZW4=")
+
+	gw := container(d.must(t, "Deployment", gatewayName))
+	e := env(gw)
+	wantEqual(t, "PROFSYM_SYMBOLS_LISTEN", str(e["PROFSYM_SYMBOLS_LISTEN"], "value"), "0.0.0.0:8002")
+	wantEqual(t, "S3 secret key from", str(e["PROFSYM_SYMBOLS_S3_SECRET_KEY"], "valueFrom", "secretKeyRef", "name"), "s3-creds")
+	gcfg := collectorConfig(t, d.must(t, "ConfigMap", gatewayName))
+	wantEqual(t, "store bucket", str(gcfg, "extensions", "symbolstore", "storage", "s3", "bucket"), "symbols")
+	wantEqual(t, "store auth", str(gcfg, "extensions", "symbolstore", "auth", "authenticator"), "bearertokenauth/symbols")
+	wantEqual(t, "processor reads the store", str(gcfg, "processors", "symbolization", "symbol_store"), "symbolstore")
+	if !slices.Contains(strs(gcfg, "service", "extensions"), "symbolstore") || !slices.Contains(strs(gcfg, "processors", "symbolization", "sources"), "symbol_store") {
+		t.Errorf("gateway does not run the store: %v", gcfg["service"])
+	}
+	svc := d.must(t, "Service", gatewayName)
+	found := false
+	for _, p := range list(svc, "spec", "ports") {
+		found = found || (str(p, "name") == "symbols" && fmt.Sprint(get(p, "port")) == "8002")
+	}
+	if !found {
+		t.Error("the gateway Service has no symbols port")
+	}
+
+	ag := d.must(t, "DaemonSet", agentName)
+	acfg := collectorConfig(t, d.must(t, "ConfigMap", agentName))
+	wantEqual(t, "upload endpoint", str(acfg, "processors", "symbolupload", "endpoint"), "http://ps-gateway.profiling.svc.cluster.local:8002")
+	wantEqual(t, "agent token file", str(acfg, "extensions", "bearertokenauth/symbols", "filename"), "/etc/profsym-symbols/token")
+	if !slices.Contains(strs(acfg, "service", "pipelines", "profiles", "processors"), "symbolupload") {
+		t.Error("symbolupload not in the agent's pipeline")
+	}
+	vols := map[string]bool{}
+	for _, v := range list(ag, "spec", "template", "spec", "volumes") {
+		vols[str(v, "name")] = str(v, "secret", "secretName") == release+"-symbols-token" || str(v, "name") == "symbols-scratch"
+	}
+	if !vols["symbols-token"] || !vols["symbols-scratch"] {
+		t.Errorf("agent volumes: %v", vols)
+	}
+
+	// Off by default; per-pod directories with several replicas are refused.
+	if d := mustTemplate(t); d.find("Secret", release+"-symbols-token") != nil ||
+		mapping(collectorConfig(t, d.must(t, "ConfigMap", gatewayName)), "extensions", "symbolstore") != nil {
+		t.Error("symbols rendered by default")
+	}
+	if _, err := template(t, "--set", "symbols.enabled=true"); err == nil || !strings.Contains(err.Error(), "same symbols") {
+		t.Errorf("emptyDir store with several replicas: %v", err)
+	}
+	d = mustTemplate(t, "--set", "symbols.enabled=true", "--set", "gateway.symbolStore.persistence.enabled=true")
+	d.must(t, "PersistentVolumeClaim", release+"-gateway-symbols")
+	wantEqual(t, "store directory", str(collectorConfig(t, d.must(t, "ConfigMap", gatewayName)), "extensions", "symbolstore", "storage", "directory"), "/var/lib/profsym/symbols")
 }

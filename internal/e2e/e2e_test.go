@@ -118,12 +118,22 @@ type tally struct {
 	files   map[string]bool            // files named by leaf lines
 }
 
-func load(t *testing.T, path string, pids map[int64]bool) tally {
+// userFrame is one non-kernel frame of a sample: its outermost line's
+// function and file:line, or raw (no lines).
+type userFrame struct {
+	fn, file string
+	line     int64
+	raw      bool
+}
+
+// eachSample reads a profiles file (one document per line, a line being
+// written is skipped) and calls fn for every sample of the pids of
+// interest with its value and its user frames, leaf first.
+func eachSample(t *testing.T, path string, pids map[int64]bool, fn func(pid, n int64, frames []userFrame)) {
 	t.Helper()
-	ty := tally{samples: map[int64]int64{}, leaves: map[int64]map[string]int64{}, raw: map[int64]int64{}, files: map[string]bool{}}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return ty
+		return
 	}
 	var um pprofile.JSONUnmarshaler
 	for _, line := range bytes.Split(b, []byte("\n")) {
@@ -132,7 +142,7 @@ func load(t *testing.T, path string, pids map[int64]bool) tally {
 		}
 		pd, err := um.UnmarshalProfiles(line)
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			continue
 		}
 		d := pdict.New(pd.Dictionary())
 		dict := pd.Dictionary()
@@ -141,42 +151,52 @@ func load(t *testing.T, path string, pids map[int64]bool) tally {
 			if !ok || !pids[v.Int()] {
 				continue
 			}
-			pid := v.Int()
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, p := range sp.Profiles().All() {
 					for _, s := range p.Samples().All() {
-						n := s.Values().At(0)
-						ty.samples[pid] += n
-						locs := dict.StackTable().At(int(s.StackIndex())).LocationIndices()
-						if locs.Len() == 0 {
-							continue
-						}
-						// The leaf user frame: skip kernel frames.
-						for _, li := range locs.All() {
+						var frames []userFrame
+						for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 							loc := dict.LocationTable().At(int(li))
 							if ft, _ := d.FindAttr(loc.AttributeIndices(), "profile.frame.type"); ft.Str() == "kernel" {
 								continue
 							}
 							if loc.Lines().Len() == 0 {
-								ty.raw[pid] += n
-								break
+								frames = append(frames, userFrame{raw: true})
+								continue
 							}
 							ln := loc.Lines().At(loc.Lines().Len() - 1)
-							fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
-							if ty.leaves[pid] == nil {
-								ty.leaves[pid] = map[string]int64{}
-							}
-							ty.leaves[pid][d.Str(fn.NameStrindex())] += n
-							if ln.Line() > 0 {
-								ty.files[fmt.Sprintf("%s:%d", filepath.Base(d.Str(fn.FilenameStrindex())), ln.Line())] = true
-							}
-							break
+							f := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							frames = append(frames, userFrame{fn: d.Str(f.NameStrindex()), file: filepath.Base(d.Str(f.FilenameStrindex())), line: ln.Line()})
 						}
+						fn(v.Int(), s.Values().At(0), frames)
 					}
 				}
 			}
 		}
 	}
+}
+
+func load(t *testing.T, path string, pids map[int64]bool) tally {
+	t.Helper()
+	ty := tally{samples: map[int64]int64{}, leaves: map[int64]map[string]int64{}, raw: map[int64]int64{}, files: map[string]bool{}}
+	eachSample(t, path, pids, func(pid, n int64, frames []userFrame) {
+		ty.samples[pid] += n
+		if len(frames) == 0 {
+			return
+		}
+		leaf := frames[0]
+		if leaf.raw {
+			ty.raw[pid] += n
+			return
+		}
+		if ty.leaves[pid] == nil {
+			ty.leaves[pid] = map[string]int64{}
+		}
+		ty.leaves[pid][leaf.fn] += n
+		if leaf.line > 0 {
+			ty.files[fmt.Sprintf("%s:%d", leaf.file, leaf.line)] = true
+		}
+	})
 	return ty
 }
 
@@ -207,6 +227,7 @@ func TestAgentGatewayDebuginfod(t *testing.T) {
 
 	work := t.TempDir()
 	gwPort, gwHTTP, gwHealth, agHealth := testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t), testfixture.FreePort(t)
+	symPort := testfixture.FreePort(t)
 	gwOut, agOut := filepath.Join(work, "gateway.json"), filepath.Join(work, "agent.json")
 	gwEnv := []string{
 		fmt.Sprintf("PROFSYM_GATEWAY_LISTEN=127.0.0.1:%d", gwPort),
@@ -216,6 +237,8 @@ func TestAgentGatewayDebuginfod(t *testing.T) {
 		"PROFSYM_DEBUGINFOD_CACHE=" + filepath.Join(work, "cache"),
 		"PROFSYM_LOCAL_ROOT=/nonexistent", // the gateway must not read the host's binaries
 		"DEBUGINFOD_URLS=" + srv.URL,
+		fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
+		"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "symbols"),
 	}
 	gwConfig := filepath.Join(root, "config", "gateway.yaml")
 	gateway := startCollector(t, bin, "gateway", gwEnv, gwConfig)
@@ -239,6 +262,7 @@ service:
 `, agOut)), 0o644)
 	agEnv := []string{
 		fmt.Sprintf("PROFSYM_GATEWAY_ENDPOINT=127.0.0.1:%d", gwPort),
+		fmt.Sprintf("PROFSYM_SYMBOLS_ENDPOINT=http://127.0.0.1:%d", symPort),
 		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", agHealth),
 		"PROFSYM_REPORT_INTERVAL=2s",
 	}

@@ -97,9 +97,9 @@ type Source interface {
 	Find(ctx context.Context, q *Query) ([]Candidate, error)
 }
 
-// SourceProvider is implemented by collector extensions that serve symbols
-// in process (the symbol store): the symbolization processor asks them for
-// a Source when its sources list names one.
+// SourceProvider may be implemented by a collector extension that serves
+// symbols in process (the symbol store) to give the chain a Source of its
+// own; an extension that only implements Locator is adapted by Store.
 type SourceProvider interface {
 	SymbolSource() Source
 }
@@ -198,6 +198,7 @@ type answer struct {
 	res     Result
 	err     error
 	expires time.Time // zero: until evicted
+	gen     uint64    // Generation() when found
 }
 
 // entryCost approximates an answer's memory: the entry, two Files and
@@ -251,6 +252,18 @@ func queryKey(q *Query) string {
 	return q.ID.Key()
 }
 
+// Generation sums the generations of the chain's growing sources (a
+// symbol store): when it moves, answers short of DWARF are stale.
+func (c *Chain) Generation() uint64 {
+	var g uint64
+	for _, s := range c.opt.Sources {
+		if gs, ok := s.(Generational); ok {
+			g += gs.Generation()
+		}
+	}
+	return g
+}
+
 // Forget drops what is remembered for q's identity (its files vanished).
 func (c *Chain) Forget(q *Query) { c.cache.Remove(queryKey(q)) }
 
@@ -264,14 +277,16 @@ func (c *Chain) Locate(ctx context.Context, q Query) (Result, error) {
 		return Result{}, fmt.Errorf("no build id or htlhash: %w", frame.ErrNoMapping)
 	}
 	key := queryKey(&q)
+	gen := c.Generation()
 	if a, ok := c.cache.Get(key); ok {
-		if a.expires.IsZero() || time.Now().Before(a.expires) {
+		if a.expires.IsZero() || time.Now().Before(a.expires) && a.gen == gen {
 			return a.res, a.err
 		}
 		c.cache.Remove(key)
 	}
 	ch := c.group.DoChan(key, func() (any, error) {
 		a := c.locate(ctx, &q)
+		a.gen = gen
 		// Transient failures are not remembered: the next batch asks again
 		// (debuginfod keeps its own short memory of them).
 		if a.err == nil || !frame.Transient(a.err) {

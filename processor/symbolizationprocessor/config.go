@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -35,6 +36,9 @@ type Config struct {
 	SymbolDirectoriesRescan time.Duration `mapstructure:"symbol_directories_rescan"`
 	// Debuginfod fetches debug files by build id.
 	Debuginfod DebuginfodConfig `mapstructure:"debuginfod"`
+	// SymbolStore names a symbolstore extension of this collector, read in
+	// process by the symbol_store source (empty: none).
+	SymbolStore component.ID `mapstructure:"symbol_store"`
 	// Demangle is "full" (C++ and Rust names demangled) or "none".
 	Demangle string `mapstructure:"demangle"`
 	// InlineFrames adds a line per inlined call.

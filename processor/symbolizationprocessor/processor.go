@@ -138,20 +138,20 @@ func (c *Config) NewDebuginfod(ctx context.Context, extensions map[component.ID]
 	})
 }
 
-// storeSource finds an extension serving symbols in process (the symbol
-// store) when the sources list it.
-func (c *Config) storeSource(host component.Host, log *zap.Logger) locate.Source {
-	if !c.lists(locate.SourceStore) {
-		return nil
+// storeSource returns the in-process source of the symbol store extension
+// that symbol_store names, or nil when none is named.
+func (c *Config) storeSource(host component.Host) (locate.Source, error) {
+	id := c.SymbolStore
+	if id.Type().String() == "" {
+		return nil, nil
 	}
-	for id, ext := range host.GetExtensions() {
-		if sp, ok := ext.(locate.SourceProvider); ok {
-			log.Info("symbol store source", zap.String("extension", id.String()))
-			return sp.SymbolSource()
-		}
+	switch ext := host.GetExtensions()[id].(type) {
+	case locate.SourceProvider:
+		return ext.SymbolSource(), nil
+	case locate.Locator:
+		return locate.Store(ext), nil
 	}
-	log.Debug("symbol_store source listed but no symbol store extension runs in this collector; skipping it")
-	return nil
+	return nil, fmt.Errorf("symbol_store: %s is not a symbolstore extension of this collector (list it under service.extensions)", id)
 }
 
 func (p *symbolizer) start(ctx context.Context, host component.Host) error {
@@ -163,6 +163,14 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		return nil
 	}
 	opt := p.cfg.Options(p.log)
+	store, err := p.cfg.storeSource(host)
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		opt.Locate.Store = store
+		p.log.Info("symbol store source enabled", zap.Stringer("extension", p.cfg.SymbolStore))
+	}
 	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
 	if err != nil {
 		return err
@@ -171,7 +179,6 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		opt.Locate.Debuginfod = client
 		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
 	}
-	opt.Locate.Store = p.cfg.storeSource(host, p.log)
 	sym, err := otlpsym.New(opt)
 	if err != nil {
 		if client != nil {

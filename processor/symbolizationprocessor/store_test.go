@@ -47,8 +47,8 @@ type extHost struct {
 
 func (h extHost) GetExtensions() map[component.ID]component.Component { return h.ext }
 
-// The symbol_store source comes from an extension running in the same
-// collector, through locate.SourceProvider.
+// The symbol_store source comes from the extension symbol_store names,
+// through locate.SourceProvider.
 func TestSymbolStoreSource(t *testing.T) {
 	v := buildVariant(t, 10)
 	dir := t.TempDir()
@@ -56,6 +56,7 @@ func TestSymbolStoreSource(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, v.id), data, 0o644)
 	cfg := createDefaultConfig()
 	cfg.Sources = []string{locate.SourceStore}
+	cfg.SymbolStore = component.MustNewID("symbolstore")
 	sink := new(consumertest.ProfilesSink)
 	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, sink)
 	if err != nil {

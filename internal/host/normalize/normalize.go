@@ -202,14 +202,25 @@ func (n *Normalizer) read(pid int) (*Process, error) {
 	return p, nil
 }
 
-// file opens a mapped file through the process's own view of the file
-// system: map_files works for deleted files and across mount namespaces;
-// root/PATH is the fallback when map_files is not readable.
-func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
-	candidates := []string{
-		filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)),
-		filepath.Join(dir, "root", m.Path),
+// OpenPaths lists where the file mapped at [start, end) from path can be
+// opened on this host, through the process's own view of the file system
+// (procDir is /proc/PID): map_files works for deleted files and across mount
+// namespaces; root/PATH is the fallback when map_files is not readable.
+// The symbol uploader opens files the same way.
+func OpenPaths(procDir string, start, end uint64, path string) []string {
+	var out []string
+	if start != 0 && end > start {
+		out = append(out, filepath.Join(procDir, "map_files", fmt.Sprintf("%x-%x", start, end)))
 	}
+	if filepath.IsAbs(path) {
+		out = append(out, filepath.Join(procDir, "root", path))
+	}
+	return out
+}
+
+// file opens a mapped file (see OpenPaths).
+func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
+	candidates := OpenPaths(dir, m.Start, m.End, m.Path)
 	var lastErr error
 	for _, c := range candidates {
 		key, err := statKey(c)

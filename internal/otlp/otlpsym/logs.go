@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
@@ -75,7 +74,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	}
 	var recs []rec
 	need := map[*objRef]bool{}
-	now := time.Now().UnixNano()
+	at := s.stamp()
 	lim := s.opt.Limits
 	for _, rl := range ld.ResourceLogs().All() {
 		var pid int64
@@ -110,7 +109,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					if o.num == 0 {
 						s.number(o)
 					}
-					if _, hit := s.cached(o, f.Address, now); !hit {
+					if _, hit := s.cached(o, f.Address, at); !hit {
 						need[o] = true
 					}
 				}
@@ -145,10 +144,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 			default:
 				res, ok := w.obj.fail, w.obj.fail != nil
 				if !ok {
-					if res, ok = s.cached(w.obj, f.Address, now); ok {
+					if res, ok = s.cached(w.obj, f.Address, at); ok {
 						st.CacheHits++
 					} else {
-						res = s.lookup(w.obj, f.Address, translation{}, &buf, &st)
+						res = s.lookup(w.obj, f.Address, translation{}, at, &buf, &st)
 					}
 				}
 				if res.err != nil {

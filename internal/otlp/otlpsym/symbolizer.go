@@ -190,6 +190,19 @@ type result struct {
 type partialResult struct {
 	r       *result
 	expires int64
+	gen     uint64 // the chain's Generation() when found
+}
+
+// stamp is when a batch runs: the time, and the generation of the chain's
+// growing sources (a symbol store), which ends partial answers when it
+// moves.
+type stamp struct {
+	now int64
+	gen uint64
+}
+
+func (s *Symbolizer) stamp() stamp {
+	return stamp{now: time.Now().UnixNano(), gen: s.chain.Generation()}
 }
 
 type rline struct {
@@ -440,7 +453,7 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 }
 
 // cachedLocked returns a live cached answer; s.genMu is held for reading.
-func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, now int64) (*result, bool) {
+func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, at stamp) (*result, bool) {
 	k, ok := keyOf(o.num, addr)
 	if !ok || o.gen != s.gen || o.num == 0 {
 		return nil, false
@@ -448,23 +461,23 @@ func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, now int64) (*result, b
 	if r, ok := s.results.Get(k); ok {
 		return r, true
 	}
-	if p, ok := s.partial.Get(k); ok && now < p.expires {
+	if p, ok := s.partial.Get(k); ok && at.now < p.expires && p.gen == at.gen {
 		return p.r, true
 	}
 	return nil, false
 }
 
-func (s *Symbolizer) cached(o *objRef, addr uint64, now int64) (*result, bool) {
+func (s *Symbolizer) cached(o *objRef, addr uint64, at stamp) (*result, bool) {
 	s.genMu.RLock()
 	defer s.genMu.RUnlock()
-	return s.cachedLocked(o, addr, now)
+	return s.cachedLocked(o, addr, at)
 }
 
 // lookup asks the engine (the result cache missed) and caches the answer.
 // Transient failures (fetch, timeout) are not cached, so the next batch
 // retries once the object is available; other failures, and answers from
 // files short of DWARF, are cached until NegativeTTL.
-func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
+func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, buf *[]symbolize.Frame, st *Stats) *result {
 	key := addr
 	st.CacheMisses++
 	r := &result{err: o.err}
@@ -502,7 +515,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbo
 	s.genMu.RLock()
 	if o.gen == s.gen && o.num != 0 {
 		if r.err != nil || !o.complete {
-			s.partial.Add(k, partialResult{r: r, expires: time.Now().Add(s.opt.NegativeTTL).UnixNano()})
+			s.partial.Add(k, partialResult{r: r, expires: at.now + int64(s.opt.NegativeTTL), gen: at.gen})
 		} else {
 			s.results.Add(k, r)
 		}
@@ -575,7 +588,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	}
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
-	now := time.Now().UnixNano()
+	at := s.stamp()
 	s.genMu.RLock()
 	for i, w := range todo {
 		if w.obj.fail != nil {
@@ -583,7 +596,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		if w.tr.kind == asIs {
-			if r, ok := s.cachedLocked(w.obj, w.addr, now); ok {
+			if r, ok := s.cachedLocked(w.obj, w.addr, at); ok {
 				answers[i] = r
 				st.CacheHits++
 				continue
@@ -610,7 +623,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	for i, w := range todo {
 		r := answers[i]
 		if r == nil {
-			r = s.lookup(w.obj, w.addr, w.tr, &buf, &st)
+			r = s.lookup(w.obj, w.addr, w.tr, at, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
 		if r.err != nil {

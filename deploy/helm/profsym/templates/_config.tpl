@@ -25,6 +25,20 @@ processors:
     check_interval: 1s
     limit_percentage: {{ int $a.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $a.memoryLimiter.spikeLimitPercentage }}
+  {{- if .Values.symbols.enabled }}
+  {{- $u := $a.symbolUpload }}
+  symbolupload:
+    endpoint: {{ printf "http://%s.%s.svc.%s:%d" (include "profsym.gatewayName" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.symbolStore.port) }}
+    {{- if include "profsym.symbolsAuth" . }}
+    auth:
+      authenticator: bearertokenauth/symbols
+    {{- end }}
+    debug_directories: {{ toYaml $u.debugDirectories | nindent 6 }}
+    exclude: {{ toYaml $u.exclude | nindent 6 }}
+    max_bandwidth: {{ int64 $u.maxBandwidth }}
+    max_concurrent_uploads: {{ int $u.maxConcurrentUploads }}
+    scratch_directory: /var/tmp/profsym-symbols
+  {{- end }}
 exporters:
   otlp_grpc:
     endpoint: ${env:PROFSYM_GATEWAY_ENDPOINT}
@@ -48,7 +62,7 @@ service:
   pipelines:
     profiles:
       receivers: [profiling]
-      processors: [memory_limiter]
+      processors: [memory_limiter{{ if .Values.symbols.enabled }}, symbolupload{{ end }}]
       exporters: [otlp_grpc]
     {{- if $a.profileEvents.enabled }}
     logs:
@@ -64,8 +78,13 @@ symbolization -> file and/or the backend.
 */}}
 {{- define "profsym.gateway.symbolization" -}}
 {{- $s := .s -}}
+{{- $sources := $s.sources -}}
+{{- if and .store (not (has "symbol_store" $sources)) }}{{ $sources = prepend $sources "symbol_store" }}{{ end -}}
 sources:
-  {{- toYaml $s.sources | nindent 2 }}
+  {{- toYaml $sources | nindent 2 }}
+{{- if .store }}
+symbol_store: symbolstore
+{{- end }}
 debug_directories: {{ toYaml $s.debugDirectories | nindent 2 }}
 symbol_directories: {{ toYaml $s.symbolDirectories | nindent 2 }}
 demangle: {{ $s.demangle }}
@@ -100,6 +119,32 @@ debuginfod:
 {{- $cacheDir := printf "%s/debuginfod" (trimSuffix "/" $g.cache.mountPath) -}}
 extensions:
   {{- include "profsym.extensions" . | nindent 2 }}
+  {{- if .Values.symbols.enabled }}
+  {{- $st := $g.symbolStore }}
+  symbolstore:
+    endpoint: ${env:PROFSYM_SYMBOLS_LISTEN}
+    {{- if include "profsym.symbolsAuth" . }}
+    auth:
+      authenticator: bearertokenauth/symbols
+    {{- end }}
+    max_upload_size: {{ int64 $st.maxUploadSize }}
+    lease_duration: {{ $st.leaseDuration }}
+    storage:
+      {{- if $st.s3.bucket }}
+      s3:
+        endpoint: {{ required "gateway.symbolStore.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
+        bucket: {{ $st.s3.bucket | quote }}
+        prefix: {{ $st.s3.prefix | quote }}
+        region: {{ $st.s3.region | quote }}
+        access_key_id: ${env:PROFSYM_SYMBOLS_S3_ACCESS_KEY}
+        secret_access_key: ${env:PROFSYM_SYMBOLS_S3_SECRET_KEY}
+        insecure: {{ $st.s3.insecure }}
+        create_bucket: {{ $st.s3.createBucket }}
+      scratch_directory: {{ $st.mountPath }}
+      {{- else }}
+      directory: {{ $st.mountPath }}
+      {{- end }}
+  {{- end }}
 receivers:
   otlp:
     protocols:
@@ -118,7 +163,7 @@ processors:
     limit_percentage: {{ int $g.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $g.memoryLimiter.spikeLimitPercentage }}
   symbolization:
-    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir) | nindent 4 }}
+    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir "store" .Values.symbols.enabled) | nindent 4 }}
 exporters:
   {{- if $g.fileOutput.enabled }}
   file:
@@ -143,6 +188,9 @@ exporters:
   {{- end }}
 service:
   {{- include "profsym.telemetry" . | nindent 2 }}
+  {{- if .Values.symbols.enabled }}
+    - symbolstore
+  {{- end }}
   pipelines:
     profiles:
       receivers: [otlp]

@@ -113,6 +113,25 @@ failureThreshold: {{ .failureThreshold }}
 {{/*
 Collector self-telemetry and extensions, shared by both configurations.
 */}}
+{{/*
+Symbol upload and store (symbols.enabled): whether a token is configured,
+and the Secret holding it.
+*/}}
+{{- define "profsym.symbolsAuth" -}}
+{{- if and .Values.symbols.enabled (or .Values.symbols.token.existingSecret .Values.symbols.token.value) }}true{{ end }}
+{{- end }}
+
+{{- define "profsym.symbolsTokenSecret" -}}
+{{- default (printf "%s-symbols-token" (include "profsym.fullname" .)) .Values.symbols.token.existingSecret }}
+{{- end }}
+
+{{- define "profsym.symbolsClaimName" -}}
+{{- default (printf "%s-gateway-symbols" (include "profsym.fullname" .)) .Values.gateway.symbolStore.persistence.existingClaim }}
+{{- end }}
+
+{{/* Where the token Secret is mounted in both workloads. */}}
+{{- define "profsym.symbolsTokenDir" -}}/etc/profsym-symbols{{- end }}
+
 {{- define "profsym.telemetry" -}}
 telemetry:
   logs:
@@ -130,6 +149,9 @@ extensions:
   {{- if .Values.pprof.enabled }}
   - pprof
   {{- end }}
+  {{- if include "profsym.symbolsAuth" . }}
+  - bearertokenauth/symbols
+  {{- end }}
 {{- end }}
 
 {{- define "profsym.extensions" -}}
@@ -138,6 +160,10 @@ health_check:
 {{- if .Values.pprof.enabled }}
 pprof:
   endpoint: localhost:{{ int .Values.pprof.port }}
+{{- end }}
+{{- if include "profsym.symbolsAuth" . }}
+bearertokenauth/symbols:
+  filename: {{ include "profsym.symbolsTokenDir" . }}/token
 {{- end }}
 {{- end }}
 

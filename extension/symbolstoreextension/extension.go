@@ -1,0 +1,213 @@
+package symbolstoreextension
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/config/confighttp"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/extension/symbolstoreextension/internal/metadata"
+	"github.com/profsym/profsym/internal/symstore"
+)
+
+// Store is the extension. The symbolization processor finds it among the
+// host's extensions and calls Locate in process.
+type Store struct {
+	cfg *Config
+	set extension.Settings
+	tel *metadata.TelemetryBuilder
+
+	store atomic.Pointer[symstore.Store] // set once started; read on the symbolizer's path
+
+	mu     sync.Mutex
+	server *http.Server
+	wg     sync.WaitGroup
+}
+
+var _ extension.Extension = (*Store)(nil)
+
+func newStore(set extension.Settings, cfg *Config) (*Store, error) {
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg, set: set, tel: tel}, nil
+}
+
+// Start opens the backend, lists it, and serves HTTP.
+func (s *Store) Start(ctx context.Context, host component.Host) error {
+	log := s.set.Logger
+	var be symstore.Backend
+	var err error
+	if b := s.cfg.Storage.S3; b.Bucket != "" {
+		be, err = symstore.NewS3(ctx, symstore.S3Config{
+			Endpoint: b.Endpoint, Bucket: b.Bucket, Prefix: b.Prefix, Region: b.Region,
+			AccessKeyID: b.AccessKeyID, SecretAccessKey: string(b.SecretAccessKey),
+			Insecure: b.Insecure, CreateBucket: b.CreateBucket,
+		})
+	} else {
+		be, err = symstore.NewDir(s.cfg.Storage.Directory)
+	}
+	if err != nil {
+		return err
+	}
+	st, err := symstore.New(ctx, symstore.Config{
+		Backend:        be,
+		ScratchDir:     s.cfg.Storage.ScratchDirectory,
+		MaxUploadBytes: s.cfg.MaxUploadSize,
+		Lease:          s.cfg.LeaseDuration,
+		MaxQueryIDs:    s.cfg.MaxQueryIDs,
+		MaxUploads:     s.cfg.MaxConcurrentUploads,
+		CacheBytes:     s.cfg.Storage.CacheMaxBytes,
+		Rescan:         s.cfg.Storage.Rescan,
+		Logger:         log,
+		Observer:       storeObserver{s.tel},
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.tel.RegisterSymbolstoreFilesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		n, _ := st.Size()
+		o.Observe(n)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.tel.RegisterSymbolstoreSizeCallback(func(_ context.Context, o metric.Int64Observer) error {
+		_, b := st.Size()
+		o.Observe(b)
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	sc := s.cfg.ServerConfig // ToServer fills defaults in its receiver
+	if sc.MaxRequestBodySize <= 0 {
+		sc.MaxRequestBodySize = s.cfg.MaxUploadSize + 1<<20
+	}
+	if !sc.Auth.HasValue() && !isLoopback(sc.NetAddr.Endpoint) {
+		log.Warn("symbol store listens beyond loopback without authentication: anyone who reaches it can upload and read symbols; "+
+			"set PROFSYM_SYMBOLS_TOKEN (config/symbols-auth-gateway.yaml) or configure auth",
+			zap.String("endpoint", sc.NetAddr.Endpoint))
+	}
+	ln, err := sc.ToListener(ctx)
+	if err != nil {
+		return err
+	}
+	srv, err := sc.ToServer(ctx, host.GetExtensions(), s.set.TelemetrySettings, st.Handler(),
+		confighttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, msg string, status int) {
+			reason := symstore.ReasonBadRequest
+			if status == http.StatusUnauthorized {
+				reason = symstore.ReasonUnauthorized
+			}
+			s.tel.SymbolstoreUploadsRejected.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+			w.Header().Set("X-Profsym-Reason", reason)
+			http.Error(w, msg, status)
+		}))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.store.Store(st)
+	s.mu.Lock()
+	s.server = srv
+	s.mu.Unlock()
+	log.Info("symbol store serving", zap.String("endpoint", ln.Addr().String()), zap.Stringer("backend", be),
+		zap.Bool("auth", sc.Auth.HasValue()), zap.Bool("tls", sc.TLS.HasValue()))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			componentstatus.ReportStatus(host, componentstatus.NewFatalErrorEvent(err))
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops serving.
+func (s *Store) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.server
+	s.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+	}
+	s.wg.Wait()
+	s.tel.Shutdown()
+	return err
+}
+
+// Locate gives the symbolization processor the stored files of a build id
+// as local paths (the symbolizer's locator interface).
+func (s *Store) Locate(ctx context.Context, buildID string) (string, string, error) {
+	st := s.store.Load()
+	if st == nil {
+		return "", "", errors.New("symbol store not started")
+	}
+	return st.Locate(ctx, buildID)
+}
+
+// Generation changes whenever the store gains files; the symbolization
+// processor then retries frames that failed for lack of them.
+func (s *Store) Generation() uint64 {
+	st := s.store.Load()
+	if st == nil {
+		return 0
+	}
+	return st.Generation()
+}
+
+// isLoopback reports whether host:port binds to loopback only.
+func isLoopback(endpoint string) bool {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// storeObserver turns store events into the extension's metrics.
+type storeObserver struct{ tel *metadata.TelemetryBuilder }
+
+func kindAttr(k symstore.Kind) metric.AddOption {
+	return metric.WithAttributes(attribute.String("kind", string(k)))
+}
+
+func (o storeObserver) Rejected(reason string) {
+	o.tel.SymbolstoreUploadsRejected.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+func (o storeObserver) Stored(k symstore.Kind, n int64) {
+	o.tel.SymbolstoreUploadsStored.Add(context.Background(), 1, kindAttr(k))
+	o.tel.SymbolstoreReceivedBytes.Add(context.Background(), n)
+}
+
+func (o storeObserver) Deduped(k symstore.Kind) {
+	o.tel.SymbolstoreUploadsDeduped.Add(context.Background(), 1, kindAttr(k))
+}
+
+func (o storeObserver) Served(k symstore.Kind, n int64) {
+	o.tel.SymbolstoreHits.Add(context.Background(), 1, kindAttr(k))
+	if n > 0 {
+		o.tel.SymbolstoreServedBytes.Add(context.Background(), n)
+	}
+}
+
+func (o storeObserver) Queried(ids, _ int) {
+	o.tel.SymbolstoreMissingQueries.Add(context.Background(), int64(ids))
+}

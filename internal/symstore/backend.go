@@ -1,0 +1,190 @@
+package symstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// Kind is what a stored file is for a build id, named as in the debuginfod
+// protocol.
+type Kind string
+
+const (
+	DebugInfo  Kind = "debuginfo"  // the sections needed to symbolize
+	Executable Kind = "executable" // the loadable object itself
+)
+
+// ParseKind accepts only the two protocol names.
+func ParseKind(s string) (Kind, bool) {
+	switch Kind(s) {
+	case DebugInfo, Executable:
+		return Kind(s), true
+	}
+	return "", false
+}
+
+// Object is a stored file opened for reading.
+type Object interface {
+	io.ReadSeekCloser
+	Size() int64
+	ModTime() time.Time
+}
+
+// Backend keeps files by (build id, kind). Ids reaching a backend were
+// validated by frame.ParseBuildID and kinds by ParseKind.
+type Backend interface {
+	// List calls fn for every stored file.
+	List(ctx context.Context, fn func(id string, kind Kind, size int64)) error
+	// Stat returns the size of a stored file, or an error wrapping
+	// fs.ErrNotExist.
+	Stat(ctx context.Context, id string, kind Kind) (int64, error)
+	// Put stores the verified file at path, atomically: readers see the
+	// whole file or nothing. The backend may move or remove path.
+	Put(ctx context.Context, id string, kind Kind, path string, size int64) error
+	// Open returns a stored file; errors wrap fs.ErrNotExist when absent.
+	Open(ctx context.Context, id string, kind Kind) (Object, error)
+	// LocalPath returns a path on this host holding the file, when the
+	// backend keeps files on a local disk.
+	LocalPath(id string, kind Kind) (string, bool)
+	String() string
+}
+
+// Dir stores files under Root as buildid/ID/KIND. Uploads are written
+// under Root/.tmp first, so a rename makes them visible.
+type Dir struct {
+	Root string
+}
+
+// NewDir creates the directory layout.
+func NewDir(root string) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("directory backend: empty path")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"buildid", ".tmp"} {
+		if err := os.MkdirAll(filepath.Join(abs, d), 0o750); err != nil {
+			return nil, fmt.Errorf("directory backend: %w", err)
+		}
+	}
+	return &Dir{Root: abs}, nil
+}
+
+func (d *Dir) String() string { return "directory " + d.Root }
+
+// TempDir is where uploads are spooled; it is on the same file system as
+// the store so Put is a rename.
+func (d *Dir) TempDir() string { return filepath.Join(d.Root, ".tmp") }
+
+// path joins a validated id and kind under the root, and checks the result
+// stays inside it even so.
+func (d *Dir) path(id string, kind Kind) (string, error) {
+	if _, err := frame.ParseBuildID(id); err != nil {
+		return "", err
+	}
+	if _, ok := ParseKind(string(kind)); !ok {
+		return "", fmt.Errorf("kind %q: %w", kind, frame.ErrInvalidPath)
+	}
+	base := filepath.Join(d.Root, "buildid")
+	p := filepath.Join(base, id, string(kind))
+	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%q escapes the store: %w", p, frame.ErrInvalidPath)
+	}
+	return p, nil
+}
+
+func (d *Dir) List(ctx context.Context, fn func(string, Kind, int64)) error {
+	base := filepath.Join(d.Root, "buildid")
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		id, err := frame.ParseBuildID(e.Name())
+		if err != nil || id != e.Name() || !e.IsDir() {
+			continue
+		}
+		for _, k := range []Kind{DebugInfo, Executable} {
+			if st, err := os.Lstat(filepath.Join(base, id, string(k))); err == nil && st.Mode().IsRegular() {
+				fn(id, k, st.Size())
+			}
+		}
+	}
+	return nil
+}
+
+func (d *Dir) Stat(_ context.Context, id string, kind Kind) (int64, error) {
+	p, err := d.path(id, kind)
+	if err != nil {
+		return 0, err
+	}
+	st, err := os.Lstat(p)
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s: not a regular file: %w", p, fs.ErrNotExist)
+	}
+	return st.Size(), nil
+}
+
+func (d *Dir) Put(_ context.Context, id string, kind Kind, path string, _ int64) error {
+	p, err := d.path(id, kind)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(path, p)
+}
+
+func (d *Dir) Open(_ context.Context, id string, kind Kind) (Object, error) {
+	p, err := d.path(id, kind)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file: %w", p, fs.ErrNotExist)
+	}
+	return &fileObject{File: f, size: st.Size(), mod: st.ModTime()}, nil
+}
+
+func (d *Dir) LocalPath(id string, kind Kind) (string, bool) {
+	p, err := d.path(id, kind)
+	return p, err == nil
+}
+
+// fileObject is an *os.File: http.ServeContent's copy to the connection
+// then uses sendfile.
+type fileObject struct {
+	*os.File
+	size int64
+	mod  time.Time
+}
+
+func (f *fileObject) Size() int64        { return f.size }
+func (f *fileObject) ModTime() time.Time { return f.mod }

@@ -1,0 +1,223 @@
+package symstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client talks to a store over HTTP: the batch query and uploads. The agent
+// and `profsym upload` share it.
+type Client struct {
+	base  string
+	http  *http.Client
+	token string
+	// Limiter, when set, paces upload bodies (shared by every upload of the
+	// client, so it bounds the client's total rate).
+	Limiter *Limiter
+}
+
+// NewClient checks the endpoint (http or https URL) and reads the bearer
+// token, if any.
+func NewClient(endpoint, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("symbol store endpoint %q is not an http(s) URL", endpoint)
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 0}
+	}
+	return &Client{base: strings.TrimRight(endpoint, "/"), http: hc, token: strings.TrimSpace(token)}, nil
+}
+
+// ReadToken reads a token file (the Helm chart mounts a Secret), trimming
+// white space.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > 4096 {
+		return "", fmt.Errorf("token file %s is %d bytes; a token is short", path, len(b))
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Endpoint is the store's URL.
+func (c *Client) Endpoint() string { return c.base }
+
+// StatusError is a non-2xx answer.
+type StatusError struct {
+	Status int
+	Reason string // X-Profsym-Reason, when the store gave one
+	Msg    string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("symbol store answered %d %s: %s", e.Status, e.Reason, e.Msg)
+}
+
+// Permanent reports whether retrying the same request cannot help: a
+// refusal of the request itself. Authentication failures are not: a token
+// fixed on either side should let uploads resume without a restart.
+func (e *StatusError) Permanent() bool {
+	switch e.Status {
+	case http.StatusConflict, http.StatusTooManyRequests, http.StatusRequestTimeout,
+		http.StatusUnauthorized, http.StatusForbidden:
+		return false
+	}
+	return e.Status >= 400 && e.Status < 500
+}
+
+// IsPermanent reports whether err is a refusal that a retry would repeat.
+func IsPermanent(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Permanent()
+}
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("User-Agent", "profsym-symbols/1")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, &StatusError{Status: resp.StatusCode, Reason: resp.Header.Get("X-Profsym-Reason"), Msg: strings.TrimSpace(string(msg))}
+	}
+	return resp, nil
+}
+
+// Missing asks which ids the store lacks, leasing them to this client.
+func (c *Client) Missing(ctx context.Context, ids []string) (MissingResult, error) {
+	body, _ := json.Marshal(MissingRequest{BuildIDs: ids, Lease: true})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathMissing, bytes.NewReader(body))
+	if err != nil {
+		return MissingResult{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.do(req)
+	if err != nil {
+		return MissingResult{}, err
+	}
+	defer resp.Body.Close()
+	var res MissingResult
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&res); err != nil {
+		return MissingResult{}, fmt.Errorf("symbol store: decoding missing answer: %w", err)
+	}
+	return res, nil
+}
+
+// Upload sends the file at path as kind for id. It returns whether the
+// store stored it (false: it already had it).
+func (c *Client) Upload(ctx context.Context, id string, kind Kind, path, lease string) (stored bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	var body io.Reader = f
+	if c.Limiter != nil {
+		body = c.Limiter.Reader(ctx, f)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/buildid/"+id+"/"+string(kind), body)
+	if err != nil {
+		return false, err
+	}
+	req.ContentLength = st.Size()
+	req.Header.Set("Content-Type", "application/x-elf")
+	if lease != "" {
+		req.Header.Set(HeaderLease, lease)
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return false, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusCreated, nil
+}
+
+// Limiter is a token bucket over bytes, shared by readers.
+type Limiter struct {
+	rate  float64 // bytes per second; <= 0: unlimited
+	burst float64
+
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+// NewLimiter paces to bytesPerSec with bursts of up to burst bytes.
+func NewLimiter(bytesPerSec, burst int64) *Limiter {
+	if burst <= 0 {
+		burst = max(bytesPerSec/10, 32<<10)
+	}
+	return &Limiter{rate: float64(bytesPerSec), burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// wait blocks until n bytes may pass.
+func (l *Limiter) wait(ctx context.Context, n int) error {
+	if l == nil || l.rate <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	now := time.Now()
+	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	l.tokens -= float64(n)
+	deficit := -l.tokens
+	l.mu.Unlock()
+	if deficit <= 0 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(deficit / l.rate * float64(time.Second)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Reader paces r through the limiter.
+func (l *Limiter) Reader(ctx context.Context, r io.Reader) io.Reader {
+	return &limitedReader{ctx: ctx, r: r, l: l}
+}
+
+type limitedReader struct {
+	ctx context.Context
+	r   io.Reader
+	l   *Limiter
+}
+
+func (lr *limitedReader) Read(p []byte) (int, error) {
+	if chunk := int(max(lr.l.burst, 4096)); len(p) > chunk {
+		p = p[:chunk]
+	}
+	n, err := lr.r.Read(p)
+	if n > 0 {
+		if werr := lr.l.wait(lr.ctx, n); werr != nil {
+			return n, werr
+		}
+	}
+	return n, err
+}

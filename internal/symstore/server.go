@@ -1,0 +1,179 @@
+package symstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// Protocol paths. Reads are the debuginfod protocol; the batch query and
+// uploads are profsym's.
+const (
+	PathMissing = "/symbols/v1/missing"
+	// HeaderLease carries the lease token with an upload.
+	HeaderLease = "X-Profsym-Lease"
+	// maxQueryBody bounds the JSON of one missing query: ids of at most 128
+	// hex digits plus quoting.
+	maxQueryBody = 140
+)
+
+// MissingRequest is the body of POST PathMissing.
+type MissingRequest struct {
+	BuildIDs []string `json:"build_ids"`
+	// Lease asks for upload leases on the missing ids.
+	Lease bool `json:"lease"`
+}
+
+// Handler serves the store:
+//
+//	GET|HEAD /buildid/ID/debuginfo|executable   debuginfod, with ranges
+//	PUT|POST /buildid/ID/debuginfo|executable   upload (body: the ELF file)
+//	POST     /symbols/v1/missing                 {"build_ids":[...],"lease":true}
+//
+// The path is split by hand on its escaped form, so an id such as
+// "..%2F..%2Fetc" reaches validation (and a 400) instead of being cleaned
+// or redirected by a mux; no path is ever built from it.
+func (s *Store) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		switch {
+		case p == PathMissing:
+			s.serveMissing(w, r)
+		case strings.HasPrefix(p, "/buildid/"):
+			parts := strings.Split(strings.TrimPrefix(p, "/buildid/"), "/")
+			if len(parts) != 2 {
+				s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, errors.New("want /buildid/ID/debuginfo or /buildid/ID/executable")))
+				return
+			}
+			switch r.Method {
+			case http.MethodGet, http.MethodHead:
+				s.serveFile(w, r, parts[0], parts[1])
+			case http.MethodPut, http.MethodPost:
+				s.serveUpload(w, r, parts[0], parts[1])
+			default:
+				w.Header().Set("Allow", "GET, HEAD, PUT, POST")
+				http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+func (s *Store) fail(w http.ResponseWriter, err error) {
+	var re *RejectError
+	if errors.As(err, &re) {
+		w.Header().Set("X-Profsym-Reason", re.Reason)
+		if re.Status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "10")
+		}
+		http.Error(w, re.Error(), re.Status)
+		return
+	}
+	s.log.Warn("symbol store: request failed", zap.Error(err))
+	http.Error(w, "internal error", http.StatusInternalServerError)
+}
+
+func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	limit := int64(s.cfg.MaxQueryIDs)*maxQueryBody + 64
+	body := http.MaxBytesReader(w, r.Body, limit)
+	var req MissingRequest
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.obs.Rejected(ReasonTooLarge)
+			s.fail(w, reject(ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Errorf("query over %d bytes", limit)))
+			return
+		}
+		s.obs.Rejected(ReasonBadRequest)
+		s.fail(w, reject(ReasonBadRequest, http.StatusBadRequest, fmt.Errorf("query: %v", err)))
+		return
+	}
+	s.Refresh(r.Context())
+	res, err := s.Missing(req.BuildIDs, req.Lease)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
+}
+
+func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rawID, rawKind string) {
+	kind, ok := ParseKind(rawKind)
+	if !ok {
+		http.NotFound(w, r) // debuginfod's /source and /section are not served
+		return
+	}
+	id, err := parseID(rawID)
+	if err == nil {
+		id, err = frame.ParseBuildID(id)
+	}
+	if err != nil {
+		s.obs.Rejected(ReasonInvalidBuildID)
+		s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
+		return
+	}
+	o, err := s.Open(r.Context(), id, kind)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			http.NotFound(w, r)
+			return
+		}
+		s.fail(w, err)
+		return
+	}
+	defer o.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Debuginfod-Size", strconv.FormatInt(o.Size(), 10))
+	// ServeContent handles Range and If-Modified-Since; over an *os.File
+	// its copy to the connection is a sendfile.
+	http.ServeContent(w, r, "", o.ModTime(), o)
+	if r.Method == http.MethodGet {
+		s.obs.Served(kind, o.Size())
+	}
+}
+
+func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, rawID, rawKind string) {
+	id, err := parseID(rawID)
+	if err != nil {
+		s.obs.Rejected(ReasonInvalidBuildID)
+		s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	res, err := s.Put(r.Context(), id, rawKind, body, r.ContentLength, r.Header.Get(HeaderLease))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if res.Stored {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "stored\n")
+		return
+	}
+	io.WriteString(w, "already stored\n")
+}
+
+// parseID unescapes one path segment. Validation proper is
+// frame.ParseBuildID, in the store.
+func parseID(seg string) (string, error) {
+	if strings.ContainsAny(seg, "%/\\") || seg == "." || seg == ".." {
+		return "", fmt.Errorf("build id %.80q is not hex", seg)
+	}
+	return seg, nil
+}

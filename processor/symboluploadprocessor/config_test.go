@@ -1,0 +1,60 @@
+package symboluploadprocessor
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(name string) (*Config, error) {
+		cfg := createDefaultConfig()
+		sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Unmarshal(cfg); err != nil {
+			return nil, err
+		}
+		return cfg, confmap.Validate(cfg)
+	}
+	def, err := load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := def.endpoint(); !def.Enabled || ep != "http://localhost:8002" || def.MaxBandwidth != 4<<20 {
+		t.Errorf("defaults: %+v (endpoint %s)", def, ep)
+	}
+	c, err := load("custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := c.endpoint(); ep != "https://gateway.example:8443" || !c.ClientConfig.Auth.HasValue() ||
+		len(c.Exclude) != 2 || c.MaxBandwidth != 1<<20 || c.MaxConcurrentUploads != 1 || c.QueryInterval != 10*time.Second ||
+		c.Retry.MaxInterval != time.Minute || c.Compression != "zlib" || len(c.DebugDirectories) != 2 {
+		t.Errorf("custom: %+v", c)
+	}
+	d, err := load("derived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := d.endpoint(); ep != "http://gateway.profsym.svc:8002" {
+		t.Errorf("derived endpoint %s", ep)
+	}
+	if off, err := load("off"); err != nil || off.Enabled {
+		t.Errorf("off: %v %v", off, err)
+	}
+	if _, err := load("bad"); err == nil {
+		t.Error("bad: no validation error")
+	}
+}
