@@ -16,8 +16,10 @@ import (
 
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
-	"github.com/profsym/profsym/internal/symbolize"
 )
 
 // pidList collects repeated --pid flags.
@@ -114,10 +116,22 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 		return 1
 	}
 	if o.symbolize {
-		r := symbolize.New(symbolize.DefaultOptions())
-		ok, raw := profbuild.SymbolizeHost(ctx, rep.Profiles, r)
-		r.Close()
-		fmt.Fprintf(stderr, "profsym record: symbolized %d locations, %d left raw\n", ok, raw)
+		// The processor's symbolizer with the sources of this host: the
+		// recorded processes (alive or not), their files, /usr/lib/debug.
+		sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true,
+			Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs},
+				DebugDirs: []string{debugdirs.DefaultDebugDir}}})
+		if err != nil {
+			fmt.Fprintln(stderr, "profsym record:", err)
+			return 1
+		}
+		st := sym.Profiles(ctx, rep.Profiles)
+		sym.Close()
+		raw := int64(0)
+		for _, n := range st.Unresolved {
+			raw += n
+		}
+		fmt.Fprintf(stderr, "profsym record: symbolized %d locations, %d left raw %v\n", st.Resolved, raw, st.Unresolved)
 	}
 	if err := writeProfiles(rep.Profiles, o.output, o.format); err != nil {
 		fmt.Fprintln(stderr, "profsym record:", err)

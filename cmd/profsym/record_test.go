@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -67,7 +67,7 @@ func TestRecordOTLPJSON(t *testing.T) {
 	}
 	found := false
 	for _, rp := range pd.ResourceProfiles().All() {
-		v, _ := rp.Resource().Attributes().Get(profbuild.AttrPID)
+		v, _ := rp.Resource().Attributes().Get(pframe.AttrPID)
 		if v.Int() == int64(pid) {
 			found = true
 		} else {

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )
@@ -39,10 +41,12 @@ func addSourceFlags(fs *flag.FlagSet) *sourceFlags {
 // symbolizer builds the processor's symbolizer from the flags; close
 // releases it and the debuginfod client.
 func (sf *sourceFlags) symbolizer() (sym *otlpsym.Symbolizer, closeFn func(), err error) {
-	opt := otlpsym.Options{Demangle: !*sf.noDemangle, Inlines: !*sf.noInlines, Lines: true, LocalRoot: *sf.root,
-		DebugDirs: sf.dirs, SymbolDirs: sf.symdirs, Timeout: *sf.timeout, Logger: zap.NewNop()}
-	if len(opt.DebugDirs) == 0 {
-		opt.DebugDirs = []string{"/usr/lib/debug"}
+	// The processor's default chain: on the host where the profile was
+	// taken, with its processes alive, proc names base-name mappings too.
+	opt := otlpsym.Options{Demangle: !*sf.noDemangle, Inlines: !*sf.noInlines, Lines: true, Timeout: *sf.timeout,
+		Logger: zap.NewNop(), Locate: locate.Config{LocalRoot: *sf.root, DebugDirs: sf.dirs, SymbolDirs: sf.symdirs}}
+	if len(opt.Locate.DebugDirs) == 0 {
+		opt.Locate.DebugDirs = []string{debugdirs.DefaultDebugDir}
 	}
 	u := []string(sf.urls)
 	if len(u) == 0 {
@@ -54,9 +58,15 @@ func (sf *sourceFlags) symbolizer() (sym *otlpsym.Symbolizer, closeFn func(), er
 		if err != nil {
 			return nil, nil, fmt.Errorf("debuginfod: %w", err)
 		}
-		opt.Debuginfod = client
+		opt.Locate.Debuginfod = client
 	}
-	sym = otlpsym.New(opt)
+	sym, err = otlpsym.New(opt)
+	if err != nil {
+		if client != nil {
+			client.Close()
+		}
+		return nil, nil, err
+	}
 	return sym, func() {
 		sym.Close()
 		if client != nil {

@@ -7,11 +7,83 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/symbolize"
 )
+
+// target names an object: by path, or by GNU build id (hex).
+type target struct {
+	Path    string
+	BuildID string
+}
+
+func (t target) String() string {
+	if t.Path != "" {
+		return t.Path
+	}
+	return "BUILDID:" + t.BuildID
+}
+
+// objects opens the files of a target the way the processor does, through
+// a locate chain (the file itself, then the debug directories by build id
+// and by .gnu_debuglink), and symbolizes them with the engine.
+type objects struct {
+	r     *symbolize.Resolver
+	chain *locate.Chain
+	ids   map[string]frame.Identity // per path, read once
+}
+
+func newObjects(opt symbolize.Options, debugDirs []string) *objects {
+	return &objects{
+		r:     symbolize.New(opt),
+		chain: locate.New(locate.Options{Sources: []locate.Source{locate.Local{}, locate.DebugDirs{Dirs: debugDirs}}}),
+		ids:   map[string]frame.Identity{},
+	}
+}
+
+func (o *objects) close() { o.r.Close() }
+
+func (o *objects) open(ctx context.Context, t target) (*symbolize.Handle, error) {
+	q := locate.Query{}
+	if t.Path != "" {
+		abs, err := filepath.Abs(t.Path)
+		if err != nil {
+			return nil, err
+		}
+		id, ok := o.ids[abs]
+		if !ok {
+			f, err := elfx.Open(abs)
+			if err != nil {
+				return nil, err
+			}
+			id = buildid.Identify(f)
+			f.Close()
+			o.ids[abs] = id
+		}
+		q.ID = id
+		q.AddHint(locate.Hint{File: abs})
+	} else {
+		id, err := frame.ParseBuildID(t.BuildID)
+		if err != nil {
+			return nil, err
+		}
+		q.ID.GNU = id
+	}
+	res, err := o.chain.Locate(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	bin, dbg := res.Paths()
+	return o.r.Open(ctx, bin, dbg)
+}
 
 // funcFlag is llvm-symbolizer's --functions[=none|short|linkage]: a bare
 // --functions (or -f) means linkage.
@@ -103,11 +175,12 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	opt.Inlines = c.inlines && !c.noInlines
 	opt.Demangle = c.demangle && !c.noDemangle
 	opt.UseSymbolTable = c.useSymtab
+	dirs := []string{debugdirs.DefaultDebugDir}
 	if len(c.debugDirs) > 0 {
-		opt.DebugDirs = append([]string(nil), c.debugDirs...)
+		dirs = append([]string(nil), c.debugDirs...)
 	}
-	r := symbolize.New(opt)
-	defer r.Close()
+	r := newObjects(opt, dirs)
+	defer r.close()
 	ctx := context.Background()
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
@@ -173,13 +246,13 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-func (c *symbolizeCmd) defaultTarget() symbolize.Target {
-	return symbolize.Target{Path: c.obj, BuildID: c.buildID}
+func (c *symbolizeCmd) defaultTarget() target {
+	return target{Path: c.obj, BuildID: c.buildID}
 }
 
 // parseInput splits a stdin line: "ADDR", "FILE ADDR", "BUILDID:HEX ADDR",
 // optionally preceded by llvm's "CODE" or "DATA" command word.
-func (c *symbolizeCmd) parseInput(line string) (symbolize.Target, string, bool) {
+func (c *symbolizeCmd) parseInput(line string) (target, string, bool) {
 	fields := strings.Fields(line)
 	if len(fields) > 0 && (fields[0] == "CODE" || fields[0] == "DATA") {
 		fields = fields[1:]
@@ -189,11 +262,11 @@ func (c *symbolizeCmd) parseInput(line string) (symbolize.Target, string, bool) 
 		return c.defaultTarget(), fields[0], true
 	case 2:
 		if id, ok := strings.CutPrefix(fields[0], "BUILDID:"); ok {
-			return symbolize.Target{BuildID: id}, fields[1], true
+			return target{BuildID: id}, fields[1], true
 		}
-		return symbolize.Target{Path: strings.Trim(fields[0], `"`)}, fields[1], true
+		return target{Path: strings.Trim(fields[0], `"`)}, fields[1], true
 	}
-	return symbolize.Target{}, "", false
+	return target{}, "", false
 }
 
 type lookupResult struct {
@@ -201,11 +274,11 @@ type lookupResult struct {
 	Err    error
 }
 
-func (c *symbolizeCmd) lookup(ctx context.Context, r *symbolize.Resolver, t symbolize.Target, addr uint64) lookupResult {
+func (c *symbolizeCmd) lookup(ctx context.Context, r *objects, t target, addr uint64) lookupResult {
 	if t.Path == "" && t.BuildID == "" {
 		return lookupResult{Err: fmt.Errorf("no object: give --obj, --build-id, or FILE ADDR")}
 	}
-	h, err := r.Open(ctx, t)
+	h, err := r.open(ctx, t)
 	if err != nil {
 		return lookupResult{Err: err}
 	}
@@ -217,7 +290,7 @@ func (c *symbolizeCmd) lookup(ctx context.Context, r *symbolize.Resolver, t symb
 	return lookupResult{Frames: frames, Err: err}
 }
 
-func (c *symbolizeCmd) report(stderr io.Writer, t symbolize.Target, err error) {
+func (c *symbolizeCmd) report(stderr io.Writer, t target, err error) {
 	if err != nil {
 		fmt.Fprintf(stderr, "profsym symbolize: %s: %v\n", t, err)
 	}
@@ -235,7 +308,7 @@ func (c *symbolizeCmd) name(f symbolize.Frame) string {
 
 // writeText prints llvm-symbolizer's LLVM style: per frame a name line and a
 // file:line:column line, then a blank line.
-func (c *symbolizeCmd) writeText(w *bufio.Writer, t symbolize.Target, raw string, addr *uint64, frames []symbolize.Frame) {
+func (c *symbolizeCmd) writeText(w *bufio.Writer, t target, raw string, addr *uint64, frames []symbolize.Frame) {
 	if c.printAddr {
 		if addr != nil {
 			fmt.Fprintf(w, "0x%x\n", *addr)
@@ -286,7 +359,7 @@ type jsonRecord struct {
 	Symbol     []jsonSymbol `json:",omitempty"`
 }
 
-func (c *symbolizeCmd) record(t symbolize.Target, addr uint64, res lookupResult) jsonRecord {
+func (c *symbolizeCmd) record(t target, addr uint64, res lookupResult) jsonRecord {
 	rec := jsonRecord{Address: fmt.Sprintf("0x%x", addr), ModuleName: t.Path}
 	if t.Path == "" {
 		rec.ModuleName = "BUILDID:" + t.BuildID

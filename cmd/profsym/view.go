@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
@@ -287,7 +288,7 @@ func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, 
 	var total int64
 	for _, rp := range pd.ResourceProfiles().All() {
 		if pid != 0 {
-			if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			if v, ok := rp.Resource().Attributes().Get(frame.AttrPID); !ok || v.Int() != int64(pid) {
 				continue
 			}
 		}

@@ -1,6 +1,9 @@
-// Package frame holds the plain data that every symbol source returns and
-// the reasons a frame can stay unresolved. It has no dependencies so that
-// sources, the engine, the CLI and the collector components all share it.
+// Package frame is the contract between the two halves of profsym: the
+// attribute keys and frame types of the frame format (docs/frame-format.md),
+// the identity of a file, the plain data every symbol source returns, and the
+// reasons a frame can stay unresolved. It imports nothing from this project
+// (only OpenTelemetry's semantic conventions), so that the host side, the
+// engine, the locate chain, the CLI and the collector components all share it.
 package frame
 
 import "errors"
@@ -43,11 +46,24 @@ var (
 	// ErrInvalidPath: a path from the input escapes its configured root or
 	// names something other than a regular file.
 	ErrInvalidPath = errors.New("invalid_path")
+	// ErrNoMapping: a native frame without a mapping, or whose mapping
+	// carries no identity (build id or htlhash) to look a file up by.
+	ErrNoMapping = errors.New("no_mapping")
 )
+
+// Reasons lists every reason, for documentation and telemetry.
+var Reasons = []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrTimeout,
+	ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound, ErrNoMapping}
+
+// Transient reports whether err may go away on its own soon (a timeout, a
+// failed fetch), so that nothing should remember it for long.
+func Transient(err error) bool {
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrFetchFailed)
+}
 
 // Reason maps an error to its short, countable reason string.
 func Reason(err error) string {
-	for _, r := range []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrTimeout, ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound} {
+	for _, r := range Reasons {
 		if errors.Is(err, r) {
 			return r.Error()
 		}

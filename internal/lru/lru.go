@@ -13,7 +13,7 @@ type Cache[K comparable, V any] struct {
 	mu         sync.Mutex
 	maxBytes   int64
 	maxEntries int
-	cost       func(V) int64
+	cost       func(K, V) int64
 	onEvict    func(K, V)
 	ll         *list.List
 	items      map[K]*list.Element
@@ -35,6 +35,12 @@ func New[K comparable, V any](maxBytes int64, maxEntries int, cost func(V) int64
 	if cost == nil {
 		cost = func(V) int64 { return 1 }
 	}
+	return NewKeyed(maxBytes, maxEntries, func(_ K, v V) int64 { return cost(v) }, onEvict)
+}
+
+// NewKeyed is New with a cost that also sees the key (for caches whose keys
+// are as large as their values, such as names).
+func NewKeyed[K comparable, V any](maxBytes int64, maxEntries int, cost func(K, V) int64, onEvict func(K, V)) *Cache[K, V] {
 	return &Cache[K, V]{maxBytes: maxBytes, maxEntries: maxEntries, cost: cost, onEvict: onEvict,
 		ll: list.New(), items: map[K]*list.Element{}}
 }
@@ -64,11 +70,11 @@ func (c *Cache[K, V]) Add(k K, v V) {
 		if c.onEvict != nil {
 			evicted = append(evicted, &entry[K, V]{key: old.key, val: old.val})
 		}
-		old.val, old.cost = v, c.cost(v)
+		old.val, old.cost = v, c.cost(k, v)
 		c.bytes += old.cost
 		c.ll.MoveToFront(el)
 	} else {
-		e := &entry[K, V]{key: k, val: v, cost: c.cost(v)}
+		e := &entry[K, V]{key: k, val: v, cost: c.cost(k, v)}
 		c.items[k] = c.ll.PushFront(e)
 		c.bytes += e.cost
 	}
@@ -86,7 +92,7 @@ func (c *Cache[K, V]) Touch(k K) {
 		return
 	}
 	e := el.Value.(*entry[K, V])
-	nc := c.cost(e.val)
+	nc := c.cost(e.key, e.val)
 	c.bytes += nc - e.cost
 	e.cost = nc
 	evicted := c.shrink(nil)

@@ -75,3 +75,27 @@ func TestClock(t *testing.T) {
 		t.Fatal("replace")
 	}
 }
+
+func TestClockBytes(t *testing.T) {
+	c := NewClockBytes[int, string](100, 10, func(v string) int64 { return int64(len(v)) })
+	for i := 0; i < 50; i++ {
+		c.Add(i, "abc")
+		if s := c.Stats(); s.Bytes > 10 || s.Entries > 3 {
+			t.Fatalf("after %d adds: %+v", i+1, s)
+		}
+	}
+	c.Add(100, "0123456789abcdef") // larger than the bound: kept alone
+	if s := c.Stats(); s.Entries != 1 {
+		t.Fatalf("oversized entry: %+v", s)
+	}
+	if _, ok := c.Get(100); !ok {
+		t.Fatal("newest entry evicted by its own insertion")
+	}
+	c.Remove(100)
+	for i := 0; i < 200; i++ {
+		c.Add(i, "ab")
+	}
+	if s := c.Stats(); s.Bytes != 10 || s.Entries != 5 || len(c.slots) > 100 {
+		t.Fatalf("after refill: %+v, %d slots", s, len(c.slots))
+	}
+}

@@ -12,6 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -65,13 +70,13 @@ func (a *agreement) pct(n int) float64 { return 100 * float64(n) / float64(max(a
 
 // compare symbolizes addrs in ours (via the resolver) and in ref (via llvm)
 // and counts agreement over the addresses llvm resolves.
-func compare(t *testing.T, r *Resolver, ours Target, ref string, addrs []uint64, llvmArgs ...string) *agreement {
+func compare(t *testing.T, r *Resolver, ours target, ref string, addrs []uint64, llvmArgs ...string) *agreement {
 	return compareNorm(t, r, ours, ref, addrs, nil, llvmArgs...)
 }
 
 // compareNorm is compare with both sides' names and files passed through
 // norm first (nil: compared as they are).
-func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uint64, norm func(name, file string) (string, string), llvmArgs ...string) *agreement {
+func compareNorm(t *testing.T, r *Resolver, ours target, ref string, addrs []uint64, norm func(name, file string) (string, string), llvmArgs ...string) *agreement {
 	t.Helper()
 	want := testfixture.LLVMSymbolize(t, ref, addrs, append([]string{"--inlines"}, llvmArgs...)...)
 	if norm != nil {
@@ -82,7 +87,8 @@ func compareNorm(t *testing.T, r *Resolver, ours Target, ref string, addrs []uin
 			}
 		}
 	}
-	got := r.Symbolize(context.Background(), ours, addrs)
+	bin, debug := ours.files(t)
+	got := r.Symbolize(context.Background(), bin, debug, addrs)
 	if norm != nil {
 		for i := range got {
 			for j := range got[i].Frames {
@@ -221,7 +227,7 @@ func TestAccuracyC(t *testing.T) {
 			}
 			r := New(DefaultOptions())
 			defer r.Close()
-			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, tc.name)
+			compare(t, r, target{path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, tc.name)
 		})
 	}
 }
@@ -243,7 +249,7 @@ func TestAccuracySeparateDebug(t *testing.T) {
 		stripped, _ := testfixture.SplitDebug(t, bin, true)
 		r := New(Options{Inlines: true, Demangle: true, UseSymbolTable: true})
 		defer r.Close()
-		compare(t, r, Target{Path: stripped}, bin, addrs).check(t, "debuglink")
+		compare(t, r, target{path: stripped}, bin, addrs).check(t, "debuglink")
 	})
 	t.Run("build-id-dir", func(t *testing.T) {
 		stripped, debug := testfixture.SplitDebug(t, bin, false)
@@ -254,15 +260,47 @@ func TestAccuracySeparateDebug(t *testing.T) {
 		if err := os.Rename(debug, p); err != nil {
 			t.Fatal(err)
 		}
-		r := New(Options{Inlines: true, Demangle: true, UseSymbolTable: true, DebugDirs: []string{dir}})
+		r := New(Options{Inlines: true, Demangle: true, UseSymbolTable: true})
 		defer r.Close()
-		compare(t, r, Target{Path: stripped}, bin, addrs).check(t, "build-id-dir")
+		compare(t, r, target{path: stripped, dirs: []string{dir}}, bin, addrs).check(t, "build-id-dir")
 		// By build id alone, the debug file is enough to symbolize.
-		compare(t, r, Target{BuildID: id}, bin, addrs).check(t, "by-build-id")
+		compare(t, r, target{buildID: id, dirs: []string{dir}}, bin, addrs).check(t, "by-build-id")
 	})
 }
 
 func buildIDOf(t *testing.T, path string) string { return testfixture.BuildID(t, path) }
+
+// target is the object under test, by path or by build id. Its files are
+// found the way the CLI and the processor find them: through a locate chain
+// of the file itself and the debug directories (default /usr/lib/debug).
+type target struct {
+	path, buildID string
+	dirs          []string
+}
+
+func (o target) files(t testing.TB) (bin, debug string) {
+	t.Helper()
+	dirs := o.dirs
+	if len(dirs) == 0 {
+		dirs = []string{debugdirs.DefaultDebugDir}
+	}
+	c := locate.New(locate.Options{Sources: []locate.Source{locate.Local{}, locate.DebugDirs{Dirs: dirs}}})
+	q := locate.Query{ID: frame.Identity{GNU: o.buildID}}
+	if o.path != "" {
+		f, err := elfx.Open(o.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.ID = buildid.Identify(f)
+		q.AddHint(locate.Hint{File: o.path})
+		f.Close()
+	}
+	res, err := c.Locate(context.Background(), q)
+	if err != nil {
+		t.Fatalf("locating %+v: %v", o, err)
+	}
+	return res.Paths()
+}
 
 func TestAccuracyCPP(t *testing.T) {
 	for _, opt := range []string{"-O0", "-O2"} {
@@ -270,7 +308,7 @@ func TestAccuracyCPP(t *testing.T) {
 			bin := testfixture.Build(t, testfixture.Spec{Name: "cpp" + opt, Lang: "c++", Sources: []string{"engine/cpp/main.cc"}, Args: []string{opt, "-g", "-std=c++17"}})
 			r := New(DefaultOptions())
 			defer r.Close()
-			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, "c++"+opt)
+			compare(t, r, target{path: bin}, bin, sampleAddresses(t, bin, 4000)).check(t, "c++"+opt)
 		})
 	}
 }
@@ -282,12 +320,12 @@ func TestAccuracyGo(t *testing.T) {
 	r := New(DefaultOptions())
 	defer r.Close()
 	t.Run("dwarf", func(t *testing.T) {
-		compare(t, r, Target{Path: full}, full, addrs).check(t, "go")
+		compare(t, r, target{path: full}, full, addrs).check(t, "go")
 	})
 	t.Run("stripped", func(t *testing.T) {
 		// Same code, no DWARF and no .symtab: names, lines and inlined
 		// frames come from .gopclntab alone.
-		compareNorm(t, r, Target{Path: stripped}, full, addrs, goNames).check(t, "go -s -w")
+		compareNorm(t, r, target{path: stripped}, full, addrs, goNames).check(t, "go -s -w")
 	})
 }
 
@@ -321,7 +359,7 @@ func TestAccuracyRust(t *testing.T) {
 			opt.Demangle = false
 			r := New(opt)
 			defer r.Close()
-			compare(t, r, Target{Path: bin}, bin, sampleAddresses(t, bin, 4000), "--no-demangle").check(t, "rust "+tc.name)
+			compare(t, r, target{path: bin}, bin, sampleAddresses(t, bin, 4000), "--no-demangle").check(t, "rust "+tc.name)
 		})
 	}
 }
@@ -347,5 +385,5 @@ func TestAccuracyLibc(t *testing.T) {
 	}
 	r := New(DefaultOptions())
 	defer r.Close()
-	compare(t, r, Target{Path: libc}, libc, addrs).check(t, "libc")
+	compare(t, r, target{path: libc}, libc, addrs).check(t, "libc")
 }

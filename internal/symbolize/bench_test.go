@@ -141,7 +141,8 @@ func BenchmarkSymbolizeWarm(b *testing.B) {
 		b.Run(o.name, func(b *testing.B) {
 			r := New(DefaultOptions())
 			defer r.Close()
-			h, err := r.Open(context.Background(), Target{Path: o.path})
+			bin, debug := target{path: o.path}.files(b)
+			h, err := r.Open(context.Background(), bin, debug)
 			if err != nil {
 				b.Fatal(err)
 			}

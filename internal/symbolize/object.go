@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,7 +12,6 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/symbolize/dwarf"
 	"github.com/profsym/profsym/internal/symbolize/gopclntab"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
@@ -38,36 +38,26 @@ type object struct {
 	close   sync.Once
 }
 
-// openObject opens the binary at path (or only a debug file) and attaches
-// every source available.
-func openObject(binPath, debugPath string, debugDirs []string) (*object, error) {
+// openObject opens the binary at binPath and the debug file at debugPath
+// (either may be empty) within lim and ctx, and attaches every source they
+// hold. It searches for nothing: internal/locate chose the files.
+func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits) (*object, error) {
 	o := &object{}
 	var err error
 	if binPath != "" {
-		if o.bin, err = elfx.Open(binPath); err != nil {
+		if o.bin, err = elfx.OpenContext(ctx, binPath, lim); err != nil {
 			return nil, classify(err)
 		}
 		o.buildID, _ = buildid.GNU(o.bin)
 	}
-	switch {
-	case debugPath != "":
-		o.dbg, err = elfx.Open(debugPath)
+	if debugPath != "" {
+		o.dbg, err = elfx.OpenContext(ctx, debugPath, lim)
 		if err != nil {
 			o.why = classify(err)
 		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {
 			o.dbg.Close()
 			o.dbg = nil
 			o.why = fmt.Errorf("%s: %w", debugPath, frame.ErrBuildIDMismatch)
-		}
-	case o.bin != nil && !o.bin.HasSection(".debug_info"):
-		p, ferr := debugdirs.Find(binPath, o.bin, o.buildID, debugDirs)
-		if ferr == nil {
-			if o.dbg, err = elfx.Open(p); err != nil {
-				o.why = classify(err)
-				o.dbg = nil
-			}
-		} else {
-			o.why = ferr
 		}
 	}
 	if o.bin == nil && o.dbg == nil {
@@ -130,7 +120,7 @@ func sameBuildID(want []byte, f *elfx.File) bool {
 }
 
 func classify(err error) error {
-	if errors.Is(err, frame.ErrCorruptFile) || errors.Is(err, frame.ErrNotFound) {
+	if frame.Reason(err) != "error" { // already says why (limit_exceeded, invalid_path, timeout, ...)
 		return err
 	}
 	var pe interface{ Timeout() bool }

@@ -1,22 +1,21 @@
 // Package symbolize is profsym's symbolization engine: it turns ELF virtual
-// addresses of a binary, named by path or by build id, into frames (function,
-// file, line, column, inlined callers), choosing per binary the best source
-// available (DWARF from the binary or its separate debug file, Go's pclntab,
-// the ELF symbol tables) and holding parsed objects in a cache bounded in
-// bytes. It is safe for concurrent use.
+// addresses of one object, given as the files that hold it (the binary, a
+// separate debug file, or both), into frames (function, file, line, column,
+// inlined callers), choosing per address the best source the files have
+// (DWARF, Go's pclntab, the ELF symbol tables), and holds parsed objects in
+// a cache bounded in bytes. It does no searching: which files to open is
+// decided by internal/locate. It is safe for concurrent use.
 package symbolize
 
 import (
 	"context"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
@@ -28,45 +27,27 @@ import (
 // DefaultCacheBytes bounds the memory of parsed objects when unset.
 const DefaultCacheBytes = 512 << 20
 
-// DefaultDebugDir is where distributions install separate debug files.
-const DefaultDebugDir = "/usr/lib/debug"
+// DefaultNegativeTTL is how long a file that failed to open is remembered.
+const DefaultNegativeTTL = time.Minute
 
 // Options configure a Resolver.
 type Options struct {
-	Inlines        bool // return inlined frames, innermost first
-	Demangle       bool // fill Frame.Function with demangled names
-	UseSymbolTable bool // name the outermost frame from .symtab/.dynsym, like llvm-symbolizer
-	DebugDirs      []string
+	Inlines        bool          // return inlined frames, innermost first
+	Demangle       bool          // fill Frame.Function with demangled names
+	UseSymbolTable bool          // name the outermost frame from .symtab/.dynsym, like llvm-symbolizer
 	CacheBytes     int64         // bound on parsed objects (0: DefaultCacheBytes)
-	NegativeTTL    time.Duration // how long a failed open is remembered (0: 1 minute)
-	// Locator finds files by build id; nil searches DebugDirs only.
-	Locator Locator
+	NegativeTTL    time.Duration // how long a failed open is remembered (0: DefaultNegativeTTL)
+	// DemangleEntries and DemangleBytes bound the demangled-name cache
+	// (0: demangle.DefaultEntries, demangle.DefaultBytes).
+	DemangleEntries int
+	DemangleBytes   int64
+	// Limits bound each file opened (size, decompressed bytes).
+	Limits elfx.Limits
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
 func DefaultOptions() Options {
-	return Options{Inlines: true, Demangle: true, UseSymbolTable: true, DebugDirs: []string{DefaultDebugDir}}
-}
-
-// Locator finds the files of an object known only by its build id. Either
-// path may be empty; both empty means not found.
-type Locator interface {
-	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
-}
-
-// Target names an object: by path, by GNU build id (hex), or both.
-type Target struct {
-	Path    string
-	BuildID string
-	// DebugPath, when set, is used as the debug file instead of searching.
-	DebugPath string
-}
-
-func (t Target) String() string {
-	if t.Path != "" {
-		return t.Path
-	}
-	return "BUILDID:" + t.BuildID
+	return Options{Inlines: true, Demangle: true, UseSymbolTable: true}
 }
 
 // Frame is a resolved frame: the source's data plus the display name.
@@ -80,11 +61,9 @@ type Frame struct {
 // Resolver is the engine. Create it with New.
 type Resolver struct {
 	opt   Options
-	dm    demangle.Cache
+	dm    *demangle.Cache
 	cache *lru.Cache[string, *entry]
-
-	mu       sync.Mutex
-	inflight map[string]*load
+	group singleflight.Group
 }
 
 type entry struct {
@@ -93,20 +72,15 @@ type entry struct {
 	failedAt time.Time
 }
 
-type load struct {
-	done chan struct{}
-	e    *entry
-}
-
 // New makes a Resolver.
 func New(opt Options) *Resolver {
 	if opt.CacheBytes <= 0 {
 		opt.CacheBytes = DefaultCacheBytes
 	}
 	if opt.NegativeTTL <= 0 {
-		opt.NegativeTTL = time.Minute
+		opt.NegativeTTL = DefaultNegativeTTL
 	}
-	r := &Resolver{opt: opt, inflight: map[string]*load{}}
+	r := &Resolver{opt: opt, dm: demangle.NewCache(opt.DemangleEntries, opt.DemangleBytes)}
 	r.cache = lru.New[string, *entry](opt.CacheBytes, 0,
 		func(e *entry) int64 {
 			if e.obj == nil {
@@ -128,6 +102,9 @@ func (r *Resolver) Options() Options { return r.opt }
 // CacheStats reports the object cache's counters.
 func (r *Resolver) CacheStats() lru.Stats { return r.cache.Stats() }
 
+// DemangleStats reports the demangled-name cache's counters.
+func (r *Resolver) DemangleStats() lru.Stats { return r.dm.Stats() }
+
 // Close drops every cached object.
 func (r *Resolver) Close() error {
 	r.cache.Purge()
@@ -143,10 +120,17 @@ type Handle struct {
 	scratch []frame.Frame
 }
 
-// Open returns a handle on t's object, opening and indexing it on first use.
-// The error carries a reason (frame.ErrNotFound, ErrCorruptFile, ...).
-func (r *Resolver) Open(ctx context.Context, t Target) (*Handle, error) {
-	key, err := r.key(t)
+// Open returns a handle on the object held by bin (the binary: code,
+// symbol tables, pclntab) and debug (a separate debug file: DWARF); either
+// may be empty, not both. The files are opened and indexed on first use and
+// shared by every later caller naming the same files (by device, inode,
+// size and modification time, so a rebuilt file is reopened). The error
+// carries a reason (frame.ErrNotFound, frame.ErrCorruptFile, ...).
+func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error) {
+	if bin == "" && debug == "" {
+		return nil, fmt.Errorf("no file to open: %w", frame.ErrNotFound)
+	}
+	key, err := filesKey(bin, debug)
 	if err != nil {
 		return nil, err
 	}
@@ -166,112 +150,52 @@ func (r *Resolver) Open(ctx context.Context, t Target) (*Handle, error) {
 				continue
 			}
 		}
-		r.mu.Lock()
-		if l, ok := r.inflight[key]; ok {
-			r.mu.Unlock()
-			select {
-			case <-l.done:
-				continue
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
+		ch := r.group.DoChan(key, func() (any, error) {
+			e := r.load(ctx, bin, debug)
+			// A timeout belongs to the caller that waited, not to the files.
+			if e.obj != nil || !frame.Transient(e.err) {
+				r.cache.Add(key, e)
 			}
-		}
-		l := &load{done: make(chan struct{})}
-		r.inflight[key] = l
-		r.mu.Unlock()
-
-		e := r.load(ctx, t)
-		r.cache.Add(key, e)
-		r.mu.Lock()
-		delete(r.inflight, key)
-		r.mu.Unlock()
-		close(l.done)
-		if e.obj == nil {
-			return nil, e.err
+			return e, nil
+		})
+		select {
+		case res := <-ch:
+			if e := res.Val.(*entry); e.obj == nil {
+				return nil, e.err
+			}
+			// Loop to pin the object through the cache.
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
 		}
 	}
 }
 
-func (r *Resolver) key(t Target) (string, error) {
-	switch {
-	case t.Path != "":
-		st, err := os.Stat(t.Path)
+// filesKey identifies the files' contents as they are now.
+func filesKey(bin, debug string) (string, error) {
+	var k string
+	for _, p := range []string{bin, debug} {
+		if p == "" {
+			k += "|"
+			continue
+		}
+		st, err := os.Stat(p)
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", t.Path, classify(err))
+			return "", fmt.Errorf("%s: %w", p, classify(err))
 		}
-		// Identity includes size and mtime so a rebuilt file is reopened.
-		return fmt.Sprintf("p:%s:%d:%d:%s:%s", t.Path, st.Size(), st.ModTime().UnixNano(), t.BuildID, t.DebugPath), nil
-	case t.DebugPath != "":
-		// Only a debug file is known (fetched or found by build id).
-		st, err := os.Stat(t.DebugPath)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", t.DebugPath, classify(err))
+		if !st.Mode().IsRegular() {
+			return "", fmt.Errorf("%s: not a regular file: %w", p, frame.ErrInvalidPath)
 		}
-		return fmt.Sprintf("d:%s:%d:%d", t.DebugPath, st.Size(), st.ModTime().UnixNano()), nil
-	case t.BuildID != "":
-		id := strings.ToLower(t.BuildID)
-		if _, err := hex.DecodeString(id); err != nil || len(id) < 2 {
-			return "", fmt.Errorf("build id %q is not hex: %w", t.BuildID, frame.ErrNotFound)
-		}
-		return "b:" + id, nil
+		k += fileKey(p, st) + "|"
 	}
-	return "", fmt.Errorf("no path or build id: %w", frame.ErrNotFound)
+	return k, nil
 }
 
-func (r *Resolver) load(ctx context.Context, t Target) *entry {
-	bin, dbg := t.Path, t.DebugPath
-	if bin == "" && dbg == "" {
-		var err error
-		bin, dbg, err = r.locate(ctx, strings.ToLower(t.BuildID))
-		if err != nil {
-			return &entry{err: err, failedAt: time.Now()}
-		}
-	}
-	o, err := openObject(bin, dbg, r.opt.DebugDirs)
+func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
+	o, err := openObject(ctx, bin, debug, r.opt.Limits)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}
-	if t.Path != "" && t.BuildID != "" && len(o.buildID) > 0 && hex.EncodeToString(o.buildID) != strings.ToLower(t.BuildID) {
-		o.closeFiles()
-		return &entry{err: fmt.Errorf("%s has build id %x, want %s: %w", t.Path, o.buildID, t.BuildID, frame.ErrBuildIDMismatch), failedAt: time.Now()}
-	}
 	return &entry{obj: o}
-}
-
-func (r *Resolver) locate(ctx context.Context, id string) (string, string, error) {
-	if r.opt.Locator != nil {
-		b, d, err := r.opt.Locator.Locate(ctx, id)
-		if err != nil || b != "" || d != "" {
-			return b, d, err
-		}
-	}
-	b, d := LocateInDirs(id, r.opt.DebugDirs)
-	if b == "" && d == "" {
-		return "", "", fmt.Errorf("build id %s: no file in %v: %w", id, r.opt.DebugDirs, frame.ErrNotFound)
-	}
-	return b, d, nil
-}
-
-// LocateInDirs looks a build id up in .build-id trees: ab/cdef.debug is the
-// debug file, ab/cdef (no suffix) the binary where distributions link it.
-func LocateInDirs(id string, dirs []string) (binPath, debugPath string) {
-	if len(id) < 3 {
-		return "", ""
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, ".build-id", id[:2], id[2:])
-		if debugPath == "" {
-			if st, err := os.Stat(p + ".debug"); err == nil && st.Mode().IsRegular() {
-				debugPath = p + ".debug"
-			}
-		}
-		if binPath == "" {
-			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-				binPath = p
-			}
-		}
-	}
-	return binPath, debugPath
 }
 
 // BuildID returns the object's GNU build id, if it has one.
@@ -308,11 +232,11 @@ type Result struct {
 	Err    error   // why it is unresolved (nil when resolved)
 }
 
-// Symbolize resolves a batch of addresses of one object. An object that
-// cannot be opened yields the same error for every address.
-func (r *Resolver) Symbolize(ctx context.Context, t Target, addrs []uint64) []Result {
+// Symbolize resolves a batch of addresses of one object (see Open). An
+// object that cannot be opened yields the same error for every address.
+func (r *Resolver) Symbolize(ctx context.Context, bin, debug string, addrs []uint64) []Result {
 	out := make([]Result, len(addrs))
-	h, err := r.Open(ctx, t)
+	h, err := r.Open(ctx, bin, debug)
 	if err != nil {
 		for i := range out {
 			out[i].Err = err

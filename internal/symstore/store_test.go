@@ -401,9 +401,9 @@ func TestDebuginfodClientReadsStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	bin, dbg, err := c.Locate(context.Background(), fx.id)
+	dbg, err := c.Fetch(context.Background(), fx.id, debuginfod.DebugInfo)
 	if err != nil || dbg == "" {
-		t.Fatalf("Locate = %q %q %v", bin, dbg, err)
+		t.Fatalf("Fetch = %q %v", dbg, err)
 	}
 	if got, _ := os.ReadFile(dbg); !bytes.Equal(got, data) {
 		t.Error("fetched file differs from the stored one")

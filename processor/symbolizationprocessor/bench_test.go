@@ -16,7 +16,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	pframe "github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -77,11 +78,11 @@ func makeBenchSet(b *testing.B) benchSet {
 func (s benchSet) batch() pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	d := pdict.New(pd.Dictionary())
-	native := d.AttrStr(otlpsym.AttrFrameType, "native")
+	native := d.AttrStr(pframe.AttrFrameType, "native")
 	maps := make([]int32, benchBinaries)
 	for i := range maps {
 		maps[i] = d.Mapping(pdict.Mapping{Start: 0x400000, Limit: 0x800000, File: "/remote/bin",
-			Attrs: []int32{d.AttrStr(otlpsym.AttrBuildIDGNU, s.ids[i])}})
+			Attrs: []int32{d.AttrStr(pframe.AttrBuildIDGNU, s.ids[i])}})
 	}
 	locs := make([]int32, 0, benchLocations)
 	for bi := range maps {
@@ -102,7 +103,7 @@ func (s benchSet) batch() pprofile.Profiles {
 
 func benchHarness(b *testing.B, set benchSet) *harness {
 	return newHarness(b, func(cfg *Config) {
-		cfg.Sources = []string{otlpsym.SourceSymbolDirs}
+		cfg.Sources = []string{locate.SourceSymbolDirs}
 		cfg.SymbolDirectories = []string{set.dir}
 	})
 }
@@ -127,7 +128,7 @@ func BenchmarkProcessor(b *testing.B) {
 	eng := symbolize.New(symbolize.DefaultOptions())
 	start := time.Now()
 	for _, p := range set.paths {
-		eng.Symbolize(context.Background(), symbolize.Target{Path: p}, set.addrs)
+		eng.Symbolize(context.Background(), p, "", set.addrs)
 	}
 	engineCold := time.Since(start)
 	eng.Close()
@@ -167,6 +168,11 @@ func BenchmarkProcessor(b *testing.B) {
 		warmCPU += cpuTime() - c0
 	}
 	peak = max(peak, heapInUse())
+	if sh := sharedOf(h); sh != nil {
+		for _, c := range sh.sym.Caches() {
+			b.Logf("cache %s: %d entries, %d bytes, %d hits, %d misses, %d evictions", c.Name, c.Entries, c.Bytes, c.Hits, c.Misses, c.Evictions)
+		}
+	}
 	b.ReportMetric(float64(warm.Nanoseconds())/float64(b.N)/benchLocations, "warm-ns/location")
 	// CPU time, GC included, is steadier than wall time on a shared machine.
 	b.ReportMetric(float64(warmCPU.Nanoseconds())/float64(b.N)/benchLocations, "warm-cpu-ns/location")

@@ -10,7 +10,13 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/symbolize/demangle"
 )
 
 // Config is the symbolization processor's configuration; every key is
@@ -24,8 +30,10 @@ type Config struct {
 	// DebugDirectories are .build-id trees (ab/cdef....debug).
 	DebugDirectories []string `mapstructure:"debug_directories"`
 	// SymbolDirectories are folders of binaries and debug files under any
-	// name, indexed by build id at start and when a lookup misses.
-	SymbolDirectories []string `mapstructure:"symbol_directories"`
+	// name, indexed by identity at start and again by a lookup once the
+	// index is older than SymbolDirectoriesRescan.
+	SymbolDirectories       []string      `mapstructure:"symbol_directories"`
+	SymbolDirectoriesRescan time.Duration `mapstructure:"symbol_directories_rescan"`
 	// Debuginfod fetches debug files by build id.
 	Debuginfod DebuginfodConfig `mapstructure:"debuginfod"`
 	// SymbolStore names a symbolstore extension of this collector, read in
@@ -40,7 +48,12 @@ type Config struct {
 	// Timeout bounds the time one batch spends finding and opening binaries
 	// (fetches go on in the background and serve later batches).
 	Timeout time.Duration `mapstructure:"timeout"`
-	Cache   CacheConfig   `mapstructure:"cache"`
+	// NegativeTTL is how long a binary that was not found, or found without
+	// DWARF, is remembered before the sources are asked again; answers
+	// already given for its addresses expire with it.
+	NegativeTTL time.Duration `mapstructure:"negative_ttl"`
+	Cache       CacheConfig   `mapstructure:"cache"`
+	Limits      LimitsConfig  `mapstructure:"limits"`
 }
 
 // LocalConfig configures the local source.
@@ -71,18 +84,49 @@ type DebuginfodConfig struct {
 	HTTP confighttp.ClientConfig `mapstructure:"http"`
 }
 
-// CacheConfig bounds the processor's memory.
+// CacheConfig bounds the processor's memory; every cache counts its bytes,
+// entries and evictions in the processor's telemetry.
 type CacheConfig struct {
 	// MaxBytes bounds parsed objects (ELF, DWARF, symbol tables).
 	MaxBytes int64 `mapstructure:"max_bytes"`
-	// MaxEntries bounds resolved (build id, address) results.
-	MaxEntries int `mapstructure:"max_entries"`
+	// MaxEntries and MaxResultBytes bound resolved (object, address) results.
+	MaxEntries     int   `mapstructure:"max_entries"`
+	MaxResultBytes int64 `mapstructure:"max_result_bytes"`
+	// MaxObjects bounds the binaries remembered by identity (where their
+	// files are, or that none was found).
+	MaxObjects int `mapstructure:"max_objects"`
+	// MaxDemangled and MaxDemangledBytes bound the demangled-name cache.
+	MaxDemangled      int   `mapstructure:"max_demangled"`
+	MaxDemangledBytes int64 `mapstructure:"max_demangled_bytes"`
+}
+
+// LimitsConfig bounds what one frame, record or file can cost: input is
+// untrusted. A frame that hits a limit stays raw with reason
+// limit_exceeded (or has its names truncated); the batch flows on.
+type LimitsConfig struct {
+	// MaxNameBytes truncates function and file names written into profiles
+	// and logs.
+	MaxNameBytes int `mapstructure:"max_name_bytes"`
+	// MaxAttributeBytes bounds each log attribute the processor writes.
+	MaxAttributeBytes int `mapstructure:"max_attribute_bytes"`
+	// MaxFramesJSONBytes refuses larger `frames` attributes of log records;
+	// MaxLogFrames ignores frames beyond it.
+	MaxFramesJSONBytes int `mapstructure:"max_frames_json_bytes"`
+	MaxLogFrames       int `mapstructure:"max_log_frames"`
+	// MaxFileBytes refuses larger binaries and debug files.
+	MaxFileBytes int64 `mapstructure:"max_file_bytes"`
+	// MaxDecompressedBytes bounds what decompressing one file's sections
+	// (compressed DWARF, MiniDebugInfo) may produce.
+	MaxDecompressedBytes int64 `mapstructure:"max_decompressed_bytes"`
+	// MaxIndexedFiles bounds the files indexed in symbol directories.
+	MaxIndexedFiles int `mapstructure:"max_indexed_files"`
 }
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Sources:          append([]string(nil), otlpsym.DefaultSources...),
-		DebugDirectories: []string{"/usr/lib/debug"},
+		Sources:                 append([]string(nil), locate.DefaultOrder...),
+		DebugDirectories:        []string{debugdirs.DefaultDebugDir},
+		SymbolDirectoriesRescan: locate.DefaultRescan,
 		Debuginfod: DebuginfodConfig{
 			Timeout:       10 * time.Second,
 			MaxCacheBytes: 2 << 30,
@@ -96,10 +140,24 @@ func createDefaultConfig() *Config {
 		Demangle:     "full",
 		InlineFrames: true,
 		LineNumbers:  true,
-		Timeout:      10 * time.Second,
+		Timeout:      otlpsym.DefaultTimeout,
+		NegativeTTL:  locate.DefaultNegativeTTL,
 		Cache: CacheConfig{
-			MaxBytes:   512 << 20,
-			MaxEntries: 1 << 20,
+			MaxBytes:          symbolize.DefaultCacheBytes,
+			MaxEntries:        otlpsym.DefaultMaxEntries,
+			MaxResultBytes:    otlpsym.DefaultMaxResultBytes,
+			MaxObjects:        otlpsym.DefaultMaxObjects,
+			MaxDemangled:      demangle.DefaultEntries,
+			MaxDemangledBytes: demangle.DefaultBytes,
+		},
+		Limits: LimitsConfig{
+			MaxNameBytes:         frame.DefaultMaxNameBytes,
+			MaxAttributeBytes:    otlpsym.DefaultMaxAttributeBytes,
+			MaxFramesJSONBytes:   otlpsym.DefaultMaxFramesJSON,
+			MaxLogFrames:         otlpsym.DefaultMaxLogFrames,
+			MaxFileBytes:         elfx.DefaultMaxFileBytes,
+			MaxDecompressedBytes: elfx.DefaultMaxDecompressedBytes,
+			MaxIndexedFiles:      locate.DefaultMaxIndexedFiles,
 		},
 	}
 }
@@ -109,10 +167,8 @@ func (c *Config) Validate() error {
 	var errs []error
 	seen := map[string]bool{}
 	for _, s := range c.Sources {
-		switch s {
-		case otlpsym.SourceLocal, otlpsym.SourceDebugDirs, otlpsym.SourceSymbolDirs, otlpsym.SourceSymbolStore, otlpsym.SourceDebuginfod, otlpsym.SourceKernel:
-		default:
-			errs = append(errs, fmt.Errorf("sources: unknown source %q (local, debug_directories, symbol_directories, symbol_store, debuginfod, kernel)", s))
+		if !locate.Known(s) {
+			errs = append(errs, fmt.Errorf("sources: unknown source %q (one of %v)", s, locate.DefaultOrder))
 		}
 		if seen[s] {
 			errs = append(errs, fmt.Errorf("sources: %q listed twice", s))
@@ -133,8 +189,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("debuginfod.urls: %q is not an http(s) URL", u))
 		}
 	}
-	if c.Debuginfod.Timeout < 0 || c.Timeout < 0 || c.Debuginfod.NegativeTTL < 0 {
-		errs = append(errs, errors.New("timeouts must not be negative"))
+	if c.Debuginfod.Timeout < 0 || c.Timeout < 0 || c.Debuginfod.NegativeTTL < 0 || c.NegativeTTL < 0 || c.SymbolDirectoriesRescan < 0 {
+		errs = append(errs, errors.New("timeouts, negative_ttl and symbol_directories_rescan must not be negative"))
 	}
 	if c.Debuginfod.MaxParallel < 0 || c.Debuginfod.MaxCacheBytes < 0 {
 		errs = append(errs, errors.New("debuginfod.max_parallel and max_cache_bytes must not be negative"))
@@ -145,8 +201,16 @@ func (c *Config) Validate() error {
 	if c.Debuginfod.HTTP.Endpoint != "" {
 		errs = append(errs, errors.New("debuginfod.http.endpoint is unused: list servers in debuginfod.urls"))
 	}
-	if c.Cache.MaxBytes < 0 || c.Cache.MaxEntries < 0 {
-		errs = append(errs, errors.New("cache.max_bytes and cache.max_entries must not be negative"))
+	cc, l := c.Cache, c.Limits
+	if cc.MaxBytes < 0 || cc.MaxEntries < 0 || cc.MaxResultBytes < 0 || cc.MaxObjects < 0 || cc.MaxDemangled < 0 || cc.MaxDemangledBytes < 0 {
+		errs = append(errs, errors.New("cache bounds must not be negative"))
+	}
+	if l.MaxNameBytes < 0 || l.MaxAttributeBytes < 0 || l.MaxFramesJSONBytes < 0 || l.MaxLogFrames < 0 || l.MaxFileBytes < 0 ||
+		l.MaxDecompressedBytes < 0 || l.MaxIndexedFiles < 0 {
+		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	if l.MaxNameBytes > 0 && l.MaxNameBytes < 16 {
+		errs = append(errs, errors.New("limits.max_name_bytes must be at least 16"))
 	}
 	return errors.Join(errs...)
 }

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
@@ -38,8 +40,9 @@ type sharedSym struct {
 	client *debuginfod.Client
 	users  int
 
-	mu   sync.Mutex
-	last debuginfod.Stats // for telemetry deltas
+	mu        sync.Mutex
+	last      debuginfod.Stats  // for telemetry deltas
+	evictions map[string]uint64 // per cache, for telemetry deltas
 }
 
 var shared = struct {
@@ -56,23 +59,48 @@ func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
 }
 
 // Options turns the configuration into the symbolizer's options; the
-// debuginfod locator is added by the caller.
+// debuginfod client and a symbol store's source are added by the caller.
 func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 	return otlpsym.Options{
-		Sources:     c.Sources,
-		LocalRoot:   c.Local.Root,
-		DebugDirs:   c.DebugDirectories,
-		SymbolDirs:  c.SymbolDirectories,
-		Demangle:    c.Demangle != "none",
-		Inlines:     c.InlineFrames,
-		Lines:       c.LineNumbers,
-		CacheBytes:  c.Cache.MaxBytes,
-		MaxEntries:  c.Cache.MaxEntries,
-		Timeout:     c.Timeout,
-		NegativeTTL: c.Debuginfod.NegativeTTL,
-		MaxParallel: c.Debuginfod.MaxParallel,
-		Logger:      log,
+		Locate: locate.Config{
+			Order:           c.Sources,
+			LocalRoot:       c.Local.Root,
+			DebugDirs:       c.DebugDirectories,
+			SymbolDirs:      c.SymbolDirectories,
+			Rescan:          c.SymbolDirectoriesRescan,
+			MaxIndexedFiles: c.Limits.MaxIndexedFiles,
+			MaxFileBytes:    c.Limits.MaxFileBytes,
+		},
+		Demangle:        c.Demangle != "none",
+		Inlines:         c.InlineFrames,
+		Lines:           c.LineNumbers,
+		CacheBytes:      c.Cache.MaxBytes,
+		MaxEntries:      c.Cache.MaxEntries,
+		MaxResultBytes:  c.Cache.MaxResultBytes,
+		MaxObjects:      c.Cache.MaxObjects,
+		DemangleEntries: c.Cache.MaxDemangled,
+		DemangleBytes:   c.Cache.MaxDemangledBytes,
+		Timeout:         c.Timeout,
+		NegativeTTL:     c.NegativeTTL,
+		MaxParallel:     c.Debuginfod.MaxParallel,
+		Limits: otlpsym.Limits{
+			MaxNameBytes:      c.Limits.MaxNameBytes,
+			MaxAttributeBytes: c.Limits.MaxAttributeBytes,
+			MaxFramesJSON:     c.Limits.MaxFramesJSONBytes,
+			MaxLogFrames:      c.Limits.MaxLogFrames,
+		},
+		FileLimits: elfx.Limits{MaxFileBytes: c.Limits.MaxFileBytes, MaxDecompressedBytes: c.Limits.MaxDecompressedBytes},
+		Logger:     log,
 	}
+}
+
+func (c *Config) lists(source string) bool {
+	for _, s := range c.Sources {
+		if s == source {
+			return true
+		}
+	}
+	return false
 }
 
 // NewDebuginfod builds the debuginfod client the configuration asks for, or
@@ -81,11 +109,7 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 // looked up in extensions (host.GetExtensions()).
 func (c *Config) NewDebuginfod(ctx context.Context, extensions map[component.ID]component.Component, set component.TelemetrySettings) (*debuginfod.Client, error) {
 	log := set.Logger
-	listed := false
-	for _, s := range c.Sources {
-		listed = listed || s == otlpsym.SourceDebuginfod
-	}
-	if !listed {
+	if !c.lists(locate.SourceDebuginfod) {
 		return nil, nil
 	}
 	urls := c.Debuginfod.URLs
@@ -114,6 +138,22 @@ func (c *Config) NewDebuginfod(ctx context.Context, extensions map[component.ID]
 	})
 }
 
+// storeSource returns the in-process source of the symbol store extension
+// that symbol_store names, or nil when none is named.
+func (c *Config) storeSource(host component.Host) (locate.Source, error) {
+	id := c.SymbolStore
+	if id.Type().String() == "" {
+		return nil, nil
+	}
+	switch ext := host.GetExtensions()[id].(type) {
+	case locate.SourceProvider:
+		return ext.SymbolSource(), nil
+	case locate.Locator:
+		return locate.Store(ext), nil
+	}
+	return nil, fmt.Errorf("symbol_store: %s is not a symbolstore extension of this collector (list it under service.extensions)", id)
+}
+
 func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 	shared.Lock()
 	defer shared.Unlock()
@@ -123,24 +163,30 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		return nil
 	}
 	opt := p.cfg.Options(p.log)
-	if id := p.cfg.SymbolStore; id.Type().String() != "" {
-		ext, ok := host.GetExtensions()[id]
-		loc, isLoc := ext.(otlpsym.Locator)
-		if !ok || !isLoc {
-			return fmt.Errorf("symbol_store: %s is not a symbolstore extension of this collector (list it under service.extensions)", id)
-		}
-		opt.Store = loc
-		p.log.Info("symbol store source enabled", zap.Stringer("extension", id))
+	store, err := p.cfg.storeSource(host)
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		opt.Locate.Store = store
+		p.log.Info("symbol store source enabled", zap.Stringer("extension", p.cfg.SymbolStore))
 	}
 	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
 	if err != nil {
 		return err
 	}
 	if client != nil {
-		opt.Debuginfod = client
+		opt.Locate.Debuginfod = client
 		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
 	}
-	e := &sharedSym{sym: otlpsym.New(opt), client: client, users: 1}
+	sym, err := otlpsym.New(opt)
+	if err != nil {
+		if client != nil {
+			client.Close()
+		}
+		return err
+	}
+	e := &sharedSym{sym: sym, client: client, users: 1, evictions: map[string]uint64{}}
 	shared.m[p.cfg] = e
 	p.shared, p.sym, p.client = e, e.sym, e.client
 	return nil
@@ -193,9 +239,21 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	}
 	t.SymbolizationCacheHits.Add(ctx, st.CacheHits)
 	t.SymbolizationCacheMisses.Add(ctx, st.CacheMisses)
-	objs, results := p.sym.CacheStats()
-	t.SymbolizationCacheBytes.Record(ctx, objs.Bytes)
-	t.SymbolizationCacheEntries.Record(ctx, int64(results.Entries))
+	caches := p.sym.Caches()
+	p.shared.mu.Lock()
+	for _, c := range caches {
+		attrs := metric.WithAttributes(attribute.String("cache", c.Name))
+		t.SymbolizationCacheBytes.Record(ctx, c.Bytes, attrs)
+		t.SymbolizationCacheEntries.Record(ctx, int64(c.Entries), attrs)
+		if d := c.Evictions - p.shared.evictions[c.Name]; d > 0 && c.Evictions > p.shared.evictions[c.Name] {
+			t.SymbolizationCacheEvictions.Add(ctx, int64(d), attrs)
+		}
+		p.shared.evictions[c.Name] = c.Evictions
+	}
+	p.shared.mu.Unlock()
+	if len(st.Unresolved) > 0 {
+		p.log.Debug("frames left unresolved", zap.Any("reasons", st.Unresolved))
+	}
 	if p.client == nil {
 		return
 	}
@@ -211,13 +269,7 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 			t.SymbolizationDebuginfodErrors.Add(ctx, d, metric.WithAttributes(attribute.String("reason", reason)))
 		}
 	}
-	if n := now.Fetches - prev.Fetches; n > 0 {
-		avg := (now.FetchLatency - prev.FetchLatency).Seconds() / float64(n)
-		for i := int64(0); i < n; i++ {
-			t.SymbolizationDebuginfodLatency.Record(ctx, avg)
-		}
-	}
-	if len(st.Unresolved) > 0 {
-		p.log.Debug("frames left unresolved", zap.Any("reasons", st.Unresolved))
+	for _, d := range p.client.TakeLatencies() {
+		t.SymbolizationDebuginfodLatency.Record(ctx, d.Seconds())
 	}
 }

@@ -22,7 +22,8 @@ import (
 	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	pframe "github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
@@ -68,8 +69,8 @@ func profile(vs ...variant) pprofile.Profiles {
 	prof := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
 	for i, v := range vs {
 		mi := d.Mapping(pdict.Mapping{Start: 0x1000, Limit: 0x2000, File: fmt.Sprintf("/opt/gone/prog-%d", i),
-			Attrs: []int32{d.AttrStr(otlpsym.AttrBuildIDGNU, v.id)}})
-		loc := d.Location(pdict.Location{Mapping: mi, Address: v.hot, Attrs: []int32{d.AttrStr(otlpsym.AttrFrameType, "native")}})
+			Attrs: []int32{d.AttrStr(pframe.AttrBuildIDGNU, v.id)}})
+		loc := d.Location(pdict.Location{Mapping: mi, Address: v.hot, Attrs: []int32{d.AttrStr(pframe.AttrFrameType, "native")}})
 		s := prof.Samples().AppendEmpty()
 		s.SetStackIndex(d.Stack([]int32{loc}))
 		s.Values().Append(int64(10 + i))
@@ -97,7 +98,7 @@ func outcomes(t *testing.T, pd pprofile.Profiles) []outcome {
 			fn := pd.Dictionary().FunctionTable().At(int(loc.Lines().At(loc.Lines().Len() - 1).FunctionIndex()))
 			o.name = d.Str(fn.NameStrindex())
 		}
-		if v, ok := d.FindAttr(loc.AttributeIndices(), otlpsym.AttrError); ok {
+		if v, ok := d.FindAttr(loc.AttributeIndices(), pframe.AttrError); ok {
 			o.reason = v.Str()
 		}
 		out = append(out, o)
@@ -108,13 +109,14 @@ func outcomes(t *testing.T, pd pprofile.Profiles) []outcome {
 type harness struct {
 	p    xprocessor.Profiles
 	sink *consumertest.ProfilesSink
+	cfg  *Config
 	tel  *componenttest.Telemetry
 }
 
 func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig()
-	cfg.Sources = []string{otlpsym.SourceDebuginfod}
+	cfg.Sources = []string{locate.SourceDebuginfod}
 	cfg.Debuginfod.CacheDir = t.TempDir()
 	cfg.Debuginfod.NegativeTTL = time.Millisecond
 	mutate(cfg)
@@ -134,7 +136,7 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	return &harness{p: p, sink: sink, tel: tel}
+	return &harness{p: p, sink: sink, tel: tel, cfg: cfg}
 }
 
 func (h *harness) run(t *testing.T, pd pprofile.Profiles) []outcome {
@@ -312,7 +314,7 @@ func TestCacheBound(t *testing.T) {
 	}
 	const bound = 4 << 20 // about a dozen of these objects
 	h := newHarness(t, func(cfg *Config) {
-		cfg.Sources = []string{otlpsym.SourceSymbolDirs}
+		cfg.Sources = []string{locate.SourceSymbolDirs}
 		cfg.SymbolDirectories = []string{dir}
 		cfg.Cache.MaxBytes = bound
 		cfg.Cache.MaxEntries = 100
@@ -348,7 +350,7 @@ func TestCacheBound(t *testing.T) {
 // one set of caches, one debuginfod client.
 func TestSharedAcrossPipelines(t *testing.T) {
 	cfg := createDefaultConfig()
-	cfg.Sources = []string{otlpsym.SourceDebugDirs}
+	cfg.Sources = []string{locate.SourceDebugDirs}
 	set := processortest.NewNopSettings(metadata.Type)
 	f := NewFactory()
 	pp, err := f.CreateProfiles(context.Background(), set, cfg, new(consumertest.ProfilesSink))

@@ -12,9 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/symupload"
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
 )
@@ -115,7 +114,7 @@ func (p *uploader) processProfiles(_ context.Context, pd pprofile.Profiles) (ppr
 				continue
 			}
 			kv := attrs.At(int(ai))
-			if k := int(kv.KeyStrindex()); k >= strs.Len() || strs.At(k) != otlpsym.AttrBuildIDGNU {
+			if k := int(kv.KeyStrindex()); k >= strs.Len() || strs.At(k) != pframe.AttrBuildIDGNU {
 				continue
 			}
 			if id := kv.Value().Str(); id != "" && !p.up.Known(id) {
@@ -137,7 +136,7 @@ func (p *uploader) processProfiles(_ context.Context, pd pprofile.Profiles) (ppr
 	stacks, locs := dict.StackTable(), dict.LocationTable()
 	for _, rp := range pd.ResourceProfiles().All() {
 		var pid int64
-		if v, ok := rp.Resource().Attributes().Get(profbuild.AttrPID); ok {
+		if v, ok := rp.Resource().Attributes().Get(pframe.AttrPID); ok {
 			pid = v.Int()
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
@@ -187,7 +186,7 @@ func samplePID(s pprofile.Sample, attrs pprofile.KeyValueAndUnitSlice, strs inte
 			continue
 		}
 		kv := attrs.At(int(ai))
-		if k := int(kv.KeyStrindex()); k < strs.Len() && strs.At(k) == profbuild.AttrPID {
+		if k := int(kv.KeyStrindex()); k < strs.Len() && strs.At(k) == pframe.AttrPID {
 			return kv.Value().Int()
 		}
 	}

@@ -18,8 +18,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
-	"github.com/profsym/profsym/internal/otlp/otlpsym"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
@@ -30,7 +29,7 @@ import (
 func profileOf(pid int64, mappings map[string]string) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	dict := pd.Dictionary()
-	dict.StringTable().Append("", otlpsym.AttrBuildIDGNU)
+	dict.StringTable().Append("", pframe.AttrBuildIDGNU)
 	dict.MappingTable().AppendEmpty()
 	dict.LocationTable().AppendEmpty()
 	dict.StackTable().AppendEmpty()
@@ -49,7 +48,7 @@ func profileOf(pid int64, mappings map[string]string) pprofile.Profiles {
 		stack.LocationIndices().Append(int32(dict.LocationTable().Len() - 1))
 	}
 	rp := pd.ResourceProfiles().AppendEmpty()
-	rp.Resource().Attributes().PutInt(profbuild.AttrPID, pid)
+	rp.Resource().Attributes().PutInt(pframe.AttrPID, pid)
 	s := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples().AppendEmpty()
 	s.SetStackIndex(1)
 	s.Values().Append(1)

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadatatest"
 )
@@ -55,7 +55,7 @@ func pidsIn(pd []pprofile.Profiles) map[int64]int64 {
 	out := map[int64]int64{}
 	for _, p := range pd {
 		for _, rp := range p.ResourceProfiles().All() {
-			pid, _ := rp.Resource().Attributes().Get(profbuild.AttrPID)
+			pid, _ := rp.Resource().Attributes().Get(pframe.AttrPID)
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, pr := range sp.Profiles().All() {
 					for _, s := range pr.Samples().All() {

@@ -268,11 +268,8 @@ func identify(openPath, path string) *FileInfo {
 	}
 	defer f.Close()
 	fi.Size = int64(len(f.Bytes()))
-	if id, err := buildid.GNU(f); err == nil {
-		fi.GNUBuildID = buildid.HexString(id)
-	}
-	fi.GoBuildID, _ = buildid.Go(f)
-	fi.HTLHash, _ = buildid.HTLHashOf(f)
+	id := buildid.Identify(f)
+	fi.GNUBuildID, fi.GoBuildID, fi.HTLHash = id.GNU, id.Go, id.HTL
 	fi.Loads = f.Loads()
 	return fi
 }

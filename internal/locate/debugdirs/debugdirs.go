@@ -71,83 +71,150 @@ func FileCRC(path string) (uint32, error) {
 	return h.Sum32(), nil
 }
 
-// Find returns the path of the debug file for the binary at binPath (opened
-// as f; f may be nil to search by build id only). buildID is the binary's
-// GNU build id, or nil to read it from f. debugDirs defaults to
-// DefaultDebugDir. Search order, as gdb and llvm-symbolizer:
-//
-//  1. <dir>/.build-id/ab/cdef….debug for each debug dir;
-//  2. the .gnu_debuglink name in the binary's folder, in its .debug/
-//     subfolder, then in <dir>/<binary's absolute folder>/ for each dir,
-//     accepted only if the file's CRC32 matches the link.
-//
-// Any candidate whose own GNU build id differs from the binary's is skipped.
-// Failure wraps frame.ErrBuildIDMismatch when every candidate found was of
-// another build, and frame.ErrNoDebugInfo when there was none.
-func Find(binPath string, f *elfx.File, buildID []byte, debugDirs []string) (string, error) {
+// BuildIDPaths returns where a debug file (DIR/.build-id/ab/cdef.debug) and
+// a binary (DIR/.build-id/ab/cdef, where distributions link one) with the
+// GNU build id hexID would be, for each directory. hexID must be validated
+// hex (frame.ParseBuildID): it becomes part of the paths.
+func BuildIDPaths(dirs []string, hexID string) (debug, bins []string) {
+	if len(hexID) < 3 {
+		return nil, nil
+	}
+	if len(dirs) == 0 {
+		dirs = []string{DefaultDebugDir}
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, ".build-id", hexID[:2], hexID[2:])
+		debug = append(debug, p+".debug")
+		bins = append(bins, p)
+	}
+	return debug, bins
+}
+
+// FindLinked returns the debug file a binary names in its .gnu_debuglink,
+// checked by CRC: NAME in the binary's folder, in its .debug/ subfolder, then
+// in DIR/<folder>/ for each debug directory. binPath is where the binary can
+// be read here; dir is its folder as its process saw it (an absolute path),
+// hostDir where that folder is reachable here (the same on this machine; a
+// host mount or /proc/PID/root/... otherwise). A link whose CRC matches no
+// candidate is frame.ErrBuildIDMismatch when some candidate existed, else
+// frame.ErrNoDebugInfo.
+func FindLinked(binPath, dir, hostDir string, debugDirs []string) (string, error) {
+	f, err := elfx.Open(binPath)
+	if err != nil {
+		return "", err
+	}
+	name, crc, ok := DebugLink(f)
+	buildID, _ := buildid.GNU(f)
+	f.Close()
+	if !ok {
+		return "", fmt.Errorf("%s has no .gnu_debuglink: %w", binPath, frame.ErrNoDebugInfo)
+	}
 	if len(debugDirs) == 0 {
 		debugDirs = []string{DefaultDebugDir}
 	}
+	seen := []string{filepath.Clean(dir)}
+	if hostDir == dir {
+		// On this machine, the folder's resolved path counts too (a
+		// symlinked /lib is common).
+		if real, err := filepath.EvalSymlinks(dir); err == nil && real != seen[0] {
+			seen = append(seen, real)
+		}
+	}
+	cands := []string{filepath.Join(hostDir, name), filepath.Join(hostDir, ".debug", name)}
+	for _, d := range debugDirs {
+		for _, sd := range seen {
+			if filepath.IsAbs(sd) {
+				cands = append(cands, filepath.Join(d, sd, name))
+			}
+		}
+	}
+	var rejected []string
+	for _, p := range cands {
+		if ok, why := linkedMatches(p, binPath, crc, buildID); ok {
+			return p, nil
+		} else if why != "" {
+			rejected = append(rejected, why)
+		}
+	}
+	if len(rejected) > 0 {
+		return "", fmt.Errorf("debug file for %s: candidates of another build: %v: %w", binPath, rejected, frame.ErrBuildIDMismatch)
+	}
+	return "", fmt.Errorf("debug file %s for %s: %w", name, binPath, frame.ErrNoDebugInfo)
+}
+
+// linkedMatches checks a debuglink candidate: a regular file other than the
+// binary, with the CRC the link records and, when both carry one, the
+// binary's build id.
+func linkedMatches(p, binPath string, crc uint32, buildID []byte) (bool, string) {
+	st, err := os.Stat(p)
+	if err != nil || !st.Mode().IsRegular() || isSameFile(p, binPath) {
+		return false, ""
+	}
+	got, err := FileCRC(p)
+	if err != nil {
+		return false, ""
+	}
+	if got != crc {
+		return false, fmt.Sprintf("%s (CRC %08x, link wants %08x)", p, got, crc)
+	}
+	if len(buildID) == 0 {
+		return true, ""
+	}
+	cf, err := elfx.Open(p)
+	if err != nil {
+		return false, ""
+	}
+	defer cf.Close()
+	id, err := buildid.GNU(cf)
+	if errors.Is(err, buildid.ErrNotFound) {
+		return true, "" // an old debug file without an id; the CRC vouches for it
+	}
+	if err != nil || !bytes.Equal(id, buildID) {
+		return false, fmt.Sprintf("%s (build id %x)", p, id)
+	}
+	return true, ""
+}
+
+// Find returns the debug file of the binary at binPath (opened as f; f may
+// be nil to search by build id only) as gdb and llvm-symbolizer search for
+// it: by build id under the debug directories, then by .gnu_debuglink (see
+// FindLinked). buildID is the binary's GNU build id, or nil to read it from
+// f. A candidate of another build is never returned: failure wraps
+// frame.ErrBuildIDMismatch when every candidate found was of another build,
+// and frame.ErrNoDebugInfo when there was none.
+func Find(binPath string, f *elfx.File, buildID []byte, debugDirs []string) (string, error) {
 	if buildID == nil && f != nil {
 		buildID, _ = buildid.GNU(f) // absent: debuglink only
 	}
 	var rejected []string
-	accept := func(p string, wantCRC *uint32) bool {
-		st, err := os.Stat(p)
-		if err != nil || !st.Mode().IsRegular() || isSameFile(p, binPath) {
-			return false
-		}
-		if wantCRC != nil {
-			crc, err := FileCRC(p)
-			if err != nil {
-				return false
-			}
-			if crc != *wantCRC {
-				rejected = append(rejected, fmt.Sprintf("%s (CRC %08x, link wants %08x)", p, crc, *wantCRC))
-				return false
-			}
-		}
-		if len(buildID) == 0 {
-			return true
-		}
-		cf, err := elfx.Open(p)
-		if err != nil {
-			return false
-		}
-		defer cf.Close()
-		id, err := buildid.GNU(cf)
-		if errors.Is(err, buildid.ErrNotFound) && wantCRC != nil {
-			return true // an old debug file without an id; the CRC vouches for it
-		}
-		if err != nil || !bytes.Equal(id, buildID) {
-			rejected = append(rejected, fmt.Sprintf("%s (build id %x)", p, id))
-			return false
-		}
-		return true
-	}
-
 	if len(buildID) >= 2 {
-		hexID := buildid.HexString(buildID)
-		for _, d := range debugDirs {
-			p := filepath.Join(d, ".build-id", hexID[:2], hexID[2:]+".debug")
-			if accept(p, nil) {
+		debug, _ := BuildIDPaths(debugDirs, buildid.HexString(buildID))
+		for _, p := range debug {
+			st, err := os.Stat(p)
+			if err != nil || !st.Mode().IsRegular() {
+				continue
+			}
+			cf, err := elfx.Open(p)
+			if err != nil {
+				continue
+			}
+			id, _ := buildid.GNU(cf)
+			cf.Close()
+			if bytes.Equal(id, buildID) {
 				return p, nil
 			}
+			rejected = append(rejected, fmt.Sprintf("%s (build id %x)", p, id))
 		}
 	}
-
-	if f != nil {
-		if name, crc, ok := DebugLink(f); ok {
-			for _, dir := range binDirs(binPath) {
-				cands := []string{filepath.Join(dir, name), filepath.Join(dir, ".debug", name)}
-				for _, d := range debugDirs {
-					cands = append(cands, filepath.Join(d, dir, name))
-				}
-				for _, p := range cands {
-					if accept(p, &crc) {
-						return p, nil
-					}
-				}
+	if f != nil && binPath != "" {
+		abs, err := filepath.Abs(binPath)
+		if err == nil {
+			p, err := FindLinked(binPath, filepath.Dir(abs), filepath.Dir(abs), debugDirs)
+			if err == nil {
+				return p, nil
+			}
+			if errors.Is(err, frame.ErrBuildIDMismatch) {
+				return "", err
 			}
 		}
 	}
@@ -155,23 +222,6 @@ func Find(binPath string, f *elfx.File, buildID []byte, debugDirs []string) (str
 		return "", fmt.Errorf("debug file for %s: candidates of another build: %v: %w", binPath, rejected, frame.ErrBuildIDMismatch)
 	}
 	return "", fmt.Errorf("debug file for %s: %w", binPath, frame.ErrNoDebugInfo)
-}
-
-// binDirs returns the binary's absolute folder, then the folder of its
-// resolved path if that differs (a symlinked /lib is common).
-func binDirs(binPath string) []string {
-	if binPath == "" {
-		return nil
-	}
-	abs, err := filepath.Abs(binPath)
-	if err != nil {
-		return nil
-	}
-	dirs := []string{filepath.Dir(abs)}
-	if real, err := filepath.EvalSymlinks(abs); err == nil && filepath.Dir(real) != dirs[0] {
-		dirs = append(dirs, filepath.Dir(real))
-	}
-	return dirs
 }
 
 func isSameFile(a, b string) bool {

@@ -144,7 +144,11 @@ type Client struct {
 	inflight map[string]*call
 	down     map[string]downEntry // by server URL
 	st       Stats
+	lat      []time.Duration // attempts' latencies not yet taken (TakeLatencies)
 }
+
+// maxLatencies bounds the latencies kept between two TakeLatencies calls.
+const maxLatencies = 4096
 
 type negEntry struct {
 	err   error
@@ -279,6 +283,16 @@ func (c *Client) Close() error {
 	c.stop()
 	c.wg.Wait()
 	return nil
+}
+
+// TakeLatencies returns the duration of each HTTP attempt since the last
+// call (at most maxLatencies), for a latency histogram of real values.
+func (c *Client) TakeLatencies() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.lat
+	c.lat = nil
+	return out
 }
 
 // Stats returns a snapshot of the counters.
@@ -448,6 +462,9 @@ func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, er
 		c.st.Fetches++
 		c.st.BytesFetched += n
 		c.st.FetchLatency += time.Since(start)
+		if len(c.lat) < maxLatencies {
+			c.lat = append(c.lat, time.Since(start))
+		}
 		c.mu.Unlock()
 		if err == nil {
 			c.log.Debug("debuginfod fetched", zap.String("build_id", id), zap.Stringer("kind", kind),

@@ -20,7 +20,6 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -200,7 +199,7 @@ func wantErr(t *testing.T, err, sentinel error) {
 }
 
 func TestDebuginfodServer(t *testing.T) {
-	binA, strippedA, debugA := split(t, "a", idA)
+	_, strippedA, debugA := split(t, "a", idA)
 	exeC := stripped(t, "c", idC)
 	idx := t.TempDir()
 	for dst, src := range map[string]string{"a": strippedA, "a.debug": debugA, "c": exeC} {
@@ -244,27 +243,9 @@ func TestDebuginfodServer(t *testing.T) {
 		t.Fatalf("stats after unknown id: %+v", st)
 	}
 
-	// Locate: the split debug file has DWARF and program headers, so it
-	// suffices; C has only an executable.
-	b, d, err := c.Locate(ctx, idA)
-	if err != nil || b != "" || d != dbg {
-		t.Fatalf("Locate(A) = %q, %q, %v", b, d, err)
-	}
-	b, d, err = c.Locate(ctx, idC)
-	if err != nil || d != "" || b != filepath.Join(cache, idC, "executable") || fileID(t, b) != idC {
-		t.Fatalf("Locate(C) = %q, %q, %v", b, d, err)
-	}
-
-	// The engine resolves a frame known only by build id through Locate.
-	addr := symAddr(t, binA, "global_worker")
-	r := symbolize.New(symbolize.Options{Inlines: true, Demangle: true, UseSymbolTable: true, Locator: c})
-	defer r.Close()
-	res := r.Symbolize(ctx, symbolize.Target{BuildID: idA}, []uint64{addr})
-	if len(res) != 1 || res[0].Err != nil || len(res[0].Frames) == 0 {
-		t.Fatalf("symbolize by build id: %+v", res)
-	}
-	if f := res[0].Frames[len(res[0].Frames)-1]; f.Function != "global_worker" || !strings.HasSuffix(f.File, "hello.c") {
-		t.Fatalf("frame %+v", f)
+	// C has only an executable.
+	if p, err := c.Fetch(ctx, idC, Executable); err != nil || fileID(t, p) != idC {
+		t.Fatalf("Fetch(C, executable) = %q, %v", p, err)
 	}
 
 	// Without the server, both files come from disk.
@@ -290,11 +271,6 @@ func TestDebuginfodServer(t *testing.T) {
 	if st := c2.Stats(); st.Hits != 1 || st.Fetches != 0 {
 		t.Fatalf("restart stats: %+v", st)
 	}
-}
-
-func symAddr(t *testing.T, bin, name string) uint64 {
-	start, _ := testfixture.Func(t, bin, name)
-	return start
 }
 
 func TestMismatchAndCorrupt(t *testing.T) {
@@ -607,47 +583,6 @@ func TestCacheBound(t *testing.T) {
 	c = newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: size / 2})
 	_, err := c.Fetch(ctx, idA, DebugInfo)
 	wantErr(t, err, frame.ErrLimitExceeded)
-}
-
-func TestLocate(t *testing.T) {
-	// A debug file without DWARF (split from a binary built without -g):
-	// the executable is needed for names and code.
-	plain := cBuild(t, "d", idD, false)
-	exeD, debugD := testfixture.SplitDebug(t, plain, false)
-	// A complete binary served as debuginfo needs nothing else.
-	full := read(t, cBuild(t, "c", idC, false))
-	srv := startLoop(t, serveFiles(map[string][]byte{
-		idD + "/debuginfo": read(t, debugD), idD + "/executable": read(t, exeD),
-		idC + "/debuginfo": full, idC + "/executable": full,
-	}))
-	c := newClient(t, Config{URLs: []string{srv.URL}})
-	ctx := context.Background()
-	b, d, err := c.Locate(ctx, idD)
-	if err != nil || b == "" || d == "" || !bytes.Equal(read(t, b), read(t, exeD)) || !bytes.Equal(read(t, d), read(t, debugD)) {
-		t.Fatalf("Locate(no DWARF) = %q, %q, %v", b, d, err)
-	}
-	before := srv.reqs.Load()
-	b, d, err = c.Locate(ctx, idC)
-	if err != nil || d != "" || fileID(t, b) != idC || srv.reqs.Load() != before+1 {
-		t.Fatalf("Locate(complete) = %q, %q, %v after %d requests", b, d, err, srv.reqs.Load()-before)
-	}
-	_, _, err = c.Locate(ctx, idNone)
-	wantErr(t, err, frame.ErrNotFound)
-
-	// A debug file whose executable fails still serves alone.
-	dbgBytes := read(t, debugD)
-	srv2 := startLoop(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/executable") {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write(dbgBytes)
-	})
-	c = newClient(t, Config{URLs: []string{srv2.URL}})
-	b, d, err = c.Locate(ctx, idD)
-	if err != nil || b != "" || d == "" {
-		t.Fatalf("Locate(executable down) = %q, %q, %v", b, d, err)
-	}
 }
 
 func TestInvalidIDs(t *testing.T) {

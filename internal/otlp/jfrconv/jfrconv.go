@@ -24,26 +24,6 @@ import (
 	"github.com/profsym/profsym/internal/otlp/pdict"
 )
 
-// Attribute keys and values of the frame format.
-const (
-	AttrBuildIDGNU = "process.executable.build_id.gnu"
-	AttrFrameType  = "profile.frame.type"
-	AttrError      = "profsym.symbolization.error"
-	AttrThreadID   = "thread.id"
-	AttrThreadName = "thread.name"
-	AttrPID        = "process.pid"
-	// AttrAddressBase on a mapping says its locations' addresses are
-	// offsets from the image base (the start of the file's first mapping
-	// with file offset 0), not ELF addresses: the symbolization processor
-	// adds the p_vaddr of the PT_LOAD that maps file offset 0.
-	AttrAddressBase  = "profsym.mapping.address_base"
-	AddressBaseImage = "image"
-
-	FrameJVM    = "jvm"
-	FrameNative = "native"
-	FrameKernel = "kernel"
-)
-
 // DefaultScopeName is the instrumentation scope of converted profiles.
 const DefaultScopeName = "github.com/profsym/profsym/receiver/jfrreceiver"
 
@@ -289,9 +269,9 @@ func (c *converter) threadAttrs(ch *jfr.Chunk, id int64) ([]int32, string) {
 	if tid == 0 {
 		tid = t.JavaThreadID
 	}
-	attrs := []int32{c.dict.AttrInt(AttrThreadID, tid)}
+	attrs := []int32{c.dict.AttrInt(frame.AttrThreadID, tid)}
 	if name != "" {
-		attrs = append(attrs, c.dict.AttrStr(AttrThreadName, name))
+		attrs = append(attrs, c.dict.AttrStr(frame.AttrThreadName, name))
 	}
 	return attrs, strconv.FormatInt(tid, 10) + "\x00" + name
 }
@@ -343,23 +323,23 @@ func (c *converter) newLocation(ch *jfr.Chunk, f *jfr.Frame, caller bool) int32 
 		if class != "" {
 			display = class + "." + name
 		}
-		return c.namedLocation(display+desc, display+desc, FrameNative, 0, c.dict.AttrStr(AttrError, frame.Reason(frame.ErrInvalidBuildID)))
+		return c.namedLocation(display+desc, display+desc, frame.TypeNative, 0, c.dict.AttrStr(frame.AttrError, frame.Reason(frame.ErrInvalidBuildID)))
 	}
 	desc2, known := ch.FrameType(f.Type)
-	ftype := FrameJVM
+	ftype := frame.TypeJVM
 	switch {
 	case known && (desc2 == "Kernel"):
-		ftype = FrameKernel
+		ftype = frame.TypeKernel
 	case known && (desc2 == "Native" || desc2 == "C++") && class == "":
-		ftype = FrameNative
+		ftype = frame.TypeNative
 	case !known && (f.Type == rawNative || f.Type == rawCPP):
-		ftype = FrameNative
+		ftype = frame.TypeNative
 	case !known && f.Type == rawKernel:
-		ftype = FrameKernel
+		ftype = frame.TypeKernel
 	case class == "" && m.Modifiers&0x100 != 0:
-		ftype = FrameNative
+		ftype = frame.TypeNative
 	}
-	if ftype != FrameJVM {
+	if ftype != frame.TypeJVM {
 		return c.namedLocation(name, name, ftype, 0)
 	}
 	jc := jfr.JavaName(class)
@@ -371,12 +351,12 @@ func (c *converter) newLocation(ch *jfr.Chunk, f *jfr.Frame, caller bool) int32 
 	if f.Line > 0 {
 		line = int64(f.Line)
 	}
-	return c.namedLocation(fn, fn+desc, FrameJVM, line)
+	return c.namedLocation(fn, fn+desc, frame.TypeJVM, line)
 }
 
 func (c *converter) namedLocation(name, system, ftype string, line int64, extra ...int32) int32 {
 	fi := c.dict.Function(name, system, "", 0)
-	attrs := append([]int32{c.dict.AttrStr(AttrFrameType, ftype)}, extra...)
+	attrs := append([]int32{c.dict.AttrStr(frame.AttrFrameType, ftype)}, extra...)
 	return c.dict.Location(pdict.Location{Attrs: attrs, Lines: []pdict.Line{{Function: fi, Line: line}}})
 }
 
@@ -391,10 +371,10 @@ func (c *converter) remoteLocation(id string, off uint64, caller bool, _ int64) 
 	mi, ok := c.maps[id]
 	if !ok {
 		mi = c.dict.Mapping(pdict.Mapping{File: c.libs[id], Attrs: []int32{
-			c.dict.AttrStr(AttrBuildIDGNU, id), c.dict.AttrStr(AttrAddressBase, AddressBaseImage)}})
+			c.dict.AttrStr(frame.AttrBuildIDGNU, id), c.dict.AttrStr(frame.AttrAddressBase, frame.AddressBaseImage)}})
 		c.maps[id] = mi
 	}
-	return c.dict.Location(pdict.Location{Mapping: mi, Address: off, Attrs: []int32{c.dict.AttrStr(AttrFrameType, FrameNative)}})
+	return c.dict.Location(pdict.Location{Mapping: mi, Address: off, Attrs: []int32{c.dict.AttrStr(frame.AttrFrameType, frame.TypeNative)}})
 }
 
 // remoteMethod is the method name of a remote frame.
@@ -443,7 +423,7 @@ func (c *converter) finish() pprofile.Profiles {
 	rp := c.pd.ResourceProfiles().AppendEmpty()
 	res := rp.Resource().Attributes()
 	if c.pid > 0 {
-		res.PutInt(AttrPID, c.pid)
+		res.PutInt(frame.AttrPID, c.pid)
 	}
 	for k, v := range c.opt.Resource {
 		switch x := v.(type) {

@@ -8,7 +8,9 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/jfr/jfrtest"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/pdict"
@@ -42,16 +44,16 @@ func stacks(pd pprofile.Profiles, kind string) ([][]frameView, []int64) {
 					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 						loc := dict.LocationTable().At(int(li))
 						fv := frameView{addr: loc.Address()}
-						if v, ok := d.FindAttr(loc.AttributeIndices(), jfrconv.AttrFrameType); ok {
+						if v, ok := d.FindAttr(loc.AttributeIndices(), frame.AttrFrameType); ok {
 							fv.typ = v.Str()
 						}
 						if mi := loc.MappingIndex(); mi > 0 {
 							m := dict.MappingTable().At(int(mi))
 							fv.mapFile = d.Str(m.FilenameStrindex())
-							if v, ok := d.FindAttr(m.AttributeIndices(), jfrconv.AttrBuildIDGNU); ok {
+							if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU); ok {
 								fv.buildID = v.Str()
 							}
-							if v, ok := d.FindAttr(m.AttributeIndices(), jfrconv.AttrAddressBase); ok {
+							if v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrAddressBase); ok {
 								fv.base = v.Str()
 							}
 						}
@@ -174,7 +176,7 @@ func TestRemoteFramesSymbolized(t *testing.T) {
 	dbg := fx.DebugDir(t)
 	// The processor on the host (stripped files where the recording says,
 	// debug files by build id), and on a gateway with debug files only.
-	for _, sources := range [][]string{{otlpsym.SourceLocal, otlpsym.SourceDebugDirs}, {otlpsym.SourceDebugDirs}} {
+	for _, sources := range [][]string{{locate.SourceLocal, locate.SourceDebugDirs}, {locate.SourceDebugDirs}} {
 		t.Run(strings.Join(sources, "+"), func(t *testing.T) { remoteSymbolized(t, fx, dbg, sources) })
 	}
 }
@@ -189,7 +191,10 @@ func remoteSymbolized(t *testing.T, fx *jfrtest.RemoteFixture, dbg string, sourc
 	}
 	// The processor's symbolizer, with only a debug directory: the stripped
 	// files are where the recording says, the debug files by build id.
-	sym := otlpsym.New(otlpsym.Options{Sources: sources, DebugDirs: []string{dbg}, Demangle: true, Inlines: true, Lines: true})
+	sym, err := otlpsym.New(otlpsym.Options{Locate: locate.Config{Order: sources, DebugDirs: []string{dbg}}, Demangle: true, Inlines: true, Lines: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer sym.Close()
 	res := sym.Profiles(context.Background(), pd)
 	// Eight frames, seven locations: both stacks return into exe_call at

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
@@ -21,12 +22,6 @@ const (
 	LogAttrStackPath   = "stackPath"
 	LogAttrStackTrace  = "stackTrace"
 	LogAttrStackDepth  = "stackDepth"
-)
-
-// Bounds on what a log record may carry: it is untrusted input.
-const (
-	maxFramesJSON = 1 << 20
-	maxLogFrames  = 1024
 )
 
 // LogFrame is one raw frame of a ProfileEvent record, leaf first.
@@ -51,17 +46,19 @@ type TraceFrame struct {
 	Address  uint64 `json:"address"`
 }
 
-// ParseLogFrames decodes a record's frames attribute, with bounds.
-func ParseLogFrames(s string) ([]LogFrame, error) {
-	if len(s) > maxFramesJSON {
-		return nil, fmt.Errorf("frames attribute of %d bytes exceeds %d: %w", len(s), maxFramesJSON, frame.ErrCorruptFile)
+// ParseLogFrames decodes a record's frames attribute: at most maxJSON
+// bytes (larger is frame.ErrLimitExceeded), and only the first maxFrames
+// frames are kept.
+func ParseLogFrames(s string, maxJSON, maxFrames int) ([]LogFrame, error) {
+	if len(s) > maxJSON {
+		return nil, fmt.Errorf("frames attribute of %d bytes exceeds %d: %w", len(s), maxJSON, frame.ErrLimitExceeded)
 	}
 	var frames []LogFrame
 	if err := json.Unmarshal([]byte(s), &frames); err != nil {
 		return nil, fmt.Errorf("frames attribute: %v: %w", err, frame.ErrCorruptFile)
 	}
-	if len(frames) > maxLogFrames {
-		frames = frames[:maxLogFrames]
+	if len(frames) > maxFrames {
+		frames = frames[:maxFrames]
 	}
 	return frames, nil
 }
@@ -69,40 +66,54 @@ func ParseLogFrames(s string) ([]LogFrame, error) {
 // Logs fills the names of every ProfileEvent record in ld.
 func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	var st Stats
-	objs := map[string]*objRef{}
+	b := &batch{s: s, objs: map[string]*objRef{}}
 	type rec struct {
 		lr     plog.LogRecord
 		frames []LogFrame
+		work   []work
 	}
 	var recs []rec
 	need := map[*objRef]bool{}
+	at := s.stamp()
+	lim := s.opt.Limits
 	for _, rl := range ld.ResourceLogs().All() {
+		var pid int64
+		var exe string
+		if v, ok := rl.Resource().Attributes().Get(frame.AttrPID); ok {
+			pid = v.Int()
+		}
+		if v, ok := rl.Resource().Attributes().Get(frame.AttrExePath); ok {
+			exe = v.AsString()
+		}
 		for _, sl := range rl.ScopeLogs().All() {
 			for _, lr := range sl.LogRecords().All() {
 				v, ok := lr.Attributes().Get(LogAttrFrames)
 				if !ok {
 					continue
 				}
-				frames, err := ParseLogFrames(v.AsString())
+				frames, err := ParseLogFrames(v.AsString(), lim.MaxFramesJSON, lim.MaxLogFrames)
 				if err != nil {
 					st.unresolved(frame.Reason(err))
-					lr.Attributes().PutStr(AttrError, frame.Reason(err))
+					lr.Attributes().PutStr(frame.AttrError, frame.Reason(err))
 					continue
 				}
-				for _, f := range frames {
-					if o := logObject(f, objs); o != nil {
-						if o.num == 0 {
-							o.num = s.objNum(o.key)
-						}
-						k, ok := keyOf(o.num, f.Address)
-						if !ok {
-							need[o] = true
-						} else if r, hit := s.results.Get(k); !hit || r.err != nil && r.gen != s.generation() {
-							need[o] = true
-						}
+				r := rec{lr: lr, frames: frames, work: make([]work, len(frames))}
+				for i, f := range frames {
+					w := b.logObject(f)
+					r.work[i] = w
+					o := w.obj
+					if o == nil || o.fail != nil {
+						continue
+					}
+					o.q.AddHint(locate.Hint{File: f.File, PID: pid, ExePath: exe})
+					if o.num == 0 {
+						s.number(o)
+					}
+					if _, hit := s.cached(o, f.Address, at); !hit {
+						need[o] = true
 					}
 				}
-				recs = append(recs, rec{lr, frames})
+				recs = append(recs, r)
 			}
 		}
 	}
@@ -121,17 +132,24 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	for _, r := range recs {
 		var trace []TraceFrame
 		reasons := map[string]bool{}
-		for _, f := range r.frames {
-			o := logObject(f, objs)
+		for i, f := range r.frames {
+			w := r.work[i]
 			var lines []rline
 			switch {
 			case f.Function != "":
-				lines = []rline{{fn: &funcTuple{name: f.Function}}}
+				lines = []rline{{fn: s.intern(funcTuple{name: f.Function})}}
 				st.Skipped++
-			case o == nil:
+			case w.obj == nil:
 				st.Skipped++
 			default:
-				res := s.resolve(o, f.Address, translation{}, &buf, &st)
+				res, ok := w.obj.fail, w.obj.fail != nil
+				if !ok {
+					if res, ok = s.cached(w.obj, f.Address, at); ok {
+						st.CacheHits++
+					} else {
+						res = s.lookup(w.obj, f.Address, translation{}, at, &buf, &st)
+					}
+				}
 				if res.err != nil {
 					reasons[frame.Reason(res.err)] = true
 					st.unresolved(frame.Reason(res.err))
@@ -151,37 +169,38 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					File: l.fn.file, Line: l.line, Depth: len(trace), Address: f.Address})
 			}
 		}
-		writeTrace(r.lr, trace)
+		writeTrace(r.lr, trace, lim.MaxAttributeBytes)
 		if len(reasons) > 0 {
 			var rs []string
 			for k := range reasons {
 				rs = append(rs, k)
 			}
-			r.lr.Attributes().PutStr(AttrError, strings.Join(sortStrings(rs), ","))
+			r.lr.Attributes().PutStr(frame.AttrError, strings.Join(sortStrings(rs), ","))
 		}
 	}
 	return st
 }
 
-func logObject(f LogFrame, objs map[string]*objRef) *objRef {
-	if f.FrameType != "" && f.FrameType != FrameTypeNative {
-		return nil
+// logObject returns the object of a log frame, or why it has none; a
+// frame of another type, or already named, has neither.
+func (b *batch) logObject(f LogFrame) work {
+	if f.Function != "" || f.FrameType != "" && f.FrameType != frame.TypeNative {
+		return work{}
 	}
-	id := ids{gnu: strings.ToLower(f.BuildID), goid: f.GoBuildID, htl: strings.ToLower(f.FileID)}
-	key := id.key()
-	if key == "" {
-		return nil
+	id, err := frame.ParseIdentity(f.BuildID, f.GoBuildID, f.FileID)
+	if err != nil {
+		return work{obj: failed(err)}
 	}
-	if o, ok := objs[key]; ok {
-		return o
+	if id.IsZero() {
+		return work{obj: failed(fmt.Errorf("frame at %#x has no build id or file id: %w", f.Address, frame.ErrNoMapping))}
 	}
-	o := &objRef{id: id, file: f.File, key: key}
-	objs[key] = o
-	return o
+	return work{obj: b.object(id, false)}
 }
 
 // writeTrace sets the seed-002 fields from the resolved trace (leaf first).
-func writeTrace(lr plog.LogRecord, trace []TraceFrame) {
+// stackPath and stackTrace each stay within maxBytes: frames are dropped
+// from the root end, and the names in them were truncated when interned.
+func writeTrace(lr plog.LogRecord, trace []TraceFrame, maxBytes int) {
 	if len(trace) == 0 {
 		return
 	}
@@ -189,16 +208,36 @@ func writeTrace(lr plog.LogRecord, trace []TraceFrame) {
 	a.PutStr(LogAttrTopFunction, trace[0].Function)
 	a.PutStr(LogAttrTopMethod, trace[0].Method)
 	a.PutStr(LogAttrTopClass, trace[0].Class)
-	parts := make([]string, len(trace))
+	var path strings.Builder
 	for i, t := range trace {
-		parts[i] = t.Method
+		sep := ""
+		if i > 0 {
+			sep = " <- "
+		}
+		if path.Len()+len(sep)+len(t.Method) > maxBytes {
+			break
+		}
+		path.WriteString(sep)
+		path.WriteString(t.Method)
 	}
-	a.PutStr(LogAttrStackPath, strings.Join(parts, " <- "))
+	a.PutStr(LogAttrStackPath, path.String())
+	n := len(trace)
 	b, _ := json.Marshal(trace)
-	a.PutStr(LogAttrStackTrace, string(b))
+	for len(b) > maxBytes && n > 1 {
+		n = n * maxBytes / len(b) // a proportional first guess, then step
+		n = max(1, min(n, len(trace)-1))
+		b, _ = json.Marshal(trace[:n])
+		for len(b) > maxBytes && n > 1 {
+			n--
+			b, _ = json.Marshal(trace[:n])
+		}
+	}
+	if len(b) <= maxBytes {
+		a.PutStr(LogAttrStackTrace, string(b))
+	}
 	a.PutInt(LogAttrStackDepth, int64(len(trace)))
 	if comm, ok := a.Get("comm"); ok {
-		lr.Body().SetStr(fmt.Sprintf("%s: %s", comm.AsString(), trace[0].Function))
+		lr.Body().SetStr(frame.Truncate(fmt.Sprintf("%s: %s", comm.AsString(), trace[0].Function), maxBytes))
 	}
 }
 

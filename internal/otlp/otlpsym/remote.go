@@ -1,11 +1,10 @@
 package otlpsym
 
 import (
-	"encoding/hex"
 	"strconv"
 	"strings"
 
-	"github.com/profsym/profsym/internal/otlp/pdict"
+	"github.com/profsym/profsym/internal/frame"
 )
 
 // Remote frames in the style of seeds 000/001 (a Java profiler that defers
@@ -14,10 +13,6 @@ import (
 // build id in hex, and whose signature ("0x1a2b" or "(0x1a2b)", in the file
 // name or the system name) is the PC's offset from the library's load base.
 const remoteMethod = "<remote>"
-
-// maxBuildIDHex bounds what we accept as a build id (GNU ids are 20 bytes;
-// some toolchains use up to 64).
-const maxBuildIDHex = 128
 
 // parseRemote extracts (build id, offset) from a remote frame's strings.
 func parseRemote(name, system, file string) (id string, off uint64, ok bool) {
@@ -46,10 +41,11 @@ func parseRemote(name, system, file string) (id string, off uint64, ok bool) {
 			}
 		}
 	}
-	if !isHexID(id) {
+	id, err := frame.ParseBuildID(id)
+	if err != nil {
 		return "", 0, false
 	}
-	return strings.ToLower(id), off, true
+	return id, off, true
 }
 
 func parseOffset(s string) (uint64, bool) {
@@ -66,16 +62,14 @@ func parseOffset(s string) (uint64, bool) {
 }
 
 func isHexID(s string) bool {
-	if len(s) < 8 || len(s) > maxBuildIDHex || len(s)%2 != 0 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
+	_, err := frame.ParseBuildID(s)
 	return err == nil
 }
 
 // remoteFrame recognizes a remote frame at location i and queues it. Its
 // address is relative to the image base; the object translates it on open.
-func (s *Symbolizer) remoteFrame(d *pdict.Dict, i int32, objs map[string]*objRef) (work, bool) {
+func (s *Symbolizer) remoteFrame(b *batch, i int32) (work, bool) {
+	d := b.d
 	loc := d.D.LocationTable().At(int(i))
 	if loc.Lines().Len() != 1 {
 		return work{}, false
@@ -89,11 +83,5 @@ func (s *Symbolizer) remoteFrame(d *pdict.Dict, i int32, objs map[string]*objRef
 	if !ok {
 		return work{}, false
 	}
-	key := "g:" + id
-	o, seen := objs[key]
-	if !seen {
-		o = &objRef{id: ids{gnu: id}, key: key}
-		objs[key] = o
-	}
-	return work{loc: i, obj: o, addr: off, tr: translation{kind: imageBase}}, true
+	return work{loc: i, obj: b.object(frame.Identity{GNU: id}, false), addr: off, tr: translation{kind: imageBase}}, true
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -35,10 +37,9 @@ func TestStoreUploadRetriesFailedFrames(t *testing.T) {
 	addr := inside(t, bin, "main")
 	store := &growingStore{debug: debug}
 	opt := defaults()
-	opt.Sources = []string{SourceSymbolStore}
-	opt.Store = store
-	s := New(opt)
-	defer s.Close()
+	opt.NegativeTTL = time.Hour // the store's generation, not a TTL, brings the retry
+	opt.Locate = locate.Config{Order: []string{locate.SourceStore}, Store: locate.Store(store)}
+	s := newSym(t, opt)
 	batch := func() (string, []string) {
 		pd, locs := rawProfile(rawFrame{file: "/nonexistent/storegrow", ids: fileIDs{gnu: idsOf(t, bin).gnu}, addr: addr})
 		s.Profiles(context.Background(), pd)

@@ -1,84 +1,112 @@
 // Package otlpsym symbolizes OTLP profiles and ProfileEvent logs in place:
-// raw native frames, known only by the build id of their file and an ELF
-// address (docs/frame-format.md), get functions, files, lines and inlined
-// frames from the engine in internal/symbolize. The symbolization processor,
-// `profsym resolve` and `profsym record --symbolize` are thin adapters over
-// it. Frames that cannot be resolved keep their address and get a reason;
-// samples are never dropped or changed.
+// raw native frames, known only by the identity of their file (build id,
+// htlhash) and an ELF address (docs/frame-format.md), get functions, files,
+// lines and inlined frames. Files come from one locate chain
+// (internal/locate), answers from the engine (internal/symbolize). It is the
+// one symbolizer of profsym: the symbolization processor, `profsym resolve`
+// and `profsym record --symbolize` are thin adapters over it. Frames that
+// cannot be resolved keep their address and get a reason; samples are never
+// dropped or changed. Input is treated as hostile: identities are validated,
+// names are truncated, every cache is bounded.
 package otlpsym
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/symbolize/demangle"
 )
 
-// Attribute keys of the frame format.
-const (
-	AttrBuildIDGNU  = "process.executable.build_id.gnu"
-	AttrBuildIDGo   = "process.executable.build_id.go"
-	AttrBuildIDHTL  = "process.executable.build_id.htlhash"
-	AttrFrameType   = "profile.frame.type"
-	AttrError       = "profsym.symbolization.error"
-	AttrHasFuncs    = "pprof.mapping.has_functions"
-	AttrHasFiles    = "pprof.mapping.has_filenames"
-	AttrHasLines    = "pprof.mapping.has_line_numbers"
-	AttrHasInlines  = "pprof.mapping.has_inline_frames"
-	FrameTypeNative = "native"
-	FrameTypeKernel = "kernel"
-)
-
-// AttrAddressBase = AddressBaseImage on a mapping: its locations' addresses
-// are offsets from the image base (JFR remote frames, docs/jfr.md), not ELF
-// addresses.
-const (
-	AttrAddressBase  = "profsym.mapping.address_base"
-	AddressBaseImage = "image"
-)
-
-// Locator finds files by GNU build id (debuginfod).
-type Locator interface {
-	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
-}
-
-// Generational is implemented by a locator whose contents grow while the
-// collector runs (a symbol store receiving uploads): a frame that failed is
-// looked up again once the generation has moved on, instead of staying
-// unresolved from the result cache.
-type Generational interface {
-	Generation() uint64
-}
-
-// Options configure a Symbolizer.
+// Options configure a Symbolizer. Zero fields take the defaults below.
 type Options struct {
-	Sources     []string // order of sources (DefaultSources when empty)
-	LocalRoot   string   // prefix for mapping paths of the local source ("" or "/": as is)
-	DebugDirs   []string // .build-id trees
-	SymbolDirs  []string // folders indexed by identity
-	Rescan      time.Duration
-	Debuginfod  Locator // nil: no debuginfod
-	Store       Locator // symbol store in this collector; nil: none
-	Demangle    bool
-	Inlines     bool
-	Lines       bool
-	CacheBytes  int64         // parsed objects
-	MaxEntries  int           // resolved (object, address) results
+	// Locate configures the chain of sources; listing locate.SourceKernel in
+	// its Order also turns on symbolization of raw kernel frames.
+	Locate locate.Config
+
+	Demangle bool
+	Inlines  bool
+	Lines    bool
+
+	CacheBytes     int64 // parsed objects (symbolize.DefaultCacheBytes)
+	MaxEntries     int   // resolved (object, address) results
+	MaxResultBytes int64 // the results' memory
+	MaxObjects     int   // identities remembered (object numbers, located files)
+	// DemangleEntries and DemangleBytes bound the demangled-name cache.
+	DemangleEntries int
+	DemangleBytes   int64
+
 	Timeout     time.Duration // bound on finding and opening objects per batch
-	NegativeTTL time.Duration
-	MaxParallel int
-	Logger      *zap.Logger
+	NegativeTTL time.Duration // how long failures and answers short of DWARF are kept
+	MaxParallel int           // objects found and opened at once
+
+	Limits Limits
+	// FileLimits bound each binary and debug file opened (size,
+	// decompressed bytes); Locate.MaxFileBytes defaults to its size bound.
+	FileLimits elfx.Limits
+	Logger     *zap.Logger
+}
+
+// Limits bound what hostile input can make the symbolizer write or read.
+type Limits struct {
+	// MaxNameBytes truncates function and file names (frame.Truncate).
+	MaxNameBytes int
+	// MaxAttributeBytes bounds each log attribute the symbolizer writes
+	// (stackPath, stackTrace); whole frames are dropped from the root end
+	// to fit.
+	MaxAttributeBytes int
+	// MaxFramesJSON and MaxLogFrames bound a log record's frames attribute:
+	// larger attributes are refused, frames beyond the count ignored.
+	MaxFramesJSON int
+	MaxLogFrames  int
+}
+
+// Defaults.
+const (
+	DefaultTimeout           = 10 * time.Second
+	DefaultMaxEntries        = 1 << 20
+	DefaultMaxResultBytes    = 256 << 20
+	DefaultMaxObjects        = 1 << 16
+	DefaultMaxParallel       = 4
+	DefaultMaxAttributeBytes = 64 << 10
+	DefaultMaxFramesJSON     = 1 << 20
+	DefaultMaxLogFrames      = 1024
+	// ObjectCost is what remembering one identity costs at most: its object
+	// number, its located files and the identity of each file inspected.
+	ObjectCost = objNumCost + locate.IdentityCost
+	// objNumCost is an interned identity: key string, list element, map entry.
+	objNumCost = 224
+)
+
+// internBytes bounds the function interning table; past it the table
+// starts over, and the result cache with it.
+func (o *Options) internBytes() int64 { return max(o.MaxResultBytes/4, 4<<20) }
+
+// MemoryBudget is the memory the symbolizer's caches may hold at most with
+// these options (after defaults): parsed objects, results, interned
+// functions, demangled names and remembered identities. The process needs
+// this much on top of what the batches in flight take.
+func (o Options) MemoryBudget() int64 {
+	o.defaults()
+	dm := o.DemangleBytes
+	if dm <= 0 {
+		dm = demangle.DefaultBytes
+	}
+	cb := o.CacheBytes
+	if cb <= 0 {
+		cb = symbolize.DefaultCacheBytes
+	}
+	return cb + o.MaxResultBytes + o.internBytes() + dm + int64(o.MaxObjects)*ObjectCost
 }
 
 // Stats counts what one call did.
@@ -99,32 +127,54 @@ func (s *Stats) unresolved(reason string) {
 
 // Symbolizer is safe for concurrent use.
 type Symbolizer struct {
-	opt     Options
-	engine  *symbolize.Resolver
-	results *lru.Clock[resultKey, *result]
-	symdirs *dirIndex
-	idents  identifier
+	opt    Options
+	chain  *locate.Chain
+	engine *symbolize.Resolver
+	// results holds answers that cannot get better (from files with
+	// DWARF); partial holds failures and answers from files short of DWARF,
+	// each with its expiry. Lookups try results first: its entries are one
+	// word of key and one pointer, so the hot path stays small.
+	results *lru.Clock[uint64, *result]
+	partial *lru.Clock[uint64, partialResult]
 	log     *zap.Logger
+	kernel  bool
 
-	mu     sync.Mutex
-	funcs  map[funcTuple]*funcTuple
-	objIDs map[string]uint32
+	// Object numbers: an identity is interned to a number, which with an
+	// address forms a result's key (number in the top 16 bits, address in
+	// the low 48). Numbers are never reused within a generation; when they
+	// run out, the generation ends and the numbers and both result caches
+	// are cleared together, so a result cached for one object never answers
+	// for another however many objects come and go. An identity evicted
+	// from objNums gets a new number when it returns; its old results age
+	// out unseen.
+	objNums *lru.Cache[string, objNum]
+	numMu   sync.Mutex // serializes the numbering below
+	nextNum uint64
+	genMu   sync.RWMutex // held for reading while keys of a generation are in use
+	gen     uint64
+
+	mu          sync.Mutex
+	funcs       map[funcTuple]*funcTuple
+	internBytes int64
 }
 
-// resultKey packs an interned object number (16 bits) and an address (48
-// bits) into one word, so the big result map hashes a uint64. Addresses
-// that do not fit (kernel addresses) are not cached.
-type resultKey uint64
+// objNum is an identity's number and the generation it belongs to.
+type objNum struct {
+	num, gen uint64
+}
 
-func keyOf(obj uint32, addr uint64) (resultKey, bool) {
-	if addr>>48 != 0 || obj >= 1<<16 {
+// maxObjNum is the largest object number: a key keeps 16 bits for it.
+const maxObjNum = 1<<16 - 1
+
+// keyOf packs an object number and an address into one word, so the big
+// result maps take their fast path. Addresses above 48 bits (kernel ones)
+// are not cached.
+func keyOf(num, addr uint64) (uint64, bool) {
+	if addr>>48 != 0 {
 		return 0, false
 	}
-	return resultKey(uint64(obj)<<48 | addr), true
+	return num<<48 | addr, true
 }
-
-// maxObjects bounds interned object numbers to the 16 bits a key holds.
-const maxObjects = 1<<16 - 1
 
 // result is a resolved address, independent of any batch's dictionary:
 // lines point at interned functions so that a batch maps them to its
@@ -132,7 +182,27 @@ const maxObjects = 1<<16 - 1
 type result struct {
 	lines []rline // innermost first
 	err   error
-	gen   uint64 // the store's generation when err was found
+}
+
+// partialResult is a failure, or an answer from files short of DWARF,
+// until expires (unix nanoseconds): better files found later then reach
+// addresses already seen.
+type partialResult struct {
+	r       *result
+	expires int64
+	gen     uint64 // the chain's Generation() when found
+}
+
+// stamp is when a batch runs: the time, and the generation of the chain's
+// growing sources (a symbol store), which ends partial answers when it
+// moves.
+type stamp struct {
+	now int64
+	gen uint64
+}
+
+func (s *Symbolizer) stamp() stamp {
+	return stamp{now: time.Now().UnixNano(), gen: s.chain.Generation()}
 }
 
 type rline struct {
@@ -146,53 +216,196 @@ type funcTuple struct {
 	startLine          int64
 }
 
-// maxInterned bounds the interning tables; past it they start over (old
-// results keep their pointers, they are just no longer shared).
-const maxInterned = 1 << 20
+func (f *funcTuple) bytes() int64 { return int64(len(f.name)+len(f.system)+len(f.file)) + 80 }
+
+// resultCost is what a cached result holds: the slot and index entry, the
+// result and its lines. The functions its lines point at are counted once,
+// in the interning table.
+func resultCost(r *result) int64 { return 160 + 16*int64(len(r.lines)) }
 
 // New builds a Symbolizer.
-func New(opt Options) *Symbolizer {
-	if len(opt.Sources) == 0 {
-		opt.Sources = DefaultSources
+func New(opt Options) (*Symbolizer, error) {
+	opt.defaults()
+	lc := opt.Locate
+	if lc.NegativeTTL <= 0 {
+		lc.NegativeTTL = opt.NegativeTTL
 	}
+	if lc.MaxEntries <= 0 {
+		lc.MaxEntries = opt.MaxObjects
+	}
+	if lc.Logger == nil {
+		lc.Logger = opt.Logger
+	}
+	if lc.MaxFileBytes <= 0 {
+		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
+	}
+	chain, err := locate.NewFromConfig(lc)
+	if err != nil {
+		return nil, err
+	}
+	s := &Symbolizer{
+		opt:   opt,
+		chain: chain,
+		engine: symbolize.New(symbolize.Options{
+			Inlines:         opt.Inlines,
+			Demangle:        opt.Demangle,
+			UseSymbolTable:  true,
+			CacheBytes:      opt.CacheBytes,
+			NegativeTTL:     opt.NegativeTTL,
+			DemangleEntries: opt.DemangleEntries,
+			DemangleBytes:   opt.DemangleBytes,
+			Limits:          opt.FileLimits,
+		}),
+		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
+		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
+			func(p partialResult) int64 { return resultCost(p.r) + 16 }),
+		objNums: lru.NewKeyed[string, objNum](0, opt.MaxObjects, func(string, objNum) int64 { return objNumCost }, nil),
+		log:     opt.Logger,
+	}
+	for _, src := range chain.Sources() {
+		s.kernel = s.kernel || src == locate.SourceKernel
+	}
+	return s, nil
+}
+
+func (opt *Options) defaults() {
 	if opt.Timeout <= 0 {
-		opt.Timeout = 10 * time.Second
+		opt.Timeout = DefaultTimeout
 	}
 	if opt.MaxEntries <= 0 {
-		opt.MaxEntries = 1 << 20
+		opt.MaxEntries = DefaultMaxEntries
+	}
+	if opt.MaxResultBytes <= 0 {
+		opt.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if opt.MaxObjects <= 0 {
+		opt.MaxObjects = DefaultMaxObjects
 	}
 	if opt.MaxParallel <= 0 {
-		opt.MaxParallel = 4
+		opt.MaxParallel = DefaultMaxParallel
 	}
-	if opt.Rescan <= 0 {
-		opt.Rescan = 30 * time.Second
+	if opt.NegativeTTL <= 0 {
+		opt.NegativeTTL = locate.DefaultNegativeTTL
+	}
+	l := &opt.Limits
+	if l.MaxNameBytes <= 0 {
+		l.MaxNameBytes = frame.DefaultMaxNameBytes
+	}
+	if l.MaxAttributeBytes <= 0 {
+		l.MaxAttributeBytes = DefaultMaxAttributeBytes
+	}
+	if l.MaxFramesJSON <= 0 {
+		l.MaxFramesJSON = DefaultMaxFramesJSON
+	}
+	if l.MaxLogFrames <= 0 {
+		l.MaxLogFrames = DefaultMaxLogFrames
 	}
 	if opt.Logger == nil {
 		opt.Logger = zap.NewNop()
-	}
-	eo := symbolize.Options{
-		Inlines:        opt.Inlines,
-		Demangle:       opt.Demangle,
-		UseSymbolTable: true,
-		DebugDirs:      opt.DebugDirs,
-		CacheBytes:     opt.CacheBytes,
-		NegativeTTL:    opt.NegativeTTL,
-	}
-	return &Symbolizer{
-		opt:     opt,
-		engine:  symbolize.New(eo),
-		results: lru.NewClock[resultKey, *result](opt.MaxEntries),
-		symdirs: newDirIndex(opt.SymbolDirs, opt.Rescan),
-		log:     opt.Logger,
 	}
 }
 
 // Close releases cached objects.
 func (s *Symbolizer) Close() error { return s.engine.Close() }
 
-// CacheStats reports the object cache and the result cache.
-func (s *Symbolizer) CacheStats() (objects, results lru.Stats) {
-	return s.engine.CacheStats(), s.results.Stats()
+// CacheStats is one cache's counters, named for telemetry.
+type CacheStats struct {
+	Name string
+	lru.Stats
+}
+
+// Caches reports every cache the symbolizer holds: parsed objects, resolved
+// addresses, demangled names, interned functions, object numbers, located
+// files per identity and file identities.
+func (s *Symbolizer) Caches() []CacheStats {
+	answers, files := s.chain.Stats()
+	s.mu.Lock()
+	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
+	s.mu.Unlock()
+	nums := s.objNums.Stats()
+	return []CacheStats{
+		{"objects", s.engine.CacheStats()},
+		{"results", s.results.Stats()},
+		{"partial_results", s.partial.Stats()},
+		{"demangle", s.engine.DemangleStats()},
+		{"functions", funcs},
+		{"object_ids", nums},
+		{"located", answers},
+		{"file_ids", files},
+	}
+}
+
+// number interns o's identity key, ending the generation when numbers run
+// out.
+func (s *Symbolizer) number(o *objRef) {
+	if n, ok := s.objNums.Get(o.key); ok {
+		o.num, o.gen = n.num, n.gen
+		return
+	}
+	s.numMu.Lock()
+	defer s.numMu.Unlock()
+	if n, ok := s.objNums.Peek(o.key); ok { // numbered meanwhile
+		o.num, o.gen = n.num, n.gen
+		return
+	}
+	if s.nextNum == maxObjNum {
+		s.genMu.Lock()
+		s.gen++
+		s.objNums.Purge()
+		s.results.Purge()
+		s.partial.Purge()
+		s.genMu.Unlock()
+		s.nextNum = 0
+	}
+	s.nextNum++
+	s.genMu.RLock()
+	n := objNum{s.nextNum, s.gen}
+	s.genMu.RUnlock()
+	s.objNums.Add(o.key, n)
+	o.num, o.gen = n.num, n.gen
+}
+
+func (s *Symbolizer) intern(f funcTuple) *funcTuple {
+	f.name = frame.Truncate(f.name, s.opt.Limits.MaxNameBytes)
+	f.system = frame.Truncate(f.system, s.opt.Limits.MaxNameBytes)
+	f.file = frame.Truncate(f.file, s.opt.Limits.MaxNameBytes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.funcs[f]; ok {
+		return p
+	}
+	if s.funcs == nil || s.internBytes > s.opt.internBytes() {
+		// Start over, and drop the results with it: no cached result may
+		// hold a function the table no longer counts.
+		if s.funcs != nil {
+			s.results.Purge()
+			s.partial.Purge()
+		}
+		s.funcs = map[funcTuple]*funcTuple{}
+		s.internBytes = 0
+	}
+	p := &f
+	s.funcs[f] = p
+	s.internBytes += p.bytes() + 64
+	return p
+}
+
+// objRef is one object of a batch: the identity of a mapping's file and
+// where to look for it.
+type objRef struct {
+	q        locate.Query
+	key      string
+	num, gen uint64 // see Symbolizer.number
+	h        *symbolize.Handle
+	err      error   // why the object could not be opened
+	complete bool    // its files have DWARF: answers never get better
+	mappings []int32 // mappings of the batch with this identity (hints)
+	fail     *result // set for frames that fail before any lookup
+
+	// Translation bases, looked up once per batch rather than per frame
+	// (finding _stext scans the symbol table).
+	base, stext                uint64
+	stextOK, baseSet, stextSet bool
 }
 
 // work is one raw location to resolve.
@@ -203,63 +416,9 @@ type work struct {
 	tr   translation // how addr becomes an ELF address once the object is open
 }
 
-// objRef is one object of a batch: the identity of a mapping's file.
-type objRef struct {
-	id   ids
-	file string // path recorded in the mapping
-	key  string
-	num  uint32 // interned key, for the result cache
-	h    *symbolize.Handle
-	err  error
-
-	// Translation bases, looked up once per batch rather than per frame
-	// (finding _stext scans the symbol table).
-	base, stext                uint64
-	stextOK, baseSet, stextSet bool
-}
-
-// objNum interns an object key.
-func (s *Symbolizer) objNum(key string) uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.objIDs == nil || len(s.objIDs) >= maxObjects {
-		// Starting over makes old cache entries unreachable; they age out.
-		s.objIDs = map[string]uint32{}
-	}
-	n, ok := s.objIDs[key]
-	if !ok {
-		n = uint32(len(s.objIDs)) + 1
-		s.objIDs[key] = n
-	}
-	return n
-}
-
-func (s *Symbolizer) intern(f funcTuple) *funcTuple {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p, ok := s.funcs[f]; ok {
-		return p
-	}
-	if s.funcs == nil || len(s.funcs) > maxInterned {
-		s.funcs = map[funcTuple]*funcTuple{}
-	}
-	p := &f
-	s.funcs[f] = p
-	return p
-}
-
-// resolve answers one address of an open (or failed) object through the
-// result cache. Transient failures (fetch, timeout) are not cached, so the
-// next batch retries once the object is available.
-func (s *Symbolizer) resolve(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
-	if k, ok := keyOf(o.num, addr); ok && tr.kind == asIs {
-		if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == s.generation()) {
-			st.CacheHits++
-			return r
-		}
-	}
-	return s.lookup(o, addr, tr, buf, st)
-}
+// failed is the objRef of frames that fail before any lookup (no mapping,
+// an invalid identity): its answer is fixed.
+func failed(err error) *objRef { return &objRef{fail: &result{err: err}} }
 
 // translation turns a location's address into the object's ELF address.
 type translation struct {
@@ -293,11 +452,35 @@ func (t translation) apply(o *objRef, addr uint64) (uint64, error) {
 	return addr, nil
 }
 
+// cachedLocked returns a live cached answer; s.genMu is held for reading.
+func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, at stamp) (*result, bool) {
+	k, ok := keyOf(o.num, addr)
+	if !ok || o.gen != s.gen || o.num == 0 {
+		return nil, false
+	}
+	if r, ok := s.results.Get(k); ok {
+		return r, true
+	}
+	if p, ok := s.partial.Get(k); ok && at.now < p.expires && p.gen == at.gen {
+		return p.r, true
+	}
+	return nil, false
+}
+
+func (s *Symbolizer) cached(o *objRef, addr uint64, at stamp) (*result, bool) {
+	s.genMu.RLock()
+	defer s.genMu.RUnlock()
+	return s.cachedLocked(o, addr, at)
+}
+
 // lookup asks the engine (the result cache missed) and caches the answer.
-func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbolize.Frame, st *Stats) *result {
-	k, cacheable := keyOf(o.num, addr)
+// Transient failures (fetch, timeout) are not cached, so the next batch
+// retries once the object is available; other failures, and answers from
+// files short of DWARF, are cached until NegativeTTL.
+func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, buf *[]symbolize.Frame, st *Stats) *result {
+	key := addr
 	st.CacheMisses++
-	r := &result{err: o.err, gen: s.generation()}
+	r := &result{err: o.err}
 	var terr error
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
@@ -323,9 +506,21 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, buf *[]symbo
 			}
 		}
 	}
-	if cacheable && tr.kind == asIs && (r.err == nil || !transient(r.err)) {
-		s.results.Add(k, r)
+	// Only addresses that need no translation are cached: the others are
+	// looked up through an object opened anyway.
+	k, ok := keyOf(o.num, key)
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) {
+		return r
 	}
+	s.genMu.RLock()
+	if o.gen == s.gen && o.num != 0 {
+		if r.err != nil || !o.complete {
+			s.partial.Add(k, partialResult{r: r, expires: at.now + int64(s.opt.NegativeTTL), gen: at.gen})
+		} else {
+			s.results.Add(k, r)
+		}
+	}
+	s.genMu.RUnlock()
 	return r
 }
 
@@ -335,25 +530,26 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	d := pdict.New(pd.Dictionary())
 	locs := d.D.LocationTable()
 	maps := d.D.MappingTable()
+	b := &batch{s: s, d: d, pd: pd, objs: map[string]*objRef{}}
 
-	objs := map[string]*objRef{}
-	mapObj := make([]*objRef, maps.Len()) // by mapping index; nil: not symbolizable
+	mapWork := make([]work, maps.Len()) // by mapping index: the object, or why there is none
 	mapSeen := make([]bool, maps.Len())
-	mapTr := make([]translation, maps.Len()) // image-base offsets (docs/jfr.md)
+	addrBase := d.StringIndex(frame.AttrAddressBase)
 	todo := make([]work, 0, locs.Len())
-	frameType := d.StringIndex(AttrFrameType)
+	var noMapping *objRef
+	frameType := d.StringIndex(frame.AttrFrameType)
 	for i := 1; i < locs.Len(); i++ {
 		loc := locs.At(i)
 		if loc.Lines().Len() > 0 {
-			if w, ok := s.remoteFrame(d, int32(i), objs); ok {
+			if w, ok := s.remoteFrame(b, int32(i)); ok {
 				todo = append(todo, w)
 				continue
 			}
 			st.Skipped++
 			continue
 		}
-		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != FrameTypeNative && v.Str() != "" {
-			if w, ok := s.kernelFrame(d, v.Str(), int32(i), objs); ok {
+		if v, ok := d.FindAttrKey(loc.AttributeIndices(), frameType); ok && v.Str() != frame.TypeNative && v.Str() != "" {
+			if w, ok := s.kernelFrame(b, v.Str(), int32(i)); ok {
 				todo = append(todo, w)
 				continue
 			}
@@ -361,57 +557,65 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			continue
 		}
 		mi := loc.MappingIndex()
-		if mi <= 0 || int(mi) >= len(mapObj) {
-			st.Skipped++
+		if mi <= 0 || int(mi) >= len(mapWork) {
+			if noMapping == nil {
+				noMapping = failed(fmt.Errorf("native frame without a mapping: %w", frame.ErrNoMapping))
+			}
+			todo = append(todo, work{loc: int32(i), obj: noMapping})
 			continue
 		}
 		if !mapSeen[mi] {
-			mapObj[mi] = s.mappingObject(d, mi, objs)
+			mapWork[mi] = b.mappingObject(mi)
 			mapSeen[mi] = true
-			if v, ok := d.FindAttr(maps.At(int(mi)).AttributeIndices(), AttrAddressBase); ok && v.Str() == AddressBaseImage {
-				mapTr[mi] = translation{kind: imageBase}
+			if addrBase > 0 {
+				if v, ok := d.FindAttrKey(maps.At(int(mi)).AttributeIndices(), addrBase); ok && v.Str() == frame.AddressBaseImage {
+					mapWork[mi].tr = translation{kind: imageBase} // image-base offsets (docs/jfr.md)
+				}
 			}
 		}
-		o := mapObj[mi]
-		if o == nil {
-			st.Skipped++
-			continue
-		}
-		todo = append(todo, work{loc: int32(i), obj: o, addr: loc.Address(), tr: mapTr[mi]})
+		w := mapWork[mi]
+		w.loc, w.addr = int32(i), loc.Address()
+		todo = append(todo, w)
 	}
 	if len(todo) == 0 {
 		return st
 	}
 
-	// Answers from the result cache first; open objects only for misses.
+	// Answers from the result cache first, in a tight loop over the cache
+	// alone; objects are opened only for the misses.
+	for _, o := range b.objs {
+		s.number(o)
+	}
 	need := map[*objRef]bool{}
 	answers := make([]*result, len(todo))
-	gen := s.generation() // failures from before the store's last upload are retried
+	at := s.stamp()
+	s.genMu.RLock()
 	for i, w := range todo {
-		if w.obj.num == 0 {
-			w.obj.num = s.objNum(w.obj.key)
-		}
-		if w.tr.kind != asIs {
-			need[w.obj] = true // the translation is only known once the object is open
+		if w.obj.fail != nil {
+			answers[i] = w.obj.fail
 			continue
 		}
-		if k, ok := keyOf(w.obj.num, w.addr); ok {
-			if r, ok := s.results.Get(k); ok && (r.err == nil || r.gen == gen) {
+		if w.tr.kind == asIs {
+			if r, ok := s.cachedLocked(w.obj, w.addr, at); ok {
 				answers[i] = r
 				st.CacheHits++
 				continue
 			}
-		}
+		} // else the translation is only known once the object is open
 		need[w.obj] = true
 	}
-	s.openAll(ctx, need)
-	defer func() {
-		for o := range need {
-			if o.h != nil {
-				o.h.Close()
+	s.genMu.RUnlock()
+	if len(need) > 0 {
+		b.hints(need)
+		s.openAll(ctx, need)
+		defer func() {
+			for o := range need {
+				if o.h != nil {
+					o.h.Close()
+				}
 			}
-		}
-	}()
+		}()
+	}
 
 	touched := map[int32]*mappingFlags{}
 	fnIdx := map[*funcTuple]int32{}
@@ -419,7 +623,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	for i, w := range todo {
 		r := answers[i]
 		if r == nil {
-			r = s.lookup(w.obj, w.addr, w.tr, &buf, &st)
+			r = s.lookup(w.obj, w.addr, w.tr, at, &buf, &st)
 		}
 		loc := locs.At(int(w.loc))
 		if r.err != nil {
@@ -427,8 +631,8 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			st.unresolved(reason)
 			// A remote frame keeps its "<remote>" line: that is its only
 			// record of build id and offset.
-			if _, has := d.FindAttr(loc.AttributeIndices(), AttrError); !has {
-				loc.AttributeIndices().Append(d.AttrStr(AttrError, reason))
+			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrError); !has {
+				loc.AttributeIndices().Append(d.AttrStr(frame.AttrError, reason))
 			}
 			continue
 		}
@@ -449,151 +653,182 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	return st
 }
 
-func transient(err error) bool {
-	return errors.Is(err, frame.ErrTimeout) || errors.Is(err, frame.ErrFetchFailed)
+// batch is one call's view of its input.
+type batch struct {
+	s    *Symbolizer
+	d    *pdict.Dict
+	pd   pprofile.Profiles
+	objs map[string]*objRef
 }
 
-// kernelFrame queues a raw kernel frame when the kernel source is on and
-// its mapping says which vmlinux (build id) and where its text ran
-// (memory_start is the run-time _stext).
-func (s *Symbolizer) kernelFrame(d *pdict.Dict, ftype string, i int32, objs map[string]*objRef) (work, bool) {
-	if ftype != FrameTypeKernel || !s.has(SourceKernel) {
-		return work{}, false
-	}
-	loc := d.D.LocationTable().At(int(i))
-	mi := loc.MappingIndex()
-	if mi <= 0 || int(mi) >= d.D.MappingTable().Len() {
-		return work{}, false
-	}
-	m := d.D.MappingTable().At(int(mi))
-	v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU)
-	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != "[kernel.kallsyms]" {
-		return work{}, false
-	}
-	id := strings.ToLower(v.AsString())
-	key := "k:" + id
-	o, seen := objs[key]
-	if !seen {
-		o = &objRef{id: ids{gnu: id}, file: "[kernel.kallsyms]", key: key}
-		objs[key] = o
-	}
-	return work{loc: i, obj: o, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}, true
+type procHint struct {
+	pid int64
+	exe string
 }
 
-// generation is the symbol store's, or 0 without one.
-func (s *Symbolizer) generation() uint64 {
-	if g, ok := s.opt.Store.(Generational); ok {
-		return g.Generation()
+// object returns the batch's objRef for an identity, creating it.
+func (b *batch) object(id frame.Identity, kernel bool) *objRef {
+	q := locate.Query{ID: id, Kernel: kernel}
+	key := id.Key()
+	if kernel {
+		key = "k" + key
 	}
-	return 0
-}
-
-func (s *Symbolizer) has(source string) bool {
-	for _, src := range s.opt.Sources {
-		if src == source {
-			return true
-		}
-	}
-	return false
-}
-
-// mappingObject returns the object of mapping mi, or nil when the mapping
-// carries no identity we can look up.
-func (s *Symbolizer) mappingObject(d *pdict.Dict, mi int32, objs map[string]*objRef) *objRef {
-	maps := d.D.MappingTable()
-	if mi <= 0 || int(mi) >= maps.Len() {
-		return nil
-	}
-	m := maps.At(int(mi))
-	var id ids
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGNU); ok {
-		id.gnu = strings.ToLower(v.AsString())
-	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDGo); ok {
-		id.goid = v.AsString()
-	}
-	if v, ok := d.FindAttr(m.AttributeIndices(), AttrBuildIDHTL); ok {
-		id.htl = strings.ToLower(v.AsString())
-	}
-	key := id.key()
-	if key == "" {
-		return nil
-	}
-	if o, ok := objs[key]; ok {
+	if o, ok := b.objs[key]; ok {
 		return o
 	}
-	o := &objRef{id: id, file: d.Str(m.FilenameStrindex()), key: key}
-	objs[key] = o
+	o := &objRef{q: q, key: key}
+	b.objs[key] = o
 	return o
 }
 
-// openAll opens the objects of a batch in parallel, bounded in time by
-// Options.Timeout so a dead or slow source costs at most that per batch.
+// mappingObject returns the work template of mapping mi: its object, or the
+// reason it has none.
+func (b *batch) mappingObject(mi int32) work {
+	d := b.d
+	m := d.D.MappingTable().At(int(mi))
+	id, err := mappingIdentity(d, m)
+	if err != nil {
+		return work{obj: failed(err)}
+	}
+	if id.IsZero() {
+		return work{obj: failed(fmt.Errorf("mapping %d (%.200s) has no build id or htlhash: %w", mi, d.Str(m.FilenameStrindex()), frame.ErrNoMapping))}
+	}
+	o := b.object(id, false)
+	if len(o.mappings) < locate.MaxHints {
+		o.mappings = append(o.mappings, mi)
+	}
+	return work{obj: o}
+}
+
+// mappingIdentity reads and validates a mapping's identity attributes.
+func mappingIdentity(d *pdict.Dict, m pprofile.Mapping) (frame.Identity, error) {
+	var gnu, goID, htl string
+	for _, ai := range m.AttributeIndices().All() {
+		k, v, ok := d.Attr(ai)
+		if !ok {
+			continue
+		}
+		switch k {
+		case frame.AttrBuildIDGNU:
+			gnu = v.AsString()
+		case frame.AttrBuildIDGo:
+			goID = v.AsString()
+		case frame.AttrBuildIDHTL:
+			htl = v.AsString()
+		}
+	}
+	return frame.ParseIdentity(gnu, goID, htl)
+}
+
+// hints fills in, for the objects to locate, a process that mapped them
+// (pid, executable) from the resources whose samples use their mappings:
+// what the proc and local sources need for the upstream profiler's base
+// name mappings. Walked once per batch, only when something is located.
+func (b *batch) hints(need map[*objRef]bool) {
+	if len(need) == 0 {
+		return
+	}
+	procs := map[int32]procHint{}
+	release := ""
+	d := b.d
+	stacks, locs := d.D.StackTable(), d.D.LocationTable()
+	for _, rp := range b.pd.ResourceProfiles().All() {
+		a := rp.Resource().Attributes()
+		var h procHint
+		if v, ok := a.Get(frame.AttrPID); ok {
+			h.pid = v.Int()
+		}
+		if v, ok := a.Get(frame.AttrExePath); ok {
+			h.exe = v.AsString()
+		}
+		if v, ok := a.Get(frame.AttrKernelRelease); ok && release == "" {
+			release = v.AsString()
+		}
+		if h.pid <= 0 && h.exe == "" {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, smp := range p.Samples().All() {
+					si := smp.StackIndex()
+					if si <= 0 || int(si) >= stacks.Len() {
+						continue
+					}
+					for _, li := range stacks.At(int(si)).LocationIndices().All() {
+						if li <= 0 || int(li) >= locs.Len() {
+							continue
+						}
+						mi := locs.At(int(li)).MappingIndex()
+						if _, ok := procs[mi]; !ok {
+							procs[mi] = h
+						}
+					}
+				}
+			}
+		}
+	}
+	maps := d.D.MappingTable()
+	for o := range need {
+		if o.q.Kernel {
+			o.q.KernelRelease = release
+			continue
+		}
+		for _, mi := range o.mappings {
+			m := maps.At(int(mi))
+			h := procs[mi]
+			o.q.AddHint(locate.Hint{File: d.Str(m.FilenameStrindex()), FileOffset: m.FileOffset(), PID: h.pid, ExePath: h.exe})
+		}
+	}
+}
+
+// openAll locates and opens the objects of a batch, MaxParallel at a time,
+// bounded in time by Options.Timeout so a dead or slow source costs at most
+// that per batch.
 func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
+	if len(need) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
 	defer cancel()
-	sem := make(chan struct{}, s.opt.MaxParallel)
+	ch := make(chan *objRef)
 	var wg sync.WaitGroup
-	for o := range need {
+	for range min(s.opt.MaxParallel, len(need)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				o.err = fmt.Errorf("%s: %w: %v", o.key, frame.ErrTimeout, ctx.Err())
-				return
+			for o := range ch {
+				if ctx.Err() != nil {
+					o.err = fmt.Errorf("%s: %w: %v", o.key, frame.ErrTimeout, ctx.Err())
+					continue
+				}
+				o.h, o.err = s.open(ctx, o)
 			}
-			defer func() { <-sem }()
-			o.h, o.err = s.open(ctx, o)
 		}()
 	}
+	for o := range need {
+		ch <- o
+	}
+	close(ch)
 	wg.Wait()
 }
 
-// open finds and opens one object, trying the configured sources in order.
-// A local binary without debug info is paired with a debug file found by
-// build id, so stripped binaries on the host still get lines.
+// open locates an object's files and opens them. Files that vanished since
+// they were located (a process exited) are located again, once.
 func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, error) {
-	var local *symbolize.Handle
-	var firstErr error
-	if s.has(SourceLocal) && filepath.IsAbs(o.file) {
-		p := filepath.Join(s.opt.LocalRoot, o.file)
-		if fid, err := s.idents.identify(p); err == nil && fid.matches(o.id) {
-			h, err := s.engine.Open(ctx, symbolize.Target{Path: p, BuildID: o.id.gnu})
-			if err == nil && h.HasDebugInfo() {
-				return h, nil
-			}
-			local = h
-			if err != nil {
-				firstErr = err
-			}
-		} else if err == nil {
-			firstErr = fmt.Errorf("%s: local file is another build: %w", p, frame.ErrBuildIDMismatch)
+	for attempt := 0; ; attempt++ {
+		res, err := s.chain.Locate(ctx, o.q)
+		if err != nil {
+			return nil, err
 		}
+		o.complete = res.Complete()
+		bin, dbg := res.Paths()
+		h, err := s.engine.Open(ctx, bin, dbg)
+		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
+			s.chain.Forget(&o.q)
+			continue
+		}
+		return h, err
 	}
-	bin, dbg, err := s.locate(ctx, o.id)
-	if err != nil || (bin == "" && dbg == "") {
-		if local != nil {
-			return local, nil // symbol tables only, still better than nothing
-		}
-		if err == nil || errors.Is(err, frame.ErrNotFound) && firstErr != nil {
-			err = firstErr
-		}
-		if err == nil {
-			err = fmt.Errorf("%s: %w", o.key, frame.ErrNoDebugInfo)
-		}
-		if errors.Is(err, frame.ErrNotFound) {
-			err = fmt.Errorf("%s: no file or debug info found: %w (%v)", o.key, frame.ErrNoDebugInfo, err)
-		}
-		return nil, err
-	}
-	t := symbolize.Target{Path: bin, DebugPath: dbg, BuildID: o.id.gnu}
-	if local != nil {
-		t.Path = filepath.Join(s.opt.LocalRoot, o.file)
-		local.Close()
-	}
-	return s.engine.Open(ctx, t)
 }
 
 // setLines writes a result (innermost first) as the location's lines.
@@ -642,8 +877,36 @@ func (f *mappingFlags) apply(d *pdict.Dict, m pprofile.Mapping) {
 		}
 		m.AttributeIndices().Append(d.AttrBool(key, true))
 	}
-	set(AttrHasFuncs, f.funcs)
-	set(AttrHasFiles, f.files)
-	set(AttrHasLines, f.lines)
-	set(AttrHasInlines, f.inlines)
+	set(frame.AttrHasFunctions, f.funcs)
+	set(frame.AttrHasFilenames, f.files)
+	set(frame.AttrHasLineNumbers, f.lines)
+	set(frame.AttrHasInlineFrames, f.inlines)
+}
+
+// kernelFrame queues a raw kernel frame when the kernel source is on and
+// its mapping says which vmlinux (build id) and where its text ran
+// (memory_start is the run-time _stext).
+func (s *Symbolizer) kernelFrame(b *batch, ftype string, i int32) (work, bool) {
+	if ftype != frame.TypeKernel || !s.kernel {
+		return work{}, false
+	}
+	d := b.d
+	loc := d.D.LocationTable().At(int(i))
+	mi := loc.MappingIndex()
+	if mi <= 0 || int(mi) >= d.D.MappingTable().Len() {
+		return work{}, false
+	}
+	m := d.D.MappingTable().At(int(mi))
+	v, ok := d.FindAttr(m.AttributeIndices(), frame.AttrBuildIDGNU)
+	if !ok || m.MemoryStart() == 0 || d.Str(m.FilenameStrindex()) != frame.FileKernel {
+		return work{}, false
+	}
+	w := work{loc: i, addr: loc.Address(), tr: translation{kind: kernelText, from: m.MemoryStart()}}
+	id, err := frame.ParseIdentity(v.AsString(), "", "")
+	if err != nil {
+		w.obj = failed(err)
+		return w, true
+	}
+	w.obj = b.object(id, true)
+	return w, true
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -64,17 +66,17 @@ func rawProfile(frames ...rawFrame) (pprofile.Profiles, []int32) {
 	for _, f := range frames {
 		var attrs []int32
 		if f.ids.gnu != "" {
-			attrs = append(attrs, d.AttrStr(AttrBuildIDGNU, f.ids.gnu))
+			attrs = append(attrs, d.AttrStr(frame.AttrBuildIDGNU, f.ids.gnu))
 		}
 		if f.ids.htl != "" {
-			attrs = append(attrs, d.AttrStr(AttrBuildIDHTL, f.ids.htl))
+			attrs = append(attrs, d.AttrStr(frame.AttrBuildIDHTL, f.ids.htl))
 		}
 		mi := d.Mapping(pdict.Mapping{Start: 0x1000, Limit: 0x100000, File: f.file, Attrs: attrs})
 		ft := f.ftype
 		if ft == "" {
-			ft = FrameTypeNative
+			ft = frame.TypeNative
 		}
-		locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: f.addr, Attrs: []int32{d.AttrStr(AttrFrameType, ft)}}))
+		locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: f.addr, Attrs: []int32{d.AttrStr(frame.AttrFrameType, ft)}}))
 	}
 	rp := pd.ResourceProfiles().AppendEmpty()
 	p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
@@ -98,7 +100,7 @@ func names(pd pprofile.Profiles, loc int32) []string {
 
 func reasonOf(pd pprofile.Profiles, loc int32) string {
 	d := pdict.New(pd.Dictionary())
-	v, ok := d.FindAttr(pd.Dictionary().LocationTable().At(int(loc)).AttributeIndices(), AttrError)
+	v, ok := d.FindAttr(pd.Dictionary().LocationTable().At(int(loc)).AttributeIndices(), frame.AttrError)
 	if !ok {
 		return ""
 	}
@@ -109,7 +111,7 @@ func reasonOf(pd pprofile.Profiles, loc int32) string {
 func engineNames(t *testing.T, path string, addr uint64) []string {
 	r := symbolize.New(symbolize.DefaultOptions())
 	defer r.Close()
-	res := r.Symbolize(context.Background(), symbolize.Target{Path: path}, []uint64{addr})
+	res := r.Symbolize(context.Background(), path, "", []uint64{addr})
 	var out []string
 	for _, f := range res[0].Frames {
 		out = append(out, f.Function)
@@ -124,6 +126,17 @@ func defaults() Options {
 	return Options{Demangle: true, Inlines: true, Lines: true}
 }
 
+// newSym builds a Symbolizer or fails the test.
+func newSym(t testing.TB, opt Options) *Symbolizer {
+	t.Helper()
+	s, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func checkSamples(t *testing.T, pd pprofile.Profiles) {
 	t.Helper()
 	s := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
@@ -136,8 +149,7 @@ func TestLocalBinary(t *testing.T) {
 	bin := fixture(t, "otlpsym-local")
 	hot, hash := inside(t, bin, "hot"), inside(t, bin, "hash_bytes")
 	pd, locs := rawProfile(rawFrame{bin, idsOf(t, bin), hot, ""}, rawFrame{bin, idsOf(t, bin), hash, ""})
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	st := s.Profiles(context.Background(), pd)
 	if st.Resolved != 2 {
 		t.Fatalf("resolved %d, want 2 (stats %+v)", st.Resolved, st)
@@ -150,7 +162,7 @@ func TestLocalBinary(t *testing.T) {
 	checkSamples(t, pd)
 	m := pd.Dictionary().MappingTable().At(1)
 	d := pdict.New(pd.Dictionary())
-	for _, k := range []string{AttrHasFuncs, AttrHasFiles, AttrHasLines} {
+	for _, k := range []string{frame.AttrHasFunctions, frame.AttrHasFilenames, frame.AttrHasLineNumbers} {
 		if v, ok := d.FindAttr(m.AttributeIndices(), k); !ok || !v.Bool() {
 			t.Errorf("mapping lacks %s=true", k)
 		}
@@ -180,10 +192,10 @@ func TestStrippedWithDebugDir(t *testing.T) {
 	for _, file := range []string{stripped, "/gone/away/binary"} {
 		pd, locs := rawProfile(rawFrame{file, ids, hot, ""})
 		opt := defaults()
-		opt.DebugDirs = []string{dir}
-		s := New(opt)
+		opt.Locate.DebugDirs = []string{dir}
+		s := newSym(t, opt)
 		s.Profiles(context.Background(), pd)
-		s.Close()
+
 		if got := names(pd, locs[0]); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s: %v, want %v (reason %q)", file, got, want, reasonOf(pd, locs[0]))
 		}
@@ -207,8 +219,7 @@ func TestReasons(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pd, locs := rawProfile(tc.frame)
-			s := New(Options{Inlines: true, Lines: true, Sources: []string{SourceLocal, SourceDebugDirs}, DebugDirs: []string{t.TempDir()}})
-			defer s.Close()
+			s := newSym(t, Options{Inlines: true, Lines: true, Locate: locate.Config{Order: []string{locate.SourceLocal, locate.SourceDebugDirs}, DebugDirs: []string{t.TempDir()}}})
 			st := s.Profiles(context.Background(), pd)
 			if got := reasonOf(pd, locs[0]); got != tc.reason {
 				t.Errorf("reason %q, want %q (stats %+v)", got, tc.reason, st)
@@ -232,8 +243,7 @@ func TestUpstreamShape(t *testing.T) {
 	}
 	hot := inside(t, bin, "hot")
 	pd, locs := rawProfile(rawFrame{bin, fileIDs{htl: ids.htl}, hot, ""}, rawFrame{bin, fileIDs{htl: ids.htl}, hot + 1, "kernel"})
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	st := s.Profiles(context.Background(), pd)
 	if got, want := names(pd, locs[0]), engineNames(t, bin, hot); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("htlhash frame: %v, want %v (stats %+v)", got, want, st)
@@ -260,9 +270,8 @@ func TestRemoteFrame(t *testing.T) {
 	fn := d.Function(remoteMethod, ids.gnu, fmt.Sprintf("0x%x", hot), 0) // PIE: base 0
 	loc := d.Location(pdict.Location{Lines: []pdict.Line{{Function: fn}}})
 	opt := defaults()
-	opt.DebugDirs = []string{dir}
-	s := New(opt)
-	defer s.Close()
+	opt.Locate.DebugDirs = []string{dir}
+	s := newSym(t, opt)
 	st := s.Profiles(context.Background(), pd)
 	if got, want := names(pd, loc), engineNames(t, bin, hot); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("remote frame: %v, want %v (stats %+v)", got, want, st)
@@ -283,8 +292,7 @@ func TestLogs(t *testing.T) {
 	lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
 	lr.Attributes().PutStr("frames", string(frames))
 	lr.Attributes().PutStr("comm", "fixture")
-	s := New(defaults())
-	defer s.Close()
+	s := newSym(t, defaults())
 	s.Logs(context.Background(), ld)
 	a := lr.Attributes()
 	top, _ := a.Get(LogAttrTopFunction)
@@ -307,7 +315,7 @@ func TestLogs(t *testing.T) {
 func FuzzParseLogFrames(f *testing.F) {
 	f.Add(`[{"buildId":"ab","address":1,"frameType":"native"}]`)
 	f.Add(`[]`)
-	f.Fuzz(func(t *testing.T, s string) { ParseLogFrames(s) })
+	f.Fuzz(func(t *testing.T, s string) { ParseLogFrames(s, DefaultMaxFramesJSON, DefaultMaxLogFrames) })
 }
 
 // A raw kernel frame (the agent ran with kernel_symbols off): the mapping
@@ -330,12 +338,11 @@ func TestKernelSource(t *testing.T) {
 	pd := pprofile.NewProfiles()
 	d := pdict.New(pd.Dictionary())
 	mi := d.Mapping(pdict.Mapping{Start: runStext, Limit: runStext + 0x1000000, File: "[kernel.kallsyms]",
-		Attrs: []int32{d.AttrStr(AttrBuildIDGNU, id)}})
-	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(AttrFrameType, FrameTypeKernel)}})
+		Attrs: []int32{d.AttrStr(frame.AttrBuildIDGNU, id)}})
+	loc := d.Location(pdict.Location{Mapping: mi, Address: addr, Attrs: []int32{d.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
 	opt := defaults()
-	opt.DebugDirs = []string{dir}
-	s := New(opt)
-	defer s.Close()
+	opt.Locate.DebugDirs = []string{dir}
+	s := newSym(t, opt)
 	st := s.Profiles(context.Background(), pd)
 	if got := names(pd, loc); len(got) == 0 || got[len(got)-1] != "hot" {
 		t.Fatalf("kernel frame: %v (stats %+v, reason %q)", got, st, reasonOf(pd, loc))
@@ -343,11 +350,10 @@ func TestKernelSource(t *testing.T) {
 	// Without the kernel source the frame passes through.
 	pd2 := pprofile.NewProfiles()
 	d2 := pdict.New(pd2.Dictionary())
-	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(AttrBuildIDGNU, id)}})
-	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(AttrFrameType, FrameTypeKernel)}})
-	opt.Sources = []string{SourceDebugDirs}
-	s2 := New(opt)
-	defer s2.Close()
+	mi2 := d2.Mapping(pdict.Mapping{Start: runStext, File: "[kernel.kallsyms]", Attrs: []int32{d2.AttrStr(frame.AttrBuildIDGNU, id)}})
+	loc2 := d2.Location(pdict.Location{Mapping: mi2, Address: addr, Attrs: []int32{d2.AttrStr(frame.AttrFrameType, frame.TypeKernel)}})
+	opt.Locate.Order = []string{locate.SourceDebugDirs}
+	s2 := newSym(t, opt)
 	if st := s2.Profiles(context.Background(), pd2); st.Skipped != 1 || len(names(pd2, loc2)) != 0 {
 		t.Errorf("kernel source off: %+v", st)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -30,20 +31,20 @@ func checkHot(t *testing.T, r Report, pid int, cpu time.Duration, bin, hot, call
 	var misses []string
 	for _, s := range v.samples(t, pid) {
 		total += s.count
-		if s.attrs[AttrThreadID] == nil || s.attrs[AttrCPU] == nil || s.attrs[AttrThreadName] == nil {
+		if s.attrs[pframe.AttrThreadID] == nil || s.attrs[pframe.AttrCPU] == nil || s.attrs[pframe.AttrThreadName] == nil {
 			t.Fatalf("sample attributes %v", s.attrs)
 		}
 		leaf := s.locs[0]
 		file, mattrs := v.mapping(leaf)
-		if mattrs[AttrBuildIDGNU] != id || leaf.Address() < hotLo || leaf.Address() >= hotHi {
+		if mattrs[pframe.AttrBuildIDGNU] != id || leaf.Address() < hotLo || leaf.Address() >= hotHi {
 			if len(misses) < 5 {
-				misses = append(misses, fmt.Sprintf("%s %v %#x", file, mattrs[AttrBuildIDGNU], leaf.Address()))
+				misses = append(misses, fmt.Sprintf("%s %v %#x", file, mattrs[pframe.AttrBuildIDGNU], leaf.Address()))
 			}
 			continue
 		}
 		inHot += s.count
 		for _, l := range s.locs[1:] {
-			if _, a := v.mapping(l); a[AttrBuildIDGNU] == id && l.Address() >= callLo && l.Address() < callHi {
+			if _, a := v.mapping(l); a[pframe.AttrBuildIDGNU] == id && l.Address() >= callLo && l.Address() < callHi {
 				reaches += s.count
 				break
 			}
@@ -97,7 +98,7 @@ func TestExitedProcessKeepsFrames(t *testing.T) {
 	id := gnuBuildID(t, realPath(t, bin))
 	var withID int64
 	for _, s := range v.samples(t, pid) {
-		if _, a := v.mapping(s.locs[0]); a[AttrBuildIDGNU] == id {
+		if _, a := v.mapping(s.locs[0]); a[pframe.AttrBuildIDGNU] == id {
 			withID += s.count
 		}
 	}
@@ -106,8 +107,8 @@ func TestExitedProcessKeepsFrames(t *testing.T) {
 	}
 	for _, rp := range r.Profiles.ResourceProfiles().All() {
 		a := rp.Resource().Attributes()
-		if p, _ := a.Get(AttrPID); p.Int() == int64(pid) {
-			exe, _ := a.Get(AttrExePath)
+		if p, _ := a.Get(pframe.AttrPID); p.Int() == int64(pid) {
+			exe, _ := a.Get(pframe.AttrExePath)
 			if exe.Str() != realPath(t, bin) {
 				t.Errorf("process.executable.path %q, want %q", exe.Str(), realPath(t, bin))
 			}
@@ -131,12 +132,12 @@ func TestKernelFramesNamed(t *testing.T) {
 		total += s.count
 		var names []string
 		for _, l := range s.locs {
-			if v.attrs(l.AttributeIndices().AsRaw())[AttrFrameType] != FrameKernel {
+			if v.attrs(l.AttributeIndices().AsRaw())[pframe.AttrFrameType] != pframe.TypeKernel {
 				continue
 			}
 			file, a := v.mapping(l)
-			if file == FileKernel {
-				kernelID, _ = a[AttrBuildIDGNU].(string)
+			if file == pframe.FileKernel {
+				kernelID, _ = a[pframe.AttrBuildIDGNU].(string)
 			}
 			names = append(names, v.function(l))
 		}
@@ -205,7 +206,7 @@ func TestJavaFramesNamed(t *testing.T) {
 		total += s.count
 		hasJVM, hasSpin := false, false
 		for _, l := range s.locs {
-			if v.attrs(l.AttributeIndices().AsRaw())[AttrFrameType] != FrameJVM {
+			if v.attrs(l.AttributeIndices().AsRaw())[pframe.AttrFrameType] != pframe.TypeJVM {
 				continue
 			}
 			hasJVM = true
@@ -274,7 +275,7 @@ func TestWholeChainInProfiles(t *testing.T) {
 		total += s.count
 		var got []string
 		for _, l := range s.locs {
-			if _, a := v.mapping(l); a[AttrBuildIDGNU] == id {
+			if _, a := v.mapping(l); a[pframe.AttrBuildIDGNU] == id {
 				if n := name(l.Address()); n != "" {
 					got = append(got, n)
 				}
@@ -282,7 +283,7 @@ func TestWholeChainInProfiles(t *testing.T) {
 		}
 		if strings.Join(got, " ") == strings.Join(chain[len(chain)-len(got):], " ") && len(got) > 0 && got[len(got)-1] == "main" {
 			whole += s.count
-		} else if s.attrs[AttrUnwindStop] != nil {
+		} else if s.attrs[pframe.AttrUnwindStop] != nil {
 			marked += s.count
 		}
 	}

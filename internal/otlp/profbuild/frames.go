@@ -5,15 +5,10 @@ import (
 	"strings"
 
 	"github.com/profsym/profsym/internal/addrmap"
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
-)
-
-// Pseudo file names of docs/frame-format.md.
-const (
-	FileKernel = "[kernel.kallsyms]"
-	FileJIT    = "[jit]"
 )
 
 // userFrame normalizes one user PC of po. Callers' PCs are return addresses
@@ -35,7 +30,7 @@ func (r *run) userFrame(po *procOut, pc uint64, caller bool) frame {
 func (r *run) normalizeUser(po *procOut, addr uint64) frame {
 	if po.p == nil {
 		r.fail(ReasonProcessGone)
-		return r.rawFrame(0, addr, "", FrameNative)
+		return r.rawFrame(0, addr, "", pframe.TypeNative)
 	}
 	m, vaddr, ok := po.p.Normalize(addr)
 	if m == nil && r.refresh(po) {
@@ -45,23 +40,23 @@ func (r *run) normalizeUser(po *procOut, addr uint64) frame {
 	switch {
 	case m == nil:
 		r.fail(ReasonNoMapping)
-		return r.rawFrame(0, addr, "", FrameNative)
+		return r.rawFrame(0, addr, "", pframe.TypeNative)
 	case m.Anonymous:
 		return r.jitFrame(po, m, addr)
 	case m.File == nil:
 		// [vdso], [vsyscall]: the image's own addresses start at 0.
-		return r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, FrameNative)
+		return r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, pframe.TypeNative)
 	case !ok:
 		if m.File.Err != nil || len(m.File.Loads) == 0 {
 			r.fail(ReasonUnreadableFile)
 		} else {
 			r.fail(ReasonNoLoadSegment)
 		}
-		f := r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, FrameNative)
+		f := r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, pframe.TypeNative)
 		f.setIDs(m.File)
 		return f
 	}
-	f := r.rawFrame(r.mapping(m), vaddr, m.Path, FrameNative)
+	f := r.rawFrame(r.mapping(m), vaddr, m.Path, pframe.TypeNative)
 	f.setIDs(m.File)
 	return f
 }
@@ -86,14 +81,14 @@ func (f *frame) setIDs(fi *normalize.FileInfo) {
 
 func (r *run) rawFrame(mapping int32, addr uint64, file, typ string) frame {
 	loc := r.dict.Location(pdict.Location{Mapping: mapping, Address: addr,
-		Attrs: []int32{r.dict.AttrStr(AttrFrameType, typ)}})
+		Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)}})
 	return frame{loc: loc, addr: addr, file: file, typ: typ}
 }
 
 func (r *run) namedFrame(mapping int32, addr uint64, file, typ, fn string) frame {
 	fi := r.dict.Function(fn, fn, "", 0)
 	loc := r.dict.Location(pdict.Location{Mapping: mapping, Address: addr,
-		Attrs: []int32{r.dict.AttrStr(AttrFrameType, typ)},
+		Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)},
 		Lines: []pdict.Line{{Function: fi}}})
 	return frame{loc: loc, addr: addr, file: file, typ: typ, fn: fn}
 }
@@ -107,17 +102,17 @@ func (r *run) mapping(m *normalize.Mapping) int32 {
 	var attrs []int32
 	file := m.Path
 	if m.Anonymous {
-		file = FileJIT
+		file = pframe.FileJIT
 	}
 	if fi := m.File; fi != nil {
 		if fi.GNUBuildID != "" {
-			attrs = append(attrs, r.dict.AttrStr(AttrBuildIDGNU, fi.GNUBuildID))
+			attrs = append(attrs, r.dict.AttrStr(pframe.AttrBuildIDGNU, fi.GNUBuildID))
 		}
 		if fi.GoBuildID != "" {
-			attrs = append(attrs, r.dict.AttrStr(AttrBuildIDGo, fi.GoBuildID))
+			attrs = append(attrs, r.dict.AttrStr(pframe.AttrBuildIDGo, fi.GoBuildID))
 		}
 		if fi.HTLHash != "" {
-			attrs = append(attrs, r.dict.AttrStr(AttrBuildIDHTLHash, fi.HTLHash))
+			attrs = append(attrs, r.dict.AttrStr(pframe.AttrBuildIDHTL, fi.HTLHash))
 		}
 	}
 	i := r.dict.Mapping(pdict.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: file, Attrs: attrs})
@@ -136,11 +131,11 @@ func (r *run) jitFrame(po *procOut, m *normalize.Mapping, addr uint64) frame {
 	}
 	if po.jit != nil {
 		if name, _, ok := po.jit.Lookup(addr); ok {
-			return r.namedFrame(mi, addr, FileJIT, jitType(po), name)
+			return r.namedFrame(mi, addr, pframe.FileJIT, jitType(po), name)
 		}
 	}
 	r.fail(ReasonJITUnnamed)
-	return r.rawFrame(mi, addr, FileJIT, FrameNative)
+	return r.rawFrame(mi, addr, pframe.FileJIT, pframe.TypeNative)
 }
 
 // jitType tells the runtime from the executable's name.
@@ -151,13 +146,13 @@ func jitType(po *procOut) string {
 	}
 	switch {
 	case name == "java" || strings.HasPrefix(name, "java"):
-		return FrameJVM
+		return pframe.TypeJVM
 	case name == "node" || name == "nodejs" || name == "deno" || strings.HasPrefix(name, "node"):
-		return FrameV8JS
+		return pframe.TypeV8JS
 	case name == "dotnet" || strings.HasPrefix(name, "dotnet"):
-		return FrameDotnet
+		return pframe.TypeDotnet
 	}
-	return FrameNative
+	return pframe.TypeNative
 }
 
 // kernelFrame builds a kernel frame: its address is the kernel's own,
@@ -177,11 +172,11 @@ func (r *run) kernelFrame(pc uint64, caller bool) frame {
 	switch {
 	case !ok:
 		r.fail(ReasonKernelUnnamed)
-		f = r.rawFrame(mi, addr, file, FrameKernel)
+		f = r.rawFrame(mi, addr, file, pframe.TypeKernel)
 	case r.b.opt.KernelSymbols:
-		f = r.namedFrame(mi, addr, file, FrameKernel, name)
+		f = r.namedFrame(mi, addr, file, pframe.TypeKernel, name)
 	default:
-		f = r.rawFrame(mi, addr, file, FrameKernel)
+		f = r.rawFrame(mi, addr, file, pframe.TypeKernel)
 	}
 	f.gnu = r.kinfo.BuildID
 	if module != "" {
@@ -196,7 +191,7 @@ func (r *run) kernelMapping(module string) (int32, string) {
 		r.kinfoRead = true
 		r.kinfo, _ = r.b.kern.Info()
 	}
-	file, id := FileKernel, r.kinfo.BuildID
+	file, id := pframe.FileKernel, r.kinfo.BuildID
 	if module != "" {
 		file, id = "["+module+"]", r.kinfo.Modules[module]
 	}
@@ -205,7 +200,7 @@ func (r *run) kernelMapping(module string) (int32, string) {
 	}
 	var attrs []int32
 	if id != "" {
-		attrs = append(attrs, r.dict.AttrStr(AttrBuildIDGNU, id))
+		attrs = append(attrs, r.dict.AttrStr(pframe.AttrBuildIDGNU, id))
 	}
 	m := pdict.Mapping{File: file, Attrs: attrs}
 	if module == "" {

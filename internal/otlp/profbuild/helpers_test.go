@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -157,7 +158,7 @@ func (v view) samples(t testing.TB, pid int) []viewSample {
 	var out []viewSample
 	found := false
 	for _, rp := range v.pd.ResourceProfiles().All() {
-		p, _ := rp.Resource().Attributes().Get(AttrPID)
+		p, _ := rp.Resource().Attributes().Get(pframe.AttrPID)
 		if p.Int() != int64(pid) {
 			continue
 		}

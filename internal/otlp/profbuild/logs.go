@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	pframe "github.com/profsym/profsym/internal/frame"
 )
 
 // logFrame is one element of the ProfileEvent "frames" attribute, as
@@ -78,7 +80,7 @@ func framesJSON(fs []frame) string {
 // frames have no class.
 func splitMethod(f frame) (class, method string) {
 	switch f.typ {
-	case FrameJVM, FrameV8JS, FrameDotnet:
+	case pframe.TypeJVM, pframe.TypeV8JS, pframe.TypeDotnet:
 	default:
 		return "", ""
 	}

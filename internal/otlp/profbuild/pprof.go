@@ -7,15 +7,11 @@ import (
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	pframe "github.com/profsym/profsym/internal/frame"
 )
 
 // Mapping attributes the symbolizer sets (docs/frame-format.md).
-const (
-	AttrHasFunctions    = "pprof.mapping.has_functions"
-	AttrHasFilenames    = "pprof.mapping.has_filenames"
-	AttrHasLineNumbers  = "pprof.mapping.has_line_numbers"
-	AttrHasInlineFrames = "pprof.mapping.has_inline_frames"
-)
 
 // ToPprof converts OTLP profiles into one pprof profile: every process's
 // samples, with process and thread attributes as labels.
@@ -226,19 +222,19 @@ func (c *pprofConv) mapping(i int32) (*profile.Mapping, error) {
 		}
 		kv := c.dict.AttributeTable().At(int(ai))
 		switch c.str(kv.KeyStrindex()) {
-		case AttrBuildIDGNU:
+		case pframe.AttrBuildIDGNU:
 			gnu = kv.Value().Str()
-		case AttrBuildIDGo:
+		case pframe.AttrBuildIDGo:
 			goID = kv.Value().Str()
-		case AttrBuildIDHTLHash:
+		case pframe.AttrBuildIDHTL:
 			htl = kv.Value().Str()
-		case AttrHasFunctions:
+		case pframe.AttrHasFunctions:
 			m.HasFunctions = kv.Value().Bool()
-		case AttrHasFilenames:
+		case pframe.AttrHasFilenames:
 			m.HasFilenames = kv.Value().Bool()
-		case AttrHasLineNumbers:
+		case pframe.AttrHasLineNumbers:
 			m.HasLineNumbers = kv.Value().Bool()
-		case AttrHasInlineFrames:
+		case pframe.AttrHasInlineFrames:
 			m.HasInlineFrames = kv.Value().Bool()
 		}
 	}

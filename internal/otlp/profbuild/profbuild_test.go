@@ -13,8 +13,10 @@ import (
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
-	"github.com/profsym/profsym/internal/symbolize"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
 )
 
@@ -74,7 +76,7 @@ func TestBuildShape(t *testing.T) {
 	}
 	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
 	rp := r.Profiles.ResourceProfiles().At(0)
-	for _, k := range []string{AttrPID, AttrExeName, AttrExePath, AttrHostName, AttrKernelRelease} {
+	for _, k := range []string{pframe.AttrPID, pframe.AttrExeName, pframe.AttrExePath, pframe.AttrHostName, pframe.AttrKernelRelease} {
 		if _, ok := rp.Resource().Attributes().Get(k); !ok {
 			t.Errorf("resource lacks %s: %v", k, rp.Resource().Attributes().AsRaw())
 		}
@@ -85,21 +87,21 @@ func TestBuildShape(t *testing.T) {
 	}
 	s := v.samples(t, os.Getpid())
 	first := s[0]
-	if first.count != 5 || first.attrs[AttrThreadID] != int64(7) || first.attrs[AttrThreadName] != "worker" || first.attrs[AttrCPU] != int64(1) {
+	if first.count != 5 || first.attrs[pframe.AttrThreadID] != int64(7) || first.attrs[pframe.AttrThreadName] != "worker" || first.attrs[pframe.AttrCPU] != int64(1) {
 		t.Errorf("first sample %+v", first)
 	}
 	// Kernel leaf first, named, not adjusted; the caller adjusted by one.
 	if fn := v.function(first.locs[0]); fn != "do_syscall_64" || first.locs[0].Address() != fakeKernelFunc+0x10 || first.locs[1].Address() != fakeKernelFunc+0x1f {
 		t.Errorf("kernel frames %q %#x %#x", fn, first.locs[0].Address(), first.locs[1].Address())
 	}
-	if file, a := v.mapping(first.locs[0]); file != FileKernel || a[AttrBuildIDGNU] != "00112233" {
+	if file, a := v.mapping(first.locs[0]); file != pframe.FileKernel || a[pframe.AttrBuildIDGNU] != "00112233" {
 		t.Errorf("kernel mapping %q %v", file, a)
 	}
 	user := first.locs[2]
-	if file, a := v.mapping(user); file != realPath(t, "/proc/self/exe") || a[AttrBuildIDGNU] == nil || a[AttrBuildIDHTLHash] == nil || a[AttrBuildIDGo] == nil {
+	if file, a := v.mapping(user); file != realPath(t, "/proc/self/exe") || a[pframe.AttrBuildIDGNU] == nil || a[pframe.AttrBuildIDHTL] == nil || a[pframe.AttrBuildIDGo] == nil {
 		t.Errorf("user mapping %q %v", file, a)
 	}
-	if ft := v.attrs(user.AttributeIndices().AsRaw())[AttrFrameType]; ft != FrameNative {
+	if ft := v.attrs(user.AttributeIndices().AsRaw())[pframe.AttrFrameType]; ft != pframe.TypeNative {
 		t.Errorf("user frame type %v", ft)
 	}
 	// Logs: one record per aggregated sample.
@@ -146,11 +148,16 @@ func TestFilter(t *testing.T) {
 // and the pprof conversion keeps them.
 func TestSymbolizeAndPprof(t *testing.T) {
 	r := buildSelf(t, Options{KernelSymbols: true})
-	res := symbolize.New(symbolize.DefaultOptions())
-	defer res.Close()
-	ok, failed := SymbolizeHost(context.Background(), r.Profiles, res)
+	sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true,
+		Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sym.Close()
+	st := sym.Profiles(context.Background(), r.Profiles)
+	ok, failed := st.Resolved, st.Unresolved
 	if ok == 0 {
-		t.Fatalf("nothing resolved (%d failed)", failed)
+		t.Fatalf("nothing resolved (%v failed)", failed)
 	}
 	pp, err := ToPprof(r.Profiles)
 	if err != nil {
@@ -176,13 +183,13 @@ func TestSymbolizeAndPprof(t *testing.T) {
 			t.Errorf("pprof stack %s lacks %s", chain, want)
 		}
 	}
-	if back.Sample[0].NumLabel[AttrThreadID][0] != 7 || back.Sample[0].Label[AttrThreadName][0] != "worker" {
+	if back.Sample[0].NumLabel[pframe.AttrThreadID][0] != 7 || back.Sample[0].Label[pframe.AttrThreadName][0] != "worker" {
 		t.Errorf("labels %v %v", back.Sample[0].Label, back.Sample[0].NumLabel)
 	}
 	if back.Sample[0].Value[0] != 5 || back.SampleType[0].Type != "samples" {
 		t.Errorf("values %v types %v", back.Sample[0].Value, back.SampleType)
 	}
-	t.Logf("%d resolved, %d raw; stack %s", ok, failed, chain)
+	t.Logf("%d resolved, raw: %v; stack %s", ok, failed, chain)
 }
 
 func TestToPprofEmpty(t *testing.T) {

@@ -8,41 +8,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
 	"github.com/profsym/profsym/internal/symbolize/perfmap"
-)
-
-// Attribute keys of docs/frame-format.md.
-const (
-	AttrPID            = "process.pid"
-	AttrExeName        = "process.executable.name"
-	AttrExePath        = "process.executable.path"
-	AttrContainerID    = "container.id"
-	AttrHostName       = "host.name"
-	AttrKernelRelease  = "os.kernel.release"
-	AttrThreadID       = "thread.id"
-	AttrThreadName     = "thread.name"
-	AttrCPU            = "cpu.logical_number"
-	AttrBuildIDGNU     = "process.executable.build_id.gnu"
-	AttrBuildIDGo      = "process.executable.build_id.go"
-	AttrBuildIDHTLHash = "process.executable.build_id.htlhash"
-	AttrFrameType      = "profile.frame.type"
-	// AttrUnwindStop marks a sample whose user stack may be incomplete:
-	// why the unwinder stopped or fell back (docs/frame-format.md). Whole
-	// stacks carry no such attribute.
-	AttrUnwindStop = "profsym.unwind.stop_reason"
-)
-
-// Frame types.
-const (
-	FrameNative = "native"
-	FrameKernel = "kernel"
-	FrameJVM    = "jvm"
-	FrameV8JS   = "v8js"
-	FrameDotnet = "dotnet"
 )
 
 // run builds one report.
@@ -191,24 +162,24 @@ func (r *run) finish() Report {
 
 func (r *run) fillResource(res pcommon.Resource, po *procOut) {
 	a := res.Attributes()
-	a.PutInt(AttrPID, int64(po.pid))
+	a.PutInt(pframe.AttrPID, int64(po.pid))
 	name, path := po.comm, ""
 	if po.p != nil && po.p.ExePath != "" {
 		path = po.p.ExePath
 		name = filepath.Base(path)
 	}
-	a.PutStr(AttrExeName, name)
+	a.PutStr(pframe.AttrExeName, name)
 	if path != "" {
-		a.PutStr(AttrExePath, path)
+		a.PutStr(pframe.AttrExePath, path)
 	}
 	if po.p != nil && po.p.ContainerID != "" {
-		a.PutStr(AttrContainerID, po.p.ContainerID)
+		a.PutStr(pframe.AttrContainerID, po.p.ContainerID)
 	}
 	if r.b.opt.HostName != "" {
-		a.PutStr(AttrHostName, r.b.opt.HostName)
+		a.PutStr(pframe.AttrHostName, r.b.opt.HostName)
 	}
 	if r.b.opt.KernelRelease != "" {
-		a.PutStr(AttrKernelRelease, r.b.opt.KernelRelease)
+		a.PutStr(pframe.AttrKernelRelease, r.b.opt.KernelRelease)
 	}
 }
 
@@ -235,11 +206,11 @@ func (r *run) writeProfile(po *procOut) {
 		s.Values().Append(int64(rw.count))
 		s.TimestampsUnixNano().Append(uint64(rw.first))
 		s.AttributeIndices().Append(
-			r.dict.AttrInt(AttrThreadID, int64(rw.tid)),
-			r.dict.AttrStr(AttrThreadName, rw.comm),
-			r.dict.AttrInt(AttrCPU, int64(rw.cpu)))
+			r.dict.AttrInt(pframe.AttrThreadID, int64(rw.tid)),
+			r.dict.AttrStr(pframe.AttrThreadName, rw.comm),
+			r.dict.AttrInt(pframe.AttrCPU, int64(rw.cpu)))
 		if rw.stop != sampler.StopOK && rw.stop != sampler.StopFramePointers {
-			s.AttributeIndices().Append(r.dict.AttrStr(AttrUnwindStop, rw.stop.String()))
+			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrUnwindStop, rw.stop.String()))
 		}
 		r.rep.Rows++
 	}

@@ -4,9 +4,10 @@ package demangle
 
 import (
 	"strings"
-	"sync"
 
 	dm "github.com/ianlancetaylor/demangle"
+
+	"github.com/profsym/profsym/internal/lru"
 )
 
 // Mangled reports whether s looks like a name this package can demangle.
@@ -83,10 +84,35 @@ func flattenPacks(a dm.AST) (dm.AST, bool) {
 	return out, any
 }
 
+// Defaults of the demangled-name cache bounds.
+const (
+	DefaultEntries = 1 << 16
+	DefaultBytes   = 32 << 20
+)
+
 // Cache memoizes Name; symbol tables repeat the same few thousand names
-// across millions of frames.
+// across millions of frames. It is bounded in entries and bytes (least
+// recently used names are dropped) because a fleet brings an unbounded
+// variety of names. Safe for concurrent use.
 type Cache struct {
-	m sync.Map // string -> string
+	c *lru.Cache[string, string]
+}
+
+// entryOverhead is a cached name's cost beyond its two strings: map and list
+// entries and the string headers.
+const entryOverhead = 160
+
+// NewCache makes a cache of at most maxEntries names and maxBytes bytes
+// (0: the defaults).
+func NewCache(maxEntries int, maxBytes int64) *Cache {
+	if maxEntries <= 0 {
+		maxEntries = DefaultEntries
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultBytes
+	}
+	return &Cache{c: lru.NewKeyed[string, string](maxBytes, maxEntries,
+		func(k, v string) int64 { return int64(len(k)+len(v)) + entryOverhead }, nil)}
 }
 
 // Name is Name(s), memoized.
@@ -94,10 +120,13 @@ func (c *Cache) Name(s string) string {
 	if !Mangled(s) {
 		return s
 	}
-	if v, ok := c.m.Load(s); ok {
-		return v.(string)
+	if v, ok := c.c.Get(s); ok {
+		return v
 	}
 	d := Name(s)
-	c.m.Store(s, d)
+	c.c.Add(s, d)
 	return d
 }
+
+// Stats returns the cache's counters.
+func (c *Cache) Stats() lru.Stats { return c.c.Stats() }

@@ -20,7 +20,7 @@ func TestName(t *testing.T) {
 		{"_ZSt10__invoke_rIiRZ4workiEUliE1_JiEENSt9enable_ifIX16is_invocable_r_vIT_T0_DpT1_EES3_E4typeEOS4_DpOS5_",
 			"std::enable_if<is_invocable_r_v<int, work(int)::'lambda1'(int)&, int>, int>::type std::__invoke_r<int, work(int)::'lambda1'(int)&, int>(work(int)::'lambda1'(int)&, int&&)"},
 	} {
-		var c Cache
+		c := NewCache(0, 0)
 		if got := c.Name(tc.in); got != tc.want {
 			t.Errorf("Name(%q) = %q, want %q", tc.in, got, tc.want)
 		}

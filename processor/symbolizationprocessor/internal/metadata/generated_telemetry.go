@@ -29,6 +29,7 @@ type TelemetryBuilder struct {
 	SymbolizationBatchDuration      metric.Float64Histogram
 	SymbolizationCacheBytes         metric.Int64Gauge
 	SymbolizationCacheEntries       metric.Int64Gauge
+	SymbolizationCacheEvictions     metric.Int64Counter
 	SymbolizationCacheHits          metric.Int64Counter
 	SymbolizationCacheMisses        metric.Int64Counter
 	SymbolizationDebuginfodBytes    metric.Int64Counter
@@ -78,13 +79,19 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizationCacheBytes, err = builder.meter.Int64Gauge(
 		"otelcol_symbolization_cache_bytes",
-		metric.WithDescription("Bytes held by parsed objects in the object cache. [Alpha]"),
+		metric.WithDescription("Bytes held by each cache (attribute cache - objects, results, partial_results, demangle, functions, object_ids, located, file_ids). [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SymbolizationCacheEntries, err = builder.meter.Int64Gauge(
 		"otelcol_symbolization_cache_entries",
-		metric.WithDescription("Entries in the result cache. [Alpha]"),
+		metric.WithDescription("Entries in each cache (attribute cache). [Alpha]"),
+		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationCacheEvictions, err = builder.meter.Int64Counter(
+		"otelcol_symbolization_cache_evictions",
+		metric.WithDescription("Entries each cache dropped to stay within its bounds (attribute cache). [Alpha]"),
 		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)
@@ -114,7 +121,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizationDebuginfodLatency, err = builder.meter.Float64Histogram(
 		"otelcol_symbolization_debuginfod_latency",
-		metric.WithDescription("Time spent on debuginfod downloads. [Alpha]"),
+		metric.WithDescription("Duration of each debuginfod download attempt. [Alpha]"),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries([]float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}...),
 	)
@@ -139,7 +146,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizationFramesUnresolved, err = builder.meter.Int64Counter(
 		"otelcol_symbolization_frames_unresolved",
-		metric.WithDescription("Frames left raw, by reason (no_debug_info, build_id_mismatch, fetch_failed, timeout, corrupt_file). [Alpha]"),
+		metric.WithDescription("Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, fetch_failed, timeout, corrupt_file, not_found). [Alpha]"),
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)

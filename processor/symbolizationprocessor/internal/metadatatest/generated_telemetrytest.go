@@ -39,7 +39,7 @@ func AssertEqualSymbolizationBatchDuration(t *testing.T, tt *componenttest.Telem
 func AssertEqualSymbolizationCacheBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_cache_bytes",
-		Description: "Bytes held by parsed objects in the object cache. [Alpha]",
+		Description: "Bytes held by each cache (attribute cache - objects, results, partial_results, demangle, functions, object_ids, located, file_ids). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -53,13 +53,29 @@ func AssertEqualSymbolizationCacheBytes(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualSymbolizationCacheEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_cache_entries",
-		Description: "Entries in the result cache. [Alpha]",
+		Description: "Entries in each cache (attribute cache). [Alpha]",
 		Unit:        "{entry}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
 		},
 	}
 	got, err := tt.GetMetric("otelcol_symbolization_cache_entries")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualSymbolizationCacheEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_cache_evictions",
+		Description: "Entries each cache dropped to stay within its bounds (attribute cache). [Alpha]",
+		Unit:        "{entry}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_cache_evictions")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -131,7 +147,7 @@ func AssertEqualSymbolizationDebuginfodErrors(t *testing.T, tt *componenttest.Te
 func AssertEqualSymbolizationDebuginfodLatency(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.HistogramDataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_debuginfod_latency",
-		Description: "Time spent on debuginfod downloads. [Alpha]",
+		Description: "Duration of each debuginfod download attempt. [Alpha]",
 		Unit:        "s",
 		Data: metricdata.Histogram[float64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -194,7 +210,7 @@ func AssertEqualSymbolizationFramesSkipped(t *testing.T, tt *componenttest.Telem
 func AssertEqualSymbolizationFramesUnresolved(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_frames_unresolved",
-		Description: "Frames left raw, by reason (no_debug_info, build_id_mismatch, fetch_failed, timeout, corrupt_file). [Alpha]",
+		Description: "Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, fetch_failed, timeout, corrupt_file, not_found). [Alpha]",
 		Unit:        "{frame}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

@@ -22,6 +22,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.SymbolizationBatchDuration.Record(context.Background(), 1)
 	tb.SymbolizationCacheBytes.Record(context.Background(), 1)
 	tb.SymbolizationCacheEntries.Record(context.Background(), 1)
+	tb.SymbolizationCacheEvictions.Add(context.Background(), 1)
 	tb.SymbolizationCacheHits.Add(context.Background(), 1)
 	tb.SymbolizationCacheMisses.Add(context.Background(), 1)
 	tb.SymbolizationDebuginfodBytes.Add(context.Background(), 1)
@@ -38,6 +39,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationCacheEntries(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationCacheEvictions(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationCacheHits(t, testTel,

@@ -1,0 +1,62 @@
+package frame
+
+import semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+
+// Attribute keys of the frame format (docs/frame-format.md). Keys that
+// OpenTelemetry's semantic conventions define come from them; the rest are
+// profsym's or pprof's own.
+const (
+	// Resource.
+	AttrPID           = string(semconv.ProcessPIDKey)
+	AttrExePath       = string(semconv.ProcessExecutablePathKey)
+	AttrExeName       = string(semconv.ProcessExecutableNameKey)
+	AttrContainerID   = string(semconv.ContainerIDKey)
+	AttrHostName      = string(semconv.HostNameKey)
+	AttrKernelRelease = "os.kernel.release" // not in semconv; `uname -r`
+
+	// Sample.
+	AttrThreadID   = string(semconv.ThreadIDKey)
+	AttrThreadName = string(semconv.ThreadNameKey)
+	AttrCPU        = string(semconv.CPULogicalNumberKey)
+	// AttrUnwindStop marks a sample whose user stack the unwinder could not
+	// walk exactly: why (docs/unwinding.md). Whole stacks carry none.
+	AttrUnwindStop = "profsym.unwind.stop_reason"
+
+	// Mapping: the identity of the mapped file.
+	AttrBuildIDGNU = string(semconv.ProcessExecutableBuildIDGNUKey)
+	AttrBuildIDGo  = string(semconv.ProcessExecutableBuildIDGoKey)
+	AttrBuildIDHTL = string(semconv.ProcessExecutableBuildIDHtlhashKey)
+
+	// Location.
+	AttrFrameType = string(semconv.ProfileFrameTypeKey)
+	// AttrError says why a location stayed raw (one of the reasons below).
+	AttrError = "profsym.symbolization.error"
+
+	// AttrAddressBase = AddressBaseImage on a mapping: its locations'
+	// addresses are offsets from the image base (JFR remote frames,
+	// docs/jfr.md), not ELF addresses.
+	AttrAddressBase  = "profsym.mapping.address_base"
+	AddressBaseImage = "image"
+
+	// Mapping flags pprof reads, set where symbolization found something.
+	AttrHasFunctions    = "pprof.mapping.has_functions"
+	AttrHasFilenames    = "pprof.mapping.has_filenames"
+	AttrHasLineNumbers  = "pprof.mapping.has_line_numbers"
+	AttrHasInlineFrames = "pprof.mapping.has_inline_frames"
+)
+
+// Values of AttrFrameType (semconv's profile.frame.type enumeration).
+const (
+	TypeNative = "native"
+	TypeKernel = "kernel"
+	TypeGo     = "go"
+	TypeJVM    = "jvm"
+	TypeV8JS   = "v8js"
+	TypeDotnet = "dotnet"
+)
+
+// Pseudo file names of mappings without a file.
+const (
+	FileKernel = "[kernel.kallsyms]"
+	FileJIT    = "[jit]"
+)

@@ -1,0 +1,57 @@
+package locate
+
+import (
+	"context"
+	"errors"
+
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// Locator is what a symbol store extension offers in process: the stored
+// files of a GNU build id as local paths (either may be empty), or an error
+// wrapping frame.ErrNotFound.
+type Locator interface {
+	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
+}
+
+// Generational is implemented by sources whose contents grow while the
+// collector runs (a symbol store receiving uploads). When the generation
+// moves, answers short of DWARF are looked up again at once instead of
+// waiting for NegativeTTL.
+type Generational interface {
+	Generation() uint64
+}
+
+// Store adapts a symbol store's Locator to a Source.
+func Store(l Locator) Source { return storeSource{l} }
+
+type storeSource struct{ l Locator }
+
+func (storeSource) Name() string { return SourceStore }
+
+func (s storeSource) Generation() uint64 {
+	if g, ok := s.l.(Generational); ok {
+		return g.Generation()
+	}
+	return 0
+}
+
+func (s storeSource) Find(ctx context.Context, q *Query) ([]Candidate, error) {
+	if q.ID.GNU == "" {
+		return nil, nil
+	}
+	bin, dbg, err := s.l.Locate(ctx, q.ID.GNU) // validated hex
+	if err != nil {
+		if errors.Is(err, frame.ErrNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []Candidate
+	for _, p := range []string{bin, dbg} {
+		if p != "" {
+			out = append(out, Candidate{Path: p})
+		}
+	}
+	return out, nil
+}
