@@ -175,11 +175,9 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		return
 	}
 	m.stats.Builds++
-	f.rows = sp
+	f.rows, f.base = sp, base
 	f.state = stateReady
-	if err := m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{Base: base, First: sp.off, Count: n, State: stateReady}); err != nil {
-		m.log.Warn("publishing an unwind table failed", zap.String("file", f.path), zap.Error(err))
-	}
+	m.publish(f)
 	if f.refs == 0 && f.lru == nil {
 		f.lru = m.idle.PushBack(f)
 	}

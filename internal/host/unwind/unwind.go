@@ -50,6 +50,7 @@ type file struct {
 	refs     int
 	state    uint32
 	rows     span
+	base     uint64        // ELF address of row 0
 	opens    []string      // candidate paths to open it by
 	lru      *list.Element // in Manager.idle while refs == 0 and the table holds rows
 	noRoom   bool
@@ -161,6 +162,9 @@ func (m *Manager) Track(p *normalize.Process) error {
 	pr := &proc{}
 	ents := make([]bpf.ProfileUnwindMapping, 0, len(p.Mappings))
 	for i := range p.Mappings {
+		if len(ents) == MaxMappingsPerProcess {
+			break // as far as the BPF search reaches; the rest walk with FP, marked unknown_mapping
+		}
 		mp := &p.Mappings[i]
 		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
 		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
@@ -170,9 +174,6 @@ func (m *Manager) Track(p *normalize.Process) error {
 				e.Table = f.slot
 				e.Bias = bias
 			}
-		}
-		if len(ents) == MaxMappingsPerProcess {
-			break // the BPF search reaches no further; the rest walk not_ready... rare
 		}
 		ents = append(ents, e)
 	}
@@ -397,14 +398,34 @@ func (m *Manager) reclaim() error {
 func (m *Manager) Request(slot uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if f := m.bySlot[slot]; f != nil && !m.closed {
-		m.request(f)
+	f := m.bySlot[slot]
+	if f == nil || m.closed {
+		return
+	}
+	if f.state == stateReady {
+		// The BPF side read "lazy" just before the table was published
+		// and wrote "pending" over it: publish it again.
+		m.publish(f)
+		return
+	}
+	m.request(f)
+}
+
+// publish writes f's ready table into its slot.
+func (m *Manager) publish(f *file) {
+	t := bpf.ProfileUnwindTable{Base: f.base, First: f.rows.off, Count: f.rows.n, State: stateReady}
+	if err := m.maps.Tables.Put(f.slot, t); err != nil {
+		m.log.Warn("publishing an unwind table failed", zap.String("file", f.path), zap.Error(err))
 	}
 }
 
 func (m *Manager) request(f *file) {
 	if f.state != stateLazy && f.state != statePending || f.queued || f.building {
 		return
+	}
+	if f.state == stateLazy && f.slot != noRoomSlot {
+		// So the BPF side stops asking (and never sees "lazy" again).
+		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: statePending})
 	}
 	f.state = statePending
 	m.enqueue(f)
