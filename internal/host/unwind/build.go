@@ -36,9 +36,14 @@ func (m *Manager) worker(maxSize int64) {
 				m.mu.Unlock()
 				return
 			}
+			// Tables samples wait for first, then the smallest file.
 			i := -1
 			for j, g := range m.queue {
-				if g.id.Size <= maxSize && (i < 0 || g.id.Size < m.queue[i].id.Size) {
+				if g.id.Size > maxSize {
+					continue
+				}
+				if i < 0 || g.wanted && !m.queue[i].wanted ||
+					g.wanted == m.queue[i].wanted && g.id.Size < m.queue[i].id.Size {
 					i = j
 				}
 			}

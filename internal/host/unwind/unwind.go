@@ -56,6 +56,7 @@ type file struct {
 	noRoom   bool
 	queued   bool
 	building bool
+	wanted   bool // a sample is waiting for this table
 	retired  bool // evicted: the slot and rows are released
 }
 
@@ -288,8 +289,9 @@ func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping
 			m.bySlot[s] = f
 			if fi.Size <= eagerBytes {
 				// Cheap enough to build now, so that a new program's
-				// first samples find its own binary, ld.so and libc ready.
-				m.request(f)
+				// first samples find its own binary, ld.so and libc ready;
+				// after the tables samples are waiting for.
+				m.request(f, false)
 			}
 		} else {
 			f.slot, f.state, f.noRoom = noRoomSlot, stateNone, true
@@ -408,7 +410,7 @@ func (m *Manager) Request(slot uint32) {
 		m.publish(f)
 		return
 	}
-	m.request(f)
+	m.request(f, true)
 }
 
 // publish writes f's ready table into its slot.
@@ -419,13 +421,19 @@ func (m *Manager) publish(f *file) {
 	}
 }
 
-func (m *Manager) request(f *file) {
+// request queues f's build. wanted: a sample is waiting for it (the BPF
+// side flipped it to pending), which puts it ahead of speculative builds.
+// A speculative build leaves the kernel's state "lazy", so that a sample
+// still says when it needs the table.
+func (m *Manager) request(f *file, wanted bool) {
+	if wanted && !f.wanted {
+		f.wanted = true
+		if f.slot != noRoomSlot && f.state != stateReady {
+			_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: statePending})
+		}
+	}
 	if f.state != stateLazy && f.state != statePending || f.queued || f.building {
 		return
-	}
-	if f.state == stateLazy && f.slot != noRoomSlot {
-		// So the BPF side stops asking (and never sees "lazy" again).
-		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: statePending})
 	}
 	f.state = statePending
 	m.enqueue(f)
@@ -439,11 +447,11 @@ func (m *Manager) Poll() {
 	defer m.mu.Unlock()
 	var t bpf.ProfileUnwindTable
 	for slot, f := range m.bySlot {
-		if f.state != stateLazy {
+		if f.state != stateLazy && (f.state != statePending || f.wanted) {
 			continue
 		}
 		if err := m.maps.Tables.Lookup(slot, &t); err == nil && t.State == statePending {
-			m.request(f)
+			m.request(f, true)
 		}
 	}
 }
