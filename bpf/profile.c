@@ -102,8 +102,8 @@ struct proc_event {
 	__u32 pid;
 	__u32 kind;
 	__u64 ts_ns;
-	__u32 has_mm;  /* exit: address space not yet torn down */
-	__u32 sampled; /* exit: the process (its last image) was sampled */
+	__u32 has_mm; /* exit: address space not yet torn down */
+	__u32 pad;
 };
 
 /* BTF keeps only types reachable from a symbol; these anchor the ring buffer
@@ -186,7 +186,7 @@ static __always_inline struct stats *get_stats(void)
 	return bpf_map_lookup_elem(&stats_map, &zero);
 }
 
-static __always_inline bool emit_event_full(struct stats *st, __u32 pid, __u32 kind, __u32 has_mm, __u32 sampled)
+static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, __u32 has_mm)
 {
 	struct proc_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
@@ -198,31 +198,19 @@ static __always_inline bool emit_event_full(struct stats *st, __u32 pid, __u32 k
 	ev->kind = kind;
 	ev->ts_ns = bpf_ktime_get_boot_ns();
 	ev->has_mm = has_mm;
-	ev->sampled = sampled;
+	ev->pad = 0;
 	bpf_ringbuf_submit(ev, 0);
 	return true;
 }
 
-static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, __u32 has_mm)
-{
-	return emit_event_full(st, pid, kind, has_mm, 1);
-}
-
-/* Values of the seen map. */
-#define SEEN_EXEC 1    /* announced at exec, not sampled since */
-#define SEEN_SAMPLED 2
-
 static __always_inline void announce(struct stats *st, __u32 tgid)
 {
-	__u8 sampled = SEEN_SAMPLED, *v = bpf_map_lookup_elem(&seen, &tgid);
+	__u8 one = 1;
 
-	if (v) {
-		if (*v != SEEN_SAMPLED)
-			*v = SEEN_SAMPLED;
+	if (bpf_map_lookup_elem(&seen, &tgid))
 		return;
-	}
 	/* NOEXIST: when two CPUs race on a new tgid only one announces it. */
-	if (bpf_map_update_elem(&seen, &tgid, &sampled, BPF_NOEXIST))
+	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))
 		return;
 	if (!emit_event(st, tgid, PROC_NEW, 1))
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
@@ -502,19 +490,15 @@ SEC("tp_btf/sched_process_exit")
 int handle_exit(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
-	__u32 tgid, sampled;
-	__u8 *v;
+	__u32 tgid;
 
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
 	bpf_map_delete_elem(&unwind_procs, &tgid); /* PID reuse: never a stale table */
-	v = bpf_map_lookup_elem(&seen, &tgid);
-	if (!v) /* never announced */
+	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
 		return 0;
-	sampled = *v == SEEN_SAMPLED;
-	bpf_map_delete_elem(&seen, &tgid);
-	emit_event_full(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0, sampled);
+	emit_event(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0);
 	return 0;
 }
 
@@ -526,14 +510,10 @@ int handle_exec(__u64 *ctx)
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
-	/* With the walker, every exec is announced, so that tables of a new
-	 * program are usually loaded by its first sample. */
-	if (unwind_cfi) {
-		__u8 exec = SEEN_EXEC;
-		bpf_map_update_elem(&seen, &tgid, &exec, BPF_ANY); /* so its exit is announced */
-	} else if (!bpf_map_lookup_elem(&seen, &tgid)) {
+	/* Only sampled processes: announcing every exec of the host would cost
+	 * a /proc read per short-lived process, most of them never sampled. */
+	if (!bpf_map_lookup_elem(&seen, &tgid))
 		return 0;
-	}
 	emit_event(get_stats(), tgid, PROC_EXEC, 1);
 	return 0;
 }

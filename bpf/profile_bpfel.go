@@ -14,12 +14,12 @@ import (
 )
 
 type ProfileProcEvent struct {
-	_       structs.HostLayout
-	Pid     uint32
-	Kind    uint32
-	TsNs    uint64
-	HasMm   uint32
-	Sampled uint32
+	_     structs.HostLayout
+	Pid   uint32
+	Kind  uint32
+	TsNs  uint64
+	HasMm uint32
+	Pad   uint32
 }
 
 type ProfileRbSample struct {

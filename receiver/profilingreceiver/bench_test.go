@@ -34,7 +34,8 @@ import (
 // Sub-benchmarks: steady (only the busy processes), and churn, which also
 // starts 20 short-lived processes a second, one in four a binary never seen
 // before (a fresh copy of a fixture: a new file identity, so a new table).
-// bpf_us/sample is the sampling program's in-kernel time per run, tail calls
+// PROFSYM_BENCH_UNWINDING=frame_pointers measures the receiver without unwind
+// tables, for comparison. bpf_us/sample is the sampling program's in-kernel time per run, tail calls
 // included (kernel.bpf_stats_enabled: run_time_ns / run_cnt).
 func BenchmarkSamplerOverhead(b *testing.B) {
 	needSampler(b)
@@ -117,6 +118,9 @@ func benchOnce(b *testing.B, perf string, secs int) {
 	ctx := context.Background()
 	f := NewFactory()
 	cfg := f.CreateDefaultConfig()
+	if m := os.Getenv("PROFSYM_BENCH_UNWINDING"); m != "" {
+		cfg.(*Config).Unwinding.Mode = m // frame_pointers: the receiver before unwind tables
+	}
 	set := receivertest.NewNopSettings(f.Type())
 	pr, err := f.CreateProfiles(ctx, set, cfg, consumertest.NewNop())
 	if err != nil {

@@ -34,7 +34,11 @@ type FileInfo struct {
 	HTLHash    string // OpenTelemetry file id: always set when the file was readable
 	Size       int64
 	Loads      []elfx.Segment
-	Err        error // why identities are missing (unreadable, not ELF, ...)
+	// UnwindBytes is the size of the sections an unwind table is built
+	// from (.eh_frame, .debug_frame, .gopclntab): what the build costs.
+	// Zero when section headers are missing.
+	UnwindBytes int64
+	Err         error // why identities are missing (unreadable, not ELF, ...)
 }
 
 // Mapping is one executable mapping of a process.
@@ -271,6 +275,12 @@ func identify(openPath, path string) *FileInfo {
 	id := buildid.Identify(f)
 	fi.GNUBuildID, fi.GoBuildID, fi.HTLHash = id.GNU, id.Go, id.HTL
 	fi.Loads = f.Loads()
+	for _, s := range f.Sections {
+		switch s.Name {
+		case ".eh_frame", ".debug_frame", ".gopclntab":
+			fi.UnwindBytes += int64(s.Size)
+		}
+	}
 	return fi
 }
 

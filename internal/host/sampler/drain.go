@@ -331,7 +331,6 @@ func (s *Sampler) readEvents() {
 			Kind:    EventKind(ne.Uint32(raw[unsafe.Offsetof(pe.Kind):])),
 			TimeNs:  int64(ne.Uint64(raw[unsafe.Offsetof(pe.TsNs):])) + bootToUnix(),
 			MMAlive: ne.Uint32(raw[unsafe.Offsetof(pe.HasMm):]) != 0,
-			Sampled: ne.Uint32(raw[unsafe.Offsetof(pe.Sampled):]) != 0,
 		}
 		if ev.Kind == tableWanted {
 			if s.unwinder != nil {

@@ -173,10 +173,6 @@ type Event struct {
 	Kind    EventKind
 	TimeNs  int64 // Unix time, ns
 	MMAlive bool
-	// Sampled (ProcessExit) says whether the process was sampled since its
-	// last exec; with the unwinder, exits of every exec'd process are
-	// announced, most of them never sampled.
-	Sampled bool
 }
 
 // ErrClosed is returned by methods called after Close.

@@ -20,13 +20,13 @@ import (
 
 var errE2BIG = unix.E2BIG
 
-// Two builders take queued files, smallest first: the second only takes
-// small ones, so that a new program's binary (usually small) never waits
-// behind a large library's build. Builds run off the sampling path and never
-// hold the Manager's lock.
-const fastLaneBytes = 1 << 20
+// Two builders take queued files, tables a sample waits for first, then
+// the cheapest (least unwind information): the second only takes cheap
+// ones, so that a new program's binary never waits behind a large library's
+// build. Builds run off the sampling path and never hold the Manager's lock.
+const fastLaneCost = 256 << 10
 
-func (m *Manager) worker(maxSize int64) {
+func (m *Manager) worker(maxCost int64) {
 	defer m.workers.Done()
 	for {
 		m.mu.Lock()
@@ -39,11 +39,11 @@ func (m *Manager) worker(maxSize int64) {
 			// Tables samples wait for first, then the smallest file.
 			i := -1
 			for j, g := range m.queue {
-				if g.id.Size > maxSize {
+				if g.cost > maxCost {
 					continue
 				}
 				if i < 0 || g.wanted && !m.queue[i].wanted ||
-					g.wanted == m.queue[i].wanted && g.id.Size < m.queue[i].id.Size {
+					g.wanted == m.queue[i].wanted && g.cost < m.queue[i].cost {
 					i = j
 				}
 			}

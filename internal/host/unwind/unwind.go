@@ -35,9 +35,11 @@ type Maps struct {
 	Sync                          func() error
 }
 
-// eagerBytes: files up to this size get their table when first mapped,
-// larger ones when first sampled. A build costs about 1 ms per MB of file.
-const eagerBytes = 4 << 20
+// eagerCost: files with up to this many bytes of unwind information
+// (.eh_frame, .debug_frame, .gopclntab) get their table when first mapped,
+// larger ones when first sampled. Building costs 5-40 ms per MB of it
+// (docs/unwinding.md); libc has 0.15 MB.
+const eagerCost = 1 << 20
 
 // slot 0 of unwind_tables never holds a table: it is the "no room" slot,
 // whose state is stateNone, for files that got no slot of their own.
@@ -56,8 +58,9 @@ type file struct {
 	noRoom   bool
 	queued   bool
 	building bool
-	wanted   bool // a sample is waiting for this table
-	retired  bool // evicted: the slot and rows are released
+	wanted   bool  // a sample is waiting for this table
+	cost     int64 // bytes of unwind information: orders the builds
+	retired  bool  // evicted: the slot and rows are released
 }
 
 type proc struct {
@@ -107,7 +110,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 	}
 	m.workers.Add(2)
 	go m.worker(math.MaxInt64)
-	go m.worker(fastLaneBytes)
+	go m.worker(fastLaneCost)
 	return m, nil
 }
 
@@ -281,13 +284,16 @@ func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping
 	if f == nil {
 		// Built only once a sample needs it (Request): most files of
 		// most processes are never sampled.
-		f = &file{id: fi.ID, path: fi.Path, state: stateLazy}
+		f = &file{id: fi.ID, path: fi.Path, state: stateLazy, cost: fi.UnwindBytes}
+		if f.cost == 0 {
+			f.cost = fi.Size // no section headers: the file's size bounds it
+		}
 		if s, ok := m.allocSlot(); ok {
 			f.slot = s
 			_ = m.maps.Tables.Put(s, bpf.ProfileUnwindTable{State: stateLazy})
 			m.files[fi.ID] = f
 			m.bySlot[s] = f
-			if fi.Size <= eagerBytes {
+			if f.cost <= eagerCost {
 				// Cheap enough to build now, so that a new program's
 				// first samples find its own binary, ld.so and libc ready;
 				// after the tables samples are waiting for.

@@ -117,10 +117,6 @@ type Builder struct {
 	match    map[int]bool // filter decisions by pid
 	lastSeen map[int]int  // report number a pid last appeared in
 	reports  int
-	// pendingExec holds, per pid, the exec whose delayed snapshot is due
-	// (an exit or a later exec cancels it).
-	pendingExec map[int]uint64
-	execSeq     uint64
 }
 
 // New makes a Builder.
@@ -145,7 +141,7 @@ func New(opt Options) *Builder {
 		opt.Logger = zap.NewNop()
 	}
 	b := &Builder{opt: opt, norm: opt.Normalizer, kern: opt.Kernel, log: opt.Logger,
-		exited: map[int]struct{}{}, match: map[int]bool{}, lastSeen: map[int]int{}, pendingExec: map[int]uint64{}}
+		exited: map[int]struct{}{}, match: map[int]bool{}, lastSeen: map[int]int{}}
 	if b.norm == nil {
 		b.norm = normalize.New(normalize.Options{ProcRoot: opt.ProcRoot})
 	}
@@ -175,38 +171,23 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 			delete(b.match, pid) // comm and exe changed
 		}
 		b.lastSeen[pid] = b.reports
-		var seq uint64
-		delayed := ev.Kind == sampler.ProcessExec && b.opt.Unwinder != nil
-		if delayed {
-			b.execSeq++
-			seq = b.execSeq
-			b.pendingExec[pid] = seq
-		}
 		b.mu.Unlock()
-		if delayed {
-			// With the unwinder every exec on the host is announced, and
-			// most such processes live a few milliseconds and are never
-			// sampled: read a process only once it has lived execDelay
-			// (its libraries are mapped by then too). Its samples before
-			// that are walked with frame pointers and marked not_ready.
-			time.AfterFunc(execDelay, func() {
-				b.mu.Lock()
-				current := b.pendingExec[pid] == seq
-				if current {
-					delete(b.pendingExec, pid)
-				}
-				b.mu.Unlock()
-				if current {
-					b.snapshot(pid)
-				}
-			})
+		if !b.targeted(pid) {
 			return
 		}
-		b.snapshot(pid)
+		p, err := b.norm.Refresh(pid)
+		if err != nil {
+			b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
+			return
+		}
+		if b.opt.Unwinder != nil {
+			if err := b.opt.Unwinder.Track(p); err != nil {
+				b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
+			}
+		}
 	case sampler.ProcessExit:
-		// Last chance for a sampled process whose New event was lost or
-		// late (not for the many exec'd processes that were never sampled).
-		if ev.MMAlive && ev.Sampled && b.norm.Cached(pid) == nil && b.targeted(pid) {
+		// Last chance for a process whose New event was lost or late.
+		if ev.MMAlive && b.norm.Cached(pid) == nil && b.targeted(pid) {
 			_, _ = b.norm.Process(pid)
 		}
 		// The kernel side already dropped its mappings; free them now so
@@ -216,29 +197,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		}
 		b.mu.Lock()
 		b.exited[pid] = struct{}{}
-		delete(b.pendingExec, pid)
 		b.mu.Unlock()
-	}
-}
-
-// execDelay is how long a process must live after exec before it is read
-// (with the unwinder; see HandleEvent).
-const execDelay = 30 * time.Millisecond
-
-// snapshot reads a targeted process and loads its unwind mappings.
-func (b *Builder) snapshot(pid int) {
-	if !b.targeted(pid) {
-		return
-	}
-	p, err := b.norm.Refresh(pid)
-	if err != nil {
-		b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
-		return
-	}
-	if b.opt.Unwinder != nil {
-		if err := b.opt.Unwinder.Track(p); err != nil {
-			b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
-		}
 	}
 }
 
