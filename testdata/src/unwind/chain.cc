@@ -36,11 +36,5 @@ extern "C" NOINLINE unsigned long a(unsigned long n) { return b(n + 4) - 11; }
 int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 2;
-	double cpu0 = cpu_seconds(), wall0 = wall_seconds();
-	for (unsigned long i = 0;; i++) {
-		sink += a(i);
-		if ((i & 63) == 0 && (cpu_seconds() - cpu0 > secs || wall_seconds() - wall0 > 10 * secs))
-			break;
-	}
-	return 0;
+	return run_chain(secs, a, 63);
 }

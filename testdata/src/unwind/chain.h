@@ -22,3 +22,18 @@ static double wall_seconds(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
+
+/* Calls fn(i) until secs of CPU are used (or ten times that in wall time),
+ * checking the clocks every mask+1 calls. Always inlined, so that the
+ * caller of fn is main itself. */
+static inline __attribute__((always_inline)) int run_chain(double secs, unsigned long (*fn)(unsigned long),
+							   unsigned long mask)
+{
+	double cpu0 = cpu_seconds(), wall0 = wall_seconds();
+	for (unsigned long i = 0;; i++) {
+		sink += fn(i);
+		if ((i & mask) == 0 && (cpu_seconds() - cpu0 > secs || wall_seconds() - wall0 > 10 * secs))
+			break;
+	}
+	return 0;
+}

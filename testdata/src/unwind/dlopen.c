@@ -30,11 +30,5 @@ int main(int argc, char **argv)
 	dfn = (unsigned long (*)(unsigned long))dlsym(h, "d");
 	if (!dfn)
 		return 1;
-	double cpu0 = cpu_seconds(), wall0 = wall_seconds();
-	for (unsigned long i = 0;; i++) {
-		sink += a(i);
-		if ((i & 63) == 0 && (cpu_seconds() - cpu0 > secs || wall_seconds() - wall0 > 10 * secs))
-			break;
-	}
-	return 0;
+	return run_chain(secs, a, 63);
 }

@@ -43,11 +43,5 @@ int main(int argc, char **argv)
 	sigaction(SIGPROF, &sa, NULL);
 	struct itimerval it = {{0, 2000}, {0, 2000}};
 	setitimer(ITIMER_PROF, &it, NULL);
-	double cpu0 = cpu_seconds(), wall0 = wall_seconds();
-	for (unsigned long i = 0;; i++) {
-		sink += a(i);
-		if ((i & 1023) == 0 && (cpu_seconds() - cpu0 > secs || wall_seconds() - wall0 > 10 * secs))
-			break;
-	}
-	return 0;
+	return run_chain(secs, a, 1023);
 }
