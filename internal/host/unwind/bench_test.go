@@ -57,18 +57,18 @@ func BenchmarkWholeChainVsPerf(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			bin := tc.bin(b)
 			for range b.N {
-				compareOnce(b, h, perf, bin, secs, tc.chain)
+				compareOnce(b, h, perf, bin, append([]string{secs}, tc.args...), tc.chain)
 			}
 		})
 	}
 }
 
-func compareOnce(b *testing.B, h *harness, perf, bin, secs string, c chain) {
+func compareOnce(b *testing.B, h *harness, perf, bin string, args []string, c chain) {
 	data := filepath.Join(b.TempDir(), "perf.data")
 	run0, cnt0 := progStats(h.s)
 	cpu0 := selfCPU(b)
 
-	fx := exec.Command(bin, secs)
+	fx := exec.Command(bin, args...)
 	if err := fx.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -323,6 +323,7 @@ type fixtureCase struct {
 	name  string
 	bin   func(t testing.TB) string
 	chain chain
+	args  []string // after the CPU seconds
 }
 
 // nativeCases are the native fixtures of the 99% target (TestWholeChains)
@@ -330,37 +331,55 @@ type fixtureCase struct {
 var nativeCases = []fixtureCase{
 	{"c-pie", func(t testing.TB) string {
 		return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
-	}, cChain},
+	}, cChain, nil},
 	{"c-nopie", func(t testing.TB) string {
 		return buildC(t, "unwind-chain-nopie", []string{"unwind/chain.c"}, "-fno-PIE", "-no-pie")
-	}, cChain},
+	}, cChain, nil},
+	{name: "c-syscall", bin: func(t testing.TB) string {
+		return buildC(t, "unwind-chain-pie", []string{"unwind/chain.c"}, "-fPIE", "-pie")
+	}, chain: cChain, args: []string{"syscall"}},
 	{"c++", func(t testing.TB) string {
 		return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-cc", Lang: "c++",
 			Sources: []string{"unwind/chain.cc"}, Args: []string{"-O2"}})
 	}, newChain(-1, "_ZN5chain4leafEm", `_ZN5chain4stepILi0EE3runEm`, `_ZN5chain4stepILi1EE3runEm`,
-		`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main")},
+		`_ZN5chain4stepILi2EE3runEm`, "d", "c", "b", "a", "main"), nil},
 	{"rust", func(t testing.TB) string {
 		return testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-rs", Lang: "rust",
 			Sources: []string{"unwind/chain.rs"}, Args: []string{"-C", "opt-level=3"}})
-	}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`)},
+	}, newChain(-1, "leaf", "d", "c", "b", "a", `_ZN5chain4main.*`), nil},
 	{"qsort", func(t testing.TB) string {
 		return buildC(t, "unwind-qsort", []string{"unwind/qsort.c"})
-	}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main")},
+	}, newChain(-1, "leaf", "cmp", "c", "b", "a", "main"), nil},
 	{"signal", func(t testing.TB) string {
 		return buildC(t, "unwind-signal", []string{"unwind/signal.c"})
-	}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main")},
+	}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main"), nil},
 }
 
 func TestWholeChains(t *testing.T) {
-	h := newHarness(t, sampler.Config{})
+	h := newHarness(t, sampler.Config{KernelStacks: true})
 	cases := nativeCases
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := tc.bin(t)
-			pid, samples := h.run(t, bin, fixtureSeconds)
+			pid, samples := h.run(t, bin, append([]string{fixtureSeconds}, tc.args...)...)
 			p := h.norm.Cached(pid)
 			if p == nil {
 				t.Fatalf("no snapshot of pid %d", pid)
+			}
+			if len(tc.args) > 0 && tc.args[0] == "syscall" {
+				// The point of this case: samples taken in kernel mode,
+				// whose user registers come from bpf_task_pt_regs.
+				var inKernel, all uint64
+				for _, s := range samples {
+					all += s.Count
+					if len(s.KernelPCs) > 0 {
+						inKernel += s.Count
+					}
+				}
+				t.Logf("%d of %d samples in kernel mode", inKernel, all)
+				if inKernel*2 < all {
+					t.Errorf("only %d of %d samples hit in kernel mode", inKernel, all)
+				}
 			}
 			checkWhole(t, tc.name, evaluate(p, loadSymbols(t, bin), tc.chain, samples))
 		})
