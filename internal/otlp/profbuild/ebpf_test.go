@@ -270,8 +270,23 @@ func TestWholeChainInProfiles(t *testing.T) {
 		return ""
 	}
 	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
-	var total, whole, marked int64
-	for _, s := range v.samples(t, pid) {
+	samples := v.samples(t, pid)
+	var t0 uint64
+	for _, s := range samples {
+		if t0 == 0 || s.first < t0 {
+			t0 = s.first
+		}
+	}
+	// As in internal/host/unwind's tests: samples marked not_ready or
+	// unknown_mapping in a process's first 250 ms were taken before its
+	// tables could be loaded; they are counted apart.
+	var total, whole, marked, startup int64
+	for _, s := range samples {
+		stop, _ := s.attrs[pframe.AttrUnwindStop].(string)
+		if (stop == "not_ready" || stop == "unknown_mapping") && s.first-t0 < uint64(250*time.Millisecond) {
+			startup += s.count
+			continue
+		}
 		total += s.count
 		var got []string
 		for _, l := range s.locs {
@@ -283,18 +298,16 @@ func TestWholeChainInProfiles(t *testing.T) {
 		}
 		if strings.Join(got, " ") == strings.Join(chain[len(chain)-len(got):], " ") && len(got) > 0 && got[len(got)-1] == "main" {
 			whole += s.count
-		} else if s.attrs[pframe.AttrUnwindStop] != nil {
+		} else if stop != "" {
 			marked += s.count
 		}
 	}
-	t.Logf("pid %d: %d samples, %d whole, %d not whole but marked; unwind stops %v", pid, total, whole, marked, r.UnwindStops)
+	t.Logf("pid %d: %d samples, %d whole, %d not whole but marked, %d marked start-up samples apart; unwind stops %v",
+		pid, total, whole, marked, startup, r.UnwindStops)
 	if total < 20 {
 		t.Fatalf("only %d samples", total)
 	}
-	if float64(whole+marked) < 0.99*float64(total) {
-		t.Errorf("%d/%d samples whole or marked, want >= 99%%", whole+marked, total)
-	}
-	if float64(whole) < 0.97*float64(total) {
-		t.Errorf("%d/%d samples whole", whole, total)
+	if float64(whole) < 0.99*float64(total) {
+		t.Errorf("%d/%d samples whole, want >= 99%%", whole, total)
 	}
 }
