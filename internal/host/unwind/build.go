@@ -203,7 +203,12 @@ func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
 	if err != nil {
 		return fmt.Errorf("unwind: mapping the rows: %w", err)
 	}
-	dst := mem[lo-start:]
+	putRows(mem[lo-start:], rows)
+	return unix.Munmap(mem)
+}
+
+// putRows writes rows in the kernel's layout.
+func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
 	for i, r := range rows {
 		b := dst[i*RowBytes : i*RowBytes+RowBytes]
 		binary.NativeEndian.PutUint32(b, r.Pc)
@@ -211,7 +216,6 @@ func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
 		b[6] = r.Info
 		b[7] = byte(r.FpOff)
 	}
-	return unix.Munmap(mem)
 }
 
 func (m *Manager) setState(f *file, state uint32) {

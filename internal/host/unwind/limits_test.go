@@ -21,7 +21,7 @@ import (
 
 // newManager makes a Manager over maps of its own, sized by cfg, that no
 // program reads (so the grace period is nothing to wait for).
-func newManager(t *testing.T, cfg unwind.Config) *unwind.Manager {
+func newManager(t testing.TB, cfg unwind.Config) *unwind.Manager {
 	t.Helper()
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
