@@ -64,6 +64,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
+	uw.Logger = r.log // SetDefaults gave it a no-op one
 	s, err := sampler.New(sampler.Config{
 		SampleRate:    r.cfg.SampleRate,
 		MaxStackDepth: r.cfg.MaxStackDepth,
@@ -100,6 +101,9 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	r.events = make(chan struct{})
 	go r.handleEvents()
 	go r.reportLoop(ctx)
+	if r.cfg.KernelStacks {
+		r.builder.Warm()
+	}
 	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
 		zap.String("unwinding", uw.Mode.String()),
 		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
