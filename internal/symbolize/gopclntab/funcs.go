@@ -42,6 +42,19 @@ func (t *Table) Funcs(fn func(f *Func, name []byte) bool) error {
 	return nil
 }
 
+// FuncAt returns function i (in address order, as Funcs reports them), so
+// that a caller walking the table twice need not keep the functions.
+func (t *Table) FuncAt(i int) (Func, error) {
+	if i < 0 || i >= t.nfunc {
+		return Func{}, corrupt("function %d of %d", i, t.nfunc)
+	}
+	d, err := t.decodeFunc(i)
+	if err != nil {
+		return Func{}, err
+	}
+	return Func{Entry: d.entry, End: d.end, Flag: d.flag, pcsp: d.pcsp}, nil
+}
+
 // SPDeltas calls fn for each run of f's pcsp table, in order: from pc up to
 // end the stack pointer is delta bytes below its value at entry. Runs stop
 // at the end of the function's code, which may be before f.End. A function

@@ -468,9 +468,41 @@ func TestNoSectionHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := open(t, b.stripped)
+	scans0 := scans.Load()
 	tab := open(t, p)
+	if scans.Load() == scans0 {
+		t.Error("found without section headers or symbols, yet not by scanning?")
+	}
 	if tab.gofunc != ref.gofunc || tab.textStart != ref.textStart {
 		t.Fatalf("gofunc %#x text %#x, want %#x %#x", tab.gofunc, tab.textStart, ref.gofunc, ref.textStart)
+	}
+	var a, c []frame.Frame
+	for _, pc := range samplePCs(ref, 2) {
+		a, _ = ref.Lookup(pc, true, a[:0])
+		c, _ = tab.Lookup(pc, true, c[:0])
+		if fmtOurs(a) != fmtOurs(c) {
+			t.Fatalf("%#x: %s != %s", pc, fmtOurs(c), fmtOurs(a))
+		}
+	}
+}
+
+// TestTableBySymbol: without a .gopclntab section (external linking puts
+// the table in .data.rel.ro; here the section is renamed), New finds the
+// table and moduledata through runtime.pclntab and runtime.firstmoduledata,
+// without scanning the file.
+func TestTableBySymbol(t *testing.T) {
+	b := fixture(t)
+	objcopy := testfixture.NeedTool(t, "llvm-objcopy-19")
+	p := filepath.Join(t.TempDir(), "renamed")
+	testfixture.Run(t, objcopy, "--rename-section", ".gopclntab=.rodata.pcl", b.dwarf, p)
+	ref := open(t, b.dwarf)
+	scans0 := scans.Load()
+	tab := open(t, p)
+	if n := scans.Load() - scans0; n != 0 {
+		t.Errorf("%d scans for a table the symbols locate", n)
+	}
+	if tab.gofunc != ref.gofunc || tab.textStart != ref.textStart || tab.nfunc != ref.nfunc {
+		t.Fatalf("gofunc %#x text %#x, %d funcs; want %#x %#x, %d", tab.gofunc, tab.textStart, tab.nfunc, ref.gofunc, ref.textStart, ref.nfunc)
 	}
 	var a, c []frame.Frame
 	for _, pc := range samplePCs(ref, 2) {
