@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -83,12 +82,17 @@ func buildFile(f *file, opens []string) (encoded, error) {
 			lastErr = err
 			continue
 		}
-		t, err := table.Build(ef, table.Options{MaxRows: MaxRowsPerTable})
+		// Rows go straight into their 8-byte encoding: the build holds
+		// no table of 32-byte rows.
+		enc := newEncoder(ef.Machine)
+		_, err = table.Stream(ef, table.Options{MaxRows: MaxRowsPerTable}, enc.add)
 		ef.Close()
 		if err != nil {
+			e := enc.finish()
+			e.rows.release()
 			return encoded{}, err
 		}
-		return encode(t), nil
+		return enc.finish(), nil
 	}
 	return encoded{}, lastErr
 }
@@ -104,7 +108,8 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		m.mu.Unlock()
 		return
 	}
-	if buildErr != nil || len(enc.rows) == 0 {
+	defer enc.rows.release()
+	if buildErr != nil || enc.rows.len() == 0 {
 		m.stats.BuildFailures++
 		m.setState(f, stateNone)
 		m.log.Debug("no unwind table: frame pointers", zap.String("file", f.path), zap.Error(buildErr))
@@ -114,7 +119,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		m.mu.Unlock()
 		return
 	}
-	n := uint32(len(enc.rows))
+	n := uint32(enc.rows.len())
 	f.building = true // keeps the file from being retired while the lock is dropped
 	sp, ok := m.rows.alloc(n)
 	for !ok {
@@ -152,20 +157,14 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 			m.retire(f)
 		}
 		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
-			zap.String("file", f.path), zap.Int("rows", len(enc.rows)))
+			zap.String("file", f.path), zap.Int("rows", enc.rows.len()))
 		m.mu.Unlock()
 		return
 	}
 	m.mu.Unlock() // f.building stays set while the rows are written
 
-	werr := m.writeRows(sp, enc.rows)
+	werr := m.writeRows(sp, &enc.rows)
 	base, fallbacks := enc.base, enc.fallbacks
-	if f.id.Size > 16<<20 {
-		// A big file's build leaves tens of MB of garbage; give it back
-		// now rather than let the agent's RSS sit at its peak.
-		enc = encoded{}
-		debug.FreeOSMemory()
-	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -194,16 +193,16 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 // span's pages are mapped, and only while writing, so the rows never count
 // in the agent's RSS. The Tables.Put that publishes them is a syscall, which
 // orders these stores before any program can use the rows.
-func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
+func (m *Manager) writeRows(sp span, rows *rowBuf) error {
 	page := uint64(unix.Getpagesize())
 	lo := uint64(sp.off) * RowBytes
-	hi := lo + uint64(len(rows))*RowBytes
+	hi := lo + uint64(rows.len())*RowBytes
 	start := lo &^ (page - 1)
 	mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("unwind: mapping the rows: %w", err)
 	}
-	putRows(mem[lo-start:], rows)
+	rows.writeTo(mem[lo-start:])
 	return unix.Munmap(mem)
 }
 

@@ -75,12 +75,13 @@ func benchBuild(b *testing.B, f *file, path string) int {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := len(enc.rows)
+	defer enc.rows.release()
+	n := enc.rows.len()
 	mem, err := unix.Mmap(-1, 0, max(n*RowBytes, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	if err != nil {
 		b.Fatal(err)
 	}
-	putRows(mem, enc.rows)
+	enc.rows.writeTo(mem)
 	if err := unix.Munmap(mem); err != nil {
 		b.Fatal(err)
 	}
