@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"syscall"
 	"time"
 
@@ -19,48 +21,107 @@ import (
 
 var errE2BIG = unix.E2BIG
 
-// Two builders take queued files, tables a sample waits for first, then
-// the cheapest (least unwind information): the second only takes cheap
-// ones, so that a new program's binary never waits behind a large library's
-// build. Builds run off the sampling path and never hold the Manager's lock.
+// Builders take queued files, tables a sample waits for first, then the
+// cheapest (least unwind information). At most two run: a second starts
+// only while the first builds a large file, and takes only small ones, so
+// that a new program's binary never waits behind a large library's build.
+// Builders run only while there is work, off the sampling path, and never
+// hold the Manager's lock while building.
 const fastLaneCost = 256 << 10
 
-func (m *Manager) worker(maxCost int64) {
-	defer m.workers.Done()
-	for {
-		m.mu.Lock()
-		var f *file
-		for f == nil {
-			if m.closed {
-				m.mu.Unlock()
-				return
-			}
-			// Tables samples wait for first, then the smallest file.
-			i := -1
-			for j, g := range m.queue {
-				if g.cost > maxCost {
-					continue
-				}
-				if i < 0 || g.wanted && !m.queue[i].wanted ||
-					g.wanted == m.queue[i].wanted && g.cost < m.queue[i].cost {
-					i = j
-				}
-			}
-			if i < 0 {
-				m.cond.Wait()
-				continue
-			}
-			f = m.queue[i]
-			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+// kick starts a builder if an eligible build has none. Called with m.mu held.
+func (m *Manager) kick() {
+	if m.closed {
+		return
+	}
+	switch {
+	case m.builders == 0:
+		if m.next(math.MaxInt64, true) < 0 {
+			return
 		}
-		f.queued, f.building = false, true
+		m.startBuilder(math.MaxInt64)
+	case m.builders == 1 && m.bigBuild:
+		if m.next(fastLaneCost, false) < 0 {
+			return
+		}
+		m.startBuilder(fastLaneCost)
+	}
+}
+
+func (m *Manager) startBuilder(maxCost int64) {
+	m.builders++
+	m.workers.Add(1)
+	go m.builder(maxCost)
+}
+
+// next returns the queue index of the next eligible build of at most
+// maxCost, or -1; with wake set, it arranges a kick for the earliest
+// speculative build that is not eligible yet.
+func (m *Manager) next(maxCost int64, wake bool) int {
+	i := -1
+	now := time.Now()
+	var later time.Time
+	for j, g := range m.queue {
+		if g.cost > maxCost {
+			continue
+		}
+		if !g.wanted && g.eligible.After(now) {
+			if later.IsZero() || g.eligible.Before(later) {
+				later = g.eligible
+			}
+			continue
+		}
+		if i < 0 || g.wanted && !m.queue[i].wanted ||
+			g.wanted == m.queue[i].wanted && g.cost < m.queue[i].cost {
+			i = j
+		}
+	}
+	if i < 0 && wake && !later.IsZero() {
+		m.wakeBuilders(later)
+	}
+	return i
+}
+
+// builder builds queued files until none is eligible.
+func (m *Manager) builder(maxCost int64) {
+	defer m.workers.Done()
+	m.mu.Lock()
+	for !m.closed {
+		i := m.next(maxCost, true)
+		if i < 0 {
+			break
+		}
+		f := m.queue[i]
+		m.queue = slices.Delete(m.queue, i, i+1)
+		f.queued = false
+		if !f.wanted && !m.anyAlive(f) {
+			// A speculative build whose processes are all gone (their exit
+			// events may come later): leave the file lazy; a process that
+			// maps it again, or a sample, asks for it.
+			m.stats.BuildsSkipped++
+			m.setLazy(f)
+			continue
+		}
+		f.building = true
+		big := f.cost > fastLaneCost
+		if big {
+			m.bigBuild = true
+			m.kick() // small files get a builder of their own meanwhile
+		}
 		opens := append([]string(nil), f.opens...)
 		m.mu.Unlock()
 
 		began := time.Now()
 		enc, err := buildFile(f, opens)
 		m.install(f, enc, err, time.Since(began))
+
+		m.mu.Lock()
+		if big {
+			m.bigBuild = false
+		}
 	}
+	m.builders--
+	m.mu.Unlock()
 }
 
 // buildFile opens the file by one of its paths, checks it is the version

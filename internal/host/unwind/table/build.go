@@ -39,16 +39,16 @@ type source struct {
 }
 
 type builder struct {
-	f     *elfx.File
-	max   int
-	regs  archRegs
-	text  [][2]uint64 // executable address ranges
+	f    *elfx.File
+	max  int
+	regs archRegs
+	text [][2]uint64 // executable address ranges
 	// code is where code without CFI may hide: the executable sections, or
 	// text when section headers are gone (an executable segment may also
 	// hold read-only data, which is not scanned).
 	codeRanges [][2]uint64
-	big   bool
-	ptrSz int
+	big        bool
+	ptrSz      int
 	// code returns n bytes of the file image at a virtual address, or nil.
 	code  func(addr uint64, n int) []byte
 	srcs  []*source
