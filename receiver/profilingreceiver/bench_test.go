@@ -116,14 +116,14 @@ func BenchmarkSamplerOverhead(b *testing.B) {
 	}
 	var sum strings.Builder
 	fmt.Fprintf(&sum, "receiver at 99 Hz, unwinding %s, %d s per run, both cores busy (load average %s):\n", mode, secs, loadAvg())
-	fmt.Fprintf(&sum, "  %-8s %14s %12s %14s %10s %12s %15s %10s %13s\n",
+	fmt.Fprintf(&sum, "  %-15s %14s %12s %14s %10s %12s %15s %10s %13s\n",
 		"run", "steady CPU %", "whole run %", "BPF ns/sample", "RSS MB", "peak RSS MB", "start peak MB", "perf CPU %", "perf RSS MB")
 	for _, r := range results {
 		name := r.name
 		if r.churn > 0 {
 			name = fmt.Sprintf("%s (%.0f/s)", r.name, r.churn)
 		}
-		fmt.Fprintf(&sum, "  %-8s %14.2f %12.2f %14.0f %10.1f %12.1f %15.1f %10.2f %13.1f\n",
+		fmt.Fprintf(&sum, "  %-15s %14.2f %12.2f %14.0f %10.1f %12.1f %15.1f %10.2f %13.1f\n",
 			name, r.steadyCPU, r.cpu, r.bpfNs, r.rss, r.peakRSS, r.startPeakRSS, r.perfCPU, r.perfRSS)
 	}
 	// Printed, not logged: a parent benchmark's log is not shown.
@@ -211,7 +211,9 @@ func benchOnce(b *testing.B, perf string, secs int) benchResult {
 	if err := pc.Start(); err != nil {
 		b.Fatal(err)
 	}
-	perfPeak := watchPeakRSS(pc.Process.Pid)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	perfPeak := watchPeakRSS(pc.Process.Pid, time.Now().Add(time.Duration(secs)*time.Second-time.Second), stopWatch)
 	// Steady state: after start-up (BPF load, kallsyms, the first snapshot
 	// of every process on the host) and before the final report.
 	const settle = 3 * time.Second
@@ -281,9 +283,12 @@ func benchOnce(b *testing.B, perf string, secs int) benchResult {
 	return r
 }
 
-// watchPeakRSS follows the VmHWM of process pid until it exits; the
-// function returned gives the last value read, in bytes.
-func watchPeakRSS(pid int) func() uint64 {
+// watchPeakRSS follows the VmHWM of process pid until it exits or stop is
+// closed; the function returned gives the last value read, in bytes. Each
+// read costs this process CPU, so it reads every 2 s until busyAt (when perf
+// stops recording and starts writing its file, where its RSS peaks), then
+// every 100 ms.
+func watchPeakRSS(pid int, busyAt time.Time, stop <-chan struct{}) func() uint64 {
 	var peak atomic.Uint64
 	path := filepath.Join("/proc", strconv.Itoa(pid), "status")
 	go func() {
@@ -298,7 +303,15 @@ func watchPeakRSS(pid int) func() uint64 {
 					peak.Store(max(peak.Load(), kb<<10))
 				}
 			}
-			time.Sleep(200 * time.Millisecond)
+			d := 100 * time.Millisecond
+			if time.Until(busyAt) > 2*time.Second {
+				d = 2 * time.Second
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
 		}
 	}()
 	return peak.Load

@@ -157,11 +157,11 @@ func New(opt Options) *Builder {
 // Tracked is the number of processes with a snapshot.
 func (b *Builder) Tracked() int { return b.norm.Tracked() }
 
-// Warm reads kallsyms now, in the background, instead of in the first
-// report that meets a kernel frame (tens of ms of CPU for a distribution
-// kernel): call it at start when kernel stacks are sampled.
+// Warm reads kallsyms now rather than in the first report that meets a
+// kernel frame (tens of ms of CPU for a distribution kernel): call it, in a
+// goroutine of its own, at start when kernel stacks are sampled.
 func (b *Builder) Warm() {
-	go func() { _, _ = b.kern.Info() }()
+	_, _ = b.kern.Info()
 }
 
 // HandleEvent reacts to the sampler's process events: a snapshot is taken
