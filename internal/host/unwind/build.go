@@ -16,6 +16,7 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/unwind/table"
 )
 
@@ -112,7 +113,7 @@ func (m *Manager) builder(maxCost int64) {
 		m.mu.Unlock()
 
 		began := time.Now()
-		enc, err := buildFile(f, opens)
+		enc, err := buildFile(f, opens, m.maxRows)
 		m.install(f, enc, err, time.Since(began))
 
 		m.mu.Lock()
@@ -126,7 +127,7 @@ func (m *Manager) builder(maxCost int64) {
 
 // buildFile opens the file by one of its paths, checks it is the version
 // the processes map, and builds and encodes its table.
-func buildFile(f *file, opens []string) (encoded, error) {
+func buildFile(f *file, opens []string, maxRows int) (encoded, error) {
 	var lastErr error = errors.New("no path to open")
 	for _, p := range opens {
 		var st syscall.Stat_t
@@ -146,7 +147,7 @@ func buildFile(f *file, opens []string) (encoded, error) {
 		// Rows go straight into their 8-byte encoding: the build holds
 		// no table of 32-byte rows.
 		enc := newEncoder(ef.Machine)
-		_, err = table.Stream(ef, table.Options{MaxRows: MaxRowsPerTable}, enc.add)
+		_, err = table.Stream(ef, table.Options{MaxRows: maxRows}, enc.add)
 		ef.Close()
 		if err != nil {
 			e := enc.finish()
@@ -170,6 +171,19 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		return
 	}
 	defer enc.rows.release()
+	if errors.Is(buildErr, frame.ErrLimitExceeded) {
+		// More rows than the rows map holds: as if there were no room.
+		m.stats.NoRoom++
+		f.noRoom = true
+		m.setState(f, stateNone)
+		if f.refs == 0 {
+			m.retire(f)
+		}
+		m.log.Info("unwind table larger than unwinding.max_table_bytes: frame pointers for this file",
+			zap.String("file", f.path), zap.Error(buildErr))
+		m.mu.Unlock()
+		return
+	}
 	if buildErr != nil || enc.rows.len() == 0 {
 		m.stats.BuildFailures++
 		m.setState(f, stateNone)
@@ -250,21 +264,24 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		zap.Int("fallback_rows", fallbacks), zap.Duration("took", took))
 }
 
-// writeRows copies rows into their span of the mmapable rows map. Only the
-// span's pages are mapped, and only while writing, so the rows never count
-// in the agent's RSS. The Tables.Put that publishes them is a syscall, which
-// orders these stores before any program can use the rows.
+// writeRows copies rows into their span of the mmapable rows map, one
+// chunk (128 KiB) at a time: only the chunk's pages are mapped, and only
+// while writing, so the rows never count in the agent's RSS beyond one
+// chunk. The Tables.Put that publishes them is a syscall, which orders
+// these stores before any program can use the rows.
 func (m *Manager) writeRows(sp span, rows *rowBuf) error {
 	page := uint64(unix.Getpagesize())
-	lo := uint64(sp.off) * RowBytes
-	hi := lo + uint64(rows.len())*RowBytes
-	start := lo &^ (page - 1)
-	mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("unwind: mapping the rows: %w", err)
-	}
-	rows.writeTo(mem[lo-start:])
-	return unix.Munmap(mem)
+	return rows.each(func(first int, part []bpf.ProfileUnwindRow) error {
+		lo := (uint64(sp.off) + uint64(first)) * RowBytes
+		hi := lo + uint64(len(part))*RowBytes
+		start := lo &^ (page - 1)
+		mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("unwind: mapping the rows: %w", err)
+		}
+		putRows(mem[lo-start:], part)
+		return unix.Munmap(mem)
+	})
 }
 
 // putRows writes rows in the kernel's layout.

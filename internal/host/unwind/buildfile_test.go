@@ -71,7 +71,7 @@ func BenchmarkBuildFile(b *testing.B) {
 // benchBuild builds f's table as a builder does and copies its rows into
 // a shared anonymous mapping, as writeRows does into the rows map.
 func benchBuild(b *testing.B, f *file, path string) int {
-	enc, err := buildFile(f, []string{path})
+	enc, err := buildFile(f, []string{path}, MaxRowsPerTable)
 	if err != nil {
 		b.Fatal(err)
 	}

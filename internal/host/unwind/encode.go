@@ -198,21 +198,40 @@ func (b *rowBuf) truncate(n int) {
 	}
 }
 
-// writeTo copies the rows into dst in the kernel's layout.
-func (b *rowBuf) writeTo(dst []byte) {
+// each calls fn for the rows of each chunk in order, with the index of its
+// first row, until fn fails.
+func (b *rowBuf) each(fn func(first int, rows []bpf.ProfileUnwindRow) error) error {
 	for i, c := range b.chunks {
 		n := min(b.n-i*chunkRows, chunkRows)
 		if n <= 0 {
 			break
 		}
-		putRows(dst[i*chunkRows*RowBytes:], c[:n])
+		if err := fn(i*chunkRows, c[:n]); err != nil {
+			return err
+		}
 	}
+	return nil
 }
+
+// writeTo copies the rows into dst in the kernel's layout.
+func (b *rowBuf) writeTo(dst []byte) {
+	_ = b.each(func(first int, rows []bpf.ProfileUnwindRow) error {
+		putRows(dst[first*RowBytes:], rows)
+		return nil
+	})
+}
+
+// pooledChunks is how many chunks a release keeps for the next build (1 MiB,
+// more than most tables need); a big table's others are garbage at once
+// rather than held by the pool until the GC empties it.
+const pooledChunks = 8
 
 // release returns the chunks to the pool; the rows are gone.
 func (b *rowBuf) release() {
 	for i, c := range b.chunks {
-		chunkPool.Put(c)
+		if i < pooledChunks {
+			chunkPool.Put(c)
+		}
 		b.chunks[i] = nil
 	}
 	b.chunks, b.n = nil, 0

@@ -82,6 +82,10 @@ type Manager struct {
 	cfg  Config
 	maps Maps
 	log  *zap.Logger
+	// maxRows bounds a build: a table larger than the rows map could never
+	// be loaded, so its build stops there, and a build's transient memory
+	// (about 2-2.5 times its rows' 8 bytes) is bounded by max_table_bytes.
+	maxRows int
 
 	mu      sync.Mutex
 	files   map[normalize.FileID]*file
@@ -110,7 +114,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg: cfg, maps: maps, log: cfg.Logger,
+		cfg: cfg, maps: maps, log: cfg.Logger, maxRows: min(MaxRowsPerTable, int(cfg.Rows())),
 		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
