@@ -49,9 +49,7 @@ type encoded struct {
 // encode turns a built table into kernel rows (see encoder).
 func encode(t *table.Table) encoded {
 	e := newEncoder(t.Arch)
-	for _, r := range t.Rows {
-		e.add(r)
-	}
+	e.add(t.Rows)
 	return e.finish()
 }
 
@@ -78,11 +76,18 @@ func newEncoder(arch elf.Machine) *encoder {
 	return e
 }
 
-// add takes the next row; it never fails (its signature is table.Sink's).
-func (c *encoder) add(r table.Row) error {
-	if c.ended {
-		return nil
+// add takes the next rows; it never fails (its signature is table.Sink's).
+func (c *encoder) add(rows []table.Row) error {
+	for i := range rows {
+		if c.ended {
+			return nil
+		}
+		c.add1(&rows[i])
 	}
+	return nil
+}
+
+func (c *encoder) add1(r *table.Row) {
 	if !c.started {
 		c.started, c.e.base = true, r.PC
 	}
@@ -92,7 +97,7 @@ func (c *encoder) add(r table.Row) error {
 		c.e.rows.append(bpf.ProfileUnwindRow{Pc: math.MaxUint32, Info: rowFallback})
 		c.e.fallbacks++
 		c.ended = true
-		return nil
+		return
 	}
 	k := bpf.ProfileUnwindRow{Pc: uint32(off)}
 	ok := true
@@ -133,16 +138,16 @@ func (c *encoder) add(r table.Row) error {
 	}
 	if c.hasLast {
 		if c.last.Info == k.Info && c.last.CfaOff == k.CfaOff && c.last.FpOff == k.FpOff {
-			return nil // same rule as the row before: it already covers this PC
+			return // same rule as the row before: it already covers this PC
 		}
 		if c.last.Pc == k.Pc {
 			c.last = k // a later row at the same PC wins
-			return nil
+			return
 		}
 		c.store()
 	}
 	c.last, c.hasLast = k, true
-	return nil
+	return
 }
 
 func (c *encoder) store() {
@@ -169,6 +174,8 @@ func (c *encoder) finish() encoded {
 type rowBuf struct {
 	chunks []*rowChunk
 	n      int
+	cur    *rowChunk // the last chunk, holding k rows
+	k      int
 }
 
 // chunkRows rows of 8 bytes: 128 KiB per chunk.
@@ -181,11 +188,17 @@ var chunkPool = sync.Pool{New: func() any { return new(rowChunk) }}
 func (b *rowBuf) len() int { return b.n }
 
 func (b *rowBuf) append(r bpf.ProfileUnwindRow) {
-	if b.n == len(b.chunks)*chunkRows {
-		b.chunks = append(b.chunks, chunkPool.Get().(*rowChunk))
+	if b.cur == nil || b.k == chunkRows {
+		b.grow()
 	}
-	b.chunks[b.n/chunkRows][b.n%chunkRows] = r
+	b.cur[b.k&(chunkRows-1)] = r
+	b.k++
 	b.n++
+}
+
+func (b *rowBuf) grow() {
+	b.cur, b.k = chunkPool.Get().(*rowChunk), 0
+	b.chunks = append(b.chunks, b.cur)
 }
 
 func (b *rowBuf) at(i int) bpf.ProfileUnwindRow { return b.chunks[i/chunkRows][i%chunkRows] }
@@ -195,6 +208,11 @@ func (b *rowBuf) set(i int, r bpf.ProfileUnwindRow) { b.chunks[i/chunkRows][i%ch
 func (b *rowBuf) truncate(n int) {
 	if n < b.n {
 		b.n = n
+		b.chunks = b.chunks[:(n+chunkRows-1)/chunkRows]
+		b.cur, b.k = nil, 0
+		if len(b.chunks) > 0 {
+			b.cur, b.k = b.chunks[len(b.chunks)-1], n-(len(b.chunks)-1)*chunkRows
+		}
 	}
 }
 
@@ -234,5 +252,5 @@ func (b *rowBuf) release() {
 		}
 		b.chunks[i] = nil
 	}
-	b.chunks, b.n = nil, 0
+	b.chunks, b.n, b.cur, b.k = nil, 0, nil, 0
 }

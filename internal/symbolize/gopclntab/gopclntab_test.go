@@ -717,3 +717,23 @@ func BenchmarkNew(b *testing.B) {
 		}
 	}
 }
+
+// TestFuncAt: FuncAt reads each function as Funcs reports it.
+func TestFuncAt(t *testing.T) {
+	tab := open(t, fixture(t).stripped)
+	i := 0
+	err := tab.Funcs(func(f *Func, _ []byte) bool {
+		g, err := tab.FuncAt(i)
+		if err != nil || g != *f {
+			t.Fatalf("function %d: FuncAt %+v, %v; Funcs %+v", i, g, err, *f)
+		}
+		i++
+		return true
+	})
+	if err != nil || i != tab.NumFuncs() {
+		t.Fatalf("%d of %d functions: %v", i, tab.NumFuncs(), err)
+	}
+	if _, err := tab.FuncAt(i); err == nil {
+		t.Fatal("FuncAt past the end")
+	}
+}

@@ -201,11 +201,13 @@ func (b *builder) build(sink Sink) (Info, error) {
 	return Info{Arch: b.f.Machine, Source: strings.Join(names, "+"), Rows: n, Stats: b.stats}, nil
 }
 
-// piece is a part of a source's segment that made it into the table.
+// piece is a part of a source's segment that made it into the table: the
+// segment is b.srcs[src].segs[seg]. Indexes, not pointers, so that the GC
+// need not scan the pieces (one or more per FDE).
 type piece struct {
 	start, end uint64
-	src        *source
-	seg        *seg
+	seg        int32
+	src        int32
 }
 
 // merge resolves overlaps: within a source the earlier-starting range wins;
@@ -223,6 +225,7 @@ func (b *builder) merge(srcs []*source) []piece {
 // mergeInto adds the parts of s's segments not yet covered.
 func (b *builder) mergeInto(covered []piece, s *source) []piece {
 	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
+	src := int32(slices.Index(b.srcs, s))
 	add := make([]piece, 0, len(s.segs))
 	var reach uint64 // end of s's own ranges so far
 	j := 0
@@ -250,7 +253,7 @@ func (b *builder) mergeInto(covered []piece, s *source) []piece {
 			if k < len(covered) && covered[k].start < e {
 				e = covered[k].start
 			}
-			add = append(add, piece{start: a, end: e, src: s, seg: g})
+			add = append(add, piece{start: a, end: e, src: src, seg: int32(i)})
 			a = e
 		}
 	}
@@ -327,10 +330,8 @@ func (e *emitter) flush(all bool) error {
 	if n <= 0 {
 		return nil
 	}
-	for i := range n {
-		if err := e.sink(e.buf[i]); err != nil {
-			return err
-		}
+	if err := e.sink(e.buf[:n]); err != nil {
+		return err
 	}
 	e.sent += n
 	e.buf = e.buf[:copy(e.buf, e.buf[n:])]
@@ -430,10 +431,11 @@ func (b *builder) emit(pieces []piece, sink Sink) (int, error) {
 		n0 := len(em.buf)
 		em.begin(p.start, p.end)
 		var err error
-		if g := p.seg; g.kind != KindNormal {
+		src := b.srcs[p.src]
+		if g := &src.segs[p.seg]; g.kind != KindNormal {
 			err = em.row(Row{PC: g.start, Kind: g.kind})
 		} else {
-			err = p.src.gen(g, em)
+			err = src.gen(g, em)
 		}
 		if err == nil {
 			err = em.finish()

@@ -378,8 +378,8 @@ func TestHostileFDEFlood(t *testing.T) {
 // emitAll is emit into a slice.
 func (b *builder) emitAll(pieces []piece) ([]Row, error) {
 	var rows []Row
-	_, err := b.emit(pieces, func(r Row) error {
-		rows = append(rows, r)
+	_, err := b.emit(pieces, func(batch []Row) error {
+		rows = append(rows, batch...)
 		return nil
 	})
 	return rows, err

@@ -119,8 +119,8 @@ var (
 // Build return an error wrapping frame.ErrCorruptFile.
 func Build(f *elfx.File, opt Options) (*Table, error) {
 	var rows []Row
-	info, err := Stream(f, opt, func(r Row) error {
-		rows = append(rows, r)
+	info, err := Stream(f, opt, func(batch []Row) error {
+		rows = append(rows, batch...)
 		return nil
 	})
 	if err != nil {
@@ -129,10 +129,11 @@ func Build(f *elfx.File, opt Options) (*Table, error) {
 	return &Table{Arch: info.Arch, Source: info.Source, Rows: slices.Clip(rows), Stats: info.Stats}, nil
 }
 
-// Sink takes a table's rows one at a time, in address order, each final
+// Sink takes a table's rows in address order, a batch at a time (the
+// slice is the builder's: it is valid only during the call), each row final
 // when it is handed over (Table.Rows says what they mean). An error stops
 // the build, and Stream returns it.
-type Sink func(Row) error
+type Sink func([]Row) error
 
 // Info describes a streamed table: what Table holds besides its rows.
 type Info struct {
