@@ -262,8 +262,9 @@ func benchOnce(b *testing.B, perf string, secs int) benchResult {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b.Logf("stops %v, tables %s; Go heap in use %.1f MB, idle %.1f MB (released %.1f MB), sys %.1f MB",
-		st.Stops, unwindStats, float64(ms.HeapInuse)/1e6, float64(ms.HeapIdle)/1e6, float64(ms.HeapReleased)/1e6, float64(ms.Sys)/1e6)
+	b.Logf("stops %v, tables %s; Go heap in use %.1f MB, idle %.1f MB (released %.1f MB), sys %.1f MB; resident anon %.1f MB, file %.1f MB, shmem %.1f MB",
+		st.Stops, unwindStats, float64(ms.HeapInuse)/1e6, float64(ms.HeapIdle)/1e6, float64(ms.HeapReleased)/1e6, float64(ms.Sys)/1e6,
+		float64(testfixture.StatusBytes("RssAnon"))/1e6, float64(testfixture.StatusBytes("RssFile"))/1e6, float64(testfixture.StatusBytes("RssShmem"))/1e6)
 	b.ReportMetric(r.cpu, "receiver_cpu_%")
 	b.ReportMetric(r.steadyCPU, "receiver_steady_cpu_%")
 	b.ReportMetric(r.rss, "receiver_rss_MB")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 	"syscall"
 	"time"
@@ -21,6 +22,10 @@ import (
 )
 
 var errE2BIG = unix.E2BIG
+
+// freeAfterRows: a build of at least this many rows (2 MiB of them, a
+// transient heap of about 5 MB) returns its memory to the OS when done.
+const freeAfterRows = 256 << 10
 
 // Builders take queued files, tables a sample waits for first, then the
 // cheapest (least unwind information). At most two run: a second starts
@@ -240,6 +245,14 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 
 	werr := m.writeRows(sp, &enc.rows)
 	base, fallbacks := enc.base, enc.fallbacks
+	enc.rows.release()
+	if n >= freeAfterRows {
+		// The build's heap (2-2.5 times its rows' 8 bytes) is garbage now;
+		// without a collection the runtime keeps it resident until later
+		// ones lower its goal (measured: libLLVM's 15 MB still there 7 s
+		// after, 0 MB with this, at no measurable CPU).
+		debug.FreeOSMemory()
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
