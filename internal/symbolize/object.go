@@ -190,9 +190,11 @@ func (o *object) closeFiles() {
 // address from the symbol table when a symbol covers the address: the table
 // names the real (possibly cloned, e.g. ".constprop.0") function that the
 // address belongs to, where DWARF names only the source function.
-func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Frame, error) {
+//
+// missing is set when the frames come from a symbol table alone because
+// debug info the object has could not be used (see Handle.Missing).
+func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	base := len(dst)
-	var err error
 	if o.dwarf != nil {
 		dst, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
 		if err != nil {
@@ -206,6 +208,16 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Fra
 			dst = dst[:base]
 			if err == nil {
 				err = gerr
+			}
+		}
+	}
+	if len(dst) == base {
+		// Lines can come from nowhere else: say why, if the reason is a
+		// failure rather than the plain absence of debug info.
+		for _, e := range []error{err, o.why} {
+			if e != nil && !errors.Is(e, frame.ErrNoDebugInfo) {
+				missing = e
+				break
 			}
 		}
 	}
@@ -230,15 +242,15 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Fra
 		}
 	}
 	if len(dst) > base {
-		return dst, nil
+		return dst, missing, nil
 	}
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	if o.why != nil {
-		return dst, o.why
+		return dst, nil, o.why
 	}
-	return dst, frame.ErrNoDebugInfo
+	return dst, nil, frame.ErrNoDebugInfo
 }
 
 func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {

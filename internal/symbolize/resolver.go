@@ -118,6 +118,7 @@ type Handle struct {
 	key     string
 	obj     *object
 	scratch []frame.Frame
+	missing error // of the last Lookup
 }
 
 // Open returns a handle on the object held by bin (the binary: code,
@@ -204,8 +205,8 @@ func (h *Handle) BuildID() []byte { return h.obj.buildID }
 // Lookup appends the frames of one address to dst, innermost first. An
 // unresolved address leaves dst as it was and returns the reason.
 func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
-	raw, err := h.obj.lookup(addr, &h.r.opt, h.scratch[:0])
-	h.scratch = raw
+	raw, missing, err := h.obj.lookup(addr, &h.r.opt, h.scratch[:0])
+	h.scratch, h.missing = raw, missing
 	for _, f := range raw {
 		name := f.Name
 		if h.r.opt.Demangle {
@@ -255,6 +256,15 @@ func (r *Resolver) Symbolize(ctx context.Context, bin, debug string, addrs []uin
 	}
 	return out
 }
+
+// Missing says why the frames the last Lookup returned have no lines
+// although the object has debug info: they were named from a symbol table
+// because its DWARF could not be used (frame.ErrLimitExceeded when
+// decompressing it would pass Limits.MaxDecompressedBytes,
+// frame.ErrCorruptFile, a debug file of another build, ...). It is nil when
+// the frames have lines, when nothing named the address, and when the
+// object simply has no debug info.
+func (h *Handle) Missing() error { return h.missing }
 
 // IsUnresolved reports whether err only says that nothing names the address
 // (as opposed to a broken or missing file).

@@ -111,11 +111,21 @@ func (o Options) MemoryBudget() int64 {
 
 // Stats counts what one call did.
 type Stats struct {
-	Resolved    int64
-	Unresolved  map[string]int64 // by reason
+	Resolved   int64
+	Unresolved map[string]int64 // by reason
+	// Incomplete counts resolved frames named from a symbol table because
+	// their binary's debug info could not be used, by reason.
+	Incomplete  map[string]int64
 	CacheHits   int64
 	CacheMisses int64
 	Skipped     int64 // already named, or not native
+}
+
+func (s *Stats) incomplete(reason string) {
+	if s.Incomplete == nil {
+		s.Incomplete = map[string]int64{}
+	}
+	s.Incomplete[reason]++
 }
 
 func (s *Stats) unresolved(reason string) {
@@ -182,6 +192,9 @@ func keyOf(num, addr uint64) (uint64, bool) {
 type result struct {
 	lines []rline // innermost first
 	err   error
+	// missing is why lines are missing from a named answer (a reason, see
+	// symbolize.Handle.Missing), or "".
+	missing string
 }
 
 // partialResult is a failure, or an answer from files short of DWARF,
@@ -499,6 +512,9 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 				}
 				r.lines[i] = rline{fn: s.intern(funcTuple{f.Function, f.Name, f.File, int64(f.StartLine)}), line: line, col: col}
 			}
+			if m := o.h.Missing(); m != nil {
+				r.missing = frame.Reason(m)
+			}
 		} else {
 			r.err = err
 			if r.err == nil || symbolize.IsUnresolved(r.err) {
@@ -638,6 +654,12 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		}
 		st.Resolved++
 		setLines(d, loc, r.lines, fnIdx)
+		if r.missing != "" {
+			st.incomplete(r.missing)
+			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
+				loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
+			}
+		}
 		f := touched[loc.MappingIndex()]
 		if f == nil {
 			f = &mappingFlags{}
