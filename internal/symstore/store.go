@@ -126,7 +126,9 @@ type Store struct {
 	bytes   int64
 	objects int64
 	leases  map[string]lease
-	listed  time.Time
+	// leasesPruned: no pruning before this (the last one freed little).
+	leasesPruned time.Time
+	listed       time.Time
 
 	gen atomic.Uint64 // bumped whenever files are added
 
@@ -316,20 +318,44 @@ func (s *Store) Missing(ids []string, withLease bool) (MissingResult, error) {
 			res.Pending = append(res.Pending, id)
 			continue
 		}
+		if len(s.leases) >= s.maxLeases() {
+			s.pruneLeases(now)
+		}
+		if len(s.leases) >= s.maxLeases() {
+			// Every agent asking for new ids at once, or one asking for
+			// made-up ones: nobody gets a lease until some expire, and the
+			// ids are asked about again later.
+			res.Pending = append(res.Pending, id)
+			continue
+		}
 		l := lease{token: newToken(), until: now.Add(s.cfg.Lease)}
 		s.leases[id] = l
 		res.Upload = append(res.Upload, Lease{BuildID: id, Token: l.token})
 	}
-	if len(s.leases) > 4*s.cfg.MaxQueryIDs {
-		for id, l := range s.leases {
-			if now.After(l.until) {
-				delete(s.leases, id)
-			}
-		}
-	}
 	s.mu.Unlock()
 	s.obs.Queried(len(ids), len(res.Upload)+len(res.Pending))
 	return res, nil
+}
+
+// maxLeases bounds the leases held at once: ids come from agents, and a
+// lease lives for the lease duration whatever the agent does.
+func (s *Store) maxLeases() int { return max(8*s.cfg.MaxQueryIDs, 1024) }
+
+// pruneLeases drops expired leases; s.mu is held. It runs only when the
+// map is full, and frees at least a quarter of it or waits for a later
+// expiry, so that a full map of live leases is not walked per id.
+func (s *Store) pruneLeases(now time.Time) {
+	if now.Before(s.leasesPruned) {
+		return
+	}
+	for id, l := range s.leases {
+		if now.After(l.until) {
+			delete(s.leases, id)
+		}
+	}
+	if len(s.leases) > s.maxLeases()*3/4 {
+		s.leasesPruned = now.Add(s.cfg.Lease / 8)
+	}
 }
 
 func newToken() string {
