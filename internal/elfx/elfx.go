@@ -56,6 +56,16 @@ type budget struct {
 	mu    sync.Mutex // serializes decompression, so a reservation is exact
 	limit int64
 	spent int64
+	pool  *Pool // shared with other files, or nil
+}
+
+// mem is where the file's decompressed sections live: sectionMemory,
+// charged to the pool when there is one.
+func (b *budget) mem() memory {
+	if b.pool == nil {
+		return sectionMemory
+	}
+	return pooled{memory: sectionMemory, pool: b.pool}
 }
 
 // NewFile parses an ELF image held in memory, with the default limits. The
@@ -66,7 +76,7 @@ func NewFile(data []byte) (*File, error) { return NewFileLimits(data, Limits{}) 
 // applies: the image is already in memory).
 func NewFileLimits(data []byte, lim Limits) (*File, error) {
 	lim = lim.withDefaults()
-	return newFile(data, "", &budget{limit: lim.MaxDecompressedBytes})
+	return newFile(data, "", &budget{limit: lim.MaxDecompressedBytes, pool: lim.Pool})
 }
 
 // Embedded parses an ELF image found inside f (the xz-compressed ELF of
@@ -99,8 +109,9 @@ func (f *File) Close() error {
 	f.unmap = nil
 	f.data = nil
 	f.mu.Lock()
+	mem := f.budget.mem()
 	for _, b := range f.freeOnClose {
-		sectionMemory.free(b)
+		mem.free(b)
 	}
 	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
 	f.mu.Unlock()
@@ -116,6 +127,14 @@ func (f *File) SizeBytes() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return int64(len(f.data)) + f.extra
+}
+
+// HeldBytes is the decompressed section bytes the File holds now (and
+// returns to its Pool, if any, on Close).
+func (f *File) HeldBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.extra
 }
 
 // DecompressedBytes is how many bytes decompression of this file (and of
@@ -285,16 +304,17 @@ func (b *budget) check(size uint64) error {
 func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, error) {
 	// Start small: a header may lie, and a real stream expands at most
 	// about 1000x (zlib's limit), so a few times the input is a fair guess.
-	out, err := growRead(r, int64(size), int64(compressed)*4, sectionMemory)
+	mem := f.budget.mem()
+	out, err := growRead(r, int64(size), int64(compressed)*4, mem)
 	f.budget.spent += int64(len(out))
 	if err == nil && uint64(len(out)) != size {
 		err = fmt.Errorf("decompressed %d bytes, header says %d: %w", len(out), size, ErrCorrupt)
 	}
 	if err != nil {
-		sectionMemory.free(out)
+		mem.free(out)
 		return nil, err
 	}
-	out = sectionMemory.trim(out)
+	out = mem.trim(out)
 	f.mu.Lock()
 	f.freeOnClose = append(f.freeOnClose, out)
 	f.mu.Unlock()

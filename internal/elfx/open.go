@@ -89,7 +89,7 @@ func open(path string, lim Limits) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := newFile(data, path, &budget{limit: lim.MaxDecompressedBytes})
+	f, err := newFile(data, path, &budget{limit: lim.MaxDecompressedBytes, pool: lim.Pool})
 	if err != nil {
 		unmap(data)
 		return nil, err

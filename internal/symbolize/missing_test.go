@@ -45,3 +45,63 @@ func TestMissing(t *testing.T) {
 		r.Close()
 	}
 }
+
+// The decompressed DWARF of every open object together stays within the
+// engine's pool (CacheBytes): an object that does not fit while others are
+// in use is named from its symbol table, marked as worth retrying and not
+// kept; once the others are idle it is opened with its DWARF, idle objects
+// giving their memory back.
+func TestDecompressedPool(t *testing.T) {
+	var bins []string
+	for _, seed := range []string{"31", "32"} {
+		bins = append(bins, testfixture.Build(t, testfixture.Spec{Name: "prog-gz" + seed, Lang: "c", Sources: []string{"processor/prog.c"},
+			Args: []string{"-O2", "-g", "-gz=zlib", "-Wl,--build-id", "-DSEED=" + seed}}))
+	}
+	probe := New(DefaultOptions())
+	h, err := probe.Open(context.Background(), bins[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, _ := probe.DecompressedStats()
+	h.Close()
+	probe.Close()
+	if held == 0 {
+		t.Fatal("the fixture has no compressed DWARF")
+	}
+
+	opt := DefaultOptions()
+	opt.CacheBytes = held * 3 / 2
+	opt.Limits = elfx.Limits{MaxDecompressedBytes: held * 3 / 2}
+	r := New(opt)
+	defer r.Close()
+	hot := func(bin string) uint64 { start, size := testfixture.Func(t, bin, "hot"); return start + size/2 }
+	a, err := r.Open(context.Background(), bins[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Open(context.Background(), bins[1], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err := b.Lookup(hot(bins[1]), nil)
+	if err != nil || len(frames) == 0 || frames[0].Line != 0 || !frame.Transient(b.Missing()) || !errors.Is(b.Missing(), frame.ErrLimitExceeded) {
+		t.Fatalf("second object while the first is in use: %v %+v, Missing %v", err, frames, b.Missing())
+	}
+	if used, limit, refused := r.DecompressedStats(); used > limit || refused == 0 {
+		t.Errorf("pool %d of %d, %d refused", used, limit, refused)
+	}
+	a.Close()
+	b.Close()
+	b, err = r.Open(context.Background(), bins[1], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err = b.Lookup(hot(bins[1]), nil)
+	if err != nil || len(frames) == 0 || frames[0].Line == 0 || b.Missing() != nil {
+		t.Errorf("second object once the first is idle: %v %+v, Missing %v", err, frames, b.Missing())
+	}
+	b.Close()
+	if used, limit, _ := r.DecompressedStats(); used > limit {
+		t.Errorf("pool %d of %d", used, limit)
+	}
+}

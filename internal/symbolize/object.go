@@ -156,6 +156,17 @@ func (o *object) sizeBytes() int64 {
 	return n
 }
 
+// heldBytes is the decompressed section bytes the object's files hold.
+func (o *object) heldBytes() int64 {
+	var n int64
+	for _, f := range []*elfx.File{o.bin, o.dbg} {
+		if f != nil {
+			n += f.HeldBytes()
+		}
+	}
+	return n
+}
+
 // acquire pins the object against closing while a lookup uses it.
 func (o *object) acquire() { o.refs.Add(1) }
 

@@ -41,7 +41,11 @@ type Options struct {
 	// (0: demangle.DefaultEntries, demangle.DefaultBytes).
 	DemangleEntries int
 	DemangleBytes   int64
-	// Limits bound each file opened (size, decompressed bytes).
+	// Limits bound each file opened (size, decompressed bytes). Unless
+	// Limits.Pool is set, the Resolver makes one: the decompressed bytes of
+	// every file it has open, cached or in use, stay within CacheBytes (or
+	// MaxDecompressedBytes, if larger, so that any file within the
+	// per-file bound can be opened).
 	Limits elfx.Limits
 }
 
@@ -64,6 +68,7 @@ type Resolver struct {
 	dm    *demangle.Cache
 	cache *lru.Cache[string, *entry]
 	group singleflight.Group
+	pool  *elfx.Pool
 }
 
 type entry struct {
@@ -80,7 +85,13 @@ func New(opt Options) *Resolver {
 	if opt.NegativeTTL <= 0 {
 		opt.NegativeTTL = DefaultNegativeTTL
 	}
-	r := &Resolver{opt: opt, dm: demangle.NewCache(opt.DemangleEntries, opt.DemangleBytes)}
+	r := &Resolver{dm: demangle.NewCache(opt.DemangleEntries, opt.DemangleBytes)}
+	if opt.Limits.Pool == nil {
+		lim := opt.Limits.WithDefaults()
+		opt.Limits.Pool = elfx.NewPool(max(opt.CacheBytes, lim.MaxDecompressedBytes))
+		opt.Limits.Pool.SetReclaim(r.reclaim)
+	}
+	r.opt, r.pool = opt, opt.Limits.Pool
 	r.cache = lru.New[string, *entry](opt.CacheBytes, 0,
 		func(e *entry) int64 {
 			if e.obj == nil {
@@ -95,6 +106,23 @@ func New(opt Options) *Resolver {
 		})
 	return r
 }
+
+// reclaim closes cached objects no lookup is using that hold decompressed
+// sections, least recently used first, until need bytes of the pool are
+// free: a new file's DWARF is worth more than an idle one's.
+func (r *Resolver) reclaim(need int64) {
+	start, _, _ := r.pool.Stats()
+	r.cache.EvictWhere(func(_ string, e *entry) bool {
+		return e.obj != nil && e.obj.refs.Load() == 0 && e.obj.heldBytes() > 0
+	}, func() bool {
+		used, _, _ := r.pool.Stats()
+		return used <= start-need
+	})
+}
+
+// DecompressedStats reports the decompressed bytes open files hold, their
+// bound, and how many decompressions that bound refused.
+func (r *Resolver) DecompressedStats() (held, limit int64, refused uint64) { return r.pool.Stats() }
 
 // Options returns the resolver's options.
 func (r *Resolver) Options() Options { return r.opt }
@@ -135,14 +163,20 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 	if err != nil {
 		return nil, err
 	}
+	var loaded *entry // what this call's load gave, usable even if degraded
 	for {
 		if e, ok := r.cache.Get(key); ok {
-			if e.obj == nil {
+			switch {
+			case e.obj == nil:
 				if time.Since(e.failedAt) < r.opt.NegativeTTL {
 					return nil, e.err
 				}
 				r.cache.Remove(key)
-			} else {
+			case e != loaded && frame.Transient(e.obj.why):
+				// Opened without its DWARF while memory was busy: the
+				// callers of that load use it, later ones try again.
+				r.cache.Remove(key)
+			default:
 				e.obj.acquire()
 				if !e.obj.retired.Load() {
 					return &Handle{r: r, key: key, obj: e.obj}, nil
@@ -161,9 +195,11 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 		})
 		select {
 		case res := <-ch:
-			if e := res.Val.(*entry); e.obj == nil {
+			e := res.Val.(*entry)
+			if e.obj == nil {
 				return nil, e.err
 			}
+			loaded = e
 			// Loop to pin the object through the cache.
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())

@@ -327,7 +327,8 @@ type CacheStats struct {
 	lru.Stats
 }
 
-// Caches reports every cache the symbolizer holds: parsed objects, resolved
+// Caches reports every cache the symbolizer holds: parsed objects (and,
+// within them, the decompressed sections of open files), resolved
 // addresses, demangled names, interned functions, object numbers, located
 // files per identity and file identities.
 func (s *Symbolizer) Caches() []CacheStats {
@@ -336,8 +337,10 @@ func (s *Symbolizer) Caches() []CacheStats {
 	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
 	s.mu.Unlock()
 	nums := s.objNums.Stats()
+	held, _, _ := s.engine.DecompressedStats()
 	return []CacheStats{
 		{"objects", s.engine.CacheStats()},
+		{"decompressed", lru.Stats{Bytes: held}},
 		{"results", s.results.Stats()},
 		{"partial_results", s.partial.Stats()},
 		{"demangle", s.engine.DemangleStats()},
@@ -495,6 +498,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 	st.CacheMisses++
 	r := &result{err: o.err}
 	var terr error
+	busy := false // named without DWARF only because memory was busy
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
 	}
@@ -514,6 +518,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 			}
 			if m := o.h.Missing(); m != nil {
 				r.missing = frame.Reason(m)
+				busy = frame.Transient(m) // the DWARF may be readable next time
 			}
 		} else {
 			r.err = err
@@ -525,7 +530,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 	// Only addresses that need no translation are cached: the others are
 	// looked up through an object opened anyway.
 	k, ok := keyOf(o.num, key)
-	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) {
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) || busy {
 		return r
 	}
 	s.genMu.RLock()
