@@ -710,6 +710,11 @@ func TestSchemaRejects(t *testing.T) {
 		{[]string{"gateway.autoscaling.minReplicas=5", "gateway.autoscaling.maxReplicas=3"}, "minReplicas"},
 		{[]string{"gateway.cache.persistence.enabled=true", "gateway.cache.persistence.accessModes={ReadWriteOnce}"}, "ReadWriteMany"},
 		{[]string{"gateway.fileOutput.enabled=false"}, "nothing to export"},
+		{[]string{"gateway.symbolization.cache.maxBytes=1000000000"}, "soft limit"},
+		{[]string{"gateway.resources.limits.memory=512Mi", "gateway.symbolization.cache.memoryPercentage=90"}, "soft limit"},
+		{[]string{"gateway.symbolization.cache.memoryPercentage=0"}, "memoryPercentage"},
+		{[]string{"gateway.goMemLimitPercentage=150"}, "goMemLimitPercentage"},
+		{[]string{"gateway.resources.limits.memory=lots"}, "memory"},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			var args []string
@@ -766,6 +771,7 @@ func TestCollectorValidate(t *testing.T) {
 			"--set", "gateway.symbolStore.s3.bucket=symbols", "--set", "gateway.symbolStore.s3.endpoint=minio.storage:9000",
 			"--set", "gateway.symbolStore.s3.existingSecret=s3-creds", "--set", "agent.symbolUpload.exclude={/opt/secret/**}"},
 		"symbols-pvc": {"--set", "symbols.enabled=true", "--set", "gateway.symbolStore.persistence.enabled=true"},
+		"memory-4Gi":  {"--set", "gateway.resources.limits.memory=4Gi", "--set", "gateway.symbolization.limits.maxNameBytes=1024"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := mustTemplate(t, args...)
