@@ -129,6 +129,20 @@ func (f *File) SizeBytes() int64 {
 	return int64(len(f.data)) + f.extra
 }
 
+// DropDecoded frees the decompressed sections the File holds. Slices
+// SectionData returned for compressed sections become invalid: call it
+// only when nothing uses them (their reader failed, say).
+func (f *File) DropDecoded() {
+	mem := f.budget.mem()
+	f.mu.Lock()
+	bufs := f.freeOnClose
+	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
+	f.mu.Unlock()
+	for _, b := range bufs {
+		mem.free(b)
+	}
+}
+
 // HeldBytes is the decompressed section bytes the File holds now (and
 // returns to its Pool, if any, on Close).
 func (f *File) HeldBytes() int64 {

@@ -2,7 +2,10 @@ package symbolize
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -103,5 +106,31 @@ func TestDecompressedPool(t *testing.T) {
 	b.Close()
 	if used, limit, _ := r.DecompressedStats(); used > limit {
 		t.Errorf("pool %d of %d", used, limit)
+	}
+}
+
+// A debug file whose DWARF inflates (within the limits) and then fails to
+// parse holds none of those bytes while it stays cached: a batch of such
+// files would otherwise pin memory, or make every batch inflate them again.
+func TestFailedDWARFHoldsNothing(t *testing.T) {
+	id := "00112233445566778899aabbccddeeff00112233"
+	img := testfixture.BuildELF(testfixture.BuildIDNote(t, id),
+		testfixture.CompressedSection(t, ".debug_info", elf.COMPRESS_ZLIB, 8<<20, 8<<20))
+	p := filepath.Join(t.TempDir(), "bomb.debug")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := New(DefaultOptions())
+	defer r.Close()
+	h, err := r.Open(context.Background(), "", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if held, _, _ := r.DecompressedStats(); held != 0 {
+		t.Errorf("%d decompressed bytes held for DWARF that failed (%v)", held, h.Why())
+	}
+	if _, err := h.Lookup(0x1000, nil); err == nil {
+		t.Error("a bomb named an address")
 	}
 }

@@ -75,6 +75,10 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits)
 			o.why = nil
 			break
 		}
+		// Whatever was inflated for the DWARF that failed is useless: give
+		// it back now rather than keep it as long as the object is cached
+		// (a bomb that inflates to just within the limit, then fails).
+		f.DropDecoded()
 		if o.why == nil || !errors.Is(derr, frame.ErrNoDebugInfo) {
 			o.why = derr
 		}
