@@ -34,27 +34,10 @@ var (
 	helmPath string
 )
 
-// helm returns the helm binary: PATH, then $(go env GOPATH)/bin. CI
-// installs it with: go install helm.sh/helm/v3/cmd/helm@v3.22.0
+// helm returns the helm binary (testfixture.Helm), looked up once.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p, err := exec.LookPath("helm"); err == nil {
-			helmPath = p
-			return
-		}
-		gopath := os.Getenv("GOPATH")
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-		for _, dir := range filepath.SplitList(gopath) {
-			p := filepath.Join(dir, "bin", "helm")
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				helmPath = p
-				return
-			}
-		}
-	})
+	helmOnce.Do(func() { helmPath = testfixture.Helm(t) })
 	if helmPath == "" {
 		testfixture.SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
 	}

@@ -59,13 +59,11 @@ type budget struct {
 	pool  *Pool // shared with other files, or nil
 }
 
-// mem is where the file's decompressed sections live: sectionMemory,
-// charged to the pool when there is one.
-func (b *budget) mem() memory {
-	if b.pool == nil {
-		return sectionMemory
-	}
-	return pooled{memory: sectionMemory, pool: b.pool}
+// release frees a decompressed section the File held and gives its bytes
+// back to the pool.
+func (b *budget) release(buf []byte) {
+	sectionMemory.free(buf)
+	b.pool.give(int64(cap(buf)))
 }
 
 // NewFile parses an ELF image held in memory, with the default limits. The
@@ -109,9 +107,8 @@ func (f *File) Close() error {
 	f.unmap = nil
 	f.data = nil
 	f.mu.Lock()
-	mem := f.budget.mem()
 	for _, b := range f.freeOnClose {
-		mem.free(b)
+		f.budget.release(b)
 	}
 	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
 	f.mu.Unlock()
@@ -133,13 +130,12 @@ func (f *File) SizeBytes() int64 {
 // SectionData returned for compressed sections become invalid: call it
 // only when nothing uses them (their reader failed, say).
 func (f *File) DropDecoded() {
-	mem := f.budget.mem()
 	f.mu.Lock()
 	bufs := f.freeOnClose
 	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
 	f.mu.Unlock()
 	for _, b := range bufs {
-		mem.free(b)
+		f.budget.release(b)
 	}
 }
 
@@ -318,17 +314,30 @@ func (b *budget) check(size uint64) error {
 func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, error) {
 	// Start small: a header may lie, and a real stream expands at most
 	// about 1000x (zlib's limit), so a few times the input is a fair guess.
-	mem := f.budget.mem()
-	out, err := growRead(r, int64(size), int64(compressed)*4, mem)
+	// The pool is charged the whole claim at once: files that grew side by
+	// side, each taking its share as it went, could split the pool so that
+	// none of them ever finished.
+	pool := f.budget.pool
+	if err := pool.take(int64(size)); err != nil {
+		return nil, err
+	}
+	out, err := growRead(r, int64(size), int64(compressed)*4, sectionMemory)
 	f.budget.spent += int64(len(out))
 	if err == nil && uint64(len(out)) != size {
 		err = fmt.Errorf("decompressed %d bytes, header says %d: %w", len(out), size, ErrCorrupt)
 	}
 	if err != nil {
-		mem.free(out)
+		sectionMemory.free(out)
+		pool.give(int64(size))
 		return nil, err
 	}
-	out = mem.trim(out)
+	out = sectionMemory.trim(out)
+	// release gives back cap(out): charge exactly that.
+	if d := int64(size) - int64(cap(out)); d > 0 {
+		pool.give(d)
+	} else {
+		pool.force(-d)
+	}
 	f.mu.Lock()
 	f.freeOnClose = append(f.freeOnClose, out)
 	f.mu.Unlock()

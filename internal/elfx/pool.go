@@ -75,6 +75,17 @@ func (p *Pool) take(n int64) error {
 		n, p.limit, frame.ErrLimitExceeded, frame.ErrRetry)
 }
 
+// force charges n bytes whether they fit or not (a buffer that came out a
+// little larger than reserved).
+func (p *Pool) force(n int64) {
+	if p == nil || n <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.used += n
+	p.mu.Unlock()
+}
+
 // give returns n bytes.
 func (p *Pool) give(n int64) {
 	if p == nil || n <= 0 {
@@ -83,36 +94,4 @@ func (p *Pool) give(n int64) {
 	p.mu.Lock()
 	p.used -= n
 	p.mu.Unlock()
-}
-
-// pooled charges a memory's buffers to a pool: a buffer's whole capacity
-// is reserved before it is allocated and returned when it shrinks or is
-// freed, so the pool holds what the process holds.
-type pooled struct {
-	memory
-	pool *Pool
-}
-
-func (m pooled) grow(buf []byte, n int) ([]byte, error) {
-	more := int64(n - cap(buf))
-	if err := m.pool.take(more); err != nil {
-		return nil, err
-	}
-	nb, err := m.memory.grow(buf, n)
-	if err != nil {
-		m.pool.give(more)
-	}
-	return nb, err
-}
-
-func (m pooled) trim(buf []byte) []byte {
-	before := cap(buf)
-	out := m.memory.trim(buf)
-	m.pool.give(int64(before - cap(out)))
-	return out
-}
-
-func (m pooled) free(buf []byte) {
-	m.memory.free(buf)
-	m.pool.give(int64(cap(buf)))
 }

@@ -79,3 +79,38 @@ func TestPoolBoundsFilesTogether(t *testing.T) {
 		t.Errorf("%d bytes still charged", used)
 	}
 }
+
+// Two files inflating side by side with room for one: one of them always
+// finishes. (Charged as they grew, each took half the pool and neither
+// could finish.)
+func TestPoolNoSplitLivelock(t *testing.T) {
+	const each = 8 << 20
+	img := testfixture.BuildELF(testfixture.CompressedSection(t, ".debug_info", elf.COMPRESS_ZLIB, each, each))
+	path := write(t, "bomb", img)
+	pool := elfx.NewPool(each * 3 / 2)
+	lim := elfx.Limits{MaxDecompressedBytes: each + 1, Pool: pool}
+	for round := 0; round < 20; round++ {
+		var files [2]*elfx.File
+		var errs [2]error
+		done := make(chan int)
+		for i := range files {
+			f, err := elfx.OpenContext(context.Background(), path, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[i] = f
+			go func() { _, errs[i] = f.SectionData(".debug_info"); done <- i }()
+		}
+		<-done
+		<-done
+		if errs[0] != nil && errs[1] != nil {
+			t.Fatalf("round %d: neither file finished: %v; %v", round, errs[0], errs[1])
+		}
+		for _, f := range files {
+			f.Close()
+		}
+		if used, _, _ := pool.Stats(); used != 0 {
+			t.Fatalf("round %d: %d bytes still charged", round, used)
+		}
+	}
+}
