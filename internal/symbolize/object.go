@@ -41,17 +41,18 @@ type object struct {
 // openObject opens the binary at binPath and the debug file at debugPath
 // (either may be empty) within lim and ctx, and attaches every source they
 // hold. It searches for nothing: internal/locate chose the files.
-func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits) (*object, error) {
+func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
+	open func(context.Context, string, elfx.Limits) (*elfx.File, error)) (*object, error) {
 	o := &object{}
 	var err error
 	if binPath != "" {
-		if o.bin, err = elfx.OpenContext(ctx, binPath, lim); err != nil {
+		if o.bin, err = open(ctx, binPath, lim); err != nil {
 			return nil, classify(err)
 		}
 		o.buildID, _ = buildid.GNU(o.bin)
 	}
 	if debugPath != "" {
-		o.dbg, err = elfx.OpenContext(ctx, debugPath, lim)
+		o.dbg, err = open(ctx, debugPath, lim)
 		if err != nil {
 			o.why = classify(err)
 		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {

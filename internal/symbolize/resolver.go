@@ -47,6 +47,10 @@ type Options struct {
 	// MaxDecompressedBytes, if larger, so that any file within the
 	// per-file bound can be opened).
 	Limits elfx.Limits
+	// Open, if set, opens the files (instead of elfx.OpenContext with
+	// Limits): a caller that has just opened them to choose them hands
+	// them over (locate.Chain.TakeOpened) and the engine owns them.
+	Open func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error)
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -228,7 +232,11 @@ func filesKey(bin, debug string) (string, error) {
 }
 
 func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
-	o, err := openObject(ctx, bin, debug, r.opt.Limits)
+	open := r.opt.Open
+	if open == nil {
+		open = elfx.OpenContext
+	}
+	o, err := openObject(ctx, bin, debug, r.opt.Limits, open)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}

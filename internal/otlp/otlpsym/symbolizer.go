@@ -252,23 +252,36 @@ func New(opt Options) (*Symbolizer, error) {
 	if lc.MaxFileBytes <= 0 {
 		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
 	}
+	// The chain opens each candidate to check it; the engine takes the
+	// files it chose from it rather than opening them again. Both open with
+	// the engine's limits (its decompression pool included).
+	var chain *locate.Chain
+	engine := symbolize.New(symbolize.Options{
+		Inlines:         opt.Inlines,
+		Demangle:        opt.Demangle,
+		UseSymbolTable:  true,
+		CacheBytes:      opt.CacheBytes,
+		NegativeTTL:     opt.NegativeTTL,
+		DemangleEntries: opt.DemangleEntries,
+		DemangleBytes:   opt.DemangleBytes,
+		Limits:          opt.FileLimits,
+		Open: func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error) {
+			if f := chain.TakeOpened(path); f != nil {
+				return f, nil
+			}
+			return elfx.OpenContext(ctx, path, lim)
+		},
+	})
+	lc.FileLimits = engine.Options().Limits
 	chain, err := locate.NewFromConfig(lc)
 	if err != nil {
+		engine.Close()
 		return nil, err
 	}
 	s := &Symbolizer{
-		opt:   opt,
-		chain: chain,
-		engine: symbolize.New(symbolize.Options{
-			Inlines:         opt.Inlines,
-			Demangle:        opt.Demangle,
-			UseSymbolTable:  true,
-			CacheBytes:      opt.CacheBytes,
-			NegativeTTL:     opt.NegativeTTL,
-			DemangleEntries: opt.DemangleEntries,
-			DemangleBytes:   opt.DemangleBytes,
-			Limits:          opt.FileLimits,
-		}),
+		opt:     opt,
+		chain:   chain,
+		engine:  engine,
 		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
 		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
 			func(p partialResult) int64 { return resultCost(p.r) + 16 }),
@@ -319,7 +332,10 @@ func (opt *Options) defaults() {
 }
 
 // Close releases cached objects.
-func (s *Symbolizer) Close() error { return s.engine.Close() }
+func (s *Symbolizer) Close() error {
+	s.chain.Close()
+	return s.engine.Close()
+}
 
 // CacheStats is one cache's counters, named for telemetry.
 type CacheStats struct {
