@@ -328,6 +328,7 @@ const (
 	sSamples
 	sSpan
 	sRootSpan
+	sSpanName
 	sContext
 	sName
 	sBase
@@ -344,7 +345,7 @@ const (
 var slotNames = map[string]int{
 	"startTime": sTime, "sampledThread": sThread, "eventThread": sThread, "stackTrace": sStack,
 	"state": sState, "weight": sWeight, "allocationSize": sSize, "size": sSize, "tlabSize": sTLAB,
-	"samples": sSamples, "spanId": sSpan, "localRootSpanId": sRootSpan, "contextId": sContext,
+	"samples": sSamples, "spanId": sSpan, "localRootSpanId": sRootSpan, "spanName": sSpanName, "contextId": sContext,
 	"name": sName, "baseAddress": sBase, "topAddress": sTop, "buildId": sBuildID, "loadBias": sLoadBias,
 	"pid": sPID, "jvmName": sJVMName, "jvmVersion": sJVMVersion, "javaArguments": sJavaArgs,
 }
@@ -471,7 +472,8 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 	}
 	s := &Sample{Kind: p.kind, EventType: p.cls.name, Time: c.nanos(int64(vals[sTime])),
 		Thread: int64(vals[sThread]), Stack: int64(vals[sStack]), State: int64(vals[sState]),
-		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), ContextID: int64(vals[sContext]), Weight: 1, Attrs: p.attrs}
+		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), SpanName: int64(vals[sSpanName]),
+		ContextID: int64(vals[sContext]), Weight: 1, Attrs: p.attrs}
 	if p.kind == KindAlloc {
 		s.Weight = allocWeight(p.cls.name, p, vals, has)
 	} else {

@@ -153,6 +153,7 @@ type upload struct {
 	recordings [][]byte
 	resource   map[string]any
 	labels     map[int64]map[string]string
+	strings    map[int64]string
 	execKind   jfr.Kind
 }
 
@@ -200,7 +201,7 @@ func (r *jfrReceiver) convert(ctx context.Context, up *upload, intake string) *h
 		lim := jfr.DefaultLimits()
 		lim.MaxChunkSize = r.cfg.MaxChunkSize
 		pd, st, err := jfrconv.ConvertBytes(rec, jfrconv.Options{Limits: lim, ExecutionSampleKind: up.execKind,
-			Resource: up.resource, Labels: up.labels, ScopeVersion: r.set.BuildInfo.Version})
+			Resource: up.resource, Labels: up.labels, Strings: up.strings, ScopeVersion: r.set.BuildInfo.Version})
 		if err != nil {
 			return classify(err, fmt.Sprintf("recording %d", i+1))
 		}
