@@ -74,7 +74,10 @@ type Visitor struct {
 	Sample        func(c *Chunk, s *Sample) error
 	NativeLibrary func(c *Chunk, l *NativeLibrary) error
 	JVMInfo       func(c *Chunk, j *JVMInfo) error
-	ChunkEnd      func(c *Chunk) error
+	// Setting receives jdk.ActiveSetting events: async-profiler records
+	// its options there (event=wall, interval, ...).
+	Setting  func(c *Chunk, name, value string) error
+	ChunkEnd func(c *Chunk) error
 }
 
 // Options configure Parse.
@@ -339,6 +342,7 @@ const (
 	sJVMName
 	sJVMVersion
 	sJavaArgs
+	sValue
 	numSlots
 )
 
@@ -348,9 +352,10 @@ var slotNames = map[string]int{
 	"samples": sSamples, "spanId": sSpan, "localRootSpanId": sRootSpan, "spanName": sSpanName, "contextId": sContext,
 	"name": sName, "baseAddress": sBase, "topAddress": sTop, "buildId": sBuildID, "loadBias": sLoadBias,
 	"pid": sPID, "jvmName": sJVMName, "jvmVersion": sJVMVersion, "javaArguments": sJavaArgs,
+	"value": sValue,
 }
 
-var stringSlots = [numSlots]bool{sName: true, sBuildID: true, sJVMName: true, sJVMVersion: true, sJavaArgs: true}
+var stringSlots = [numSlots]bool{sName: true, sBuildID: true, sJVMName: true, sJVMVersion: true, sJavaArgs: true, sValue: true}
 
 type eventRole uint8
 
@@ -358,6 +363,7 @@ const (
 	roleSample eventRole = iota
 	roleLibrary
 	roleJVM
+	roleSetting
 )
 
 type eventPlan struct {
@@ -397,6 +403,8 @@ func (c *Chunk) plan(typ int64) *eventPlan {
 		p.role = roleLibrary
 	case "jdk.JVMInformation":
 		p.role = roleJVM
+	case "jdk.ActiveSetting":
+		p.role = roleSetting
 	default:
 		return nil
 	}
@@ -460,6 +468,11 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 		l := &NativeLibrary{Name: c.resolve(strs[sName]), BaseAddress: vals[sBase], TopAddress: vals[sTop],
 			BuildID: c.resolve(strs[sBuildID]), LoadBias: vals[sLoadBias], HasBuildID: has[sBuildID], HasLoadBias: has[sLoadBias]}
 		return v.NativeLibrary(c, l)
+	case roleSetting:
+		if v.Setting == nil {
+			return nil
+		}
+		return v.Setting(c, c.resolve(strs[sName]), c.resolve(strs[sValue]))
 	case roleJVM:
 		if v.JVMInfo == nil {
 			return nil

@@ -315,6 +315,18 @@ func (c *Chunk) HasFrameType(desc string) bool {
 	return false
 }
 
+// HasThreadState tells whether the chunk's ThreadState pool lists name.
+// async-profiler's lists STATE_DEFAULT, the state of its CPU samples; the
+// JDK's never does.
+func (c *Chunk) HasThreadState(name string) bool {
+	for _, s := range c.states {
+		if c.resolve(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
 // AttributeValue returns context-attribute value id ("" when absent).
 func (c *Chunk) AttributeValue(id int64) string { return c.resolve(c.attrValues[id]) }
 

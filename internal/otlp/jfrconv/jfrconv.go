@@ -50,11 +50,12 @@ type Options struct {
 type Stats struct {
 	Events  map[string]int64 // sample events by JFR type
 	Samples map[jfr.Kind]int64
-	// AllocSource names the events the alloc profile was built from when a
-	// recording has more than one source of allocation samples; the
-	// others' events are counted in AllocIgnored (docs/jfr.md).
-	AllocSource   string
-	AllocIgnored  int64
+	// Source names, per profile, the events it was made of when the
+	// recording had more than one source of it (docs/jfr.md, "One source
+	// per profile"); Ignored counts, by event type, the other sources'
+	// events, left out so that nothing is counted twice.
+	Source        map[jfr.Kind]string
+	Ignored       map[string]int64
 	RemoteFrames  int64 // remote frame locations made raw for the processor
 	InvalidRemote int64 // remote frames whose build id or offset is not valid
 	Chunks        int
@@ -89,6 +90,7 @@ func Convert(r io.ReaderAt, size int64, opt Options) (pprofile.Profiles, Stats, 
 		Sample:        c.sample,
 		NativeLibrary: c.library,
 		JVMInfo:       c.jvm,
+		Setting:       c.setting,
 		ChunkEnd:      c.chunkEnd,
 	})
 	if err != nil {
@@ -110,6 +112,9 @@ type converter struct {
 	libs      map[string]string // build id -> library path
 	cNatives  bool              // "Native" frames are C functions (async-profiler)
 	cNativesK bool              // cNatives is known for this chunk
+	apStates  bool              // thread states are async-profiler's (STATE_DEFAULT)
+	apStatesK bool
+	wallEvent bool // async-profiler ran with event=wall
 
 	// whole recording
 	rows       [numBuckets]map[rowKey]*agg
@@ -130,39 +135,74 @@ type pendKey struct {
 	attrs         string // context attributes, rendered name\x00value\x00...
 }
 
-// bucket is where a sample is aggregated: one per output profile, except
-// that allocation samples stay apart by source until finish picks one, so
-// that no allocation is counted twice.
+// bucket is where a sample is aggregated: one per source of each profile,
+// kept apart until finish picks one source per profile, so that nothing is
+// counted twice.
 type bucket uint8
 
 const (
-	bCPU bucket = iota
-	bWall
-	bNative
-	bAllocDatadog // datadog.ObjectSample: the Datadog profiler's own sampler
-	bAllocSampled // jdk.ObjectAllocationSample: the JDK's throttled, weighted sampler
-	bAllocTLAB    // jdk.ObjectAllocationInNewTLAB/OutsideTLAB: one event per TLAB refill or large object
+	bCPUDatadog   bucket = iota // datadog.ExecutionSample
+	bCPUJDK                     // jdk.ExecutionSample (JDK, async-profiler's cpu/itimer/ctimer)
+	bWallDatadog                // datadog.MethodSample
+	bWallProfiler               // profiler.WallClockSample (async-profiler 3)
+	bWallJDK                    // jdk.ExecutionSample taken by a wall-clock sampler
+	bNative                     // jdk.NativeMethodSample
+	bAllocDatadog               // datadog.ObjectSample: the Datadog profiler's own sampler
+	bAllocSampled               // jdk.ObjectAllocationSample: the JDK's throttled, weighted sampler
+	bAllocTLAB                  // jdk.ObjectAllocationInNewTLAB/OutsideTLAB: one event per TLAB refill or large object
 	numBuckets
 )
 
-// allocBuckets in order of preference: each is an estimate of all the
-// bytes allocated, so a recording with several (a JDK recording with the
-// TLAB events turned on next to settings=profile's ObjectAllocationSample,
-// or the Datadog profiler next to the JDK's) would count every allocation
-// twice if they were added. JDK Mission Control likewise shows
-// ObjectAllocationSample's weights when a recording has them and the TLAB
-// events' sizes only otherwise.
-var allocBuckets = []bucket{bAllocDatadog, bAllocSampled, bAllocTLAB}
+// sources lists each profile's buckets in order of preference. Each
+// source is an estimate of the same thing: a dd-trace-java recording with
+// both engines on has the Datadog profiler's CPU samples and the JDK's, a
+// JDK recording with the TLAB events turned on next to settings=profile's
+// ObjectAllocationSample two estimates of the same allocations. Adding
+// them would count everything twice, so a profile is made of the first
+// source present. For allocations this is JDK Mission Control's rule (its
+// heap page totals ObjectAllocationSample weights when a recording has any,
+// the TLAB sizes otherwise).
+var sources = [...][]bucket{
+	jfr.KindCPU:    {bCPUDatadog, bCPUJDK},
+	jfr.KindWall:   {bWallDatadog, bWallProfiler, bWallJDK},
+	jfr.KindAlloc:  {bAllocDatadog, bAllocSampled, bAllocTLAB},
+	jfr.KindNative: {bNative},
+}
 
-var allocSourceNames = [numBuckets]string{bAllocDatadog: "datadog.ObjectSample", bAllocSampled: "jdk.ObjectAllocationSample",
+var sourceNames = [numBuckets]string{
+	bCPUDatadog: "datadog.ExecutionSample", bCPUJDK: "jdk.ExecutionSample",
+	bWallDatadog: "datadog.MethodSample", bWallProfiler: "profiler.WallClockSample", bWallJDK: "jdk.ExecutionSample",
+	bNative:       "jdk.NativeMethodSample",
+	bAllocDatadog: "datadog.ObjectSample", bAllocSampled: "jdk.ObjectAllocationSample",
 	bAllocTLAB: "jdk.ObjectAllocationInNewTLAB/OutsideTLAB"}
 
-func bucketOf(s *jfr.Sample) (bucket, bool) {
+// bucketOf places a sample. async-profiler (and the profilers built on
+// it) mark the samples of its CPU events with the thread state
+// STATE_DEFAULT, which the JDK never writes, and the samples its
+// wall-clock sampler takes (`wall=` next to a CPU event, or event=wall)
+// with the thread's real state: those are wall samples whatever the
+// event type says, as async-profiler's own converter reads them.
+func (c *converter) bucketOf(ch *jfr.Chunk, s *jfr.Sample) (bucket, bool) {
 	switch s.Kind {
-	case jfr.KindCPU:
-		return bCPU, true
-	case jfr.KindWall:
-		return bWall, true
+	case jfr.KindCPU, jfr.KindWall:
+		switch s.EventType {
+		case "datadog.ExecutionSample":
+			return bCPUDatadog, true
+		case "datadog.MethodSample":
+			return bWallDatadog, true
+		case "profiler.WallClockSample":
+			return bWallProfiler, true
+		}
+		if s.Kind == jfr.KindWall || c.wallEvent {
+			return bWallJDK, true
+		}
+		if !c.apStatesK {
+			c.apStates, c.apStatesK = ch.HasThreadState("STATE_DEFAULT"), true
+		}
+		if c.apStates && ch.ThreadState(s.State) != "STATE_DEFAULT" {
+			return bWallJDK, true
+		}
+		return bCPUJDK, true
 	case jfr.KindNative:
 		return bNative, true
 	case jfr.KindAlloc:
@@ -212,12 +252,12 @@ func newConverter(opt Options) *converter {
 func (c *converter) resetChunk() {
 	c.pending = map[pendKey]*agg{}
 	c.locs = map[locKey]int32{}
-	c.cNativesK = false
+	c.cNativesK, c.apStatesK = false, false
 }
 
 func (c *converter) sample(ch *jfr.Chunk, s *jfr.Sample) error {
 	c.st.Events[s.EventType]++
-	b, ok := bucketOf(s)
+	b, ok := c.bucketOf(ch, s)
 	if !ok || s.Weight <= 0 {
 		return nil
 	}
@@ -255,6 +295,16 @@ func (c *converter) library(_ *jfr.Chunk, l *jfr.NativeLibrary) error {
 	}
 	if id, err := frame.ParseBuildID(l.BuildID); err == nil && len(c.libs) < 1<<16 {
 		c.libs[id] = l.Name
+	}
+	return nil
+}
+
+// setting notes async-profiler's event=wall (jdk.ActiveSetting, written
+// before any sample): its jdk.ExecutionSample events are then wall-clock
+// samples, as Pyroscope's converter reads them too.
+func (c *converter) setting(_ *jfr.Chunk, name, value string) error {
+	if name == "event" {
+		c.wallEvent = value == "wall"
 	}
 	return nil
 }
@@ -577,29 +627,24 @@ func (c *converter) finish() pprofile.Profiles {
 	return c.pd
 }
 
-// pick returns the bucket a kind's profile is made of: for alloc, the
-// preferred source present (allocBuckets); the others' events are counted
-// as ignored.
+// pick returns the bucket a kind's profile is made of, the preferred
+// source present (sources), and counts the others' events as ignored.
 func (c *converter) pick(kind jfr.Kind) bucket {
-	switch kind {
-	case jfr.KindCPU:
-		return bCPU
-	case jfr.KindWall:
-		return bWall
-	case jfr.KindNative:
-		return bNative
-	}
-	chosen := bAllocTLAB
-	for _, b := range allocBuckets {
+	srcs := sources[kind]
+	chosen := srcs[0]
+	for _, b := range srcs {
 		if len(c.rows[b]) > 0 {
 			chosen = b
 			break
 		}
 	}
-	for _, b := range allocBuckets {
+	for _, b := range srcs {
 		if b != chosen && c.events[b] > 0 {
-			c.st.AllocIgnored += c.events[b]
-			c.st.AllocSource = allocSourceNames[chosen]
+			if c.st.Source == nil {
+				c.st.Source, c.st.Ignored = map[jfr.Kind]string{}, map[string]int64{}
+			}
+			c.st.Source[kind] = sourceNames[chosen]
+			c.st.Ignored[sourceNames[b]] += c.events[b]
 		}
 	}
 	return chosen

@@ -38,7 +38,8 @@ func TestJDKAllocationSources(t *testing.T) {
 	if got != sampled.sum {
 		t.Errorf("alloc %d bytes, want jdk.ObjectAllocationSample's %d (TLAB events would add %d)", got, sampled.sum, inTLAB.sum+outTLAB.sum)
 	}
-	if st.AllocSource != "jdk.ObjectAllocationSample" || st.AllocIgnored != inTLAB.events+outTLAB.events || st.Samples[jfr.KindAlloc] != got {
+	if st.Source[jfr.KindAlloc] != "jdk.ObjectAllocationSample" || st.Ignored["jdk.ObjectAllocationInNewTLAB/OutsideTLAB"] != inTLAB.events+outTLAB.events ||
+		st.Samples[jfr.KindAlloc] != got {
 		t.Errorf("stats %+v", st)
 	}
 	requireLeaf(t, pd, "Alloc.churn", "Alloc.big")
@@ -48,7 +49,7 @@ func TestJDKAllocationSources(t *testing.T) {
 		t.Fatalf("TLAB-only recording: %d samples, %d TLAB events", n.events, in2.events)
 	}
 	pd, st = convertFile(t, only)
-	if got := allocTotal(pd); got != in2.sum+out2.sum || st.AllocSource != "" || st.AllocIgnored != 0 {
+	if got := allocTotal(pd); got != in2.sum+out2.sum || len(st.Source) != 0 || len(st.Ignored) != 0 {
 		t.Errorf("TLAB only: alloc %d bytes, want %d+%d; stats %+v", got, in2.sum, out2.sum, st)
 	}
 	requireLeaf(t, pd, "Alloc.churn", "Alloc.big")
