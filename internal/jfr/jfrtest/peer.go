@@ -2,6 +2,7 @@ package jfrtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +22,23 @@ const PeerModule = "github.com/grafana/jfr-parser@v0.11.0"
 // CI=true, when it cannot be had).
 func PeerTestdata(t testing.TB) string {
 	t.Helper()
-	gobin := testfixture.NeedTool(t, "go")
-	cmd := exec.Command(gobin, "mod", "download", "-json", PeerModule)
-	cmd.Dir = t.TempDir() // outside this module: its go.mod and go.sum stay as they are
+	testfixture.NeedTool(t, "go")
+	dir, err := PeerTestdataDir()
+	if err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	return dir
+}
+
+// PeerTestdataDir is PeerTestdata for callers that do without it.
+func PeerTestdataDir() (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", PeerModule)
+	tmp, err := os.MkdirTemp("", "peer-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd.Dir = tmp // outside this module: its go.mod and go.sum stay as they are
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	out, err := cmd.Output()
 	var mod struct{ Dir, Error string }
@@ -31,7 +46,7 @@ func PeerTestdata(t testing.TB) string {
 		err = json.Unmarshal(out, &mod)
 	}
 	if err != nil || mod.Dir == "" {
-		testfixture.SkipOrFail(t, "go mod download %s: %v %s", PeerModule, err, mod.Error)
+		return "", fmt.Errorf("go mod download %s: %v %s", PeerModule, err, mod.Error)
 	}
-	return filepath.Join(mod.Dir, "parser", "testdata")
+	return filepath.Join(mod.Dir, "parser", "testdata"), nil
 }
