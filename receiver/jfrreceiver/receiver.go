@@ -205,6 +205,12 @@ func (r *jfrReceiver) convert(ctx context.Context, up *upload, intake string) *h
 		if err != nil {
 			return classify(err, fmt.Sprintf("recording %d", i+1))
 		}
+		if len(st.Ignored) > 0 {
+			// Two sources of one profile (docs/jfr.md): the profile is made
+			// of one, the others' events are left out.
+			r.log.Debug("jfr recording has more than one source of a profile", zap.String("intake", intake),
+				zap.Any("sources", st.Source), zap.Any("ignored_events", st.Ignored))
+		}
 		for k, v := range st.Samples {
 			r.tel.ReceiverJfrSamples.Add(ctx, v, metric.WithAttributes(attribute.String("profile", k.String())))
 		}

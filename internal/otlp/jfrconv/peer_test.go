@@ -171,18 +171,26 @@ func canonStack(s string) string {
 }
 
 func gunzipFile(t *testing.T, path string) []byte {
-	f, err := os.Open(path)
+	b, err := gunzipPath(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return b
+}
+
+func gunzipPath(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	z, err := gzip.NewReader(f)
 	if err != nil {
-		t.Fatal(fmt.Errorf("%s: %w", path, err))
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var b bytes.Buffer
 	if _, err := b.ReadFrom(z); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return b.Bytes()
+	return b.Bytes(), nil
 }
