@@ -28,6 +28,9 @@ const (
 	AttrThreadID   = string(semconv.ThreadIDKey)
 	AttrThreadName = string(semconv.ThreadNameKey)
 	AttrCPU        = string(semconv.CPULogicalNumberKey)
+	// AttrUnwindStop marks a sample whose user stack the unwinder could not
+	// walk exactly: why (docs/unwinding.md). Whole stacks carry none.
+	AttrUnwindStop = "profsym.unwind.stop_reason"
 	// Trace context of a sample whose trace id is unknown (JFR profilers
 	// record span ids only; docs/frame-format.md): semconv has no key for
 	// them, so these are the labels span-aware profile stores read
