@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-jfr fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -53,6 +53,14 @@ bench-processor:
 bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
+
+# Unwinding side by side with `perf record --call-graph dwarf` on the same
+# fixtures: whole-chain fraction, CPU, BPF time per sample
+# (PROFSYM_BENCH_FIXTURE_SECONDS, default 5). Also run by `bench` through
+# ./internal/...; bench-sampler gives the agent's overhead and churn figures.
+bench-unwind:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench WholeChainVsPerf -benchtime 1x -timeout 15m ./internal/host/unwind | tee $(BIN)/bench-unwind.txt
 
 # A 100 MB multi-chunk JDK 17 recording through profsym convert and the
 # JDK's jfr print --json, side by side: wall time, peak RSS, speedup.

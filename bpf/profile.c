@@ -19,6 +19,10 @@
  * Both notify userspace once per new process (events ring buffer), and the
  * tp_btf hooks notify on exec and on process exit so that userspace can read
  * /proc/PID/maps before the address space changes or goes away.
+ *
+ * User stacks come from bpf_get_stackid (frame pointers) or, when the loader
+ * sets unwind_cfi, from the table-driven walker of unwind.h (profile_agg
+ * only): its stacks go to the ustacks maps, keyed by a hash of the frames.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -35,6 +39,8 @@ char LICENSE[] SEC("license") = "GPL"; /* bpf_get_stack{,id} are GPL-only */
 /* Set by the loader before load. */
 volatile const bool kernel_stacks = true;
 volatile const __u32 max_depth = MAX_STACK_DEPTH;
+/* Walk user stacks with unwind tables (unwind.h) instead of frame pointers. */
+volatile const bool unwind_cfi = false;
 
 /* Which aggregation buffer (0 or 1) the agg program writes; flipped by
  * userspace through the mmapped .bss before draining the other one. */
@@ -45,8 +51,9 @@ struct sample_key {
 	__u32 tid;
 	__u32 cpu;
 	__s32 kstack; /* stack id, -1 when none */
-	__s32 ustack;
+	__s32 ustack; /* stack id, -1 when none, -2: walked, see uhash */
 	__u32 pad;
+	__u64 uhash;  /* key of the walked user stack in ustacks0/1 */
 };
 
 struct sample_value {
@@ -78,12 +85,17 @@ struct stats {
 	__u64 lost_ringbuf;    /* sample ring buffer reserve failed */
 	__u64 lost_events;     /* process event ring buffer reserve failed */
 	__u64 truncated;       /* a stack reached max_depth (ring buffer mode) */
+	__u64 unwind_frames;   /* frames walked with unwind tables or FP fallback */
+	__u64 unwind_tail_fail;/* a tail call into the walker failed */
+	__u64 stops[8];        /* walked stacks by enum stop_reason */
 };
 
 enum proc_event_kind {
 	PROC_NEW = 1,  /* first sample of this tgid */
 	PROC_EXEC = 2, /* a sampled tgid replaced its image */
 	PROC_EXIT = 3, /* a sampled tgid's last thread is exiting */
+	PROC_REMAP = 4, /* a PC in no known mapping: reread /proc/PID/maps */
+	PROC_TABLE = 5, /* a table in TABLE_LAZY state was sampled; pid holds its slot */
 };
 
 struct proc_event {
@@ -204,6 +216,15 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
 }
 
+#include "unwind.h"
+
+/* Anchors for bpf2go's -type (see above). */
+struct unwind_row *unused_unwind_row __attribute__((unused));
+struct unwind_table *unused_unwind_table __attribute__((unused));
+struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
+struct unwind_proc *unused_unwind_proc __attribute__((unused));
+struct user_stack *unused_user_stack __attribute__((unused));
+
 /* Returns the stack id, -1 for "no stack" (user stack of a kernel thread,
  * kernel stack of a sample taken in user mode), or -2 when the sample must
  * be dropped. */
@@ -218,12 +239,33 @@ static __always_inline long stack_id(void *ctx, void *map, __u64 flags, struct s
 	return -2;
 }
 
+/* Adds one sample to key's row. The key holds the CPU and a perf_event
+ * program does not nest on one CPU, so nobody else updates this entry
+ * concurrently. */
+static __always_inline int count_sample(void *counts, struct sample_key *key, struct stats *st)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct sample_value *val = bpf_map_lookup_elem(counts, key);
+
+	if (val) {
+		val->count++;
+		val->last_ns = now;
+		return 0;
+	}
+	struct sample_value nv = {};
+	nv.count = 1;
+	nv.first_ns = now;
+	nv.last_ns = now;
+	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
+	if (bpf_map_update_elem(counts, key, &nv, BPF_NOEXIST))
+		st->lost_map_full++;
+	return 0;
+}
+
 static __always_inline int record_agg(void *ctx, void *counts, void *stacks, struct stats *st,
 				      __u32 tgid, __u32 tid)
 {
 	struct sample_key key = {};
-	struct sample_value *val;
-	__u64 now = bpf_ktime_get_boot_ns();
 	long id;
 
 	key.pid = tgid;
@@ -241,22 +283,128 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 		return 0;
 	key.ustack = id;
 
-	/* The key holds the CPU and a perf_event program does not nest on one
-	 * CPU, so nobody else updates this entry concurrently. */
-	val = bpf_map_lookup_elem(counts, &key);
-	if (val) {
-		val->count++;
-		val->last_ns = now;
-		return 0;
+	return count_sample(counts, &key, st);
+}
+
+/* Counts one sample whose user stack the walker left in s->stack. */
+static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
+{
+	struct sample_key key = {};
+	void *counts = s->buf ? (void *)&counts1 : (void *)&counts0;
+	void *ustacks = s->buf ? (void *)&ustacks1 : (void *)&ustacks0;
+	__u64 h;
+	__u32 reason = s->stack.reason & 7;
+	long err;
+
+	st->stops[reason]++;
+	key.pid = s->tgid;
+	key.tid = s->tid;
+	key.cpu = bpf_get_smp_processor_id();
+	key.kstack = s->kstack;
+	key.ustack = -1;
+	if (s->stack.len > 0) {
+		h = mix(s->hash, ((__u64)s->stack.len << 8) | reason);
+		key.ustack = -2;
+		key.uhash = h;
+		err = bpf_map_update_elem(ustacks, &h, &s->stack, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			st->lost_stack++;
+			return 0;
+		}
 	}
-	struct sample_value nv = {};
-	nv.count = 1;
-	nv.first_ns = now;
-	nv.last_ns = now;
-	bpf_get_current_comm(nv.comm, sizeof(nv.comm));
-	if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST))
-		st->lost_map_full++;
-	return 0;
+	return count_sample(counts, &key, st);
+}
+
+/* Walks FRAMES_PER_PROG frames, then tail-calls itself. */
+SEC("perf_event")
+int unwind_step(struct bpf_perf_event_data *ctx)
+{
+	__u32 zero = 0, n;
+	struct unwind_state *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	struct stats *st = get_stats();
+
+	if (!s || !st)
+		return 0;
+	for (int i = 0; i < FRAMES_PER_PROG; i++) {
+		n = s->stack.len;
+		if (n >= s->max_frames || n >= MAX_USER_FRAMES) {
+			set_reason(s, STOP_DEPTH);
+			return finish_walk(s, st);
+		}
+		s->stack.pcs[n & (MAX_USER_FRAMES - 1)] = s->pc;
+		s->stack.len = n + 1;
+		s->hash = mix(s->hash, s->pc);
+		st->unwind_frames++;
+		if (unwind_frame(s, st))
+			return finish_walk(s, st);
+		if (s->pc == 0)
+			return finish_walk(s, st);
+	}
+	if (s->tail_calls < MAX_TAIL_CALLS) {
+		s->tail_calls++;
+		bpf_tail_call(ctx, &unwind_progs, 0);
+		st->unwind_tail_fail++;
+	}
+	set_reason(s, STOP_DEPTH);
+	return finish_walk(s, st);
+}
+
+/* Sets up a walk of the interrupted task's user stack and starts it. */
+static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct stats *st,
+				      __u32 tgid, __u32 tid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct unwind_state *s;
+	struct unwind_proc *p;
+	struct pt_regs *regs;
+	__u32 zero = 0;
+	long id = -1;
+
+	s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s)
+		return 0;
+	s->buf = active_buf & 1;
+	s->tgid = tgid;
+	s->tid = tid;
+	s->hash = 0xcbf29ce484222325ull;
+	s->tail_calls = 0;
+	s->remapped = 0;
+	s->max_frames = max_depth;
+	s->stack.len = 0;
+	s->stack.reason = STOP_OK;
+	s->kstack = -1;
+	if (kernel_stacks) {
+		id = stack_id(ctx, s->buf ? (void *)&stacks1 : (void *)&stacks0, 0, st);
+		if (id == -2)
+			return 0;
+		s->kstack = id;
+	}
+	/* Kernel threads have no user stack. */
+	if (!BPF_CORE_READ(task, mm))
+		return finish_walk(s, st);
+	/* The user registers: the sample's own when it hit user mode, else
+	 * those saved on kernel entry. */
+	if (ctx->regs.cs & 3) {
+		s->pc = ctx->regs.ip;
+		s->sp = ctx->regs.sp;
+		s->fp = ctx->regs.bp;
+	} else {
+		regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		s->pc = BPF_CORE_READ(regs, ip);
+		s->sp = BPF_CORE_READ(regs, sp);
+		s->fp = BPF_CORE_READ(regs, bp);
+	}
+	s->pc_exact = 1;
+	s->trusted = 1;
+	if (s->pc == 0)
+		return finish_walk(s, st);
+	p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	s->have_proc = p != NULL;
+	s->map_first = p ? p->first : 0;
+	s->map_count = p ? p->count : 0;
+	bpf_tail_call(ctx, &unwind_progs, 0);
+	st->unwind_tail_fail++;
+	return finish_walk(s, st);
 }
 
 SEC("perf_event")
@@ -273,6 +421,8 @@ int profile_agg(struct bpf_perf_event_data *ctx)
 		return 0;
 	st->samples++;
 	announce(st, tgid);
+	if (unwind_cfi)
+		return start_walk(ctx, st, tgid, tid);
 
 	/* Two call sites so the verifier sees one constant map per call. */
 	if (active_buf & 1)
@@ -345,6 +495,7 @@ int handle_exit(__u64 *ctx)
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
+	bpf_map_delete_elem(&unwind_procs, &tgid); /* PID reuse: never a stale table */
 	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
 		return 0;
 	emit_event(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0);
@@ -357,6 +508,10 @@ int handle_exec(__u64 *ctx)
 	struct task_struct *p = (void *)ctx[0];
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 
+	/* The old image's mappings are gone; userspace loads the new ones. */
+	bpf_map_delete_elem(&unwind_procs, &tgid);
+	/* Only sampled processes: announcing every exec of the host would cost
+	 * a /proc read per short-lived process, most of them never sampled. */
 	if (!bpf_map_lookup_elem(&seen, &tgid))
 		return 0;
 	emit_event(get_stats(), tgid, PROC_EXEC, 1);

@@ -43,6 +43,7 @@ type ProfileSampleKey struct {
 	Kstack int32
 	Ustack int32
 	Pad    uint32
+	Uhash  uint64
 }
 
 type ProfileSampleValue struct {
@@ -54,39 +55,118 @@ type ProfileSampleValue struct {
 }
 
 type ProfileStats struct {
-	_           structs.HostLayout
-	Samples     uint64
-	LostStack   uint64
-	LostMapFull uint64
-	LostRingbuf uint64
-	LostEvents  uint64
-	Truncated   uint64
+	_              structs.HostLayout
+	Samples        uint64
+	LostStack      uint64
+	LostMapFull    uint64
+	LostRingbuf    uint64
+	LostEvents     uint64
+	Truncated      uint64
+	UnwindFrames   uint64
+	UnwindTailFail uint64
+	Stops          [8]uint64
+}
+
+type ProfileUnwindMapping struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	Table uint32
+	Pad   uint32
+}
+
+type ProfileUnwindProc struct {
+	_       structs.HostLayout
+	First   uint32
+	Count   uint32
+	RemapNs uint64
+}
+
+type ProfileUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff uint16
+	Info   uint8
+	FpOff  int8
+}
+
+type ProfileUnwindState struct {
+	_         structs.HostLayout
+	Pc        uint64
+	Sp        uint64
+	Fp        uint64
+	Hash      uint64
+	Tgid      uint32
+	Tid       uint32
+	Buf       uint32
+	Kstack    int32
+	MapFirst  uint32
+	MapCount  uint32
+	HaveProc  uint32
+	PcExact   uint32
+	TailCalls uint32
+	Remapped  uint32
+	MaxFrames uint32
+	Trusted   uint32
+	Stack     ProfileUserStack
+}
+
+type ProfileUnwindTable struct {
+	_     structs.HostLayout
+	Base  uint64
+	First uint32
+	Count uint32
+	State uint32
+	Pad   uint32
+}
+
+type ProfileUserStack struct {
+	_      structs.HostLayout
+	Len    uint32
+	Reason uint32
+	Pcs    [128]uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfileMapBarrier         = "barrier"
-	ProfileMapBarrierInner    = "barrier_inner"
-	ProfileMapCounts0         = "counts0"
-	ProfileMapCounts1         = "counts1"
-	ProfileMapEvents          = "events"
-	ProfileMapSamples         = "samples"
-	ProfileMapScratch         = "scratch"
-	ProfileMapSeen            = "seen"
-	ProfileMapStacks0         = "stacks0"
-	ProfileMapStacks1         = "stacks1"
-	ProfileMapStatsMap        = "stats_map"
-	ProfileProgHandleExec     = "handle_exec"
-	ProfileProgHandleExit     = "handle_exit"
-	ProfileProgProfileAgg     = "profile_agg"
-	ProfileProgProfileRb      = "profile_rb"
-	ProfileVarActiveBuf       = "active_buf"
-	ProfileVarKernelStacks    = "kernel_stacks"
-	ProfileVarMaxDepth        = "max_depth"
-	ProfileVarUnusedProcEvent = "unused_proc_event"
-	ProfileVarUnusedRbSample  = "unused_rb_sample"
+	ProfileMapBarrier             = "barrier"
+	ProfileMapBarrierInner        = "barrier_inner"
+	ProfileMapCounts0             = "counts0"
+	ProfileMapCounts1             = "counts1"
+	ProfileMapEvents              = "events"
+	ProfileMapSamples             = "samples"
+	ProfileMapScratch             = "scratch"
+	ProfileMapSeen                = "seen"
+	ProfileMapStacks0             = "stacks0"
+	ProfileMapStacks1             = "stacks1"
+	ProfileMapStatsMap            = "stats_map"
+	ProfileMapUnwindMappings      = "unwind_mappings"
+	ProfileMapUnwindProcs         = "unwind_procs"
+	ProfileMapUnwindProgs         = "unwind_progs"
+	ProfileMapUnwindRows          = "unwind_rows"
+	ProfileMapUnwindScratch       = "unwind_scratch"
+	ProfileMapUnwindTables        = "unwind_tables"
+	ProfileMapUstacks0            = "ustacks0"
+	ProfileMapUstacks1            = "ustacks1"
+	ProfileProgHandleExec         = "handle_exec"
+	ProfileProgHandleExit         = "handle_exit"
+	ProfileProgProfileAgg         = "profile_agg"
+	ProfileProgProfileRb          = "profile_rb"
+	ProfileProgUnwindStep         = "unwind_step"
+	ProfileVarActiveBuf           = "active_buf"
+	ProfileVarKernelStacks        = "kernel_stacks"
+	ProfileVarMaxDepth            = "max_depth"
+	ProfileVarUnusedProcEvent     = "unused_proc_event"
+	ProfileVarUnusedRbSample      = "unused_rb_sample"
+	ProfileVarUnusedUnwindMapping = "unused_unwind_mapping"
+	ProfileVarUnusedUnwindProc    = "unused_unwind_proc"
+	ProfileVarUnusedUnwindRow     = "unused_unwind_row"
+	ProfileVarUnusedUnwindTable   = "unused_unwind_table"
+	ProfileVarUnusedUserStack     = "unused_user_stack"
+	ProfileVarUnwindCfi           = "unwind_cfi"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -135,34 +215,49 @@ type ProfileProgramSpecs struct {
 	HandleExit *ebpf.ProgramSpec `ebpf:"handle_exit"`
 	ProfileAgg *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb  *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindStep *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Barrier      *ebpf.MapSpec `ebpf:"barrier"`
-	BarrierInner *ebpf.MapSpec `ebpf:"barrier_inner"`
-	Counts0      *ebpf.MapSpec `ebpf:"counts0"`
-	Counts1      *ebpf.MapSpec `ebpf:"counts1"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	Samples      *ebpf.MapSpec `ebpf:"samples"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Seen         *ebpf.MapSpec `ebpf:"seen"`
-	Stacks0      *ebpf.MapSpec `ebpf:"stacks0"`
-	Stacks1      *ebpf.MapSpec `ebpf:"stacks1"`
-	StatsMap     *ebpf.MapSpec `ebpf:"stats_map"`
+	Barrier        *ebpf.MapSpec `ebpf:"barrier"`
+	BarrierInner   *ebpf.MapSpec `ebpf:"barrier_inner"`
+	Counts0        *ebpf.MapSpec `ebpf:"counts0"`
+	Counts1        *ebpf.MapSpec `ebpf:"counts1"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	Samples        *ebpf.MapSpec `ebpf:"samples"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	Seen           *ebpf.MapSpec `ebpf:"seen"`
+	Stacks0        *ebpf.MapSpec `ebpf:"stacks0"`
+	Stacks1        *ebpf.MapSpec `ebpf:"stacks1"`
+	StatsMap       *ebpf.MapSpec `ebpf:"stats_map"`
+	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindProcs    *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindProgs    *ebpf.MapSpec `ebpf:"unwind_progs"`
+	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch  *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwindTables   *ebpf.MapSpec `ebpf:"unwind_tables"`
+	Ustacks0       *ebpf.MapSpec `ebpf:"ustacks0"`
+	Ustacks1       *ebpf.MapSpec `ebpf:"ustacks1"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
-	ActiveBuf       *ebpf.VariableSpec `ebpf:"active_buf"`
-	KernelStacks    *ebpf.VariableSpec `ebpf:"kernel_stacks"`
-	MaxDepth        *ebpf.VariableSpec `ebpf:"max_depth"`
-	UnusedProcEvent *ebpf.VariableSpec `ebpf:"unused_proc_event"`
-	UnusedRbSample  *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
+	ActiveBuf           *ebpf.VariableSpec `ebpf:"active_buf"`
+	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
+	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedRbSample      *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
+	UnusedUnwindMapping *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc    *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow     *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable   *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
+	UnusedUserStack     *ebpf.VariableSpec `ebpf:"unused_user_stack"`
+	UnwindCfi           *ebpf.VariableSpec `ebpf:"unwind_cfi"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -185,17 +280,25 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Barrier      *ebpf.Map `ebpf:"barrier"`
-	BarrierInner *ebpf.Map `ebpf:"barrier_inner"`
-	Counts0      *ebpf.Map `ebpf:"counts0"`
-	Counts1      *ebpf.Map `ebpf:"counts1"`
-	Events       *ebpf.Map `ebpf:"events"`
-	Samples      *ebpf.Map `ebpf:"samples"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Seen         *ebpf.Map `ebpf:"seen"`
-	Stacks0      *ebpf.Map `ebpf:"stacks0"`
-	Stacks1      *ebpf.Map `ebpf:"stacks1"`
-	StatsMap     *ebpf.Map `ebpf:"stats_map"`
+	Barrier        *ebpf.Map `ebpf:"barrier"`
+	BarrierInner   *ebpf.Map `ebpf:"barrier_inner"`
+	Counts0        *ebpf.Map `ebpf:"counts0"`
+	Counts1        *ebpf.Map `ebpf:"counts1"`
+	Events         *ebpf.Map `ebpf:"events"`
+	Samples        *ebpf.Map `ebpf:"samples"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	Seen           *ebpf.Map `ebpf:"seen"`
+	Stacks0        *ebpf.Map `ebpf:"stacks0"`
+	Stacks1        *ebpf.Map `ebpf:"stacks1"`
+	StatsMap       *ebpf.Map `ebpf:"stats_map"`
+	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindProcs    *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindProgs    *ebpf.Map `ebpf:"unwind_progs"`
+	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch  *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwindTables   *ebpf.Map `ebpf:"unwind_tables"`
+	Ustacks0       *ebpf.Map `ebpf:"ustacks0"`
+	Ustacks1       *ebpf.Map `ebpf:"ustacks1"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -211,6 +314,14 @@ func (m *ProfileMaps) Close() error {
 		m.Stacks0,
 		m.Stacks1,
 		m.StatsMap,
+		m.UnwindMappings,
+		m.UnwindProcs,
+		m.UnwindProgs,
+		m.UnwindRows,
+		m.UnwindScratch,
+		m.UnwindTables,
+		m.Ustacks0,
+		m.Ustacks1,
 	)
 }
 
@@ -218,11 +329,17 @@ func (m *ProfileMaps) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
-	ActiveBuf       *ebpf.Variable `ebpf:"active_buf"`
-	KernelStacks    *ebpf.Variable `ebpf:"kernel_stacks"`
-	MaxDepth        *ebpf.Variable `ebpf:"max_depth"`
-	UnusedProcEvent *ebpf.Variable `ebpf:"unused_proc_event"`
-	UnusedRbSample  *ebpf.Variable `ebpf:"unused_rb_sample"`
+	ActiveBuf           *ebpf.Variable `ebpf:"active_buf"`
+	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
+	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
+	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedRbSample      *ebpf.Variable `ebpf:"unused_rb_sample"`
+	UnusedUnwindMapping *ebpf.Variable `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc    *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow     *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable   *ebpf.Variable `ebpf:"unused_unwind_table"`
+	UnusedUserStack     *ebpf.Variable `ebpf:"unused_user_stack"`
+	UnwindCfi           *ebpf.Variable `ebpf:"unwind_cfi"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.
@@ -233,6 +350,7 @@ type ProfilePrograms struct {
 	HandleExit *ebpf.Program `ebpf:"handle_exit"`
 	ProfileAgg *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb  *ebpf.Program `ebpf:"profile_rb"`
+	UnwindStep *ebpf.Program `ebpf:"unwind_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
@@ -241,6 +359,7 @@ func (p *ProfilePrograms) Close() error {
 		p.HandleExit,
 		p.ProfileAgg,
 		p.ProfileRb,
+		p.UnwindStep,
 	)
 }
 

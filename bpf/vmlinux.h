@@ -30,6 +30,7 @@ enum { false = 0, true = 1 };
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PROG_ARRAY = 3,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_STACK_TRACE = 7,
 	BPF_MAP_TYPE_LRU_HASH = 9,
@@ -41,6 +42,10 @@ enum {
 	BPF_ANY = 0,
 	BPF_NOEXIST = 1,
 	BPF_EXIST = 2,
+};
+
+enum {
+	BPF_F_MMAPABLE = (1U << 10),
 };
 
 enum {
@@ -56,8 +61,43 @@ enum {
 	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
 };
 
-/* The perf_event program context; the verifier rewrites accesses to it. */
-struct bpf_perf_event_data;
+/*
+ * Registers as the kernel saves them on entry (arch/x86/include/asm/ptrace.h).
+ * Relocated via CO-RE when read from a task (bpf_task_pt_regs); the perf_event
+ * context holds the UAPI twin (bpf_user_pt_regs_t), whose layout is the same
+ * on x86-64, so the same declaration serves both.
+ */
+struct pt_regs {
+	unsigned long r15;
+	unsigned long r14;
+	unsigned long r13;
+	unsigned long r12;
+	unsigned long bp;
+	unsigned long bx;
+	unsigned long r11;
+	unsigned long r10;
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long ax;
+	unsigned long cx;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long cs;
+	unsigned long flags;
+	unsigned long sp;
+	unsigned long ss;
+} __attribute__((preserve_access_index));
+
+/* The perf_event program context (UAPI, include/uapi/linux/bpf_perf_event.h);
+ * the verifier rewrites accesses to it. */
+struct bpf_perf_event_data {
+	struct pt_regs regs;
+	__u64 sample_period;
+	__u64 addr;
+};
 
 /* Kernel-internal types, relocated via CO-RE. */
 typedef struct {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
@@ -44,6 +45,7 @@ type recordOpts struct {
 	output    string
 	format    string
 	kernel    bool
+	unwinding unwind.Mode
 	filter    *profbuild.Filter
 }
 
@@ -52,7 +54,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: profsym record [--duration 10s] [--pid N]... [--comm REGEX] [--sample-rate 99] [--symbolize] --output FILE [--format otlp-json|pprof]")
+		fmt.Fprintln(stderr, "usage: profsym record [--duration 10s] [--pid N]... [--comm REGEX] [--sample-rate 99] [--unwinding auto|frame_pointers] [--symbolize] --output FILE [--format otlp-json|pprof]")
 		fs.PrintDefaults()
 	}
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to sample (Ctrl-C stops early)")
@@ -63,6 +65,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.StringVar(&o.output, "output", "", "file to write (required)")
 	fs.StringVar(&o.format, "format", "otlp-json", "otlp-json (OTLP profiles JSON) or pprof (gzipped profile.proto)")
 	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
+	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -77,6 +80,10 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 		return nil, fmt.Errorf("--sample-rate must be between 1 and 1000, not %d", o.rate)
 	case o.duration <= 0:
 		return nil, errors.New("--duration must be positive")
+	}
+	var err error
+	if o.unwinding, err = unwind.ParseMode(*unwinding); err != nil {
+		return nil, fmt.Errorf("--unwinding: %w", err)
 	}
 	o.filter = &profbuild.Filter{}
 	if len(o.pids) > 0 {
@@ -137,13 +144,18 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 
 // record samples for o.duration (or until ctx ends) and builds one report.
 func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
-	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel})
+	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel,
+		Unwinding: unwind.Config{Mode: o.unwinding}})
 	if err != nil {
 		return profbuild.Report{}, err
 	}
 	defer s.Close()
+	var unwinder profbuild.Unwinder
+	if u := s.Unwinder(); u != nil {
+		unwinder = u
+	}
 	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true,
-		Filter: o.filter, ScopeVersion: "profsym record"})
+		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

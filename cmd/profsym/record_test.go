@@ -25,6 +25,7 @@ func TestRecordFlags(t *testing.T) {
 		{"--output", "x", "--comm", "("},
 		{"--output", "x", "--sample-rate", "0"},
 		{"--output", "x", "extra"},
+		{"--output", "x", "--unwinding", "dwarf"},
 	} {
 		var stderr bytes.Buffer
 		if code := runRecord(args, nil, nil, &stderr); code != 2 {

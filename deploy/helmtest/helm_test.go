@@ -315,7 +315,7 @@ func checkAgent(t *testing.T, d docs) {
 		}
 	}
 
-	for k, v := range map[string]string{"requests.cpu": "100m", "requests.memory": "128Mi", "limits.cpu": "500m", "limits.memory": "256Mi"} {
+	for k, v := range map[string]string{"requests.cpu": "100m", "requests.memory": "256Mi", "limits.cpu": "500m", "limits.memory": "512Mi"} {
 		kind, res, _ := strings.Cut(k, ".")
 		wantEqual(t, "agent resources."+k, fmt.Sprint(get(c, "resources", kind, res)), v)
 	}

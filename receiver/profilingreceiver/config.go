@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
@@ -33,9 +34,40 @@ type Config struct {
 	PerfMaps bool `mapstructure:"perf_maps"`
 	// Targets selects processes; empty means the whole host.
 	Targets []TargetConfig `mapstructure:"targets"`
+	// Unwinding selects how user stacks are walked.
+	Unwinding UnwindingConfig `mapstructure:"unwinding"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
+}
+
+// UnwindingConfig selects how user stacks are walked and bounds the kernel
+// memory of the unwind tables (docs/unwinding.md).
+type UnwindingConfig struct {
+	// Mode is "auto" (unwind tables from .eh_frame, .debug_frame and Go's
+	// pcsp where a file has them, frame pointers elsewhere) or
+	// "frame_pointers".
+	Mode string `mapstructure:"mode"`
+	// MaxTableBytes bounds the rows of all tables in kernel memory.
+	MaxTableBytes int64 `mapstructure:"max_table_bytes"`
+	// MaxMappings bounds the executable mappings of all tracked processes.
+	MaxMappings int `mapstructure:"max_mappings"`
+	// MaxProcesses bounds the processes with unwind mappings.
+	MaxProcesses int `mapstructure:"max_processes"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// sampler turns the configuration into the sampler's.
+func (u UnwindingConfig) sampler() (unwind.Config, error) {
+	mode, err := unwind.ParseMode(u.Mode)
+	if err != nil {
+		return unwind.Config{}, err
+	}
+	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses}
+	c.SetDefaults()
+	return c, c.Validate()
 }
 
 // TargetConfig selects processes; every field set must match, and a process
@@ -62,6 +94,12 @@ func createDefaultConfig() *Config {
 		KernelStacks:   true,
 		KernelSymbols:  true,
 		PerfMaps:       true,
+		Unwinding: UnwindingConfig{
+			Mode:          unwind.ModeAuto.String(),
+			MaxTableBytes: unwind.DefaultMaxTableBytes,
+			MaxMappings:   unwind.DefaultMaxMappings,
+			MaxProcesses:  unwind.DefaultMaxProcesses,
+		},
 	}
 }
 
@@ -79,6 +117,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.filter(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := c.Unwinding.sampler(); err != nil {
+		errs = append(errs, fmt.Errorf("unwinding: %w", err))
 	}
 	return errors.Join(errs...)
 }

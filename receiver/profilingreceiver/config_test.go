@@ -22,6 +22,7 @@ func TestLoadConfig(t *testing.T) {
 	custom.KernelStacks, custom.KernelSymbols, custom.PerfMaps = false, false, false
 	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
 		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
+	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
 	for _, tt := range []struct {
 		id   component.ID
 		want *Config
@@ -45,7 +46,7 @@ func TestLoadConfig(t *testing.T) {
 			if got.SampleRate != tt.want.SampleRate || got.MaxStackDepth != tt.want.MaxStackDepth ||
 				got.ReportInterval != tt.want.ReportInterval || got.KernelStacks != tt.want.KernelStacks ||
 				got.KernelSymbols != tt.want.KernelSymbols || got.PerfMaps != tt.want.PerfMaps ||
-				len(got.Targets) != len(tt.want.Targets) {
+				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
 		})
@@ -66,6 +67,9 @@ func TestValidate(t *testing.T) {
 		{"bad pid", func(c *Config) { c.Targets = []TargetConfig{{PIDs: []int{-1}}} }, "targets[0].pids"},
 		{"bad regexp", func(c *Config) { c.Targets = []TargetConfig{{ProcessName: "("}} }, "targets[0].process_name"},
 		{"bad cgroup", func(c *Config) { c.Targets = []TargetConfig{{Cgroup: "["}} }, "targets[0].cgroup"},
+		{"unwinding mode", func(c *Config) { c.Unwinding.Mode = "dwarf" }, "unwinding mode"},
+		{"table bytes", func(c *Config) { c.Unwinding.MaxTableBytes = 1000 }, "max_table_bytes"},
+		{"mappings", func(c *Config) { c.Unwinding.MaxMappings = 10 }, "max_mappings"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := createDefaultConfig()

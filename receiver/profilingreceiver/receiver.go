@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
 )
@@ -31,13 +32,14 @@ type profilingReceiver struct {
 	profiles xconsumer.Profiles // nil unless a profiles pipeline uses it
 	logs     consumer.Logs      // nil unless a logs pipeline uses it
 
-	sampler *sampler.Sampler
-	builder *profbuild.Builder
-	cancel  context.CancelFunc
-	loops   sync.WaitGroup // report loop
-	events  chan struct{}  // closed when the event loop has ended
-	last    sampler.Stats  // counters already reported
-	from    time.Time      // start of the current interval
+	sampler    *sampler.Sampler
+	builder    *profbuild.Builder
+	cancel     context.CancelFunc
+	loops      sync.WaitGroup // report loop
+	events     chan struct{}  // closed when the event loop has ended
+	last       sampler.Stats  // counters already reported
+	lastUnwind unwind.Stats
+	from       time.Time // start of the current interval
 }
 
 func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error) {
@@ -58,16 +60,26 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	if err := sampler.CheckPrerequisites(); err != nil {
 		return fmt.Errorf("profiling receiver cannot sample: %w", err)
 	}
+	uw, err := r.cfg.Unwinding.sampler()
+	if err != nil {
+		return fmt.Errorf("profiling receiver: %w", err)
+	}
 	s, err := sampler.New(sampler.Config{
 		SampleRate:    r.cfg.SampleRate,
 		MaxStackDepth: r.cfg.MaxStackDepth,
 		KernelStacks:  r.cfg.KernelStacks,
 		Logger:        r.log,
+		Unwinding:     uw,
 	})
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
+	var unwinder profbuild.Unwinder
+	if u := s.Unwinder(); u != nil {
+		unwinder = u
+	}
 	r.builder = profbuild.New(profbuild.Options{
+		Unwinder:      unwinder,
 		SampleRate:    r.cfg.SampleRate,
 		KernelSymbols: r.cfg.KernelSymbols,
 		PerfMaps:      r.cfg.PerfMaps,
@@ -89,6 +101,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	go r.handleEvents()
 	go r.reportLoop(ctx)
 	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
+		zap.String("unwinding", uw.Mode.String()),
 		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
 		zap.Bool("profiles", r.profiles != nil), zap.Bool("logs", r.logs != nil))
 	return nil
@@ -152,6 +165,23 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 	for reason, n := range rep.Failures {
 		r.tel.ReceiverProfilingNormalizationFailures.Add(ctx, n, reasonAttr(reason))
 	}
+	for reason, n := range rep.UnwindStops {
+		r.tel.ReceiverProfilingUnwindStacks.Add(ctx, n, reasonAttr(reason))
+	}
+	if u := r.sampler.Unwinder(); u != nil {
+		us := u.Stats()
+		r.tel.ReceiverProfilingUnwindTableBytes.Record(ctx, us.RowBytes)
+		r.tel.ReceiverProfilingUnwindTables.Record(ctx, int64(us.Tables), stateAttr("ready"))
+		r.tel.ReceiverProfilingUnwindTables.Record(ctx, int64(us.TablesPending), stateAttr("pending"))
+		r.tel.ReceiverProfilingUnwindTables.Record(ctx, int64(us.TablesLazy), stateAttr("unsampled"))
+		r.tel.ReceiverProfilingUnwindTables.Record(ctx, int64(us.TablesNone), stateAttr("none"))
+		r.tel.ReceiverProfilingUnwindTableRows.Record(ctx, int64(us.Rows))
+		addDelta(ctx, r.tel.ReceiverProfilingUnwindTableEvictions, us.Evictions, r.lastUnwind.Evictions)
+		addDelta(ctx, r.tel.ReceiverProfilingUnwindFallbacks, us.NoRoom, r.lastUnwind.NoRoom, reasonAttr("tables_full"))
+		addDelta(ctx, r.tel.ReceiverProfilingUnwindFallbacks, us.ProcsNoRoom, r.lastUnwind.ProcsNoRoom, reasonAttr("mappings_full"))
+		addDelta(ctx, r.tel.ReceiverProfilingUnwindFallbacks, us.BuildFailures, r.lastUnwind.BuildFailures, reasonAttr("no_unwind_info"))
+		r.lastUnwind = us
+	}
 	r.tel.ReceiverProfilingProcessesTracked.Record(ctx, int64(r.builder.Tracked()))
 	st, err := r.sampler.Stats()
 	if err != nil {
@@ -165,6 +195,10 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 	r.last = st
 	r.log.Debug("profiling report", zap.Uint64("samples", rep.Samples), zap.Int("rows", rep.Rows),
 		zap.Any("normalization_failures", rep.Failures), zap.Duration("took", took))
+}
+
+func stateAttr(state string) metric.RecordOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("state", state)))
 }
 
 func reasonAttr(reason string) metric.AddOption {

@@ -27,13 +27,18 @@ import (
 // identities and the PT_LOAD headers that turn file offsets into ELF
 // addresses. Computed once per (device, inode, size, mtime).
 type FileInfo struct {
+	ID         FileID // what the file is cached under; unwind tables use it too
 	Path       string // as the process sees it
 	GNUBuildID string // lowercase hex, empty when absent
 	GoBuildID  string
 	HTLHash    string // OpenTelemetry file id: always set when the file was readable
 	Size       int64
 	Loads      []elfx.Segment
-	Err        error // why identities are missing (unreadable, not ELF, ...)
+	// UnwindBytes is the size of the sections an unwind table is built
+	// from (.eh_frame, .debug_frame, .gopclntab): what the build costs.
+	// Zero when section headers are missing.
+	UnwindBytes int64
+	Err         error // why identities are missing (unreadable, not ELF, ...)
 }
 
 // Mapping is one executable mapping of a process.
@@ -94,11 +99,15 @@ type Normalizer struct {
 	procs map[int]*Process
 }
 
-type fileKey struct {
-	dev, ino uint64
-	size     int64
-	mtime    int64
+// FileID identifies one version of a file on this host: device, inode,
+// size and modification time, as stat(2) gives them.
+type FileID struct {
+	Dev, Ino uint64
+	Size     int64
+	Mtime    int64 // ns
 }
+
+type fileKey = FileID
 
 // New makes a Normalizer.
 func New(opt Options) *Normalizer {
@@ -232,6 +241,7 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 			return fi
 		}
 		fi := identify(c, m.Path)
+		fi.ID = key
 		if fi.Err != nil {
 			lastErr = fi.Err
 			if c != candidates[len(candidates)-1] {
@@ -265,6 +275,12 @@ func identify(openPath, path string) *FileInfo {
 	id := buildid.Identify(f)
 	fi.GNUBuildID, fi.GoBuildID, fi.HTLHash = id.GNU, id.Go, id.HTL
 	fi.Loads = f.Loads()
+	for _, s := range f.Sections {
+		switch s.Name {
+		case ".eh_frame", ".debug_frame", ".gopclntab":
+			fi.UnwindBytes += int64(s.Size)
+		}
+	}
 	return fi
 }
 

@@ -9,5 +9,5 @@ func statKey(path string) (fileKey, error) {
 	if err := syscall.Stat(path, &st); err != nil {
 		return fileKey{}, err
 	}
-	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, nil
+	return fileKey{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim.Nano()}, nil
 }

@@ -11,5 +11,5 @@ func statKey(path string) (fileKey, error) {
 	if err != nil {
 		return fileKey{}, err
 	}
-	return fileKey{size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
+	return fileKey{Size: st.Size(), Mtime: st.ModTime().UnixNano()}, nil
 }

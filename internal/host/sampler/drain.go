@@ -75,6 +75,22 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		}
 	}
 
+	ustacks := s.objs.ustacks(old)
+	walked := map[uint64]userStack{}
+	var ubuf bpf.ProfileUserStack
+	lookupWalked := func(h uint64) (userStack, error) {
+		if w, ok := walked[h]; ok {
+			return w, nil
+		}
+		if err := ustacks.Lookup(h, &ubuf); err != nil {
+			return userStack{}, fmt.Errorf("sampler: user stack %x: %w", h, err)
+		}
+		n := min(int(ubuf.Len), len(ubuf.Pcs))
+		w := userStack{pcs: append([]uint64(nil), ubuf.Pcs[:n]...), stop: StopReason(ubuf.Reason)}
+		walked[h] = w
+		return w, nil
+	}
+
 	// Stacks are shared by rows; look each id up once and free it.
 	cache := map[int32][]uint64{}
 	buf := make([]uint64, depth)
@@ -105,16 +121,26 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		if err != nil {
 			return Batch{}, err
 		}
-		us, err := lookup(k.Ustack)
-		if err != nil {
+		var us []uint64
+		stop := StopFramePointers
+		if k.Ustack == -2 {
+			w, err := lookupWalked(k.Uhash)
+			if err != nil {
+				return Batch{}, err
+			}
+			us, stop = w.pcs, w.stop
+		} else if us, err = lookup(k.Ustack); err != nil {
 			return Batch{}, err
+		} else if s.cfg.walking() {
+			stop = StopOK // no user stack (kernel thread)
 		}
 		v := vals[i]
 		smp := Sample{
 			Pid: k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
 			UserPCs: us, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
-			Truncated: len(us) == depth || len(ks) == depth,
+			Truncated: len(us) >= depth || len(ks) == depth || stop == StopDepth,
+			Stop:      stop,
 		}
 		if smp.Truncated {
 			truncated += v.Count
@@ -126,6 +152,16 @@ func (s *Sampler) drainKernel() (Batch, error) {
 	for id := range cache {
 		if err := stacks.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Batch{}, fmt.Errorf("sampler: clearing stacks: %w", err)
+		}
+	}
+	if s.cfg.walking() {
+		for h := range walked {
+			if err := ustacks.Delete(h); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return Batch{}, fmt.Errorf("sampler: clearing user stacks: %w", err)
+			}
+		}
+		if err := sweep(ustacks, new(uint64)); err != nil {
+			return Batch{}, err
 		}
 	}
 	// Stacks whose sample was then dropped (count map full, or the other
@@ -144,6 +180,27 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+type userStack struct {
+	pcs  []uint64
+	stop StopReason
+}
+
+// sweep deletes every key of m (entries no row referenced).
+func sweep[K any](m *ebpf.Map, k *K) error {
+	for {
+		err := m.NextKey(nil, k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("sampler: sweeping %v: %w", m, err)
+		}
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("sampler: sweeping %v: %w", m, err)
+		}
+	}
 }
 
 // rbKey identifies an aggregation row in ring buffer mode; the stacks are
@@ -231,7 +288,7 @@ func (a *rbAggregator) swap() Batch {
 			Pid: k.pid, Tid: k.tid, CPU: k.cpu, Comm: r.comm,
 			UserPCs: pcsOf(k.ustack), KernelPCs: pcsOf(k.kstack),
 			Count: r.count, FirstNs: int64(r.first) + off, LastNs: int64(r.last) + off,
-			Truncated: r.truncated,
+			Truncated: r.truncated, Stop: StopFramePointers,
 		})
 	}
 	return b
@@ -274,6 +331,12 @@ func (s *Sampler) readEvents() {
 			Kind:    EventKind(ne.Uint32(raw[unsafe.Offsetof(pe.Kind):])),
 			TimeNs:  int64(ne.Uint64(raw[unsafe.Offsetof(pe.TsNs):])) + bootToUnix(),
 			MMAlive: ne.Uint32(raw[unsafe.Offsetof(pe.HasMm):]) != 0,
+		}
+		if ev.Kind == tableWanted {
+			if s.unwinder != nil {
+				s.unwinder.Request(ev.Pid) // the pid field holds the table slot
+			}
+			continue
 		}
 		select {
 		case s.events <- ev:

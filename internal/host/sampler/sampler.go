@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // cpuEvent is one online CPU's perf event and the link attaching the
@@ -53,8 +55,9 @@ type Sampler struct {
 	closed  bool
 	active  uint32 // kernel aggregation: buffer the program writes
 
-	agg            *rbAggregator // ModeRingBuffer only
-	truncatedUser  atomic.Uint64 // counted in Go (kernel aggregation)
+	unwinder       *unwind.Manager // nil unless walking with unwind tables
+	agg            *rbAggregator   // ModeRingBuffer only
+	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
 }
 
@@ -78,6 +81,16 @@ type aggObjs struct {
 	Stacks1      *ebpf.Map     `ebpf:"stacks1"`
 	Barrier      *ebpf.Map     `ebpf:"barrier"`
 	BarrierInner *ebpf.Map     `ebpf:"barrier_inner"`
+
+	UnwindStep     *ebpf.Program `ebpf:"unwind_step"`
+	UnwindProgs    *ebpf.Map     `ebpf:"unwind_progs"`
+	UnwindProcs    *ebpf.Map     `ebpf:"unwind_procs"`
+	UnwindMappings *ebpf.Map     `ebpf:"unwind_mappings"`
+	UnwindTables   *ebpf.Map     `ebpf:"unwind_tables"`
+	UnwindRows     *ebpf.Map     `ebpf:"unwind_rows"`
+	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
+	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
+	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
 }
 
 type rbObjs struct {
@@ -123,15 +136,24 @@ func (o *objects) stacks(i uint32) *ebpf.Map {
 	return o.Stacks1
 }
 
+func (o *objects) ustacks(i uint32) *ebpf.Map {
+	if i == 0 {
+		return o.Ustacks0
+	}
+	return o.Ustacks1
+}
+
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
 	}
 	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
-		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch} {
+		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
+		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
+		o.Ustacks0, o.Ustacks1} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -165,7 +187,16 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	return nil
+	if c.Unwinding.Logger == nil {
+		c.Unwinding.Logger = c.Logger
+	}
+	c.Unwinding.SetDefaults()
+	return c.Unwinding.Validate()
+}
+
+// walking reports whether user stacks are walked with unwind tables.
+func (c *Config) walking() bool {
+	return c.Mode == ModeKernelAggregation && c.Unwinding.Mode == unwind.ModeAuto
 }
 
 // New checks prerequisites, loads the BPF objects and attaches the sampling
@@ -198,6 +229,18 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.tracing = append(s.tracing, l)
 	}
+	if cfg.walking() {
+		if err := s.objs.UnwindProgs.Put(uint32(0), s.objs.UnwindStep); err != nil {
+			return nil, fmt.Errorf("sampler: installing the unwinder: %w", err)
+		}
+		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
+			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
+			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sampler: %w", err)
+		}
+	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
 		return nil, fmt.Errorf("sampler: events ring buffer: %w", err)
 	}
@@ -207,9 +250,14 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.agg = newRBAggregator(cfg.MaxStackDepth)
 	}
+	unwinding := unwind.ModeFramePointers
+	if cfg.walking() {
+		unwinding = unwind.ModeAuto
+	}
 	s.log.Info("sampler ready", zap.Int("cpus", len(s.cpus)), zap.Int("hz", cfg.SampleRate),
 		zap.Stringer("mode", cfg.Mode), zap.Int("max_stack_depth", cfg.MaxStackDepth),
-		zap.Bool("kernel_stacks", cfg.KernelStacks))
+		zap.Bool("kernel_stacks", cfg.KernelStacks), zap.Stringer("unwinding", unwinding),
+		zap.Int64("max_table_bytes", cfg.Unwinding.MaxTableBytes))
 	return s, nil
 }
 
@@ -231,6 +279,23 @@ func (s *Sampler) load() error {
 	}
 	for _, name := range []string{bpf.ProfileMapCounts0, bpf.ProfileMapCounts1} {
 		spec.Maps[name].MaxEntries = uint32(s.cfg.CountMapEntries)
+	}
+	if err := spec.Variables[bpf.ProfileVarUnwindCfi].Set(s.cfg.walking()); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	// Unwind maps are referenced by profile_agg either way; without the
+	// walker they shrink to one entry.
+	u := s.cfg.Unwinding
+	sizes := map[string]uint32{
+		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
+		bpf.ProfileMapUnwindTables: uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
+		bpf.ProfileMapUstacks0: uint32(s.cfg.StackMapEntries), bpf.ProfileMapUstacks1: uint32(s.cfg.StackMapEntries),
+	}
+	for name, n := range sizes {
+		if !s.cfg.walking() {
+			n = 1
+		}
+		spec.Maps[name].MaxEntries = n
 	}
 	ncpu := runtime.NumCPU()
 	if cpus, err := onlineCPUs(); err == nil {
@@ -265,6 +330,33 @@ func (s *Sampler) load() error {
 		return fmt.Errorf("sampler: loading BPF objects: %w", err2)
 	}
 	return nil
+}
+
+// ProgramStats returns the cumulative run time and run count of the sampling
+// program (its tail calls included), as counted by the kernel while
+// kernel.bpf_stats_enabled is on (ebpf.EnableStats); zeros otherwise.
+func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, 0, ErrClosed
+	}
+	ps, err := s.objs.profile().Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	return ps.Runtime, ps.RunCount, nil
+}
+
+// Unwinder returns the unwind table manager, nil when user stacks are walked
+// with frame pointers. Callers feed it process snapshots (Track) on
+// ProcessNew, ProcessExec and ProcessMapsChanged, and Forget on ProcessExit.
+func (s *Sampler) Unwinder() *unwind.Manager { return s.unwinder }
+
+// sync returns after an RCU grace period: an ARRAY_OF_MAPS update waits for
+// every BPF program that might still read what was replaced.
+func (s *Sampler) sync() error {
+	return s.objs.Barrier.Put(uint32(0), s.objs.BarrierInner)
 }
 
 // Start enables the perf events and the readers. It fails on a second call.
@@ -316,6 +408,9 @@ func (s *Sampler) Stats() (Stats, error) {
 	if s.closed {
 		return Stats{}, ErrClosed
 	}
+	if s.unwinder != nil {
+		s.unwinder.Poll()
+	}
 	var per []bpf.ProfileStats
 	if err := s.objs.StatsMap.Lookup(uint32(0), &per); err != nil {
 		return Stats{}, fmt.Errorf("sampler: reading stats: %w", err)
@@ -328,6 +423,11 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.LostRingbuf += p.LostRingbuf
 		st.LostEvents += p.LostEvents
 		st.Truncated += p.Truncated
+		st.UnwindFrames += p.UnwindFrames
+		st.UnwindTailFail += p.UnwindTailFail
+		for i := range st.Stops {
+			st.Stops[i] += p.Stops[i]
+		}
 	}
 	st.Truncated += s.truncatedUser.Load()
 	st.LostEvents += s.lostEventsUser.Load()
@@ -372,6 +472,10 @@ func (s *Sampler) release() error {
 	}
 	s.wg.Wait()
 	s.eventsRd, s.samplesRd = nil, nil
+	if s.unwinder != nil {
+		s.unwinder.Close()
+		s.unwinder = nil
+	}
 	if !s.eventsClosed {
 		close(s.events) // readers are joined: no more sends
 		s.eventsClosed = true

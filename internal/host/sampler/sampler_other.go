@@ -5,6 +5,9 @@ package sampler
 import (
 	"fmt"
 	"runtime"
+	"time"
+
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // ErrNotSupported: the sampler needs Linux (perf events and eBPF).
@@ -27,3 +30,9 @@ func (*Sampler) Events() <-chan Event  { return nil }
 func (*Sampler) Drain() (Batch, error) { return Batch{}, ErrNotSupported }
 func (*Sampler) Stats() (Stats, error) { return Stats{}, ErrNotSupported }
 func (*Sampler) Close() error          { return nil }
+
+// Unwinder is nil: there is no unwinder without the sampler.
+func (*Sampler) Unwinder() *unwind.Manager { return nil }
+
+// ProgramStats fails with ErrNotSupported.
+func (*Sampler) ProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }

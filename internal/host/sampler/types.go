@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // MaxStackDepth is the deepest stack the kernel walks by default
@@ -58,6 +60,36 @@ type Config struct {
 	StackMapEntries int
 	// CountMapEntries sizes each of the two count hash maps; zero means 16384.
 	CountMapEntries int
+	// Unwinding selects how user stacks are walked and bounds the unwind
+	// tables. ModeAuto (the default) walks with unwind tables in kernel
+	// aggregation mode; ModeRingBuffer always uses frame pointers.
+	Unwinding unwind.Config
+}
+
+// StopReason says why a walked user stack ended, or what first made it
+// less than exact (numbered as enum stop_reason in bpf/unwind.h).
+type StopReason uint8
+
+// Stop reasons.
+const (
+	StopOK             StopReason = iota // an outermost frame was reached
+	StopNotReady                         // process or table not loaded yet: frame pointers
+	StopUnknownMapping                   // a PC in no known mapping of the process
+	StopNoTable                          // a file without usable unwind table: frame pointers
+	StopReadFault                        // reading the stack failed
+	StopDepth                            // MaxStackDepth reached
+	StopBadFrame                         // the stack pointer went backwards
+	StopFramePointers                    // walked by bpf_get_stackid (frame pointers mode)
+	NumStopReasons
+)
+
+var stopNames = [...]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers"}
+
+func (r StopReason) String() string {
+	if int(r) < len(stopNames) {
+		return stopNames[r]
+	}
+	return fmt.Sprintf("StopReason(%d)", uint8(r))
 }
 
 // Sample is one aggregated row: every sample of one thread on one CPU with
@@ -72,6 +104,9 @@ type Sample struct {
 	FirstNs   int64 // Unix time of the first and last sample, ns
 	LastNs    int64
 	Truncated bool // a stack reached MaxStackDepth and may be cut short
+	// Stop says how the user stack ended when it was walked with unwind
+	// tables (StopOK for a whole stack); StopFramePointers otherwise.
+	Stop StopReason
 }
 
 // Batch is what Drain returns.
@@ -91,6 +126,11 @@ type Stats struct {
 	// LostEvents counts process events dropped in the kernel (ring buffer
 	// full) or in Go (Events channel full).
 	LostEvents uint64
+	// UnwindFrames counts user frames walked by the table-driven unwinder,
+	// Stops its stacks by how they ended, UnwindTailFail failed tail calls.
+	UnwindFrames   uint64
+	Stops          [NumStopReasons]uint64
+	UnwindTailFail uint64
 }
 
 // EventKind says what happened to a process.
@@ -101,6 +141,13 @@ const (
 	ProcessNew  EventKind = 1 // first sample of this pid since it was last seen
 	ProcessExec EventKind = 2 // a sampled process called execve: its maps changed
 	ProcessExit EventKind = 3 // a sampled process's last thread is exiting
+	// ProcessMapsChanged: a PC fell in no known mapping (dlopen, mmap after
+	// the last snapshot); at most one per process and second.
+	ProcessMapsChanged EventKind = 4
+
+	// tableWanted is handled inside the sampler: a sample needed a table
+	// that was not built yet.
+	tableWanted EventKind = 5
 )
 
 func (k EventKind) String() string {
@@ -111,6 +158,8 @@ func (k EventKind) String() string {
 		return "exec"
 	case ProcessExit:
 		return "exit"
+	case ProcessMapsChanged:
+		return "maps-changed"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint32(k))
 }

@@ -48,6 +48,16 @@ type Options struct {
 	Kernel     KernelSymbols
 	Normalizer *normalize.Normalizer
 	Logger     *zap.Logger
+	// Unwinder, when the sampler walks user stacks with unwind tables
+	// (sampler.Unwinder), is given every process snapshot the Builder takes
+	// and told when a process exits.
+	Unwinder Unwinder
+}
+
+// Unwinder is the part of unwind.Manager the Builder drives.
+type Unwinder interface {
+	Track(p *normalize.Process) error
+	Forget(pid int)
 }
 
 // Drainer is the part of the sampler Collect needs.
@@ -65,6 +75,10 @@ type Report struct {
 	// Failures counts frames that could not be normalized or named, by
 	// reason (see the Reason constants).
 	Failures map[string]int64
+	// UnwindStops counts samples whose user stack the sampler walked with
+	// unwind tables, by how the walk ended (sampler.StopReason names; "ok"
+	// for whole stacks).
+	UnwindStops map[string]int64
 }
 
 // Reasons a frame stays raw or incomplete.
@@ -150,7 +164,7 @@ func (b *Builder) Tracked() int { return b.norm.Tracked() }
 func (b *Builder) HandleEvent(ev sampler.Event) {
 	pid := int(ev.Pid)
 	switch ev.Kind {
-	case sampler.ProcessNew, sampler.ProcessExec:
+	case sampler.ProcessNew, sampler.ProcessExec, sampler.ProcessMapsChanged:
 		b.mu.Lock()
 		delete(b.exited, pid)
 		if ev.Kind == sampler.ProcessExec {
@@ -161,13 +175,25 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		if !b.targeted(pid) {
 			return
 		}
-		if _, err := b.norm.Refresh(pid); err != nil {
+		p, err := b.norm.Refresh(pid)
+		if err != nil {
 			b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
+			return
+		}
+		if b.opt.Unwinder != nil {
+			if err := b.opt.Unwinder.Track(p); err != nil {
+				b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
+			}
 		}
 	case sampler.ProcessExit:
 		// Last chance for a process whose New event was lost or late.
 		if ev.MMAlive && b.norm.Cached(pid) == nil && b.targeted(pid) {
 			_, _ = b.norm.Process(pid)
+		}
+		// The kernel side already dropped its mappings; free them now so
+		// a reused pid starts clean.
+		if b.opt.Unwinder != nil {
+			b.opt.Unwinder.Forget(pid)
 		}
 		b.mu.Lock()
 		b.exited[pid] = struct{}{}
@@ -261,6 +287,11 @@ func (b *Builder) sweep() {
 			continue
 		}
 		b.forget(pid)
+		if b.opt.Unwinder != nil {
+			// Its exit event was lost (the exit path already released it,
+			// and a reused pid must keep its new mappings).
+			b.opt.Unwinder.Forget(pid)
+		}
 	}
 }
 

@@ -258,3 +258,72 @@ func top(m map[string]int64, n int) []string {
 	}
 	return out
 }
+
+// TestWholeChainInProfiles: through the whole receiver path (sampler with
+// unwind tables, Builder feeding the unwinder), a chain built without frame
+// pointers comes out whole in the OTLP profile, and the few samples that are
+// not whole say why.
+func TestWholeChainInProfiles(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
+	pid, _ := runFixture(t, bin, fixtureSeconds)
+	h.exitSeen(pid, 2*time.Second)
+	r := h.collect(t)
+	real := realPath(t, bin)
+	id := gnuBuildID(t, real)
+	chain := []string{"leaf", "d", "c", "b", "a", "main"}
+	ranges := make([][2]uint64, len(chain))
+	for i, n := range chain {
+		ranges[i][0], ranges[i][1] = symRange(t, real, n)
+	}
+	name := func(addr uint64) string {
+		for i, rg := range ranges {
+			if addr >= rg[0] && addr < rg[1] {
+				return chain[i]
+			}
+		}
+		return ""
+	}
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	samples := v.samples(t, pid)
+	var t0 uint64
+	for _, s := range samples {
+		if t0 == 0 || s.first < t0 {
+			t0 = s.first
+		}
+	}
+	// As in internal/host/unwind's tests: samples marked not_ready or
+	// unknown_mapping in a process's first 250 ms were taken before its
+	// tables could be loaded; they are counted apart.
+	var total, whole, marked, startup int64
+	for _, s := range samples {
+		stop, _ := s.attrs[pframe.AttrUnwindStop].(string)
+		if (stop == "not_ready" || stop == "unknown_mapping") && s.first-t0 < uint64(250*time.Millisecond) {
+			startup += s.count
+			continue
+		}
+		total += s.count
+		var got []string
+		for _, l := range s.locs {
+			if _, a := v.mapping(l); a[pframe.AttrBuildIDGNU] == id {
+				if n := name(l.Address()); n != "" {
+					got = append(got, n)
+				}
+			}
+		}
+		if strings.Join(got, " ") == strings.Join(chain[len(chain)-len(got):], " ") && len(got) > 0 && got[len(got)-1] == "main" {
+			whole += s.count
+		} else if stop != "" {
+			marked += s.count
+		}
+	}
+	t.Logf("pid %d: %d samples, %d whole, %d not whole but marked, %d marked start-up samples apart; unwind stops %v",
+		pid, total, whole, marked, startup, r.UnwindStops)
+	if total < 20 {
+		t.Fatalf("only %d samples", total)
+	}
+	if float64(whole) < 0.99*float64(total) {
+		t.Errorf("%d/%d samples whole, want >= 99%%", whole, total)
+	}
+}

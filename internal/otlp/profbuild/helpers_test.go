@@ -33,6 +33,9 @@ func newHarness(t testing.TB, scfg sampler.Config, opt Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if u := s.Unwinder(); u != nil && opt.Unwinder == nil {
+		opt.Unwinder = u
+	}
 	h := &harness{s: s, b: New(opt), start: time.Now()}
 	done := make(chan struct{})
 	go func() {
@@ -139,6 +142,7 @@ type view struct {
 
 type viewSample struct {
 	count int64
+	first uint64 // Unix ns of the first of these samples
 	attrs map[string]any
 	locs  []pprofile.Location
 }
@@ -183,6 +187,9 @@ func (v view) samples(t testing.TB, pid int) []viewSample {
 			for _, prof := range sp.Profiles().All() {
 				for _, s := range prof.Samples().All() {
 					vs := viewSample{count: s.Values().At(0), attrs: v.attrs(s.AttributeIndices().AsRaw())}
+					if s.TimestampsUnixNano().Len() > 0 {
+						vs.first = s.TimestampsUnixNano().At(0)
+					}
 					for _, li := range v.dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 						vs.locs = append(vs.locs, v.dict.LocationTable().At(int(li)))
 					}

@@ -67,6 +67,7 @@ type rowKey struct {
 	tid, cpu uint32
 	comm     string
 	stack    int32
+	stop     sampler.StopReason
 }
 
 type row struct {
@@ -81,7 +82,7 @@ func newRun(b *Builder, start, end time.Time) *run {
 	return &run{b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
 		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
 		kernMaps: map[string]int32{}, refreshed: map[int]bool{},
-		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}}}
+		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}}}
 }
 
 func (r *run) fail(reason string) { r.rep.Failures[reason]++ }
@@ -107,7 +108,10 @@ func (r *run) add(s *sampler.Sample) {
 		frames = append(frames, f)
 	}
 	r.locScratch = locs
-	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs)}
+	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs), stop: s.Stop}
+	if s.Stop != sampler.StopFramePointers {
+		r.rep.UnwindStops[s.Stop.String()] += int64(s.Count)
+	}
 	rw := po.rows[k]
 	if rw == nil {
 		rw = &row{rowKey: k, first: s.FirstNs}
@@ -205,6 +209,9 @@ func (r *run) writeProfile(po *procOut) {
 			r.dict.AttrInt(pframe.AttrThreadID, int64(rw.tid)),
 			r.dict.AttrStr(pframe.AttrThreadName, rw.comm),
 			r.dict.AttrInt(pframe.AttrCPU, int64(rw.cpu)))
+		if rw.stop != sampler.StopOK && rw.stop != sampler.StopFramePointers {
+			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrUnwindStop, rw.stop.String()))
+		}
 		r.rep.Rows++
 	}
 }

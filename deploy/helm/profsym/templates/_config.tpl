@@ -161,6 +161,9 @@ extensions:
       directory: {{ $st.mountPath }}
       {{- end }}
   {{- end }}
+  {{- if include "profsym.jfrAuth" . }}
+  {{- include "profsym.gateway.jfrExtension" . | nindent 2 }}
+  {{- end }}
 receivers:
   otlp:
     protocols:
@@ -173,6 +176,9 @@ receivers:
             max_connection_age_grace: {{ $g.maxConnectionAgeGrace }}
       http:
         endpoint: ${env:PROFSYM_GATEWAY_HTTP_LISTEN:-0.0.0.0:4318}
+  {{- if $g.jfr.enabled }}
+  {{- include "profsym.gateway.jfrReceiver" . | nindent 2 }}
+  {{- end }}
 processors:
   memory_limiter:
     check_interval: 1s
@@ -207,9 +213,12 @@ service:
   {{- if .Values.symbols.enabled }}
     - symbolstore
   {{- end }}
+  {{- if include "profsym.jfrAuth" . }}
+    - bearertokenauth/jfr
+  {{- end }}
   pipelines:
     profiles:
-      receivers: [otlp]
+      receivers: [otlp{{ if $g.jfr.enabled }}, jfr{{ end }}]
       processors: [memory_limiter, symbolization]
       exporters: {{ $exporters }}
     {{- if $g.profileEvents.enabled }}

@@ -35,6 +35,12 @@ type TelemetryBuilder struct {
 	ReceiverProfilingSamplesFiltered       metric.Int64Counter
 	ReceiverProfilingSamplesLost           metric.Int64Counter
 	ReceiverProfilingStacksTruncated       metric.Int64Counter
+	ReceiverProfilingUnwindFallbacks       metric.Int64Counter
+	ReceiverProfilingUnwindStacks          metric.Int64Counter
+	ReceiverProfilingUnwindTableBytes      metric.Int64Gauge
+	ReceiverProfilingUnwindTableEvictions  metric.Int64Counter
+	ReceiverProfilingUnwindTableRows       metric.Int64Gauge
+	ReceiverProfilingUnwindTables          metric.Int64Gauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -119,6 +125,42 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_profiling_stacks_truncated",
 		metric.WithDescription("CPU samples whose stack reached max_stack_depth and may be cut short. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindFallbacks, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_unwind_fallbacks",
+		metric.WithDescription("Files or processes left to frame pointers, by reason: tables_full (max_table_bytes reached even after evicting), mappings_full (max_mappings or max_processes reached), no_unwind_info (no usable .eh_frame, .debug_frame or Go tables). [Development]"),
+		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindStacks, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_unwind_stacks",
+		metric.WithDescription("Samples whose user stack was walked with unwind tables, by how the walk ended: ok (outermost frame reached), not_ready (process or table not loaded yet: frame pointers), unknown_mapping (a PC in no known mapping: maps are reread), no_table (a file without usable unwind information: frame pointers), read_fault, depth_limit, bad_frame. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindTableBytes, err = builder.meter.Int64Gauge(
+		"otelcol_receiver_profiling_unwind_table_bytes",
+		metric.WithDescription("Kernel memory held by unwind table rows (bounded by unwinding.max_table_bytes). [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindTableEvictions, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_unwind_table_evictions",
+		metric.WithDescription("Unwind tables of files no process maps any more, dropped to make room for new ones. [Development]"),
+		metric.WithUnit("{table}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindTableRows, err = builder.meter.Int64Gauge(
+		"otelcol_receiver_profiling_unwind_table_rows",
+		metric.WithDescription("Unwind table rows loaded in the kernel. [Development]"),
+		metric.WithUnit("{row}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingUnwindTables, err = builder.meter.Int64Gauge(
+		"otelcol_receiver_profiling_unwind_tables",
+		metric.WithDescription("Files known to the unwinder, by table state. [Development]"),
+		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

@@ -161,3 +161,93 @@ func AssertEqualReceiverProfilingStacksTruncated(t *testing.T, tt *componenttest
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
+
+func AssertEqualReceiverProfilingUnwindFallbacks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_fallbacks",
+		Description: "Files or processes left to frame pointers, by reason: tables_full (max_table_bytes reached even after evicting), mappings_full (max_mappings or max_processes reached), no_unwind_info (no usable .eh_frame, .debug_frame or Go tables). [Development]",
+		Unit:        "{event}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_fallbacks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingUnwindStacks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_stacks",
+		Description: "Samples whose user stack was walked with unwind tables, by how the walk ended: ok (outermost frame reached), not_ready (process or table not loaded yet: frame pointers), unknown_mapping (a PC in no known mapping: maps are reread), no_table (a file without usable unwind information: frame pointers), read_fault, depth_limit, bad_frame. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_stacks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingUnwindTableBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_table_bytes",
+		Description: "Kernel memory held by unwind table rows (bounded by unwinding.max_table_bytes). [Development]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_table_bytes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingUnwindTableEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_table_evictions",
+		Description: "Unwind tables of files no process maps any more, dropped to make room for new ones. [Development]",
+		Unit:        "{table}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_table_evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingUnwindTableRows(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_table_rows",
+		Description: "Unwind table rows loaded in the kernel. [Development]",
+		Unit:        "{row}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_table_rows")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingUnwindTables(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_unwind_tables",
+		Description: "Files known to the unwinder, by table state. [Development]",
+		Unit:        "{file}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_unwind_tables")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}

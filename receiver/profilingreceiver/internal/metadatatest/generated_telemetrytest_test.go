@@ -28,6 +28,12 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingSamplesFiltered.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamplesLost.Add(context.Background(), 1)
 	tb.ReceiverProfilingStacksTruncated.Add(context.Background(), 1)
+	tb.ReceiverProfilingUnwindFallbacks.Add(context.Background(), 1)
+	tb.ReceiverProfilingUnwindStacks.Add(context.Background(), 1)
+	tb.ReceiverProfilingUnwindTableBytes.Record(context.Background(), 1)
+	tb.ReceiverProfilingUnwindTableEvictions.Add(context.Background(), 1)
+	tb.ReceiverProfilingUnwindTableRows.Record(context.Background(), 1)
+	tb.ReceiverProfilingUnwindTables.Record(context.Background(), 1)
 	AssertEqualReceiverProfilingNormalizationFailures(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -53,6 +59,24 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingStacksTruncated(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindFallbacks(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindStacks(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindTableBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindTableEvictions(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindTableRows(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingUnwindTables(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

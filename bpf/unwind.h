@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * User-space stack unwinder driven by call frame information (docs/unwinding.md).
+ *
+ * Tables are built on the host (internal/host/unwind) and live in four maps:
+ *
+ *   unwind_procs     tgid -> range of unwind_mappings (sorted by start)
+ *   unwind_mappings  executable mappings: [start, end), load bias, table slot
+ *   unwind_tables    slot -> range of unwind_rows, ELF base, state
+ *   unwind_rows      every table's rows, 8 bytes each, sorted by pc per table
+ *
+ * Per frame: binary search the process's mappings for the PC, then the
+ * mapping's table for the row covering the PC, apply the row (CFA from SP or
+ * FP, RA at CFA-8, caller's FP saved at CFA+off) and read memory with
+ * bpf_probe_read_user. Code without a table (JIT, vdso, anonymous memory,
+ * rows the table cannot express) steps with frame pointers.
+ *
+ * A walk spans several programs: unwind_step walks FRAMES_PER_PROG frames
+ * and tail-calls itself; its state lives in a per-CPU scratch value, so
+ * every program starts from the same verifier state.
+ */
+#ifndef PROFSYM_UNWIND_H
+#define PROFSYM_UNWIND_H
+
+#define MAX_USER_FRAMES 128   /* power of two: the frame index is masked */
+#define FRAMES_PER_PROG 6     /* frames per program; 22 tail calls reach 128 */
+#define ROW_SEARCH_STEPS 22   /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
+#define MAP_SEARCH_STEPS 10   /* up to 1023 executable mappings per process */
+#define MAX_TAIL_CALLS 30     /* the kernel allows 33 */
+
+/* unwind_mapping.table values that are not slots. */
+#define TABLE_FP 0xffffffffu  /* JIT, vdso, anonymous code: frame pointers */
+
+/* unwind_table.state */
+enum table_state {
+	TABLE_PENDING = 0, /* being built: FP fallback, stop reason NOT_READY */
+	TABLE_READY = 1,
+	TABLE_NONE = 2,    /* no CFI (or no room): FP fallback, stop reason NO_TABLE */
+	TABLE_LAZY = 3,    /* known but never sampled: the first sample asks for it */
+};
+
+/* Row info byte: kind in bits 0-1, CFA rule in bits 2-3, FP saved in bit 4.
+ * Bits 5-7 are free (arm64 needs one: "RA still in LR"). */
+enum row_kind {
+	ROW_NORMAL = 0,
+	ROW_END = 1,      /* outermost frame */
+	ROW_SIGNAL = 2,   /* rt_sigframe at SP */
+	ROW_FALLBACK = 3, /* frame pointers */
+};
+enum cfa_rule {
+	CFA_UNDEF = 0, /* frame pointers */
+	CFA_SP = 1,
+	CFA_FP = 2,
+	CFA_PLT = 3,   /* SP + 8, + 8 more past the PLT entry's push */
+};
+#define ROW_FP_SAVED (1 << 4)
+
+/* Why a user stack ended, or the first thing that made it less than exact.
+ * Numbered as sampler.StopReason. */
+enum stop_reason {
+	STOP_OK = 0,              /* outermost frame reached */
+	STOP_NOT_READY = 1,       /* process or table not loaded yet: frame pointers */
+	STOP_UNKNOWN_MAPPING = 2, /* PC in no known mapping of the process */
+	STOP_NO_TABLE = 3,        /* file without CFI, or evicted, or PC outside its rows */
+	STOP_READ_FAULT = 4,      /* reading the stack failed */
+	STOP_DEPTH = 5,           /* max depth reached */
+	STOP_BAD_FRAME = 6,       /* stack pointer went backwards, or zero PC */
+	STOP_FP_ONLY = 7,         /* unwinding.mode frame_pointers: no walk here */
+	STOP_REASONS = 8,
+};
+
+struct unwind_row {
+	__u32 pc;      /* offset from unwind_table.base */
+	__u16 cfa_off; /* bytes */
+	__u8 info;     /* kind | rule << 2 | ROW_FP_SAVED */
+	__s8 fp_off;   /* caller's FP at CFA + 8 * fp_off */
+};
+
+struct unwind_table {
+	__u64 base;  /* ELF virtual address of row pc 0 */
+	__u32 first; /* index of the first row in unwind_rows */
+	__u32 count;
+	__u32 state; /* enum table_state */
+	__u32 pad;
+};
+
+struct unwind_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;  /* ELF virtual address = pc - bias */
+	__u32 table; /* slot in unwind_tables, or TABLE_FP */
+	__u32 pad;
+};
+
+struct unwind_proc {
+	__u32 first; /* index of the first mapping in unwind_mappings */
+	__u32 count;
+	__u64 remap_ns; /* last "PC in no known mapping" event */
+};
+
+/* A walked stack, the value of the ustacks maps. */
+struct user_stack {
+	__u32 len;
+	__u32 reason; /* enum stop_reason */
+	__u64 pcs[MAX_USER_FRAMES];
+};
+
+/* Per-CPU walk state, carried across tail calls. */
+struct unwind_state {
+	__u64 pc, sp, fp;
+	__u64 hash;
+	__u32 tgid, tid;
+	__u32 buf;      /* aggregation buffer chosen at the start of the sample */
+	__s32 kstack;
+	__u32 map_first, map_count;
+	__u32 have_proc;
+	__u32 pc_exact; /* pc is not a return address (leaf, signal frame) */
+	__u32 tail_calls;
+	__u32 remapped; /* "unknown PC" event already sent for this sample */
+	__u32 max_frames;
+	__u32 trusted;  /* this PC was reached by registers, a table row or an
+			 * expected FP step, not by FP through code without FP */
+	struct user_stack stack;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+/* Sizes below are placeholders; the loader sets them from the config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_mapping);
+} unwind_mappings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_table);
+} unwind_tables SEC(".maps");
+
+/* Mmapable: userspace writes rows with memcpy, not one syscall per batch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_state);
+} unwind_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct user_stack);
+} ustacks0 SEC(".maps"), ustacks1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_progs SEC(".maps");
+
+/* x86-64 specifics; arm64 would read pc/sp/x29 and keep the RA in x30 for
+ * the leaf frame (docs/unwinding.md). */
+#define RA_FROM_CFA 8          /* RA at CFA - 8 */
+#define FP_STEP_RA 8           /* frame record: [fp] = caller's fp, [fp+8] = RA */
+#define FP_STEP_SP 16          /* caller's SP = fp + 16 */
+/* rt_sigframe at SP in __restore_rt (pretcode already popped): ucontext
+ * (uc_flags, uc_link, uc_stack = 40 bytes), then sigcontext's rbp, rsp, rip. */
+#define SIGFRAME_FP (40 + 80)
+#define SIGFRAME_SP (40 + 120)
+#define SIGFRAME_PC (40 + 128)
+
+static __always_inline void set_reason(struct unwind_state *s, __u32 r)
+{
+	if (s->stack.reason == STOP_OK)
+		s->stack.reason = r;
+}
+
+/* Last mapping with start <= pc, if it holds pc. */
+static __always_inline struct unwind_mapping *find_mapping(struct unwind_state *s, __u64 pc)
+{
+	__u32 lo = s->map_first, hi = s->map_first + s->map_count, idx;
+	struct unwind_mapping *m;
+
+	for (int i = 0; i < MAP_SEARCH_STEPS; i++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		m = bpf_map_lookup_elem(&unwind_mappings, &mid);
+		if (!m)
+			return NULL;
+		if (m->start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == s->map_first)
+		return NULL;
+	idx = lo - 1;
+	m = bpf_map_lookup_elem(&unwind_mappings, &idx);
+	if (!m || pc >= m->end)
+		return NULL;
+	return m;
+}
+
+/* Last row of t with pc <= off. */
+static __always_inline struct unwind_row *find_row(struct unwind_table *t, __u32 off)
+{
+	__u32 first = t->first, lo = t->first, hi = t->first + t->count, idx;
+	struct unwind_row *r;
+
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return NULL;
+		if (r->pc <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == first)
+		return NULL;
+	idx = lo - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &idx);
+}
+
+/* Frame-pointer step. Returns 0 to go on, 1 when the walk ends. */
+static __always_inline int fp_step(struct unwind_state *s)
+{
+	__u64 rec[2];
+
+	if (s->fp == 0)
+		return 1; /* end of the frame pointer chain */
+	/* No "FP above SP" check: Go's systemstack and cgo switch stacks, and
+	 * the frame pointer chain is what crosses back. A chain that loops on
+	 * itself ends here; a longer loop ends at the depth limit. */
+	if (bpf_probe_read_user(rec, sizeof(rec), (void *)s->fp)) {
+		set_reason(s, STOP_READ_FAULT);
+		return 1;
+	}
+	if (rec[1] == 0)
+		return 1;
+	if (rec[0] == s->fp) {
+		set_reason(s, STOP_BAD_FRAME);
+		return 1;
+	}
+	s->sp = s->fp + FP_STEP_SP;
+	s->fp = rec[0];
+	s->pc = rec[1];
+	s->pc_exact = 0;
+	s->trusted = 0;
+	return 0;
+}
+
+/* An FP step where frame pointers are expected (JIT, fallback rows). */
+static __always_inline int expected_fp_step(struct unwind_state *s)
+{
+	int r = fp_step(s);
+	s->trusted = 1;
+	return r;
+}
+
+static __always_inline void signal_remap(struct unwind_state *s, struct stats *st)
+{
+	struct unwind_proc *p;
+	__u64 now;
+
+	/* A PC reached through frame pointers in code that keeps none is
+	 * garbage more often than a new mapping: asking would reread
+	 * /proc/PID/maps every second for such processes. */
+	if (s->remapped || !s->trusted)
+		return;
+	s->remapped = 1;
+	p = bpf_map_lookup_elem(&unwind_procs, &s->tgid);
+	if (!p)
+		return;
+	now = bpf_ktime_get_boot_ns();
+	/* At most one reread of /proc/PID/maps per process and second. */
+	if (now - p->remap_ns < 1000000000ull)
+		return;
+	p->remap_ns = now;
+	emit_event(st, s->tgid, PROC_REMAP, 1);
+}
+
+/* One frame: find the caller of s->pc. Returns 0 to go on, 1 when done. */
+static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st)
+{
+	struct unwind_mapping *m;
+	struct unwind_table *t;
+	struct unwind_row *r;
+	__u64 pc = s->pc, lookup = s->pc_exact ? pc : pc - 1, cfa, off, v;
+	__u32 slot, kind, rule;
+
+	if (!s->have_proc) {
+		set_reason(s, STOP_NOT_READY);
+		return fp_step(s);
+	}
+	m = find_mapping(s, lookup);
+	if (!m) {
+		signal_remap(s, st);
+		set_reason(s, STOP_UNKNOWN_MAPPING);
+		return fp_step(s);
+	}
+	slot = m->table;
+	off = lookup - m->bias;
+	if (slot == TABLE_FP)
+		return expected_fp_step(s);
+	t = bpf_map_lookup_elem(&unwind_tables, &slot);
+	if (t && t->state == TABLE_LAZY) {
+		/* Tables are built for sampled files only. A race sends two
+		 * events; userspace builds once. */
+		t->state = TABLE_PENDING;
+		emit_event(st, slot, PROC_TABLE, 0);
+	}
+	if (!t || t->state != TABLE_READY) {
+		set_reason(s, t && t->state == TABLE_PENDING ? STOP_NOT_READY : STOP_NO_TABLE);
+		return fp_step(s);
+	}
+	off -= t->base;
+	if (off >> 32) {
+		set_reason(s, STOP_NO_TABLE);
+		return fp_step(s);
+	}
+	r = find_row(t, (__u32)off);
+	if (!r) {
+		set_reason(s, STOP_NO_TABLE);
+		return fp_step(s);
+	}
+	kind = r->info & 3;
+	rule = (r->info >> 2) & 3;
+	switch (kind) {
+	case ROW_END:
+		return 1;
+	case ROW_FALLBACK:
+		return expected_fp_step(s);
+	case ROW_SIGNAL: {
+		__u64 regs[3]; /* rbp ... rsp, rip are not contiguous with rbp */
+		if (bpf_probe_read_user(&regs[0], 8, (void *)(s->sp + SIGFRAME_FP)) ||
+		    bpf_probe_read_user(&regs[1], 16, (void *)(s->sp + SIGFRAME_SP))) {
+			set_reason(s, STOP_READ_FAULT);
+			return 1;
+		}
+		if (regs[2] == 0)
+			return 1;
+		s->fp = regs[0];
+		s->sp = regs[1];
+		s->pc = regs[2];
+		s->pc_exact = 1;
+		s->trusted = 1;
+		return 0;
+	}
+	}
+	switch (rule) {
+	case CFA_SP:
+		cfa = s->sp + r->cfa_off;
+		break;
+	case CFA_FP:
+		cfa = s->fp + r->cfa_off;
+		break;
+	case CFA_PLT:
+		cfa = s->sp + 8 + ((pc & 15) >= 11 ? 8 : 0);
+		break;
+	default:
+		return fp_step(s);
+	}
+	/* A table row that leads nowhere: the mapping may be stale (munmap and
+	 * a new file at the same address); have the maps reread. */
+	if (cfa <= s->sp) {
+		set_reason(s, STOP_BAD_FRAME);
+		signal_remap(s, st);
+		return 1;
+	}
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)(cfa - RA_FROM_CFA))) {
+		set_reason(s, STOP_READ_FAULT);
+		signal_remap(s, st);
+		return 1;
+	}
+	if (r->info & ROW_FP_SAVED) {
+		__u64 fp;
+		if (bpf_probe_read_user(&fp, sizeof(fp), (void *)(cfa + (__s64)r->fp_off * 8))) {
+			set_reason(s, STOP_READ_FAULT);
+			return 1;
+		}
+		s->fp = fp;
+	}
+	if (v == 0)
+		return 1; /* undefined RA: outermost frame */
+	s->sp = cfa;
+	s->pc = v;
+	s->pc_exact = 0;
+	s->trusted = 1;
+	return 0;
+}
+
+static __always_inline __u64 mix(__u64 h, __u64 v)
+{
+	h ^= v;
+	h *= 0x100000001b3ull; /* FNV-1a prime, per 64-bit word */
+	h ^= h >> 29;
+	return h;
+}
+
+#endif /* PROFSYM_UNWIND_H */

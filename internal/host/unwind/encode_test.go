@@ -1,0 +1,89 @@
+package unwind
+
+import (
+	"debug/elf"
+	"testing"
+
+	"github.com/profsym/profsym/internal/host/unwind/table"
+)
+
+func TestEncode(t *testing.T) {
+	tb := &table.Table{Arch: elf.EM_X86_64, Rows: []table.Row{
+		{PC: 0x1000, CFA: table.CFASP, CFAOffset: 8, RAOffset: -8},
+		{PC: 0x1001, CFA: table.CFASP, CFAOffset: 16, RAOffset: -8, FPSaved: true, FPOffset: -16},
+		{PC: 0x1004, CFA: table.CFAFP, CFAOffset: 16, RAOffset: -8, FPSaved: true, FPOffset: -16},
+		{PC: 0x1004, CFA: table.CFAFP, CFAOffset: 16, RAOffset: -8, FPSaved: true, FPOffset: -16},
+		{PC: 0x1010, CFA: table.CFASP, CFAOffset: 1 << 20, RAOffset: -8}, // too big: fallback
+		{PC: 0x1020, CFA: table.CFASP, CFAOffset: 8, RAOffset: -16},      // RA elsewhere: fallback
+		{PC: 0x1030, Kind: table.KindSignal},
+		{PC: 0x1040, CFA: table.CFAPLT, RAOffset: -8},
+		{PC: 0x1050, Kind: table.KindEnd},
+		{PC: 0x1060, Kind: table.KindFallback},
+	}}
+	e := encode(tb)
+	if e.base != 0x1000 {
+		t.Fatalf("base %#x", e.base)
+	}
+	type r struct {
+		pc   uint32
+		info uint8
+		cfa  uint16
+		fp   int8
+	}
+	want := []r{
+		{0, rowNormal | cfaSP<<2, 8, 0},
+		{1, rowNormal | cfaSP<<2 | rowFPSaved, 16, -2},
+		{4, rowNormal | cfaFP<<2 | rowFPSaved, 16, -2},
+		{0x10, rowFallback, 0, 0}, // the two unencodable rows merge
+		{0x30, rowSignal, 0, 0},
+		{0x40, rowNormal | cfaPLT<<2, 0, 0},
+		{0x50, rowEnd, 0, 0},
+		{0x60, rowFallback, 0, 0},
+	}
+	if len(e.rows) != len(want) {
+		t.Fatalf("got %d rows %+v, want %d", len(e.rows), e.rows, len(want))
+	}
+	for i, w := range want {
+		g := e.rows[i]
+		if g.Pc != w.pc || g.Info != w.info || g.CfaOff != w.cfa || g.FpOff != w.fp {
+			t.Errorf("row %d: got %+v, want %+v", i, g, w)
+		}
+	}
+	if e.fallbacks != 2 {
+		t.Errorf("fallbacks %d, want 2", e.fallbacks)
+	}
+}
+
+func TestEncodeFarRows(t *testing.T) {
+	e := encode(&table.Table{Rows: []table.Row{
+		{PC: 0x1000, CFA: table.CFASP, CFAOffset: 8, RAOffset: -8},
+		{PC: 0x1000 + 1<<33, CFA: table.CFASP, CFAOffset: 8, RAOffset: -8},
+	}})
+	if len(e.rows) != 2 || e.rows[1].Info != rowFallback {
+		t.Fatalf("a row 8 GiB away must end the table: %+v", e.rows)
+	}
+}
+
+func TestAllocator(t *testing.T) {
+	a := newAllocator(100)
+	s1, _ := a.alloc(40)
+	s2, _ := a.alloc(40)
+	if _, ok := a.alloc(40); ok {
+		t.Fatal("allocated past the end")
+	}
+	a.release(s1)
+	if _, ok := a.alloc(30); ok {
+		t.Fatal("reused a span before the grace period")
+	}
+	a.settle()
+	s3, ok := a.alloc(30)
+	if !ok || s3.off != 0 {
+		t.Fatalf("got %+v %v", s3, ok)
+	}
+	a.release(s2)
+	a.release(s3)
+	a.settle()
+	if s, ok := a.alloc(100); !ok || s.off != 0 || a.used != 100 {
+		t.Fatalf("spans did not coalesce: %+v %v, free %+v", s, ok, a.free)
+	}
+}

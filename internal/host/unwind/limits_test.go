@@ -1,0 +1,124 @@
+//go:build linux
+
+package unwind_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// newManager makes a Manager over maps of its own, sized by cfg, that no
+// program reads (so the grace period is nothing to wait for).
+func newManager(t *testing.T, cfg unwind.Config) *unwind.Manager {
+	t.Helper()
+	if err := sampler.CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	cfg.SetDefaults()
+	mk := func(typ ebpf.MapType, key, val uint32, n uint32, flags uint32) *ebpf.Map {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: typ, KeySize: key, ValueSize: val, MaxEntries: n, Flags: flags})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	maps := unwind.Maps{
+		Procs:    mk(ebpf.Hash, 4, uint32(unsafe.Sizeof(bpf.ProfileUnwindProc{})), uint32(cfg.MaxProcesses), 0),
+		Mappings: mk(ebpf.Array, 4, unwind.MappingBytes, uint32(cfg.MaxMappings), 0),
+		Tables:   mk(ebpf.Array, 4, uint32(unsafe.Sizeof(bpf.ProfileUnwindTable{})), uint32(cfg.MaxTables), 0),
+		Rows:     mk(ebpf.Array, 4, unwind.RowBytes, cfg.Rows(), 1<<10 /* BPF_F_MMAPABLE */),
+		Sync:     func() error { return nil },
+	}
+	m, err := unwind.New(cfg, maps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// track starts bin (a copy of sleep), loads its mappings and returns it.
+func track(t *testing.T, m *unwind.Manager, norm *normalize.Normalizer, bin string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Past exec and the dynamic loader: libc is mapped.
+	waitUntil(5*time.Second, func() bool {
+		p, err := norm.Refresh(cmd.Process.Pid)
+		return err == nil && len(p.Mappings) >= 3
+	})
+	p, err := norm.Refresh(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Track(p); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func settled(m *unwind.Manager) bool {
+	st := m.Stats()
+	return st.TablesPending == 0
+}
+
+// TestTableLimits fills tiny maps: libc's table (23k rows) does not fit in
+// 64 KiB of rows and stays on frame pointers, counted; 15 table slots
+// force the eviction of tables no process maps any more. Nothing fails.
+func TestTableLimits(t *testing.T) {
+	sleep := testfixture.NeedTool(t, "sleep")
+	m := newManager(t, unwind.Config{MaxTableBytes: 64 << 10, MaxTables: 16})
+	norm := normalize.New(normalize.Options{})
+	dir := t.TempDir()
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		// A copy is a file never seen before: a table of its own.
+		bin := filepath.Join(dir, "sleep"+string(rune('a'+i)))
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := track(t, m, norm, bin)
+		if !waitUntil(10*time.Second, func() bool { return settled(m) }) {
+			t.Fatalf("tables still pending: %+v", m.Stats())
+		}
+		if !m.Tracked(cmd.Process.Pid) {
+			t.Fatalf("pid %d not tracked: %+v", cmd.Process.Pid, m.Stats())
+		}
+		m.Forget(cmd.Process.Pid)
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	st := m.Stats()
+	t.Logf("%+v", st)
+	if st.NoRoom == 0 {
+		t.Error("libc's table fit in 64 KiB of rows?")
+	}
+	if st.Evictions == 0 {
+		t.Error("20 files through 15 table slots evicted nothing")
+	}
+	if st.RowBytes > 64<<10 || st.Tables+st.TablesPending+st.TablesLazy+st.TablesNone > 15 {
+		t.Errorf("over the bounds: %+v", st)
+	}
+	if st.Processes != 0 || st.Mappings != 0 {
+		t.Errorf("forgotten processes still hold mappings: %+v", st)
+	}
+}

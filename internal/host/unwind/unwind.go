@@ -1,0 +1,489 @@
+//go:build linux
+
+// Package unwind keeps the eBPF sampler's unwind tables: one table per
+// executable file (built from .eh_frame, .debug_frame or Go's pcsp by package
+// table, off the sampling path), shared by every process that maps the file,
+// and one sorted list of executable mappings per process that points each
+// address range at its file's table. The BPF walker (bpf/unwind.h) reads
+// them. See docs/unwinding.md.
+package unwind
+
+import (
+	"container/list"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/host/normalize"
+)
+
+// Maps are the sampler's BPF maps the tables live in, and a function that
+// returns once no BPF program can still be reading what was there before
+// the call (an RCU grace period).
+type Maps struct {
+	Procs, Mappings, Tables, Rows *ebpf.Map
+	Sync                          func() error
+}
+
+// eagerCost: files with up to this many bytes of unwind information
+// (.eh_frame, .debug_frame, .gopclntab) get their table when first mapped,
+// larger ones when first sampled. Building costs 5-40 ms per MB of it
+// (docs/unwinding.md); libc has 0.15 MB.
+const eagerCost = 1 << 20
+
+// slot 0 of unwind_tables never holds a table: it is the "no room" slot,
+// whose state is stateNone, for files that got no slot of their own.
+const noRoomSlot = 0
+
+type file struct {
+	id       normalize.FileID
+	path     string
+	slot     uint32
+	refs     int
+	state    uint32
+	rows     span
+	base     uint64        // ELF address of row 0
+	opens    []string      // candidate paths to open it by
+	lru      *list.Element // in Manager.idle while refs == 0 and the table holds rows
+	noRoom   bool
+	queued   bool
+	building bool
+	wanted   bool  // a sample is waiting for this table
+	cost     int64 // bytes of unwind information: orders the builds
+	retired  bool  // evicted: the slot and rows are released
+}
+
+type proc struct {
+	maps  span
+	files []*file
+}
+
+// Manager owns the table maps' contents. Safe for concurrent use.
+type Manager struct {
+	cfg  Config
+	maps Maps
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	files   map[normalize.FileID]*file
+	bySlot  map[uint32]*file
+	procs   map[int]*proc
+	rows    *allocator
+	mapSlot *allocator
+	slots   *allocator // of unwind_tables
+	idle    *list.List // unreferenced files with rows, least recently used first
+	queue   []*file
+	cond    *sync.Cond // signals the builders: queue grew, or closed
+	workers sync.WaitGroup
+	stats   Stats
+	closed  bool
+}
+
+// New starts a Manager over maps sized by cfg (the sampler sizes them).
+func New(cfg Config, maps Maps) (*Manager, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg: cfg, maps: maps, log: cfg.Logger,
+		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{},
+		rows:    newAllocator(cfg.Rows()),
+		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
+		slots:   newAllocator(uint32(cfg.MaxTables)),
+		idle:    list.New(),
+	}
+	m.cond = sync.NewCond(&m.mu)
+	m.slots.alloc(1) // noRoomSlot
+	if err := maps.Tables.Put(uint32(noRoomSlot), bpf.ProfileUnwindTable{State: stateNone}); err != nil {
+		return nil, fmt.Errorf("unwind: %w", err)
+	}
+	m.workers.Add(2)
+	go m.worker(math.MaxInt64)
+	go m.worker(fastLaneCost)
+	return m, nil
+}
+
+// Close stops the builder. The maps belong to the sampler.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	m.cond.Broadcast()
+	m.mu.Unlock()
+	m.workers.Wait()
+}
+
+// Stats returns the current figures.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	st.Processes = len(m.procs)
+	st.Mappings = int(m.mapSlot.used)
+	st.Rows = int(m.rows.used)
+	st.RowBytes = int64(m.rows.used) * RowBytes
+	for _, f := range m.files {
+		switch f.state {
+		case stateReady:
+			st.Tables++
+		case statePending:
+			st.TablesPending++
+		case stateLazy:
+			st.TablesLazy++
+		default:
+			st.TablesNone++
+		}
+	}
+	return st
+}
+
+// Track loads (or replaces) p's mappings, queueing a table build for every
+// file not seen before. Until a table is ready, the BPF side walks that
+// file's frames with frame pointers and marks the stack not_ready.
+func (m *Manager) Track(p *normalize.Process) error {
+	if p == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	pr := &proc{}
+	ents := make([]bpf.ProfileUnwindMapping, 0, len(p.Mappings))
+	for i := range p.Mappings {
+		if len(ents) == MaxMappingsPerProcess {
+			break // as far as the BPF search reaches; the rest walk with FP, marked unknown_mapping
+		}
+		mp := &p.Mappings[i]
+		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
+		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
+			if bias, ok := loadBias(fi.Loads, mp); ok {
+				f := m.fileFor(fi, p.PID, mp)
+				pr.files = append(pr.files, f)
+				e.Table = f.slot
+				e.Bias = bias
+			}
+		}
+		ents = append(ents, e)
+	}
+	old := m.procs[p.PID]
+	sp, ok := m.mapSlot.alloc(uint32(len(ents)))
+	if !ok && len(m.mapSlot.pending) > 0 {
+		if err := m.reclaim(); err != nil {
+			m.unref(pr.files)
+			return err
+		}
+		sp, ok = m.mapSlot.alloc(uint32(len(ents)))
+	}
+	if !ok {
+		m.stats.ProcsNoRoom++
+		m.unref(pr.files)
+		m.log.Debug("no room for the mappings of a process: frame pointers", zap.Int("pid", p.PID))
+		return nil
+	}
+	pr.maps = sp
+	if err := m.writeMappings(sp, ents); err != nil {
+		m.mapSlot.release(sp)
+		m.unref(pr.files)
+		return err
+	}
+	val := bpf.ProfileUnwindProc{First: sp.off, Count: sp.n}
+	if err := m.maps.Procs.Put(uint32(p.PID), val); err != nil {
+		m.mapSlot.release(sp)
+		m.unref(pr.files)
+		if errors.Is(err, errE2BIG) {
+			m.stats.ProcsNoRoom++
+			return nil
+		}
+		return fmt.Errorf("unwind: pid %d: %w", p.PID, err)
+	}
+	m.procs[p.PID] = pr
+	if old != nil {
+		m.mapSlot.release(old.maps)
+		m.unref(old.files)
+	}
+	return nil
+}
+
+// loadBias returns pc - (ELF address of pc) for the code of mapping mp: the
+// bias of the executable PT_LOAD segment whose file bytes the mapping holds.
+// Mapping offsets are page-aligned and segments need not be (lld), so the
+// mapping's first byte may belong to the segment before; its bias would be
+// wrong for the code.
+func loadBias(loads []elfx.Segment, mp *normalize.Mapping) (uint64, bool) {
+	lo, hi := mp.Offset, mp.Offset+(mp.End-mp.Start)
+	for _, s := range loads {
+		if s.Flags&elf.PF_X == 0 || s.Off >= hi || s.Off+s.Filesz <= lo {
+			continue
+		}
+		return mp.Start - mp.Offset + s.Off - s.Vaddr, true
+	}
+	if v, ok := addrmap.FileOffsetToVaddr(loads, mp.Offset); ok {
+		return mp.Start - v, true
+	}
+	return 0, false
+}
+
+// Forget drops pid's mappings (it exited; the BPF side already dropped its
+// entry, so a reused PID never sees them).
+func (m *Manager) Forget(pid int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pr := m.procs[pid]
+	if pr == nil {
+		return
+	}
+	delete(m.procs, pid)
+	_ = m.maps.Procs.Delete(uint32(pid))
+	m.mapSlot.release(pr.maps)
+	m.unref(pr.files)
+}
+
+// Tracked reports whether pid has mappings in the kernel (checked there).
+func (m *Manager) Tracked(pid int) bool {
+	m.mu.Lock()
+	_, ok := m.procs[pid]
+	m.mu.Unlock()
+	var v bpf.ProfileUnwindProc
+	return ok || m.maps.Procs.Lookup(uint32(pid), &v) == nil
+}
+
+func (m *Manager) writeMappings(sp span, ents []bpf.ProfileUnwindMapping) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(ents))
+	for i := range keys {
+		keys[i] = sp.off + uint32(i)
+	}
+	if _, err := m.maps.Mappings.BatchUpdate(keys, ents, nil); err != nil {
+		return fmt.Errorf("unwind: writing mappings: %w", err)
+	}
+	return nil
+}
+
+// fileFor returns the file of fi with a reference taken, creating its
+// entry and queueing its build on first sight.
+func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping) *file {
+	f := m.files[fi.ID]
+	if f == nil {
+		// Built only once a sample needs it (Request): most files of
+		// most processes are never sampled.
+		f = &file{id: fi.ID, path: fi.Path, state: stateLazy, cost: fi.UnwindBytes}
+		if f.cost == 0 {
+			f.cost = fi.Size // no section headers: the file's size bounds it
+		}
+		if s, ok := m.allocSlot(); ok {
+			f.slot = s
+			_ = m.maps.Tables.Put(s, bpf.ProfileUnwindTable{State: stateLazy})
+			m.files[fi.ID] = f
+			m.bySlot[s] = f
+			if f.cost <= eagerCost {
+				// Cheap enough to build now, so that a new program's
+				// first samples find its own binary, ld.so and libc ready;
+				// after the tables samples are waiting for.
+				m.request(f, false)
+			}
+		} else {
+			f.slot, f.state, f.noRoom = noRoomSlot, stateNone, true
+			m.stats.NoRoom++
+			// Not remembered: the next process mapping it tries again.
+		}
+	}
+	if f.lru != nil {
+		m.idle.Remove(f.lru)
+		f.lru = nil
+	}
+	f.refs++
+	if len(f.opens) < 4 {
+		dir := filepath.Join(m.cfg.ProcRoot, strconv.Itoa(pid))
+		f.opens = append(f.opens,
+			filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", mp.Start, mp.End)),
+			filepath.Join(dir, "root", mp.Path))
+	}
+	return f
+}
+
+func (m *Manager) unref(fs []*file) {
+	for _, f := range fs {
+		if f.slot == noRoomSlot && f.noRoom {
+			continue
+		}
+		f.refs--
+		if f.refs == 0 {
+			f.opens = nil
+			if f.state == stateReady {
+				f.lru = m.idle.PushBack(f)
+			} else if !f.queued && f.state != statePending {
+				m.retire(f) // nothing worth caching
+			}
+		}
+	}
+}
+
+// allocSlot takes a table slot, evicting the least recently used idle
+// table when none is free.
+func (m *Manager) allocSlot() (uint32, bool) {
+	for {
+		if s, ok := m.slots.alloc(1); ok {
+			return s.off, true
+		}
+		if len(m.slots.pending) > 0 {
+			if m.reclaim() == nil {
+				continue
+			}
+			return 0, false
+		}
+		if !m.evictOne() {
+			return 0, false
+		}
+	}
+}
+
+// evictOne drops the least recently used unreferenced table.
+func (m *Manager) evictOne() bool {
+	e := m.idle.Front()
+	if e == nil {
+		return false
+	}
+	f := e.Value.(*file)
+	m.idle.Remove(e)
+	f.lru = nil
+	m.retire(f)
+	m.stats.Evictions++
+	return true
+}
+
+// retire forgets f and releases its slot and rows once no program can
+// still read them.
+func (m *Manager) retire(f *file) {
+	if f.retired {
+		return
+	}
+	f.retired = true
+	if m.files[f.id] == f {
+		delete(m.files, f.id)
+	}
+	if m.bySlot[f.slot] == f {
+		delete(m.bySlot, f.slot)
+	}
+	m.rows.release(f.rows)
+	f.rows = span{}
+	if f.slot != noRoomSlot {
+		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: stateNone})
+		m.slots.release(span{f.slot, 1})
+	}
+}
+
+// reclaim waits for a grace period, after which released spans are free.
+func (m *Manager) reclaim() error {
+	if err := m.maps.Sync(); err != nil {
+		return fmt.Errorf("unwind: waiting for BPF programs: %w", err)
+	}
+	m.rows.settle()
+	m.mapSlot.settle()
+	m.slots.settle()
+	return nil
+}
+
+// Request queues the build of the table in slot: a sample needed it (the
+// BPF side flipped it from lazy to pending and said so).
+func (m *Manager) Request(slot uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.bySlot[slot]
+	if f == nil || m.closed {
+		return
+	}
+	if f.state == stateReady {
+		// The BPF side read "lazy" just before the table was published
+		// and wrote "pending" over it: publish it again.
+		m.publish(f)
+		return
+	}
+	m.request(f, true)
+}
+
+// publish writes f's ready table into its slot.
+func (m *Manager) publish(f *file) {
+	t := bpf.ProfileUnwindTable{Base: f.base, First: f.rows.off, Count: f.rows.n, State: stateReady}
+	if err := m.maps.Tables.Put(f.slot, t); err != nil {
+		m.log.Warn("publishing an unwind table failed", zap.String("file", f.path), zap.Error(err))
+	}
+}
+
+// request queues f's build. wanted: a sample is waiting for it (the BPF
+// side flipped it to pending), which puts it ahead of speculative builds.
+// A speculative build leaves the kernel's state "lazy", so that a sample
+// still says when it needs the table.
+func (m *Manager) request(f *file, wanted bool) {
+	if wanted && !f.wanted {
+		f.wanted = true
+		if f.slot != noRoomSlot && f.state != stateReady {
+			_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: statePending})
+		}
+	}
+	if f.state != stateLazy && f.state != statePending || f.queued || f.building {
+		return
+	}
+	f.state = statePending
+	m.enqueue(f)
+}
+
+// Poll finds tables the BPF side asked for whose event was lost (events
+// ring full) and queues them. Cheap: one lookup per lazy table; run it once
+// per report interval.
+func (m *Manager) Poll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var t bpf.ProfileUnwindTable
+	for slot, f := range m.bySlot {
+		if f.state != stateLazy && (f.state != statePending || f.wanted) {
+			continue
+		}
+		if err := m.maps.Tables.Lookup(slot, &t); err == nil && t.State == statePending {
+			m.request(f, true)
+		}
+	}
+}
+
+// reclaimUnlocked is reclaim for the builders: it waits for the grace
+// period without m.mu (held on entry and on return), so process events are
+// not held up, and frees only what was released before the wait.
+func (m *Manager) reclaimUnlocked() error {
+	rows, maps, slots := m.rows.takePending(), m.mapSlot.takePending(), m.slots.takePending()
+	m.mu.Unlock()
+	err := m.maps.Sync()
+	m.mu.Lock()
+	if err != nil {
+		m.rows.pending = append(m.rows.pending, rows...)
+		m.mapSlot.pending = append(m.mapSlot.pending, maps...)
+		m.slots.pending = append(m.slots.pending, slots...)
+		return fmt.Errorf("unwind: waiting for BPF programs: %w", err)
+	}
+	m.rows.addFree(rows)
+	m.mapSlot.addFree(maps)
+	m.slots.addFree(slots)
+	return nil
+}
+
+func (m *Manager) enqueue(f *file) {
+	f.queued = true
+	m.queue = append(m.queue, f)
+	m.cond.Broadcast()
+}
