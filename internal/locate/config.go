@@ -29,6 +29,10 @@ type Config struct {
 	Store           Source // a symbol store's in-process source, if any
 	ProcRoot        string // "" for /proc
 
+	// FetchWait bounds how long a locate waits for a debuginfod download
+	// in flight (see Query.Since); 0: as long as the context.
+	FetchWait time.Duration
+
 	NegativeTTL  time.Duration
 	MaxEntries   int
 	MaxFileBytes int64
@@ -71,7 +75,7 @@ func NewFromConfig(cfg Config) (*Chain, error) {
 			}
 		case SourceDebuginfod:
 			if cfg.Debuginfod != nil {
-				srcs = append(srcs, Debuginfod{Client: cfg.Debuginfod})
+				srcs = append(srcs, Debuginfod{Client: cfg.Debuginfod, Wait: cfg.FetchWait})
 			}
 		case SourceKernel:
 			srcs = append(srcs, Kernel{Release: hostRelease()})

@@ -38,6 +38,13 @@ type Query struct {
 	Kernel        bool
 	KernelRelease string
 
+	// Since is when the caller began waiting (a batch's start). Sources
+	// that fetch in the background (debuginfod) wait for a fetch only until
+	// their wait after the earlier of Since and the fetch's start, then
+	// answer frame.ErrPending while it goes on. Zero: wait as long as the
+	// context.
+	Since time.Time
+
 	// Found lists the files accepted so far by earlier sources, best first
 	// (the debug directories look up .gnu_debuglink of binaries found).
 	Found []File
@@ -136,6 +143,9 @@ type File struct {
 // may be nil, not both.
 type Result struct {
 	Bin, Debug *File
+	// Pending is set when the files lack DWARF and a source is still
+	// fetching one that may have it: a later Locate may find better.
+	Pending bool
 }
 
 // Paths returns the files' paths ("" for a nil file).
@@ -301,9 +311,10 @@ func (c *Chain) Locate(ctx context.Context, q Query) (Result, error) {
 	ch := c.group.DoChan(key, func() (any, error) {
 		a := c.locate(ctx, &q)
 		a.gen = gen
-		// Transient failures are not remembered: the next batch asks again
-		// (debuginfod keeps its own short memory of them).
-		if a.err == nil || !frame.Transient(a.err) {
+		// Transient failures, and answers that a fetch still running may
+		// better, are not remembered: the next batch asks again (debuginfod
+		// keeps its own short memory of failures, and its downloads).
+		if (a.err == nil || !frame.Transient(a.err)) && !a.res.Pending {
 			c.cache.Add(key, a)
 		}
 		return a, nil
@@ -342,6 +353,11 @@ func (c *Chain) locate(ctx context.Context, q *Query) *answer {
 		}
 	}
 	res := choose(q.Found)
+	if !res.Complete() {
+		for _, e := range errs {
+			res.Pending = res.Pending || errors.Is(e, frame.ErrPending)
+		}
+	}
 	a := &answer{res: res}
 	if res.Bin == nil && res.Debug == nil {
 		a.err = mostTelling(q, errs)
@@ -420,9 +436,10 @@ func choose(files []File) Result {
 	return r
 }
 
-// mostTelling picks the reason to report when nothing was found.
+// mostTelling picks the reason to report when nothing was found. A file
+// still being fetched comes first: the frame may be named soon.
 func mostTelling(q *Query, errs []error) error {
-	for _, reason := range []error{frame.ErrInvalidPath, frame.ErrLimitExceeded, frame.ErrBuildIDMismatch,
+	for _, reason := range []error{frame.ErrPending, frame.ErrInvalidPath, frame.ErrLimitExceeded, frame.ErrBuildIDMismatch,
 		frame.ErrCorruptFile, frame.ErrTimeout, frame.ErrFetchFailed} {
 		for _, e := range errs {
 			if errors.Is(e, reason) {

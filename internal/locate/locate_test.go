@@ -249,3 +249,41 @@ func TestTakeOpened(t *testing.T) {
 		t.Error("handed over a file that changed since")
 	}
 }
+
+// A source still fetching (frame.ErrPending) makes the answer pending: the
+// files found so far are used, the reason is pending when there are none,
+// and nothing is remembered, so the next query sees the fetched file.
+func TestPendingNotRemembered(t *testing.T) {
+	fx := fixtures(t)
+	id := frame.Identity{GNU: fx.id.GNU}
+	local := &listed{name: "local", paths: []string{fx.stripped}}
+	fetch := &listed{name: "fetch", err: fmt.Errorf("downloading: %w", frame.ErrPending)}
+	c := New(Options{Sources: []Source{local, fetch}, NegativeTTL: time.Hour})
+	res, err := c.Locate(context.Background(), Query{ID: id})
+	if bin, dbg := res.Paths(); err != nil || bin != fx.stripped || dbg != "" || !res.Pending {
+		t.Fatalf("while fetching: %q %q pending %v (%v)", bin, dbg, res.Pending, err)
+	}
+	fetch.err, fetch.paths = nil, []string{fx.debug}
+	res, err = c.Locate(context.Background(), Query{ID: id})
+	if bin, dbg := res.Paths(); err != nil || bin != fx.stripped || dbg != fx.debug || res.Pending {
+		t.Fatalf("fetched: %q %q pending %v (%v)", bin, dbg, res.Pending, err)
+	}
+	// Complete now: remembered.
+	c.Locate(context.Background(), Query{ID: id})
+	if n := fetch.calls.Load(); n != 2 {
+		t.Errorf("fetching source asked %d times, want 2", n)
+	}
+
+	// Nothing found yet: the reason is pending (over any other), not remembered.
+	bad := &listed{name: "bad", paths: []string{"/nonexistent/x"}}
+	fetch = &listed{name: "fetch", err: fmt.Errorf("downloading: %w", frame.ErrPending)}
+	c = New(Options{Sources: []Source{bad, fetch}, NegativeTTL: time.Hour})
+	for i := range 2 {
+		if _, err := c.Locate(context.Background(), Query{ID: id}); frame.Reason(err) != "pending" {
+			t.Fatalf("query %d: %v, want pending", i, err)
+		}
+	}
+	if n := fetch.calls.Load(); n != 2 {
+		t.Errorf("a pending answer was remembered: %d calls", n)
+	}
+}

@@ -81,6 +81,7 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 		DemangleEntries: c.Cache.MaxDemangled,
 		DemangleBytes:   c.Cache.MaxDemangledBytes,
 		Timeout:         c.Timeout,
+		FetchWait:       c.FetchWait,
 		NegativeTTL:     c.NegativeTTL,
 		MaxParallel:     c.Debuginfod.MaxParallel,
 		Limits: otlpsym.Limits{
@@ -266,6 +267,8 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	p.shared.last = now
 	p.shared.mu.Unlock()
 	t.SymbolizationDebuginfodRequests.Add(ctx, now.Requests-prev.Requests)
+	t.SymbolizationDebuginfodDownloadsInFlight.Record(ctx, now.InFlight)
+	t.SymbolizationDebuginfodOldestDownload.Record(ctx, now.OldestInFlight.Seconds())
 	t.SymbolizationDebuginfodBytes.Add(ctx, now.BytesFetched-prev.BytesFetched)
 	for reason, n := range now.Errors {
 		if d := n - prev.Errors[reason]; d > 0 {

@@ -46,7 +46,15 @@ type Options struct {
 	DemangleEntries int
 	DemangleBytes   int64
 
-	Timeout     time.Duration // bound on finding and opening objects per batch
+	Timeout time.Duration // bound on finding and opening objects per batch
+	// FetchWait bounds how long a batch waits for files still being
+	// fetched (debuginfod downloads): until FetchWait after the batch, or
+	// the download, began, whichever was first. Their frames are then left
+	// raw with reason pending (or named from a symbol table, marked
+	// incomplete: pending), nothing about them is cached, and a later batch
+	// names them once the file has arrived. It is cut to nine tenths of
+	// Timeout, which is also what 0 means.
+	FetchWait   time.Duration
 	NegativeTTL time.Duration // how long failures and answers short of DWARF are kept
 	MaxParallel int           // objects found and opened at once
 
@@ -87,6 +95,18 @@ const (
 	// objNumCost is an interned identity: key string, list element, map entry.
 	objNumCost = 224
 )
+
+// fetchWait is how long a batch waits for downloads: FetchWait, within
+// the batch timeout less a tenth of it, which is left to open what arrived
+// (and keeps the reason pending rather than timeout when the wait is as
+// long as the batch).
+func (o *Options) fetchWait() time.Duration {
+	w := o.Timeout - o.Timeout/10
+	if o.FetchWait > 0 && o.FetchWait < w {
+		w = o.FetchWait
+	}
+	return w
+}
 
 // internBytes bounds the function interning table; past it the table
 // starts over, and the result cache with it.
@@ -248,6 +268,9 @@ func New(opt Options) (*Symbolizer, error) {
 	}
 	if lc.Logger == nil {
 		lc.Logger = opt.Logger
+	}
+	if lc.FetchWait <= 0 {
+		lc.FetchWait = opt.fetchWait()
 	}
 	if lc.MaxFileBytes <= 0 {
 		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
@@ -431,6 +454,7 @@ type objRef struct {
 	h        *symbolize.Handle
 	err      error   // why the object could not be opened
 	complete bool    // its files have DWARF: answers never get better
+	pending  bool    // a better file is still being fetched: answers may improve soon
 	mappings []int32 // mappings of the batch with this identity (hints)
 	fail     *result // set for frames that fail before any lookup
 
@@ -535,6 +559,8 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 			if m := o.h.Missing(); m != nil {
 				r.missing = frame.Reason(m)
 				busy = frame.Transient(m) // the DWARF may be readable next time
+			} else if o.pending {
+				r.missing = frame.ErrPending.Error()
 			}
 		} else {
 			r.err = err
@@ -544,9 +570,11 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 		}
 	}
 	// Only addresses that need no translation are cached: the others are
-	// looked up through an object opened anyway.
+	// looked up through an object opened anyway. Nothing is cached while a
+	// better file is on its way: the batch after it arrives must not find
+	// this answer.
 	k, ok := keyOf(o.num, key)
-	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) || busy {
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) || busy || o.pending {
 		return r
 	}
 	s.genMu.RLock()
@@ -826,13 +854,17 @@ func (b *batch) hints(need map[*objRef]bool) {
 
 // openAll locates and opens the objects of a batch, MaxParallel at a time,
 // bounded in time by Options.Timeout so a dead or slow source costs at most
-// that per batch.
+// that per batch, and waiting for downloads at most Options.FetchWait.
 func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 	if len(need) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
 	defer cancel()
+	since := time.Now() // the fetch wait runs from here (Options.FetchWait)
+	for o := range need {
+		o.q.Since = since
+	}
 	ch := make(chan *objRef)
 	var wg sync.WaitGroup
 	for range min(s.opt.MaxParallel, len(need)) {
@@ -863,7 +895,7 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 		if err != nil {
 			return nil, err
 		}
-		o.complete = res.Complete()
+		o.complete, o.pending = res.Complete(), res.Pending
 		bin, dbg := res.Paths()
 		h, err := s.engine.Open(ctx, bin, dbg)
 		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
