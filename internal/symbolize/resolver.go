@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -51,6 +52,16 @@ type Options struct {
 	// Limits): a caller that has just opened them to choose them hands
 	// them over (locate.Chain.TakeOpened) and the engine owns them.
 	Open func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error)
+	// LoadTimeout, if set, detaches loads (opening and indexing an
+	// object's files) from their callers: a load runs with a context of its
+	// own, bounded by LoadTimeout, and goes on when its callers stop
+	// waiting (their Open then fails with frame.ErrPending), so that the
+	// object is cached for a later caller. 0: a load runs with its first
+	// caller's context.
+	LoadTimeout time.Duration
+	// MaxLoads bounds the loads running at once (0: no bound); more wait
+	// for a place, within their load's context.
+	MaxLoads int
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -73,6 +84,9 @@ type Resolver struct {
 	cache *lru.Cache[string, *entry]
 	group singleflight.Group
 	pool  *elfx.Pool
+	loads chan struct{} // a place per load running (MaxLoads)
+
+	closed atomic.Bool
 }
 
 type entry struct {
@@ -96,6 +110,9 @@ func New(opt Options) *Resolver {
 		opt.Limits.Pool.SetReclaim(r.reclaim)
 	}
 	r.opt, r.pool = opt, opt.Limits.Pool
+	if opt.MaxLoads > 0 {
+		r.loads = make(chan struct{}, opt.MaxLoads)
+	}
 	r.cache = lru.New[string, *entry](opt.CacheBytes, 0,
 		func(e *entry) int64 {
 			if e.obj == nil {
@@ -137,8 +154,10 @@ func (r *Resolver) CacheStats() lru.Stats { return r.cache.Stats() }
 // DemangleStats reports the demangled-name cache's counters.
 func (r *Resolver) DemangleStats() lru.Stats { return r.dm.Stats() }
 
-// Close drops every cached object.
+// Close drops every cached object; a load still running then closes its
+// object when it ends.
 func (r *Resolver) Close() error {
+	r.closed.Store(true)
 	r.cache.Purge()
 	return nil
 }
@@ -195,6 +214,11 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 			if e.obj != nil || !frame.Transient(e.err) {
 				r.cache.Add(key, e)
 			}
+			if e.obj != nil && r.closed.Load() {
+				// Closed meanwhile: nobody would purge it.
+				r.cache.Remove(key)
+				e = &entry{err: fmt.Errorf("resolver closed: %w", frame.ErrNotFound), failedAt: time.Now()}
+			}
 			return e, nil
 		})
 		select {
@@ -206,6 +230,9 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 			loaded = e
 			// Loop to pin the object through the cache.
 		case <-ctx.Done():
+			if r.opt.LoadTimeout > 0 {
+				return nil, fmt.Errorf("still opening: %w: %v", frame.ErrPending, ctx.Err())
+			}
 			return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
 		}
 	}
@@ -232,6 +259,19 @@ func filesKey(bin, debug string) (string, error) {
 }
 
 func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
+	if r.opt.LoadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.opt.LoadTimeout)
+		defer cancel()
+	}
+	if r.loads != nil {
+		select {
+		case r.loads <- struct{}{}:
+			defer func() { <-r.loads }()
+		case <-ctx.Done():
+			return &entry{err: fmt.Errorf("waiting to open: %w: %v", frame.ErrTimeout, ctx.Err()), failedAt: time.Now()}
+		}
+	}
 	open := r.opt.Open
 	if open == nil {
 		open = elfx.OpenContext

@@ -78,7 +78,7 @@ func TestPendingFetch(t *testing.T) {
 			s := newSym(t, opt)
 			frames := []rawFrame{{tc.file, ids, hot, ""}}
 
-			check := func(batch string, maxTook time.Duration) {
+			check := func(batch string, maxTook time.Duration, first bool) {
 				t.Helper()
 				pd, locs := rawProfile(frames...)
 				start := time.Now()
@@ -89,6 +89,12 @@ func TestPendingFetch(t *testing.T) {
 				}
 				checkSamples(t, pd)
 				got, reason, inc := names(pd, locs[0]), reasonOf(pd, locs[0]), incompleteOf(pd, locs[0])
+				// The first batch spends its wait on the download: the local
+				// binary it found is opened in the background, and may not be
+				// ready for it.
+				if first && tc.incomplete != "" && len(got) == 0 && reason == "pending" {
+					return
+				}
 				if tc.reason != "" && (len(got) != 0 || reason != tc.reason || st.Unresolved[tc.reason] != 1) {
 					t.Errorf("%s: %v reason %q (stats %+v), want raw with %q", batch, got, reason, st, tc.reason)
 				}
@@ -97,9 +103,9 @@ func TestPendingFetch(t *testing.T) {
 				}
 			}
 			// First sight: the batch waits up to FetchWait for the download.
-			check("first batch", 3*fetchWait)
-			// The download is now older than FetchWait: no wait at all.
-			check("second batch", fetchWait/2)
+			check("first batch", 3*fetchWait, true)
+			// The download is now older than FetchWait: no wait for it.
+			check("second batch", fetchWait/2, false)
 			if st := client.Stats(); st.InFlight != 1 || st.Requests < 2 {
 				t.Errorf("client %+v: want the one download in flight", st)
 			}

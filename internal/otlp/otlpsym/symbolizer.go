@@ -288,6 +288,10 @@ func New(opt Options) (*Symbolizer, error) {
 		DemangleEntries: opt.DemangleEntries,
 		DemangleBytes:   opt.DemangleBytes,
 		Limits:          opt.FileLimits,
+		// Opening a binary goes on when a batch stops waiting for it
+		// (FetchWait), bounded as the batch was, so the next batch has it.
+		LoadTimeout: opt.Timeout,
+		MaxLoads:    opt.MaxParallel,
 		Open: func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error) {
 			if f := chain.TakeOpened(path); f != nil {
 				return f, nil
@@ -897,7 +901,11 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 		}
 		o.complete, o.pending = res.Complete(), res.Pending
 		bin, dbg := res.Paths()
-		h, err := s.engine.Open(ctx, bin, dbg)
+		// Opening (DWARF to index, sections to inflate) is waited for as
+		// long as downloads are; it goes on in the engine past that.
+		wctx, cancel := context.WithDeadline(ctx, o.q.Since.Add(s.opt.fetchWait()))
+		h, err := s.engine.Open(wctx, bin, dbg)
+		cancel()
 		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
 			s.chain.Forget(&o.q)
 			continue
