@@ -147,6 +147,7 @@ type Client struct {
 	files    map[string]*cacheEntry // by key(id, kind)
 	bytes    int64                  // sum of files[*].size
 	reserved int64                  // bytes written to downloads in progress
+	resv     map[string]int64       // the same per download, by key
 	neg      map[string]negEntry
 	inflight map[string]*call
 	down     map[string]downEntry // by server URL
@@ -272,6 +273,7 @@ func New(cfg Config) (*Client, error) {
 		files:    map[string]*cacheEntry{},
 		neg:      map[string]negEntry{},
 		inflight: map[string]*call{},
+		resv:     map[string]int64{},
 		down:     map[string]downEntry{},
 		st:       Stats{Errors: map[string]int64{}},
 	}
@@ -517,8 +519,9 @@ func (c *Client) run(ctx context.Context, k, id string, kind Kind, cl *call) {
 	delete(c.inflight, k)
 	if err != nil {
 		c.st.Errors[frame.Reason(err)]++
-		// A download cut short by Close says nothing about the server.
-		if c.base.Err() == nil {
+		// A download cut short by Close says nothing about the server,
+		// nor one refused for room another download took.
+		if c.base.Err() == nil && !errors.Is(err, frame.ErrRetry) {
 			c.remember(k, err)
 		}
 	}
