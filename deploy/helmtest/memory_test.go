@@ -146,3 +146,87 @@ func TestGatewayMemory(t *testing.T) {
 		}
 	})
 }
+
+// agentGoMemLimit reads a rendered agent's container memory limit and
+// GOMEMLIMIT (0: none), failing on more than one GOMEMLIMIT entry.
+func agentGoMemLimit(t *testing.T, d docs) (limit, goMemLimit int64) {
+	t.Helper()
+	c := container(d.must(t, "DaemonSet", agentName))
+	if q := get(c, "resources", "limits", "memory"); q != nil {
+		limit = quantity(t, fmt.Sprint(q))
+	}
+	n := 0
+	for _, e := range list(c, "env") {
+		if str(e, "name") != "GOMEMLIMIT" {
+			continue
+		}
+		n++
+		v := str(e, "value")
+		b, err := strconv.ParseInt(strings.TrimSuffix(v, "B"), 10, 64)
+		if err != nil || !strings.HasSuffix(v, "B") {
+			return limit, -1 // set by the user in another unit
+		}
+		goMemLimit = b
+	}
+	if n > 1 {
+		t.Errorf("%d GOMEMLIMIT entries in the agent", n)
+	}
+	return limit, goMemLimit
+}
+
+// The agent's GOMEMLIMIT is goMemLimitPercentage (80%) of its container
+// limit less the BPF maps, which the kernel charges to the same cgroup
+// but the Go runtime does not see: with a target of 80% of the whole
+// limit, the runtime would let garbage grow until maps plus heap passed
+// the limit, and the container be killed before the collector tried.
+func TestAgentMemory(t *testing.T) {
+	const bpf = 128 << 20
+	check := func(t *testing.T, d docs, limit int64) {
+		t.Helper()
+		gotLimit, gml := agentGoMemLimit(t, d)
+		wantEqual(t, "agent memory limit", gotLimit, limit)
+		if want := (limit - bpf) * 80 / 100; gml != want {
+			t.Errorf("agent GOMEMLIMIT %d, want 80%% of %d - %d = %d", gml, limit, int64(bpf), want)
+		}
+		if gml+bpf >= limit {
+			t.Errorf("GOMEMLIMIT %d MiB plus the BPF maps %d MiB do not fit in %d MiB", gml>>20, bpf>>20, limit>>20)
+		}
+		t.Logf("agent limit %d MiB: BPF maps %d MiB, GOMEMLIMIT %d MiB", limit>>20, bpf>>20, gml>>20)
+	}
+	t.Run("defaults", func(t *testing.T) { check(t, mustTemplate(t), 512<<20) })
+	t.Run("scales-with-limit", func(t *testing.T) {
+		check(t, mustTemplate(t, "--set", "agent.resources.limits.memory=1Gi"), 1<<30)
+		check(t, mustTemplate(t, "--set", "agent.resources.limits.memory=2G"), 2e9)
+	})
+	t.Run("no-bpf-reserve", func(t *testing.T) {
+		// bpfMemory 0: exactly the gateway's treatment, 80% of the limit.
+		_, gml := agentGoMemLimit(t, mustTemplate(t, "--set", "agent.bpfMemory=0"))
+		wantEqual(t, "GOMEMLIMIT", gml, int64(512<<20)*80/100)
+	})
+	t.Run("no-limit", func(t *testing.T) {
+		if _, gml := agentGoMemLimit(t, mustTemplate(t, "--set", "agent.resources.limits.memory=null")); gml != 0 {
+			t.Errorf("GOMEMLIMIT %d without a memory limit", gml)
+		}
+	})
+	t.Run("own-gomemlimit", func(t *testing.T) {
+		d := mustTemplate(t, "--set", "agent.extraEnv[0].name=GOMEMLIMIT", "--set", "agent.extraEnv[0].value=200MiB")
+		if _, gml := agentGoMemLimit(t, d); gml != -1 {
+			t.Errorf("the user's GOMEMLIMIT was not the only one: %d", gml)
+		}
+		if _, gml := agentGoMemLimit(t, mustTemplate(t, "--set", "agent.goMemLimitPercentage=null")); gml != 0 {
+			t.Errorf("goMemLimitPercentage null: GOMEMLIMIT %d", gml)
+		}
+	})
+	t.Run("limit-below-maps", func(t *testing.T) {
+		if _, err := template(t, "--set", "agent.resources.limits.memory=100Mi"); err == nil || !strings.Contains(err.Error(), "bpfMemory") {
+			t.Errorf("a limit below the BPF maps: %v", err)
+		}
+	})
+	t.Run("gateway-unchanged", func(t *testing.T) {
+		m := gatewayMemory(t, mustTemplate(t))
+		checkGatewayMemory(t, m, 1536<<20)
+		// The gateway's batches wait for slow downloads and opens at most
+		// fetch_wait (the chart's value, the processor's default).
+		wantEqual(t, "gateway fetch_wait", m.cfg.FetchWait, symbolizationprocessor.DefaultFetchWait)
+	})
+}

@@ -91,6 +91,9 @@ demangle: {{ $s.demangle }}
 inline_frames: {{ $s.inlineFrames }}
 line_numbers: {{ $s.lineNumbers }}
 timeout: {{ $s.timeout }}
+{{- with $s.fetchWait }}
+fetch_wait: {{ . }}
+{{- end }}
 negative_ttl: {{ $s.negativeTTL }}
 {{- $m := .memory }}
 # Sized for the container's memory limit (docs/deployment.md#gateway-memory).

@@ -76,3 +76,23 @@ profsym.gateway.checkMemory fails when the caches cannot fit.
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+profsym.agent.goMemLimit: the agent's GOMEMLIMIT in bytes (0: not set),
+goMemLimitPercentage of what its container memory limit leaves beside the
+BPF maps (agent.bpfMemory): the kernel charges those to the container's
+cgroup (Linux >= 5.11), but the Go runtime does not count them.
+*/}}
+{{- define "profsym.agent.goMemLimit" -}}
+{{- $a := .Values.agent -}}
+{{- $limit := 0 -}}
+{{- with $a.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = include "profsym.bytes" . | int64 }}{{ end }}{{ end }}{{ end -}}
+{{- $bpf := 0 -}}
+{{- with $a.bpfMemory }}{{ $bpf = include "profsym.bytes" . | int64 }}{{ end -}}
+{{- if and $limit (le (int64 $limit) (int64 $bpf)) -}}
+{{- fail (printf "agent.resources.limits.memory (%d MiB) must be above agent.bpfMemory (%d MiB): the BPF maps alone would fill it" (div $limit 1048576) (div $bpf 1048576)) -}}
+{{- end -}}
+{{- $gml := 0 -}}
+{{- if and $limit (not (kindIs "invalid" $a.goMemLimitPercentage)) }}{{ $gml = div (mul (sub $limit $bpf) (int $a.goMemLimitPercentage)) 100 }}{{ end -}}
+{{- $gml -}}
+{{- end }}
