@@ -48,8 +48,9 @@ type Options struct {
 
 	Timeout time.Duration // bound on finding and opening objects per batch
 	// FetchWait bounds how long a batch waits for files still being
-	// fetched (debuginfod downloads): until FetchWait after the batch, or
-	// the download, began, whichever was first. Their frames are then left
+	// fetched (debuginfod downloads) or opened (DWARF indexed, sections
+	// inflated): until FetchWait after the batch, or the download, began,
+	// whichever was first; both go on in the background. Their frames are then left
 	// raw with reason pending (or named from a symbol table, marked
 	// incomplete: pending), nothing about them is cached, and a later batch
 	// names them once the file has arrived. It is cut to nine tenths of
@@ -96,7 +97,7 @@ const (
 	objNumCost = 224
 )
 
-// fetchWait is how long a batch waits for downloads: FetchWait, within
+// fetchWait is how long a batch waits for downloads and opening: FetchWait, within
 // the batch timeout less a tenth of it, which is left to open what arrived
 // (and keeps the reason pending rather than timeout when the wait is as
 // long as the batch).
@@ -858,7 +859,8 @@ func (b *batch) hints(need map[*objRef]bool) {
 
 // openAll locates and opens the objects of a batch, MaxParallel at a time,
 // bounded in time by Options.Timeout so a dead or slow source costs at most
-// that per batch, and waiting for downloads at most Options.FetchWait.
+// that per batch, and waiting for downloads and opening at most
+// Options.FetchWait.
 func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 	if len(need) == 0 {
 		return
