@@ -101,7 +101,8 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// Missing asks which ids the store lacks, leasing them to this client.
+// Missing asks which ids (keys: GNU build ids in hex, or "gobuildid/HEX")
+// the store lacks, leasing them to this client.
 func (c *Client) Missing(ctx context.Context, ids []string) (MissingResult, error) {
 	body, _ := json.Marshal(MissingRequest{BuildIDs: ids, Lease: true})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathMissing, bytes.NewReader(body))
@@ -121,9 +122,14 @@ func (c *Client) Missing(ctx context.Context, ids []string) (MissingResult, erro
 	return res, nil
 }
 
-// Upload sends the file at path as kind for id. It returns whether the
-// store stored it (false: it already had it).
-func (c *Client) Upload(ctx context.Context, id string, kind Kind, path, lease string) (stored bool, err error) {
+// Upload sends the file at path as kind for a key (a GNU build id in hex,
+// or "gobuildid/HEX"). It returns whether the store stored it (false: it
+// already had it).
+func (c *Client) Upload(ctx context.Context, rawKey string, kind Kind, path, lease string) (stored bool, err error) {
+	key, err := ParseKey(rawKey)
+	if err != nil {
+		return false, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err
@@ -137,7 +143,7 @@ func (c *Client) Upload(ctx context.Context, id string, kind Kind, path, lease s
 	if c.Limiter != nil {
 		body = c.Limiter.Reader(ctx, f)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/buildid/"+id+"/"+string(kind), body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/"+key.Path()+"/"+string(kind), body)
 	if err != nil {
 		return false, err
 	}

@@ -240,8 +240,8 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := s.Missing([]string{fx.id}, true)
-	b, _ := s.Missing([]string{fx.id}, true)
+	a, _ := s.Missing(context.Background(), []string{fx.id}, true)
+	b, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(a.Upload) != 1 || len(b.Pending) != 1 {
 		t.Fatalf("a %+v b %+v", a, b)
 	}
@@ -251,7 +251,7 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("put without the lease: %v", err)
 	}
 	time.Sleep(400 * time.Millisecond)
-	c, _ := s.Missing([]string{fx.id}, true)
+	c, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(c.Upload) != 1 || c.Upload[0].Token == a.Upload[0].Token {
 		t.Fatalf("expired lease not granted anew: %+v", c)
 	}
@@ -371,7 +371,7 @@ func TestLeaseKeptWhileUploading(t *testing.T) {
 	fx := buildFixture(t, "storeslow")
 	be, _ := NewDir(t.TempDir())
 	s, _ := New(context.Background(), Config{Backend: be, Lease: 200 * time.Millisecond})
-	a, _ := s.Missing([]string{fx.id}, true)
+	a, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	data, _ := os.ReadFile(fx.debug)
 	done := make(chan error, 1)
 	go func() {
@@ -379,7 +379,7 @@ func TestLeaseKeptWhileUploading(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(450 * time.Millisecond) // past the lease, upload still streaming
-	b, _ := s.Missing([]string{fx.id}, true)
+	b, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(b.Pending) != 1 {
 		t.Errorf("during a long upload another client got %+v, want pending", b)
 	}
