@@ -129,21 +129,20 @@ func (s *S3) leaseKey(key Key) (string, error) {
 const maxLeaseBody = 4096
 
 // readLease returns the lease on k and its ETag; fs.ErrNotExist when none.
+// One request: the body and the ETag are of one version (minio-go's
+// Object would re-request with If-Match and fail on a lease rewritten
+// meanwhile).
 func (s *S3) readLease(ctx context.Context, k string) (leaseBody, string, error) {
-	o, err := s.client.GetObject(ctx, s.cfg.Bucket, k, minio.GetObjectOptions{})
+	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.cfg.Bucket, k, minio.GetObjectOptions{})
 	if err != nil {
 		return leaseBody{}, "", notExist(err)
 	}
-	defer o.Close()
-	info, err := o.Stat()
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, maxLeaseBody))
 	if err != nil {
-		return leaseBody{}, "", notExist(err)
+		return leaseBody{}, "", err
 	}
 	var l leaseBody
-	b, err := io.ReadAll(io.LimitReader(o, maxLeaseBody))
-	if err != nil {
-		return leaseBody{}, "", notExist(err)
-	}
 	// A lease that does not parse (truncated, foreign) counts as expired.
 	_ = json.Unmarshal(b, &l)
 	return l, info.ETag, nil

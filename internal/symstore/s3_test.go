@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -119,7 +122,7 @@ func twoReplicas(t *testing.T, srv *testfixture.S3Server, bucket string, lease t
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(context.Background(), Config{Backend: be, ScratchDir: t.TempDir(), Lease: lease, Observer: r.obs})
+		s, err := New(context.Background(), Config{Backend: be, ScratchDir: t.TempDir(), Lease: lease, Observer: r.obs, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -235,6 +235,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.relist(ctx); err != nil {
 		return nil, fmt.Errorf("symstore: listing %s: %w", s.be, err)
 	}
+	if w, ok := s.be.(Watcher); ok {
+		// A first answer to compare later ones with; an owner that is down
+		// now only delays symbols.
+		if _, err := w.Changed(ctx); err != nil {
+			s.log.Warn("symbol store: the remote store does not answer yet", zap.Stringer("backend", s.be), zap.Error(err))
+		}
+	}
 	return s, nil
 }
 
@@ -264,9 +271,17 @@ func (s *Store) relist(ctx context.Context) error {
 // retry frames that failed before an upload.
 func (s *Store) Generation() uint64 { return s.gen.Load() }
 
+// Watcher is a backend that another process fills and that says cheaply
+// whether it changed (a store read over HTTP): the store polls it instead
+// of listing it.
+type Watcher interface {
+	Changed(ctx context.Context) (bool, error)
+}
+
 // Refresh starts relisting a shared backend, in the background, when the
 // last listing is older than Rescan: a large bucket must not hold up a
-// query or a symbolizer batch. The directory backend is only written by
+// query or a symbolizer batch. A watched backend is polled instead, and its
+// changes move the generation. The directory backend is only written by
 // this process.
 func (s *Store) Refresh(context.Context) {
 	if _, local := s.be.(*Dir); local {
@@ -278,15 +293,26 @@ func (s *Store) Refresh(context.Context) {
 		s.listed = time.Now() // one relist at a time
 	}
 	s.mu.Unlock()
-	if stale {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Rescan)
-			defer cancel()
-			if err := s.relist(ctx); err != nil {
-				s.log.Warn("symbol store: relisting failed", zap.Stringer("backend", s.be), zap.Error(err))
-			}
-		}()
+	if !stale {
+		return
 	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Rescan)
+		defer cancel()
+		if w, ok := s.be.(Watcher); ok {
+			changed, err := w.Changed(ctx)
+			if err != nil {
+				s.log.Warn("symbol store: polling the remote store failed", zap.Stringer("backend", s.be), zap.Error(err))
+			}
+			if changed {
+				s.gen.Add(1)
+			}
+			return
+		}
+		if err := s.relist(ctx); err != nil {
+			s.log.Warn("symbol store: relisting failed", zap.Stringer("backend", s.be), zap.Error(err))
+		}
+	}()
 }
 
 // Size returns the number of stored files and their bytes.
@@ -598,12 +624,22 @@ func (s *Store) hold(ctx context.Context, key Key, token string) (bool, error) {
 // statBackend catches files another gateway stored in a shared backend
 // since the last listing.
 func (s *Store) statBackend(ctx context.Context, key Key, kind Kind) bool {
+	ok, _ := s.probe(ctx, key, kind)
+	return ok
+}
+
+// probe is statBackend that tells a file absent from a backend that could
+// not answer.
+func (s *Store) probe(ctx context.Context, key Key, kind Kind) (bool, error) {
 	if _, local := s.be.(*Dir); local {
-		return false
+		return false, nil
 	}
 	size, err := s.be.Stat(ctx, key, kind)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, err
 	}
 	s.mu.Lock()
 	if s.index[key]&kindBit(kind) == 0 {
@@ -613,7 +649,7 @@ func (s *Store) statBackend(ctx context.Context, key Key, kind Kind) bool {
 		s.gen.Add(1)
 	}
 	s.mu.Unlock()
-	return true
+	return true, nil
 }
 
 // leaseKeeper extends an upload's lease as its body streams in.
@@ -748,8 +784,15 @@ func (s *Store) LocateKey(ctx context.Context, key Key) (binPath, debugPath stri
 		return "", "", err
 	}
 	s.Refresh(ctx)
-	if !s.has(key, DebugInfo) && !s.has(key, Executable) && !s.statBackend(ctx, key, DebugInfo) {
-		return "", "", fmt.Errorf("symbol store has no %s: %w", key, frame.ErrNotFound)
+	if !s.has(key, DebugInfo) && !s.has(key, Executable) {
+		ok, err := s.probe(ctx, key, DebugInfo)
+		if err != nil {
+			// Not remembered as absent: the next batch asks again.
+			return "", "", fmt.Errorf("symbol store %s: %w: %v", s.be, frame.ErrFetchFailed, err)
+		}
+		if !ok {
+			return "", "", fmt.Errorf("symbol store has no %s: %w", key, frame.ErrNotFound)
+		}
 	}
 	if s.has(key, DebugInfo) {
 		if debugPath, err = s.local(ctx, key, DebugInfo); err != nil {

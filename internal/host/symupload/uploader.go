@@ -201,7 +201,8 @@ func matchGlob(g, p string) bool {
 	return ok
 }
 
-// Known reports whether id is tracked already; callers skip the work of
+// Known reports whether id (a key in its String form: a GNU build id in
+// hex, or "gobuildid/HEX") is tracked already; callers skip the work of
 // building a Candidate for ids seen before.
 func (u *Uploader) Known(id string) bool {
 	u.mu.Lock()
@@ -212,11 +213,11 @@ func (u *Uploader) Known(id string) bool {
 
 // Observe queues a candidate. It never blocks on I/O.
 func (u *Uploader) Observe(c Candidate) {
-	id, err := frame.ParseBuildID(c.BuildID)
+	key, err := c.Key()
 	if err != nil {
 		return
 	}
-	c.BuildID = id
+	id := key.String()
 	if u.Excluded(c.Path) {
 		u.mu.Lock()
 		if _, ok := u.ids[id]; !ok {
