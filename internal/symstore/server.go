@@ -33,6 +33,9 @@ type MissingRequest struct {
 	BuildIDs []string `json:"build_ids"`
 	// Lease asks for upload leases on the missing ids.
 	Lease bool `json:"lease"`
+	// Held maps ids of BuildIDs to the lease tokens this client was given
+	// for them: those leases are renewed rather than answered "pending".
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // Handler serves the store:
@@ -103,7 +106,7 @@ func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	limit := int64(s.cfg.MaxQueryIDs)*maxQueryBody + 64
+	limit := 2*int64(s.cfg.MaxQueryIDs)*maxQueryBody + 64 // ids, and as many held
 	body := http.MaxBytesReader(w, r.Body, limit)
 	var req MissingRequest
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
@@ -118,7 +121,7 @@ func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Refresh(r.Context())
-	res, err := s.Missing(r.Context(), req.BuildIDs, req.Lease)
+	res, err := s.Query(r.Context(), req)
 	if err != nil {
 		s.fail(w, err)
 		return

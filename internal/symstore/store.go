@@ -357,6 +357,9 @@ type MissingResult struct {
 	// Pending lists ids it lacks that another client holds a lease on: ask
 	// again later.
 	Pending []string `json:"pending,omitempty"`
+	// LeaseSeconds is how long a lease lasts unless renewed (by asking
+	// again with it in MissingRequest.Held) or kept by an upload streaming.
+	LeaseSeconds int `json:"lease_seconds,omitempty"`
 }
 
 // maxLeaseCalls bounds the backend calls one missing query makes at once
@@ -370,10 +373,22 @@ const maxLeaseCalls = 8
 // sending it is broken or hostile. Answers use the canonical form of each
 // id (lowercase).
 func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (MissingResult, error) {
-	if len(ids) > s.cfg.MaxQueryIDs {
+	return s.Query(ctx, MissingRequest{BuildIDs: ids, Lease: withLease})
+}
+
+// maxTokenLen bounds a lease token sent back in a query.
+const maxTokenLen = 64
+
+// Query is Missing for a whole request: ids in req.Held whose lease the
+// caller still holds (or that nobody else took meanwhile) are leased to it
+// again under the same token, for another lease duration. An agent renews
+// its leases this way while it extracts a large file.
+func (s *Store) Query(ctx context.Context, req MissingRequest) (MissingResult, error) {
+	ids, withLease := req.BuildIDs, req.Lease
+	if len(ids) > s.cfg.MaxQueryIDs || len(req.Held) > len(ids) {
 		s.obs.Rejected(ReasonTooLarge)
 		return MissingResult{}, reject(ReasonTooLarge, http.StatusRequestEntityTooLarge,
-			fmt.Errorf("%d ids in one query, at most %d", len(ids), s.cfg.MaxQueryIDs))
+			fmt.Errorf("%d ids (%d held) in one query, at most %d", len(ids), len(req.Held), s.cfg.MaxQueryIDs))
 	}
 	keys := make([]Key, len(ids))
 	for i, id := range ids {
@@ -384,7 +399,16 @@ func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (Miss
 		}
 		keys[i] = k
 	}
-	var res MissingResult
+	held := map[Key]string{}
+	for id, tok := range req.Held {
+		k, err := ParseKey(id)
+		if err != nil || tok == "" || len(tok) > maxTokenLen {
+			s.obs.Rejected(ReasonBadRequest)
+			return MissingResult{}, reject(ReasonBadRequest, http.StatusBadRequest, fmt.Errorf("held lease %.80q: not an id and a token", id))
+		}
+		held[k] = tok
+	}
+	res := MissingResult{LeaseSeconds: int(s.cfg.Lease / time.Second)}
 	var ask []Key // missing from the index, for the shared leases
 	seen := make(map[Key]bool, len(keys))
 	now := time.Now()
@@ -396,20 +420,21 @@ func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (Miss
 		switch {
 		case !withLease:
 			res.Upload = append(res.Upload, Lease{BuildID: k.String()})
+		case seen[k]:
+			res.Pending = append(res.Pending, k.String()) // the same id twice: one lease
 		case s.shared != nil:
-			if seen[k] {
-				res.Pending = append(res.Pending, k.String()) // the same id twice: one lease
-			} else {
-				ask = append(ask, k)
-			}
+			ask = append(ask, k)
 		default:
-			if l, ok := s.leases[k]; ok && now.Before(l.until) {
+			tok, renew := held[k]
+			if l, ok := s.leases[k]; ok && now.Before(l.until) && (!renew || l.token != tok) {
 				res.Pending = append(res.Pending, k.String())
-				continue
+				break
 			}
-			l := lease{token: newToken(), until: now.Add(s.cfg.Lease)}
-			s.leases[k] = l
-			res.Upload = append(res.Upload, Lease{BuildID: k.String(), Token: l.token})
+			if !renew {
+				tok = newToken()
+			}
+			s.leases[k] = lease{token: tok, until: now.Add(s.cfg.Lease)}
+			res.Upload = append(res.Upload, Lease{BuildID: k.String(), Token: tok})
 		}
 		seen[k] = true
 	}
@@ -422,7 +447,7 @@ func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (Miss
 	}
 	s.mu.Unlock()
 	if len(ask) > 0 {
-		up, pend, err := s.leaseShared(ctx, ask)
+		up, pend, err := s.leaseShared(ctx, ask, held)
 		if err != nil {
 			return MissingResult{}, err
 		}
@@ -436,7 +461,7 @@ func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (Miss
 // leaseShared asks the backend, for keys this store does not list: stored
 // since the last listing (by another replica), leased to the caller now, or
 // held by someone else.
-func (s *Store) leaseShared(ctx context.Context, keys []Key) (upload []Lease, pending []string, err error) {
+func (s *Store) leaseShared(ctx context.Context, keys []Key, held map[Key]string) (upload []Lease, pending []string, err error) {
 	type answer struct {
 		lease   Lease
 		pending bool
@@ -455,7 +480,10 @@ func (s *Store) leaseShared(ctx context.Context, keys []Key) (upload []Lease, pe
 				answers[i].present = true
 				return
 			}
-			tok := newToken()
+			tok, renew := held[k]
+			if !renew {
+				tok = newToken()
+			}
 			ok, err := s.shared.AcquireLease(ctx, k, tok, s.cfg.Lease)
 			switch {
 			case err != nil:

@@ -435,3 +435,67 @@ func TestUploadsBounded(t *testing.T) {
 		t.Errorf("after the first finished: %+v %v", r, err)
 	}
 }
+
+// A holder asking again with its token renews its lease (an agent does
+// while it extracts a large file); once someone else holds it, or the
+// store has the id, renewing says so.
+func TestLeaseRenewal(t *testing.T) {
+	fx := buildFixture(t, "storerenew")
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			var be Backend
+			if shared {
+				srv := testfixture.StartS3(t)
+				if !srv.Conditional {
+					testfixture.SkipOrFail(t, "versitygw needs user extended attributes under %s for conditional writes", os.TempDir())
+				}
+				s3, err := NewS3(context.Background(), S3Config{Endpoint: srv.Endpoint, Bucket: "renew", AccessKeyID: srv.Access,
+					SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				be = s3
+			} else {
+				be, _ = NewDir(t.TempDir())
+			}
+			s, _ := New(context.Background(), Config{Backend: be, ScratchDir: t.TempDir(), Lease: 300 * time.Millisecond})
+			if s.LeasesShared() != shared {
+				t.Fatalf("LeasesShared = %v", s.LeasesShared())
+			}
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			c, _ := NewClient(srv.URL, "", nil)
+			ctx := context.Background()
+			a, _ := c.Missing(ctx, []string{fx.id})
+			if len(a.Upload) != 1 || a.LeaseSeconds != 0 {
+				t.Fatalf("first: %+v", a)
+			}
+			tok := a.Upload[0].Token
+			// Renewed past several lease durations, nobody else gets it.
+			for i := 0; i < 4; i++ {
+				time.Sleep(150 * time.Millisecond)
+				if held, present, err := c.Renew(ctx, fx.id, tok); !held || present || err != nil {
+					t.Fatalf("renewal %d: held %v present %v %v", i, held, present, err)
+				}
+				if b, _ := c.Missing(ctx, []string{fx.id}); len(b.Pending) != 1 {
+					t.Fatalf("another client during renewals: %+v", b)
+				}
+			}
+			// Expired and taken: renewal says so.
+			time.Sleep(400 * time.Millisecond)
+			b, _ := c.Missing(ctx, []string{fx.id})
+			if len(b.Upload) != 1 {
+				t.Fatalf("after expiry: %+v", b)
+			}
+			if held, present, _ := c.Renew(ctx, fx.id, tok); held || present {
+				t.Errorf("renewed a lease someone else holds: %v %v", held, present)
+			}
+			if _, err := c.Upload(ctx, fx.id, DebugInfo, fx.debug, b.Upload[0].Token); err != nil {
+				t.Fatal(err)
+			}
+			if held, present, _ := c.Renew(ctx, fx.id, tok); held || !present {
+				t.Errorf("after the upload: held %v present %v", held, present)
+			}
+		})
+	}
+}
