@@ -34,27 +34,10 @@ var (
 	helmPath string
 )
 
-// helm returns the helm binary: PATH, then $(go env GOPATH)/bin. CI
-// installs it with: go install helm.sh/helm/v3/cmd/helm@v3.22.0
+// helm returns the helm binary (testfixture.Helm), looked up once.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p, err := exec.LookPath("helm"); err == nil {
-			helmPath = p
-			return
-		}
-		gopath := os.Getenv("GOPATH")
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-		for _, dir := range filepath.SplitList(gopath) {
-			p := filepath.Join(dir, "bin", "helm")
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				helmPath = p
-				return
-			}
-		}
-	})
+	helmOnce.Do(func() { helmPath = testfixture.Helm(t) })
 	if helmPath == "" {
 		testfixture.SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
 	}
@@ -711,6 +694,11 @@ func TestSchemaRejects(t *testing.T) {
 		{[]string{"gateway.autoscaling.minReplicas=5", "gateway.autoscaling.maxReplicas=3"}, "minReplicas"},
 		{[]string{"gateway.cache.persistence.enabled=true", "gateway.cache.persistence.accessModes={ReadWriteOnce}"}, "ReadWriteMany"},
 		{[]string{"gateway.fileOutput.enabled=false"}, "nothing to export"},
+		{[]string{"gateway.symbolization.cache.maxBytes=1000000000"}, "soft limit"},
+		{[]string{"gateway.resources.limits.memory=512Mi", "gateway.symbolization.cache.memoryPercentage=90"}, "soft limit"},
+		{[]string{"gateway.symbolization.cache.memoryPercentage=0"}, "memoryPercentage"},
+		{[]string{"gateway.goMemLimitPercentage=150"}, "goMemLimitPercentage"},
+		{[]string{"gateway.resources.limits.memory=lots"}, "memory"},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			var args []string
@@ -769,6 +757,7 @@ func TestCollectorValidate(t *testing.T) {
 		"symbols-statefulset-token": {"--set", "symbols.token.existingSecret=tok", "--set", "symbols.store.persistence.enabled=false",
 			"--set", "symbols.store.config.extensions.symbolstore.max_query_ids=5000"},
 		"symbols-off": {"--set", "symbols.enabled=false"},
+		"memory-4Gi":  {"--set", "gateway.resources.limits.memory=4Gi", "--set", "gateway.symbolization.limits.maxNameBytes=1024"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := mustTemplate(t, args...)

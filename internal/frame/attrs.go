@@ -48,6 +48,11 @@ const (
 	AttrFrameType = string(semconv.ProfileFrameTypeKey)
 	// AttrError says why a location stayed raw (one of the reasons below).
 	AttrError = "profsym.symbolization.error"
+	// AttrIncomplete is on a named location whose lines are missing
+	// although its binary has debug info: the reason that debug info could
+	// not be used (limit_exceeded, corrupt_file, ...). The name came from
+	// a symbol table.
+	AttrIncomplete = "profsym.symbolization.incomplete"
 
 	// AttrAddressBase = AddressBaseImage on a mapping: its locations'
 	// addresses are offsets from the image base (JFR remote frames,

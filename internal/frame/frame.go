@@ -51,6 +51,12 @@ var (
 	ErrNoMapping = errors.New("no_mapping")
 )
 
+// ErrRetry marks a failure that comes from what else is going on (memory
+// that other work holds) rather than from the input. It is not a reason of
+// its own: the error also wraps one (ErrLimitExceeded) for counting, and
+// is Transient, so that nothing remembers it.
+var ErrRetry = errors.New("retry later")
+
 // Reasons lists every reason, for documentation and telemetry.
 var Reasons = []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrTimeout,
 	ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound, ErrNoMapping}
@@ -58,7 +64,7 @@ var Reasons = []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBu
 // Transient reports whether err may go away on its own soon (a timeout, a
 // failed fetch), so that nothing should remember it for long.
 func Transient(err error) bool {
-	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrFetchFailed)
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrFetchFailed) || errors.Is(err, ErrRetry)
 }
 
 // Reason maps an error to its short, countable reason string.

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 )
 
@@ -31,6 +32,7 @@ type Config struct {
 	NegativeTTL  time.Duration
 	MaxEntries   int
 	MaxFileBytes int64
+	FileLimits   elfx.Limits // see Options.FileLimits
 	Logger       *zap.Logger
 }
 
@@ -78,7 +80,7 @@ func NewFromConfig(cfg Config) (*Chain, error) {
 		}
 	}
 	return New(Options{Sources: srcs, NegativeTTL: cfg.NegativeTTL, MaxEntries: cfg.MaxEntries,
-		MaxFileBytes: cfg.MaxFileBytes, Logger: cfg.Logger}), nil
+		MaxFileBytes: cfg.MaxFileBytes, FileLimits: cfg.FileLimits, Logger: cfg.Logger}), nil
 }
 
 // hostRelease is this machine's `uname -r` ("" off Linux).

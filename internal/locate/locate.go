@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
 )
@@ -173,7 +174,11 @@ type Options struct {
 	MaxEntries int
 	// MaxFileBytes refuses larger files (0: DefaultMaxFileBytes).
 	MaxFileBytes int64
-	Logger       *zap.Logger
+	// FileLimits are the limits the engine opens files with (its
+	// decompression bounds and pool): files the chain opened to check them
+	// are opened so too, and handed over (TakeOpened).
+	FileLimits elfx.Limits
+	Logger     *zap.Logger
 }
 
 // Defaults for zero Options.
@@ -227,7 +232,7 @@ func New(opt Options) *Chain {
 		opt:   opt,
 		log:   opt.Logger,
 		cache: lru.New[string, *answer](0, opt.MaxEntries, func(*answer) int64 { return entryCost }, nil),
-		files: newInspector(opt.MaxEntries, opt.MaxFileBytes),
+		files: newInspector(opt.MaxEntries, opt.MaxFileBytes, opt.FileLimits),
 	}
 }
 
@@ -263,6 +268,15 @@ func (c *Chain) Generation() uint64 {
 	}
 	return g
 }
+
+// TakeOpened returns the file at path if the chain opened it to check it
+// moments ago and it has not changed since, or nil. The caller owns it.
+// The engine opens the files Locate chose through this, so that a file is
+// opened once on the cold path.
+func (c *Chain) TakeOpened(path string) *elfx.File { return c.files.take(path) }
+
+// Close closes the files held for TakeOpened.
+func (c *Chain) Close() { c.files.close() }
 
 // Forget drops what is remembered for q's identity (its files vanished).
 func (c *Chain) Forget(q *Query) { c.cache.Remove(queryKey(q)) }
@@ -350,7 +364,7 @@ func (c *Chain) accept(ctx context.Context, q *Query, source string, cand Candid
 			return File{}, fmt.Errorf("%s: already found", cand.Path)
 		}
 	}
-	info, err := c.files.inspect(ctx, cand.Path)
+	info, o, err := c.files.inspect(ctx, cand.Path)
 	if err != nil {
 		return File{}, err
 	}
@@ -365,8 +379,10 @@ func (c *Chain) accept(ctx context.Context, q *Query, source string, cand Candid
 		ok = true
 	}
 	if !ok {
+		o.close()
 		return File{}, fmt.Errorf("%s is %s, want %s: %w", cand.Path, info.id.Key(), q.ID.Key(), frame.ErrBuildIDMismatch)
 	}
+	c.files.hold(o)
 	return f, nil
 }
 

@@ -204,3 +204,48 @@ func TestAnswerLifetimes(t *testing.T) {
 		t.Errorf("8 concurrent callers searched %d times", slow.calls.Load())
 	}
 }
+
+// A file the chain opened to check it is handed over once, only while it
+// is the same file version, and files it rejected are not kept open.
+func TestTakeOpened(t *testing.T) {
+	fx := fixtures(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	data, _ := os.ReadFile(fx.full)
+	os.WriteFile(bin, data, 0o755)
+	other := filepath.Join(dir, "other")
+	os.WriteFile(other, data[:len(data)-1], 0o755) // a truncated copy: corrupt
+	c := New(Options{Sources: []Source{&listed{name: "l", paths: []string{other, bin}}}})
+	defer c.Close()
+	res, err := c.Locate(context.Background(), Query{ID: fx.id})
+	if err != nil || res.Bin == nil || res.Bin.Path != bin {
+		t.Fatalf("Locate: %+v %v", res, err)
+	}
+	if f := c.TakeOpened(other); f != nil {
+		f.Close()
+		t.Error("a rejected file was kept open")
+	}
+	f := c.TakeOpened(bin)
+	if f == nil {
+		t.Fatal("the chosen file was not handed over")
+	}
+	if id := buildid.Identify(f); !fx.id.Matches(id) {
+		t.Errorf("handed over %s", id.Key())
+	}
+	f.Close()
+	if f := c.TakeOpened(bin); f != nil {
+		t.Error("handed over twice")
+	}
+	// Changed since it was checked: not handed over.
+	c.Forget(&Query{ID: fx.id})
+	c.files.cache.Purge()
+	if _, err := c.Locate(context.Background(), Query{ID: fx.id}); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(bin, future, future)
+	if f := c.TakeOpened(bin); f != nil {
+		f.Close()
+		t.Error("handed over a file that changed since")
+	}
+}

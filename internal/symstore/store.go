@@ -158,7 +158,9 @@ type Store struct {
 	bytes   int64
 	objects int64
 	leases  map[Key]lease
-	listed  time.Time
+	// leasesPruned: no pruning before this (the last one freed little).
+	leasesPruned time.Time
+	listed       time.Time
 
 	fetches singleflight.Group // copies of remote files into the cache
 
@@ -426,7 +428,18 @@ func (s *Store) Query(ctx context.Context, req MissingRequest) (MissingResult, e
 			ask = append(ask, k)
 		default:
 			tok, renew := held[k]
-			if l, ok := s.leases[k]; ok && now.Before(l.until) && (!renew || l.token != tok) {
+			l, ok := s.leases[k]
+			if ok && now.Before(l.until) && (!renew || l.token != tok) {
+				res.Pending = append(res.Pending, k.String())
+				break
+			}
+			if !ok && len(s.leases) >= s.maxLeases() {
+				s.pruneLeases(now)
+			}
+			if !ok && len(s.leases) >= s.maxLeases() {
+				// Every agent asking for new ids at once, or one asking for
+				// made-up ones: nobody gets a lease until some expire, and
+				// the ids are asked about again later.
 				res.Pending = append(res.Pending, k.String())
 				break
 			}
@@ -437,13 +450,6 @@ func (s *Store) Query(ctx context.Context, req MissingRequest) (MissingResult, e
 			res.Upload = append(res.Upload, Lease{BuildID: k.String(), Token: tok})
 		}
 		seen[k] = true
-	}
-	if len(s.leases) > 4*s.cfg.MaxQueryIDs {
-		for k, l := range s.leases {
-			if now.After(l.until) {
-				delete(s.leases, k)
-			}
-		}
 	}
 	s.mu.Unlock()
 	if len(ask) > 0 {
@@ -510,6 +516,27 @@ func (s *Store) leaseShared(ctx context.Context, keys []Key, held map[Key]string
 		}
 	}
 	return upload, pending, nil
+}
+
+// maxLeases bounds the leases held at once: ids come from agents, and a
+// lease lives for the lease duration whatever the agent does.
+func (s *Store) maxLeases() int { return max(8*s.cfg.MaxQueryIDs, 1024) }
+
+// pruneLeases drops expired leases; s.mu is held. It runs only when the
+// map is full, and frees at least a quarter of it or waits for a later
+// expiry, so that a full map of live leases is not walked per id.
+func (s *Store) pruneLeases(now time.Time) {
+	if now.Before(s.leasesPruned) {
+		return
+	}
+	for id, l := range s.leases {
+		if now.After(l.until) {
+			delete(s.leases, id)
+		}
+	}
+	if len(s.leases) > s.maxLeases()*3/4 {
+		s.leasesPruned = now.Add(s.cfg.Lease / 8)
+	}
 }
 
 func newToken() string {

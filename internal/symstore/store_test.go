@@ -499,3 +499,46 @@ func TestLeaseRenewal(t *testing.T) {
 		})
 	}
 }
+
+// Leases are keyed by ids agents send: a flood of made-up ids cannot grow
+// them past their bound; the ids beyond it are answered pending (ask
+// again), and leases are granted again once the old ones expire.
+func TestLeasesBounded(t *testing.T) {
+	be, _ := NewDir(t.TempDir())
+	s, err := New(context.Background(), Config{Backend: be, Lease: 300 * time.Millisecond, MaxQueryIDs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := s.maxLeases()
+	leased, pending := 0, 0
+	queries := 3 * limit / 100
+	for q := 0; q < queries; q++ {
+		ids := make([]string, 100)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%040x", q*100+i+1)
+		}
+		res, err := s.Missing(context.Background(), ids, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased += len(res.Upload)
+		pending += len(res.Pending)
+	}
+	s.mu.Lock()
+	held := len(s.leases)
+	s.mu.Unlock()
+	if held > limit || leased != limit || pending != queries*100-limit {
+		t.Fatalf("%d leases held (bound %d), %d granted, %d pending", held, limit, leased, pending)
+	}
+	time.Sleep(400 * time.Millisecond)
+	res, _ := s.Missing(context.Background(), []string{fmt.Sprintf("%040x", 1<<30)}, true)
+	if len(res.Upload) != 1 || res.Upload[0].Token == "" {
+		t.Fatalf("no lease once the old ones expired: %+v", res)
+	}
+	s.mu.Lock()
+	held = len(s.leases)
+	s.mu.Unlock()
+	if held != 1 {
+		t.Errorf("%d leases held after expiry, want 1", held)
+	}
+}

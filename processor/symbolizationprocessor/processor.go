@@ -237,6 +237,9 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	for reason, n := range st.Unresolved {
 		t.SymbolizationFramesUnresolved.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 	}
+	for reason, n := range st.Incomplete {
+		t.SymbolizationFramesIncomplete.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	t.SymbolizationCacheHits.Add(ctx, st.CacheHits)
 	t.SymbolizationCacheMisses.Add(ctx, st.CacheMisses)
 	caches := p.sym.Caches()

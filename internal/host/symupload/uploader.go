@@ -221,7 +221,13 @@ func (u *Uploader) Observe(c Candidate) {
 	if u.Excluded(c.Path) {
 		u.mu.Lock()
 		if _, ok := u.ids[id]; !ok {
-			u.ids[id] = &entry{state: done}
+			// Remembered only to count it once; within the same bound.
+			if len(u.ids) >= u.cfg.MaxTracked {
+				u.forgetDone()
+			}
+			if len(u.ids) < u.cfg.MaxTracked {
+				u.ids[id] = &entry{state: done}
+			}
 			u.mu.Unlock()
 			u.obs.Skipped("excluded")
 			return

@@ -333,3 +333,19 @@ func TestPacedExtractionKeepsLease(t *testing.T) {
 		t.Errorf("counts %v", c.m)
 	}
 }
+
+// Build ids come from the profiles passing through: however many distinct
+// ones arrive (excluded paths or not), the table stays within MaxTracked.
+func TestTrackedBounded(t *testing.T) {
+	u := New(Config{Exclude: []string{"/opt/secret/**"}, MaxTracked: 100})
+	for i := 0; i < 1000; i++ {
+		u.Observe(Candidate{Path: "/opt/secret/x", BuildID: fmt.Sprintf("%040x", i+1)})
+		u.Observe(Candidate{Path: "/usr/bin/x", BuildID: fmt.Sprintf("%040x", 1<<20+i)})
+	}
+	u.mu.Lock()
+	n := len(u.ids)
+	u.mu.Unlock()
+	if n > 100 {
+		t.Errorf("%d build ids tracked, bound 100", n)
+	}
+}

@@ -111,11 +111,21 @@ func (o Options) MemoryBudget() int64 {
 
 // Stats counts what one call did.
 type Stats struct {
-	Resolved    int64
-	Unresolved  map[string]int64 // by reason
+	Resolved   int64
+	Unresolved map[string]int64 // by reason
+	// Incomplete counts resolved frames named from a symbol table because
+	// their binary's debug info could not be used, by reason.
+	Incomplete  map[string]int64
 	CacheHits   int64
 	CacheMisses int64
 	Skipped     int64 // already named, or not native
+}
+
+func (s *Stats) incomplete(reason string) {
+	if s.Incomplete == nil {
+		s.Incomplete = map[string]int64{}
+	}
+	s.Incomplete[reason]++
 }
 
 func (s *Stats) unresolved(reason string) {
@@ -182,6 +192,9 @@ func keyOf(num, addr uint64) (uint64, bool) {
 type result struct {
 	lines []rline // innermost first
 	err   error
+	// missing is why lines are missing from a named answer (a reason, see
+	// symbolize.Handle.Missing), or "".
+	missing string
 }
 
 // partialResult is a failure, or an answer from files short of DWARF,
@@ -239,23 +252,36 @@ func New(opt Options) (*Symbolizer, error) {
 	if lc.MaxFileBytes <= 0 {
 		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
 	}
+	// The chain opens each candidate to check it; the engine takes the
+	// files it chose from it rather than opening them again. Both open with
+	// the engine's limits (its decompression pool included).
+	var chain *locate.Chain
+	engine := symbolize.New(symbolize.Options{
+		Inlines:         opt.Inlines,
+		Demangle:        opt.Demangle,
+		UseSymbolTable:  true,
+		CacheBytes:      opt.CacheBytes,
+		NegativeTTL:     opt.NegativeTTL,
+		DemangleEntries: opt.DemangleEntries,
+		DemangleBytes:   opt.DemangleBytes,
+		Limits:          opt.FileLimits,
+		Open: func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error) {
+			if f := chain.TakeOpened(path); f != nil {
+				return f, nil
+			}
+			return elfx.OpenContext(ctx, path, lim)
+		},
+	})
+	lc.FileLimits = engine.Options().Limits
 	chain, err := locate.NewFromConfig(lc)
 	if err != nil {
+		engine.Close()
 		return nil, err
 	}
 	s := &Symbolizer{
-		opt:   opt,
-		chain: chain,
-		engine: symbolize.New(symbolize.Options{
-			Inlines:         opt.Inlines,
-			Demangle:        opt.Demangle,
-			UseSymbolTable:  true,
-			CacheBytes:      opt.CacheBytes,
-			NegativeTTL:     opt.NegativeTTL,
-			DemangleEntries: opt.DemangleEntries,
-			DemangleBytes:   opt.DemangleBytes,
-			Limits:          opt.FileLimits,
-		}),
+		opt:     opt,
+		chain:   chain,
+		engine:  engine,
 		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
 		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
 			func(p partialResult) int64 { return resultCost(p.r) + 16 }),
@@ -306,7 +332,10 @@ func (opt *Options) defaults() {
 }
 
 // Close releases cached objects.
-func (s *Symbolizer) Close() error { return s.engine.Close() }
+func (s *Symbolizer) Close() error {
+	s.chain.Close()
+	return s.engine.Close()
+}
 
 // CacheStats is one cache's counters, named for telemetry.
 type CacheStats struct {
@@ -314,7 +343,8 @@ type CacheStats struct {
 	lru.Stats
 }
 
-// Caches reports every cache the symbolizer holds: parsed objects, resolved
+// Caches reports every cache the symbolizer holds: parsed objects (and,
+// within them, the decompressed sections of open files), resolved
 // addresses, demangled names, interned functions, object numbers, located
 // files per identity and file identities.
 func (s *Symbolizer) Caches() []CacheStats {
@@ -323,8 +353,10 @@ func (s *Symbolizer) Caches() []CacheStats {
 	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
 	s.mu.Unlock()
 	nums := s.objNums.Stats()
+	held, _, _ := s.engine.DecompressedStats()
 	return []CacheStats{
 		{"objects", s.engine.CacheStats()},
+		{"decompressed", lru.Stats{Bytes: held}},
 		{"results", s.results.Stats()},
 		{"partial_results", s.partial.Stats()},
 		{"demangle", s.engine.DemangleStats()},
@@ -482,6 +514,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 	st.CacheMisses++
 	r := &result{err: o.err}
 	var terr error
+	busy := false // named without DWARF only because memory was busy
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
 	}
@@ -499,6 +532,10 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 				}
 				r.lines[i] = rline{fn: s.intern(funcTuple{f.Function, f.Name, f.File, int64(f.StartLine)}), line: line, col: col}
 			}
+			if m := o.h.Missing(); m != nil {
+				r.missing = frame.Reason(m)
+				busy = frame.Transient(m) // the DWARF may be readable next time
+			}
 		} else {
 			r.err = err
 			if r.err == nil || symbolize.IsUnresolved(r.err) {
@@ -509,7 +546,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 	// Only addresses that need no translation are cached: the others are
 	// looked up through an object opened anyway.
 	k, ok := keyOf(o.num, key)
-	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) {
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) || busy {
 		return r
 	}
 	s.genMu.RLock()
@@ -638,6 +675,12 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		}
 		st.Resolved++
 		setLines(d, loc, r.lines, fnIdx)
+		if r.missing != "" {
+			st.incomplete(r.missing)
+			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
+				loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
+			}
+		}
 		f := touched[loc.MappingIndex()]
 		if f == nil {
 			f = &mappingFlags{}

@@ -91,9 +91,23 @@ demangle: {{ $s.demangle }}
 inline_frames: {{ $s.inlineFrames }}
 line_numbers: {{ $s.lineNumbers }}
 timeout: {{ $s.timeout }}
+negative_ttl: {{ $s.negativeTTL }}
+{{- $m := .memory }}
+# Sized for the container's memory limit (docs/deployment.md#gateway-memory).
 cache:
-  max_bytes: {{ int64 $s.cache.maxBytes }}
+  {{- range $key, $v := dict "max_bytes" $m.maxBytes "max_result_bytes" $m.maxResultBytes "max_objects" $m.maxObjects "max_demangled_bytes" $m.maxDemangledBytes }}
+  {{- if $v }}
+  {{ $key }}: {{ int64 $v }}
+  {{- end }}
+  {{- end }}
   max_entries: {{ int64 $s.cache.maxEntries }}
+limits:
+  max_file_bytes: {{ int64 $s.limits.maxFileBytes }}
+  {{- if $m.maxDecompressedBytes }}
+  max_decompressed_bytes: {{ int64 $m.maxDecompressedBytes }}
+  {{- end }}
+  max_name_bytes: {{ int64 $s.limits.maxNameBytes }}
+  max_attribute_bytes: {{ int64 $s.limits.maxAttributeBytes }}
 debuginfod:
   # urls stay empty: the processor reads DEBUGINFOD_URLS.
   cache_dir: {{ .cacheDir }}
@@ -101,6 +115,8 @@ debuginfod:
   max_cache_bytes: {{ int64 $s.debuginfod.maxCacheBytes }}
   max_parallel: {{ int $s.debuginfod.maxParallel }}
   negative_ttl: {{ $s.debuginfod.negativeTTL }}
+  max_file_bytes: {{ int64 $s.debuginfod.maxFileBytes }}
+  max_download_time: {{ $s.debuginfod.maxDownloadTime }}
 {{- end }}
 
 {{- define "profsym.gateway.exporterNames" -}}
@@ -180,7 +196,7 @@ processors:
     limit_percentage: {{ int $g.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $g.memoryLimiter.spikeLimitPercentage }}
   symbolization:
-    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir "store" .Values.symbols.enabled) | nindent 4 }}
+    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir "store" .Values.symbols.enabled "memory" (include "profsym.gateway.memory" . | fromJson)) | nindent 4 }}
 exporters:
   {{- if $g.fileOutput.enabled }}
   file:

@@ -36,6 +36,7 @@ type TelemetryBuilder struct {
 	SymbolizationDebuginfodErrors   metric.Int64Counter
 	SymbolizationDebuginfodLatency  metric.Float64Histogram
 	SymbolizationDebuginfodRequests metric.Int64Counter
+	SymbolizationFramesIncomplete   metric.Int64Counter
 	SymbolizationFramesResolved     metric.Int64Counter
 	SymbolizationFramesSkipped      metric.Int64Counter
 	SymbolizationFramesUnresolved   metric.Int64Counter
@@ -130,6 +131,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_symbolization_debuginfod_requests",
 		metric.WithDescription("Files asked of the debuginfod client (cache hits included). [Alpha]"),
 		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationFramesIncomplete, err = builder.meter.Int64Counter(
+		"otelcol_symbolization_frames_incomplete",
+		metric.WithDescription("Resolved frames named from a symbol table only because their binary's debug info could not be used, by reason (limit_exceeded, corrupt_file, build_id_mismatch, ...). [Alpha]"),
+		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SymbolizationFramesResolved, err = builder.meter.Int64Counter(

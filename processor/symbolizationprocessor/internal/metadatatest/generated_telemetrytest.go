@@ -175,6 +175,22 @@ func AssertEqualSymbolizationDebuginfodRequests(t *testing.T, tt *componenttest.
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSymbolizationFramesIncomplete(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_frames_incomplete",
+		Description: "Resolved frames named from a symbol table only because their binary's debug info could not be used, by reason (limit_exceeded, corrupt_file, build_id_mismatch, ...). [Alpha]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_frames_incomplete")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSymbolizationFramesResolved(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_frames_resolved",

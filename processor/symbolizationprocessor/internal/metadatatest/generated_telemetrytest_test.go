@@ -29,6 +29,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.SymbolizationDebuginfodErrors.Add(context.Background(), 1)
 	tb.SymbolizationDebuginfodLatency.Record(context.Background(), 1)
 	tb.SymbolizationDebuginfodRequests.Add(context.Background(), 1)
+	tb.SymbolizationFramesIncomplete.Add(context.Background(), 1)
 	tb.SymbolizationFramesResolved.Add(context.Background(), 1)
 	tb.SymbolizationFramesSkipped.Add(context.Background(), 1)
 	tb.SymbolizationFramesUnresolved.Add(context.Background(), 1)
@@ -60,6 +61,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationDebuginfodRequests(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationFramesIncomplete(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationFramesResolved(t, testTel,
