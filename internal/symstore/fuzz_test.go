@@ -58,6 +58,7 @@ func FuzzMissingQuery(f *testing.F) {
 	f.Add("/gobuildid/676f2f6964/debuginfo", []byte("\x7fELF"))
 	f.Add("/gobuildid/..%2F2e2e/debuginfo", []byte(""))
 	f.Add(PathMissing, []byte(`{"build_ids":["gobuildid/676f2f6964","gobuildid/2e2e2f2e2e"],"lease":true}`))
+	f.Add(PathMissing, []byte(`{"build_ids":["00112233445566778899aabbccddeeff00112233"],"lease":true,"held":{"00112233445566778899aabbccddeeff00112233":"abc","../x":"y"}}`))
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\r\n?#") {
 			return

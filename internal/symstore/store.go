@@ -574,6 +574,12 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 		return res, reject(ReasonTooLarge, http.StatusRequestEntityTooLarge,
 			fmt.Errorf("%d bytes declared, at most %d", declared, s.cfg.MaxUploadBytes))
 	}
+	if len(token) > maxTokenLen {
+		// Tokens are the store's own (24 hex digits); a long one would be
+		// written into a shared lease object.
+		s.obs.Rejected(ReasonBadRequest)
+		return res, reject(ReasonBadRequest, http.StatusBadRequest, fmt.Errorf("lease token of %d bytes, at most %d", len(token), maxTokenLen))
+	}
 	if s.has(key, kind) || s.statBackend(ctx, key, kind) {
 		s.obs.Deduped(kind)
 		s.release(key, token)

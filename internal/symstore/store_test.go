@@ -214,7 +214,17 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The missing query validates too.
+	// A lease token is the store's own: a long one is refused before it
+	// could reach a shared lease object.
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/buildid/"+fx.id+"/debuginfo", bytes.NewReader(full))
+	req.Header.Set(HeaderLease, strings.Repeat("t", 4096))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 || resp.Header.Get("X-Profsym-Reason") != ReasonBadRequest {
+		t.Errorf("long lease token: %v %v", resp, err)
+	}
+	// The missing query validates too, held leases included.
+	if resp, _ := http.Post(srv.URL+PathMissing, "application/json", strings.NewReader(`{"build_ids":["`+fx.id+`"],"held":{"../x":"t"}}`)); resp.StatusCode != 400 {
+		t.Errorf("held lease of a path-like id: %d", resp.StatusCode)
+	}
 	resp, _ := http.Post(srv.URL+PathMissing, "application/json", strings.NewReader(`{"build_ids":["../../etc"]}`))
 	if resp.StatusCode != 400 {
 		t.Errorf("missing query with a path-like id: %d", resp.StatusCode)
