@@ -485,6 +485,9 @@ func renderGateway(t *testing.T, root string, v renderValues) gatewayRun {
 healthCheck: {port: %d}
 telemetry: {metricsPort: %d}
 agent: {enabled: false}
+# The symbol store (a StatefulSet the gateway reads over HTTP) is not under
+# test here, and its scratch path is the pod's, not this test's tree.
+symbols: {enabled: false}
 gateway:
   listen: 127.0.0.1:%d
   httpListen: 127.0.0.1:%d

@@ -28,7 +28,7 @@ processors:
   {{- if .Values.symbols.enabled }}
   {{- $u := $a.symbolUpload }}
   symbolupload:
-    endpoint: {{ printf "http://%s.%s.svc.%s:%d" (include "profsym.gatewayName" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.symbolStore.port) }}
+    endpoint: {{ include "profsym.symbolsURL" . }}
     {{- if include "profsym.symbolsAuth" . }}
     auth:
       authenticator: bearertokenauth/symbols
@@ -138,8 +138,8 @@ debuginfod:
 {{- $cacheDir := printf "%s/debuginfod" (trimSuffix "/" $g.cache.mountPath) -}}
 extensions:
   {{- include "profsym.extensions" . | nindent 2 }}
-  {{- if .Values.symbols.enabled }}
-  {{- $st := $g.symbolStore }}
+  {{- $st := .Values.symbols.store }}
+  {{- if eq (include "profsym.symbolsMode" .) "s3" }}
   symbolstore:
     endpoint: ${env:PROFSYM_SYMBOLS_LISTEN}
     {{- if include "profsym.symbolsAuth" . }}
@@ -149,9 +149,8 @@ extensions:
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
     storage:
-      {{- if $st.s3.bucket }}
       s3:
-        endpoint: {{ required "gateway.symbolStore.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
+        endpoint: {{ required "symbols.store.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
         bucket: {{ $st.s3.bucket | quote }}
         prefix: {{ $st.s3.prefix | quote }}
         region: {{ $st.s3.region | quote }}
@@ -159,10 +158,22 @@ extensions:
         secret_access_key: ${env:PROFSYM_SYMBOLS_S3_SECRET_KEY}
         insecure: {{ $st.s3.insecure }}
         create_bucket: {{ $st.s3.createBucket }}
-      scratch_directory: {{ $st.mountPath }}
-      {{- else }}
-      directory: {{ $st.mountPath }}
-      {{- end }}
+      scratch_directory: {{ include "profsym.gatewaySymbolsDir" . }}
+      cache_max_bytes: {{ int64 $st.cacheMaxBytes }}
+      rescan: {{ $st.rescan }}
+  {{- else if eq (include "profsym.symbolsMode" .) "statefulset" }}
+  # Reads the symbols StatefulSet's store over HTTP; serves nothing here.
+  symbolstore:
+    storage:
+      remote:
+        endpoint: {{ include "profsym.symbolsURL" . }}
+        {{- if include "profsym.symbolsAuth" . }}
+        auth:
+          authenticator: bearertokenauth/symbols
+        {{- end }}
+      scratch_directory: {{ include "profsym.gatewaySymbolsDir" . }}
+      cache_max_bytes: {{ int64 $st.cacheMaxBytes }}
+      rescan: {{ $st.rescan }}
   {{- end }}
   {{- if include "profsym.jfrAuth" . }}
   {{- include "profsym.gateway.jfrExtension" . | nindent 2 }}
@@ -231,4 +242,38 @@ service:
       processors: [memory_limiter, symbolization]
       exporters: {{ $exporters }}
     {{- end }}
+{{- end }}
+
+{{/* The gateways' scratch space for the symbol store. */}}
+{{- define "profsym.gatewaySymbolsDir" -}}/var/lib/profsym/symbols{{- end }}
+
+{{/*
+The symbol StatefulSet's collector configuration: the symbolstore
+extension over its volume, and a nop pipeline (a collector needs one).
+*/}}
+{{- define "profsym.symbols.baseConfig" -}}
+{{- $st := .Values.symbols.store -}}
+extensions:
+  {{- include "profsym.extensions" . | nindent 2 }}
+  symbolstore:
+    endpoint: ${env:PROFSYM_SYMBOLS_LISTEN}
+    {{- if include "profsym.symbolsAuth" . }}
+    auth:
+      authenticator: bearertokenauth/symbols
+    {{- end }}
+    max_upload_size: {{ int64 $st.maxUploadSize }}
+    lease_duration: {{ $st.leaseDuration }}
+    storage:
+      directory: {{ $st.mountPath }}
+receivers:
+  nop: {}
+exporters:
+  nop: {}
+service:
+  {{- include "profsym.telemetry" . | nindent 2 }}
+    - symbolstore
+  pipelines:
+    logs:
+      receivers: [nop]
+      exporters: [nop]
 {{- end }}
