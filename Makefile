@@ -78,6 +78,14 @@ bench-unwind-cost:
 	    $(BIN)/unwind.test -test.run TestCostWorkload 2>&1 | sed -n 's/.*Collected : //p'; \
 	done | tee -a $(BIN)/bench-unwind-cost.txt
 
+# The real agent (root) next to two busy processes, symbol uploads off and on,
+# one of them carrying 100 MB of debug info: the workloads' throughput, the
+# agent's CPU and its busiest second (PROFSYM_BENCH_SECONDS per variant,
+# default 90). Not part of `bench`: it needs root and a quiet machine.
+bench-upload: otelcol
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-90} $(GO) test -run '^$$' -bench BenchmarkAgentUploadOverhead -benchtime 1x -timeout 20m ./processor/symboluploadprocessor/ | tee $(BIN)/bench-upload.txt
+
 # A 100 MB multi-chunk JDK 17 recording through profsym convert and the
 # JDK's jfr print --json, side by side: wall time, peak RSS, speedup.
 bench-jfr:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,20 +35,31 @@ func TestRecordFlags(t *testing.T) {
 }
 
 // recordFixture records the C fixture's hot loop with the given format.
+// Other tests run the same fixture at the same time, so this one runs a
+// copy under a name of its own (its comm) and selects it by that name.
 func recordFixture(t *testing.T, format string, extra ...string) (string, int) {
 	t.Helper()
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
-	bin := testfixture.Build(t, testfixture.Spec{Name: "sampler-hot", Lang: "c",
+	built := testfixture.Build(t, testfixture.Spec{Name: "sampler-hot", Lang: "c",
 		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}})
+	data, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("rec%08x", rand.Uint32()) // within comm's 15 bytes
+	bin := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	fixture := exec.Command(bin, "3")
 	if err := fixture.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer fixture.Wait()
 	out := filepath.Join(t.TempDir(), "profile."+format)
-	args := append([]string{"--duration", "2s", "--comm", "^sampler-hot$", "--output", out, "--format", format}, extra...)
+	args := append([]string{"--duration", "2s", "--comm", "^" + name + "$", "--output", out, "--format", format}, extra...)
 	var stderr bytes.Buffer
 	if code := runRecord(args, nil, nil, &stderr); code != 0 {
 		t.Fatalf("record: exit %d: %s", code, stderr.String())

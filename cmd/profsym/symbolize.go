@@ -7,15 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debugdirs"
+	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbolize"
 )
 
@@ -38,14 +41,28 @@ func (t target) String() string {
 type objects struct {
 	r     *symbolize.Resolver
 	chain *locate.Chain
-	ids   map[string]frame.Identity // per path, read once
+	// ids are the identities of the paths asked about, read once per file
+	// version. A long-running caller (pprof keeps one process for a whole
+	// session) may name any number of paths: the most recent are kept.
+	ids *lru.Cache[string, pathID]
 }
+
+// pathID is the identity read from a path, and the version of the file
+// (size, modification time) it was read from.
+type pathID struct {
+	id    frame.Identity
+	size  int64
+	mtime time.Time
+}
+
+// maxPathIDs bounds objects.ids.
+const maxPathIDs = 4096
 
 func newObjects(opt symbolize.Options, debugDirs []string) *objects {
 	return &objects{
 		r:     symbolize.New(opt),
 		chain: locate.New(locate.Options{Sources: []locate.Source{locate.Local{}, locate.DebugDirs{Dirs: debugDirs}}}),
-		ids:   map[string]frame.Identity{},
+		ids:   lru.New[string, pathID](0, maxPathIDs, nil, nil),
 	}
 }
 
@@ -58,17 +75,21 @@ func (o *objects) open(ctx context.Context, t target) (*symbolize.Handle, error)
 		if err != nil {
 			return nil, err
 		}
-		id, ok := o.ids[abs]
-		if !ok {
+		st, err := os.Stat(abs)
+		if err != nil {
+			return nil, err
+		}
+		p, ok := o.ids.Get(abs)
+		if !ok || p.size != st.Size() || !p.mtime.Equal(st.ModTime()) {
 			f, err := elfx.Open(abs)
 			if err != nil {
 				return nil, err
 			}
-			id = buildid.Identify(f)
+			p = pathID{id: buildid.Identify(f), size: st.Size(), mtime: st.ModTime()}
 			f.Close()
-			o.ids[abs] = id
+			o.ids.Add(abs, p)
 		}
-		q.ID = id
+		q.ID = p.id
 		q.AddHint(locate.Hint{File: abs})
 	} else {
 		id, err := frame.ParseBuildID(t.BuildID)

@@ -169,22 +169,34 @@ func prepare(file string, dirs []string, scratch string, c keepdebug.Compression
 	if err != nil {
 		return prepared{}, err
 	}
-	raw, err := buildid.GNU(f)
-	f.Close()
-	if err != nil {
-		return prepared{}, fmt.Errorf("no GNU build id (link with -Wl,--build-id): %w", err)
+	// Stored by GNU build id (what debuginfod asks by); a Go binary linked
+	// without one (Go before 1.24, or -ldflags=-B=none) by its Go build id.
+	var cand symupload.Candidate
+	if raw, err := buildid.GNU(f); err == nil {
+		cand.BuildID = buildid.HexString(raw)
+	} else if goID, gerr := buildid.Go(f); gerr == nil {
+		cand.GoBuildID = goID
+	} else {
+		f.Close()
+		return prepared{}, fmt.Errorf("no GNU build id (link with -Wl,--build-id) and no Go build id: %w", err)
 	}
-	id := buildid.HexString(raw)
-	src, err := symupload.FindSource("/proc", symupload.Candidate{Path: abs, BuildID: id}, dirs)
+	f.Close()
+	key, err := cand.Key()
 	if err != nil {
-		return prepared{}, fmt.Errorf("no symbols for build id %s: %w", id, err)
+		return prepared{}, err
+	}
+	id := key.String()
+	cand.Path = abs
+	src, err := symupload.FindSource("/proc", cand, dirs)
+	if err != nil {
+		return prepared{}, fmt.Errorf("no symbols for %s: %w", id, err)
 	}
 	sf, err := elfx.Open(src.Path)
 	if err != nil {
 		return prepared{}, err
 	}
 	defer sf.Close()
-	out := filepath.Join(scratch, id+".debug")
+	out := filepath.Join(scratch, key.ID+".debug")
 	w, err := os.Create(out)
 	if err != nil {
 		return prepared{}, err

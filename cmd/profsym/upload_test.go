@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,5 +73,19 @@ func TestUploadCommand(t *testing.T) {
 	}
 	if code, _, _ := upload("--token-file", tok, tok); code == 0 {
 		t.Error("a non-ELF input did not fail the run")
+	}
+	// A Go binary without a GNU build id goes under its Go build id.
+	gobin := testfixture.Build(t, testfixture.Spec{Name: "cliuploadgo", Lang: "go", Sources: []string{"sampler/gohot"},
+		Args: []string{"-ldflags=-B=none -X main.fixture=cliuploadgo"}})
+	goID, err := exec.Command("go", "tool", "buildid", gobin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := symstore.GoKey(strings.TrimSpace(string(goID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, o, e := upload("--token-file", tok, gobin); code != 0 || !strings.Contains(o, "uploaded "+key.String()) || !store.Has(key.String(), symstore.DebugInfo) {
+		t.Errorf("Go binary: %d %s %s", code, o, e)
 	}
 }

@@ -34,27 +34,10 @@ var (
 	helmPath string
 )
 
-// helm returns the helm binary: PATH, then $(go env GOPATH)/bin. CI
-// installs it with: go install helm.sh/helm/v3/cmd/helm@v3.22.0
+// helm returns the helm binary (testfixture.Helm), looked up once.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p, err := exec.LookPath("helm"); err == nil {
-			helmPath = p
-			return
-		}
-		gopath := os.Getenv("GOPATH")
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-		for _, dir := range filepath.SplitList(gopath) {
-			p := filepath.Join(dir, "bin", "helm")
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				helmPath = p
-				return
-			}
-		}
-	})
+	helmOnce.Do(func() { helmPath = testfixture.Helm(t) })
 	if helmPath == "" {
 		testfixture.SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
 	}
@@ -226,6 +209,7 @@ func wantEqual[T comparable](t *testing.T, what string, got, want T) {
 var (
 	agentName   = release + "-agent"
 	gatewayName = release + "-gateway"
+	symbolsName = release + "-symbols"
 )
 
 func TestLint(t *testing.T) {
@@ -710,6 +694,11 @@ func TestSchemaRejects(t *testing.T) {
 		{[]string{"gateway.autoscaling.minReplicas=5", "gateway.autoscaling.maxReplicas=3"}, "minReplicas"},
 		{[]string{"gateway.cache.persistence.enabled=true", "gateway.cache.persistence.accessModes={ReadWriteOnce}"}, "ReadWriteMany"},
 		{[]string{"gateway.fileOutput.enabled=false"}, "nothing to export"},
+		{[]string{"gateway.symbolization.cache.maxBytes=1000000000"}, "soft limit"},
+		{[]string{"gateway.resources.limits.memory=512Mi", "gateway.symbolization.cache.memoryPercentage=90"}, "soft limit"},
+		{[]string{"gateway.symbolization.cache.memoryPercentage=0"}, "memoryPercentage"},
+		{[]string{"gateway.goMemLimitPercentage=150"}, "goMemLimitPercentage"},
+		{[]string{"gateway.resources.limits.memory=lots"}, "memory"},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			var args []string
@@ -762,14 +751,21 @@ func TestCollectorValidate(t *testing.T) {
 		"pick-first-targets": {"--set", "agent.exporter.balancer=pick_first", "--set", "agent.profiling.targets[0].process_name=^java$",
 			"--set", "agent.profiling.targets[1].cgroup=/kubepods.slice/", "--set", "agent.profiling.targets[2].pids={1}"},
 		"merged": {"--set", "gateway.config.processors.symbolization.demangle=none", "--set", "agent.config.receivers.profiling.sample_rate=49"},
-		"symbols-s3-token": {"--set", "symbols.enabled=true", "--set", "symbols.token.value=t0ken",
-			"--set", "gateway.symbolStore.s3.bucket=symbols", "--set", "gateway.symbolStore.s3.endpoint=minio.storage:9000",
-			"--set", "gateway.symbolStore.s3.existingSecret=s3-creds", "--set", "agent.symbolUpload.exclude={/opt/secret/**}"},
-		"symbols-pvc": {"--set", "symbols.enabled=true", "--set", "gateway.symbolStore.persistence.enabled=true"},
+		"symbols-s3-token": {"--set", "symbols.token.value=t0ken",
+			"--set", "symbols.store.s3.bucket=symbols", "--set", "symbols.store.s3.endpoint=minio.storage:9000",
+			"--set", "symbols.store.s3.existingSecret=s3-creds", "--set", "agent.symbolUpload.exclude={/opt/secret/**}"},
+		"symbols-statefulset-token": {"--set", "symbols.token.existingSecret=tok", "--set", "symbols.store.persistence.enabled=false",
+			"--set", "symbols.store.config.extensions.symbolstore.max_query_ids=5000"},
+		"symbols-off": {"--set", "symbols.enabled=false"},
+		"memory-4Gi":  {"--set", "gateway.resources.limits.memory=4Gi", "--set", "gateway.symbolization.limits.maxNameBytes=1024"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := mustTemplate(t, args...)
-			for _, w := range [][2]string{{"DaemonSet", agentName}, {"Deployment", gatewayName}} {
+			workloads := [][2]string{{"DaemonSet", agentName}, {"Deployment", gatewayName}}
+			if d.find("StatefulSet", symbolsName) != nil {
+				workloads = append(workloads, [2]string{"StatefulSet", symbolsName})
+			}
+			for _, w := range workloads {
 				if err := validate(t, bin, d, w[0], w[1]); err != nil {
 					t.Error(err)
 				}
@@ -780,6 +776,7 @@ func TestCollectorValidate(t *testing.T) {
 	for _, tc := range []struct{ set, kind, name, want string }{
 		{"agent.config.receivers.profiling.sample_rate=5000", "DaemonSet", agentName, "sample_rate"},
 		{"gateway.config.processors.symbolization.demangle=short", "Deployment", gatewayName, "demangle"},
+		{"symbols.store.config.extensions.symbolstore.lease_duration=-1s", "StatefulSet", symbolsName, "lease_duration"},
 		{"gateway.config.exporters.otlp_grpc/backend.balancer_name=nope", "Deployment", gatewayName, "nope"},
 	} {
 		args := []string{"--set", tc.set}
@@ -829,39 +826,62 @@ func validate(t *testing.T, bin string, d docs, kind, name string) error {
 	return nil
 }
 
-// symbols.enabled wires the agents' uploads to the gateway's store: the
-// store's port on the Service, its storage (bucket with credentials from a
-// Secret, or a shared volume), and the token Secret mounted on both sides.
+// Symbols are on by default, in a StatefulSet of one pod that owns a
+// ReadWriteOnce volume and serves the store: the agents upload to its
+// Service, every gateway replica reads it over HTTP (the symbolstore
+// extension in remote mode, through the symbol_store source), and the token
+// is mounted in all three.
 func TestSymbols(t *testing.T) {
-	d := mustTemplate(t, "--set", "symbols.enabled=true", "--set", "symbols.token.value=t0ken",
-		"--set", "gateway.symbolStore.s3.bucket=symbols", "--set", "gateway.symbolStore.s3.endpoint=minio.storage:9000",
-		"--set", "gateway.symbolStore.s3.existingSecret=s3-creds")
+	d := mustTemplate(t, "--set", "symbols.token.value=t0ken")
 	sec := d.must(t, "Secret", release+"-symbols-token")
 	wantEqual(t, "token secret data", str(sec, "data", "token"), "dDBrZW4=")
+	const url = "http://ps-symbols.profiling.svc.cluster.local:8002"
 
-	gw := container(d.must(t, "Deployment", gatewayName))
-	e := env(gw)
-	wantEqual(t, "PROFSYM_SYMBOLS_LISTEN", str(e["PROFSYM_SYMBOLS_LISTEN"], "value"), "0.0.0.0:8002")
-	wantEqual(t, "S3 secret key from", str(e["PROFSYM_SYMBOLS_S3_SECRET_KEY"], "valueFrom", "secretKeyRef", "name"), "s3-creds")
+	sts := d.must(t, "StatefulSet", symbolsName)
+	wantEqual(t, "replicas", fmt.Sprint(get(sts, "spec", "replicas")), "1")
+	claim := get(sts, "spec", "volumeClaimTemplates", "0")
+	wantEqual(t, "claim", str(claim, "metadata", "name"), "data")
+	wantEqual(t, "claim access", fmt.Sprint(strs(claim, "spec", "accessModes")), "[ReadWriteOnce]")
+	wantEqual(t, "claim size", str(claim, "spec", "resources", "requests", "storage"), "20Gi")
+	sc := container(sts)
+	wantEqual(t, "store listens", str(env(sc)["PROFSYM_SYMBOLS_LISTEN"], "value"), "0.0.0.0:8002")
+	mounts := map[string]string{}
+	for _, m := range list(sc, "volumeMounts") {
+		mounts[str(m, "name")] = str(m, "mountPath")
+	}
+	if mounts["data"] != "/var/lib/profsym/symbols" || mounts["symbols-token"] != "/etc/profsym-symbols" {
+		t.Errorf("store mounts: %v", mounts)
+	}
+	scfg := collectorConfig(t, d.must(t, "ConfigMap", symbolsName))
+	wantEqual(t, "store directory", str(scfg, "extensions", "symbolstore", "storage", "directory"), "/var/lib/profsym/symbols")
+	wantEqual(t, "store auth", str(scfg, "extensions", "symbolstore", "auth", "authenticator"), "bearertokenauth/symbols")
+	if !slices.Contains(strs(scfg, "service", "extensions"), "symbolstore") {
+		t.Errorf("the store pod does not run the store: %v", scfg["service"])
+	}
+	svc := d.must(t, "Service", symbolsName)
+	wantEqual(t, "store service port", fmt.Sprint(get(svc, "spec", "ports", "0", "port")), "8002")
+	wantEqual(t, "store service selects", str(svc, "spec", "selector", "app.kubernetes.io/component"), "symbols")
+
 	gcfg := collectorConfig(t, d.must(t, "ConfigMap", gatewayName))
-	wantEqual(t, "store bucket", str(gcfg, "extensions", "symbolstore", "storage", "s3", "bucket"), "symbols")
-	wantEqual(t, "store auth", str(gcfg, "extensions", "symbolstore", "auth", "authenticator"), "bearertokenauth/symbols")
+	wantEqual(t, "gateway reads the store", str(gcfg, "extensions", "symbolstore", "storage", "remote", "endpoint"), url)
+	wantEqual(t, "gateway's token", str(gcfg, "extensions", "symbolstore", "storage", "remote", "auth", "authenticator"), "bearertokenauth/symbols")
 	wantEqual(t, "processor reads the store", str(gcfg, "processors", "symbolization", "symbol_store"), "symbolstore")
 	if !slices.Contains(strs(gcfg, "service", "extensions"), "symbolstore") || !slices.Contains(strs(gcfg, "processors", "symbolization", "sources"), "symbol_store") {
-		t.Errorf("gateway does not run the store: %v", gcfg["service"])
+		t.Errorf("gateway does not read the store: %v", gcfg["service"])
 	}
-	svc := d.must(t, "Service", gatewayName)
-	found := false
-	for _, p := range list(svc, "spec", "ports") {
-		found = found || (str(p, "name") == "symbols" && fmt.Sprint(get(p, "port")) == "8002")
+	gw := container(d.must(t, "Deployment", gatewayName))
+	if _, ok := env(gw)["PROFSYM_SYMBOLS_LISTEN"]; ok {
+		t.Error("gateways listen for uploads with the StatefulSet store")
 	}
-	if !found {
-		t.Error("the gateway Service has no symbols port")
+	for _, p := range list(d.must(t, "Service", gatewayName), "spec", "ports") {
+		if str(p, "name") == "symbols" {
+			t.Error("the gateway Service has a symbols port with the StatefulSet store")
+		}
 	}
 
 	ag := d.must(t, "DaemonSet", agentName)
 	acfg := collectorConfig(t, d.must(t, "ConfigMap", agentName))
-	wantEqual(t, "upload endpoint", str(acfg, "processors", "symbolupload", "endpoint"), "http://ps-gateway.profiling.svc.cluster.local:8002")
+	wantEqual(t, "upload endpoint", str(acfg, "processors", "symbolupload", "endpoint"), url)
 	wantEqual(t, "agent token file", str(acfg, "extensions", "bearertokenauth/symbols", "filename"), "/etc/profsym-symbols/token")
 	if !slices.Contains(strs(acfg, "service", "pipelines", "profiles", "processors"), "symbolupload") {
 		t.Error("symbolupload not in the agent's pipeline")
@@ -874,15 +894,63 @@ func TestSymbols(t *testing.T) {
 		t.Errorf("agent volumes: %v", vols)
 	}
 
-	// Off by default; per-pod directories with several replicas are refused.
-	if d := mustTemplate(t); d.find("Secret", release+"-symbols-token") != nil ||
-		mapping(collectorConfig(t, d.must(t, "ConfigMap", gatewayName)), "extensions", "symbolstore") != nil {
-		t.Error("symbols rendered by default")
+	// Persistence off: an emptyDir; an existing claim: that claim.
+	d = mustTemplate(t, "--set", "symbols.store.persistence.enabled=false")
+	sts = d.must(t, "StatefulSet", symbolsName)
+	if get(sts, "spec", "volumeClaimTemplates") != nil || str(volume(sts, "data"), "emptyDir", "sizeLimit") != "20Gi" {
+		t.Errorf("without persistence: %v", volume(sts, "data"))
 	}
-	if _, err := template(t, "--set", "symbols.enabled=true"); err == nil || !strings.Contains(err.Error(), "same symbols") {
-		t.Errorf("emptyDir store with several replicas: %v", err)
+	d = mustTemplate(t, "--set", "symbols.store.persistence.existingClaim=symbols-pvc")
+	if str(volume(d.must(t, "StatefulSet", symbolsName), "data"), "persistentVolumeClaim", "claimName") != "symbols-pvc" {
+		t.Error("existing claim not used")
 	}
-	d = mustTemplate(t, "--set", "symbols.enabled=true", "--set", "gateway.symbolStore.persistence.enabled=true")
-	d.must(t, "PersistentVolumeClaim", release+"-gateway-symbols")
-	wantEqual(t, "store directory", str(collectorConfig(t, d.must(t, "ConfigMap", gatewayName)), "extensions", "symbolstore", "storage", "directory"), "/var/lib/profsym/symbols")
+
+	// Off: nothing of it.
+	d = mustTemplate(t, "--set", "symbols.enabled=false", "--set", "symbols.token.value=t0ken")
+	if d.find("Secret", release+"-symbols-token") != nil || d.find("StatefulSet", symbolsName) != nil || d.find("Service", symbolsName) != nil ||
+		mapping(collectorConfig(t, d.must(t, "ConfigMap", gatewayName)), "extensions", "symbolstore") != nil ||
+		mapping(collectorConfig(t, d.must(t, "ConfigMap", agentName)), "processors", "symbolupload") != nil {
+		t.Error("symbols rendered while disabled")
+	}
+}
+
+// With a bucket, every gateway replica runs the store over it and serves
+// uploads on the gateway Service; no StatefulSet.
+func TestSymbolsS3(t *testing.T) {
+	d := mustTemplate(t, "--set", "symbols.token.value=t0ken",
+		"--set", "symbols.store.s3.bucket=symbols", "--set", "symbols.store.s3.endpoint=minio.storage:9000",
+		"--set", "symbols.store.s3.existingSecret=s3-creds")
+	if d.find("StatefulSet", symbolsName) != nil || d.find("Service", symbolsName) != nil {
+		t.Error("a StatefulSet store with S3")
+	}
+	gw := container(d.must(t, "Deployment", gatewayName))
+	e := env(gw)
+	wantEqual(t, "PROFSYM_SYMBOLS_LISTEN", str(e["PROFSYM_SYMBOLS_LISTEN"], "value"), "0.0.0.0:8002")
+	wantEqual(t, "S3 secret key from", str(e["PROFSYM_SYMBOLS_S3_SECRET_KEY"], "valueFrom", "secretKeyRef", "name"), "s3-creds")
+	gcfg := collectorConfig(t, d.must(t, "ConfigMap", gatewayName))
+	wantEqual(t, "store bucket", str(gcfg, "extensions", "symbolstore", "storage", "s3", "bucket"), "symbols")
+	wantEqual(t, "store auth", str(gcfg, "extensions", "symbolstore", "auth", "authenticator"), "bearertokenauth/symbols")
+	wantEqual(t, "scratch", str(gcfg, "extensions", "symbolstore", "storage", "scratch_directory"), "/var/lib/profsym/symbols")
+	found := false
+	for _, p := range list(d.must(t, "Service", gatewayName), "spec", "ports") {
+		found = found || (str(p, "name") == "symbols" && fmt.Sprint(get(p, "port")) == "8002")
+	}
+	if !found {
+		t.Error("the gateway Service has no symbols port")
+	}
+	wantEqual(t, "upload endpoint", str(collectorConfig(t, d.must(t, "ConfigMap", agentName)), "processors", "symbolupload", "endpoint"),
+		"http://ps-gateway.profiling.svc.cluster.local:8002")
+	if _, err := template(t, "--set", "symbols.store.s3.bucket=symbols"); err == nil || !strings.Contains(err.Error(), "s3.endpoint") {
+		t.Errorf("bucket without endpoint: %v", err)
+	}
+}
+
+// volume returns a workload's pod volume by name.
+func volume(o obj, name string) map[string]any {
+	for _, v := range list(o, "spec", "template", "spec", "volumes") {
+		if str(v, "name") == name {
+			return v.(map[string]any)
+		}
+	}
+	return nil
 }

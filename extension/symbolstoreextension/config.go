@@ -3,6 +3,7 @@ package symbolstoreextension
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"go.opentelemetry.io/collector/config/confighttp"
@@ -36,11 +37,18 @@ type Config struct {
 	MaxConcurrentUploads int `mapstructure:"max_concurrent_uploads"`
 }
 
-// StorageConfig selects the backend: a directory (default) or, when
-// s3.bucket is set, an S3-compatible bucket.
+// StorageConfig selects the backend: a directory (default); an
+// S3-compatible bucket when s3.bucket is set; or, when remote.endpoint is
+// set, another profsym symbol store read over HTTP.
 type StorageConfig struct {
 	Directory string   `mapstructure:"directory"`
 	S3        S3Config `mapstructure:"s3"`
+	// Remote reads the store another collector serves (one process owning
+	// the files, such as the Helm chart's symbols StatefulSet): the
+	// symbolization processor of this collector reads it in process, and
+	// this extension then serves no HTTP itself (agents upload to the
+	// owner). Its generation is polled every rescan.
+	Remote RemoteConfig `mapstructure:"remote"`
 	// ScratchDirectory spools uploads while they are verified and keeps
 	// local copies of S3 objects for in-process symbolization.
 	ScratchDirectory string `mapstructure:"scratch_directory"`
@@ -63,6 +71,12 @@ type S3Config struct {
 	CreateBucket bool `mapstructure:"create_bucket"`
 }
 
+// RemoteConfig is the HTTP client to the owner store: endpoint (a URL such
+// as http://profsym-symbols:8002), tls, auth (bearertokenauth), headers.
+type RemoteConfig struct {
+	ClientConfig confighttp.ClientConfig `mapstructure:",squash"`
+}
+
 func createDefaultConfig() *Config {
 	sc := confighttp.NewDefaultServerConfig()
 	sc.NetAddr.Endpoint = DefaultEndpoint
@@ -74,6 +88,7 @@ func createDefaultConfig() *Config {
 		ServerConfig: sc,
 		Storage: StorageConfig{
 			Directory:     "./out/symbols",
+			Remote:        RemoteConfig{ClientConfig: remoteClientDefaults()},
 			CacheMaxBytes: symstore.DefaultCacheBytes,
 			Rescan:        symstore.DefaultRescan,
 		},
@@ -85,11 +100,30 @@ func createDefaultConfig() *Config {
 	}
 }
 
+// remoteClientDefaults: no overall timeout (whole files are bounded by
+// the store's fetch timeout, requests for metadata by their own).
+func remoteClientDefaults() confighttp.ClientConfig {
+	cc := confighttp.NewDefaultClientConfig()
+	cc.Timeout = 0
+	return cc
+}
+
+// remote reports whether the store reads another over HTTP.
+func (c *Config) remote() bool { return c.Storage.Remote.ClientConfig.Endpoint != "" }
+
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.ServerConfig.NetAddr.Endpoint == "" {
+	if c.ServerConfig.NetAddr.Endpoint == "" && !c.remote() {
 		errs = append(errs, errors.New("endpoint: required (host:port)"))
+	}
+	if ep := c.Storage.Remote.ClientConfig.Endpoint; ep != "" {
+		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("storage.remote.endpoint: %q is not an http(s) URL", ep))
+		}
+		if c.Storage.S3.Bucket != "" {
+			errs = append(errs, errors.New("storage: set remote.endpoint or s3.bucket, not both"))
+		}
 	}
 	if c.Storage.S3.Bucket == "" && c.Storage.Directory == "" {
 		errs = append(errs, errors.New("storage: set directory or s3.bucket"))

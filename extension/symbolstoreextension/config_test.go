@@ -44,7 +44,15 @@ func TestLoadConfig(t *testing.T) {
 		!s3.ServerConfig.Auth.HasValue() || s3.ServerConfig.Auth.Get().Config.AuthenticatorID.String() != "bearertokenauth/symbols" {
 		t.Errorf("s3: %+v", s3)
 	}
-	for _, bad := range []string{"nostorage", "badsize"} {
+	remote, err := load("remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := remote.Storage.Remote.ClientConfig; !remote.remote() || rc.Endpoint != "http://profsym-symbols.profiling.svc:8002" ||
+		!rc.Auth.HasValue() || rc.Auth.Get().AuthenticatorID.String() != "bearertokenauth/symbols" || remote.Storage.Rescan != 10*time.Second {
+		t.Errorf("remote: %+v", remote.Storage)
+	}
+	for _, bad := range []string{"nostorage", "badsize", "remotebad", "remoteands3"} {
 		if _, err := load(bad); err == nil {
 			t.Errorf("%s: no validation error", bad)
 		}

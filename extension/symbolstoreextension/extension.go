@@ -3,10 +3,12 @@ package symbolstoreextension
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -17,6 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/extension/symbolstoreextension/internal/metadata"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/symstore"
 )
 
@@ -31,6 +35,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	server *http.Server
+	stop   chan struct{}
 	wg     sync.WaitGroup
 }
 
@@ -44,18 +49,38 @@ func newStore(set extension.Settings, cfg *Config) (*Store, error) {
 	return &Store{cfg: cfg, set: set, tel: tel}, nil
 }
 
-// Start opens the backend, lists it, and serves HTTP.
+// Start opens the backend, lists it, and serves HTTP (unless it reads a
+// remote store).
 func (s *Store) Start(ctx context.Context, host component.Host) error {
 	log := s.set.Logger
 	var be symstore.Backend
 	var err error
-	if b := s.cfg.Storage.S3; b.Bucket != "" {
-		be, err = symstore.NewS3(ctx, symstore.S3Config{
+	switch b := s.cfg.Storage.S3; {
+	case s.cfg.remote():
+		var hc *http.Client
+		hc, err = s.cfg.Storage.Remote.ClientConfig.ToClient(ctx, host.GetExtensions(), s.set.TelemetrySettings)
+		if err != nil {
+			return fmt.Errorf("storage.remote: %w", err)
+		}
+		be, err = symstore.NewRemote(s.cfg.Storage.Remote.ClientConfig.Endpoint, hc)
+	case b.Bucket != "":
+		var s3 *symstore.S3
+		s3, err = symstore.NewS3(ctx, symstore.S3Config{
 			Endpoint: b.Endpoint, Bucket: b.Bucket, Prefix: b.Prefix, Region: b.Region,
 			AccessKeyID: b.AccessKeyID, SecretAccessKey: string(b.SecretAccessKey),
 			Insecure: b.Insecure, CreateBucket: b.CreateBucket,
 		})
-	} else {
+		if err == nil {
+			be = s3
+			if ok, why := s3.Conditional(); ok {
+				log.Info("symbol store: upload leases live in the bucket, shared by every gateway over it")
+			} else {
+				log.Warn("symbol store: the S3 server does not honour conditional writes, so upload leases stay in this gateway's memory: "+
+					"with several gateways over the bucket, agents may upload one build id once per gateway (it is stored once)",
+					zap.Error(why))
+			}
+		}
+	default:
 		be, err = symstore.NewDir(s.cfg.Storage.Directory)
 	}
 	if err != nil {
@@ -89,6 +114,15 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 		return nil
 	}); err != nil {
 		return err
+	}
+
+	if _, local := be.(*symstore.Dir); !local {
+		s.watch(st)
+	}
+	if s.cfg.remote() {
+		s.store.Store(st)
+		log.Info("symbol store: reading a remote store; serving nothing here (agents upload to it)", zap.Stringer("backend", be))
+		return nil
 	}
 
 	sc := s.cfg.ServerConfig // ToServer fills defaults in its receiver
@@ -134,11 +168,40 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 	return nil
 }
 
+// watch keeps a shared or remote backend's view fresh in the background:
+// a bucket relisted, a remote store's status polled (so its new files
+// reach frames that failed before), every half rescan.
+func (s *Store) watch(st *symstore.Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop = make(chan struct{})
+	stop := s.stop
+	every := max(s.cfg.Storage.Rescan/2, time.Second)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				st.Refresh(context.Background())
+			}
+		}
+	}()
+}
+
 // Shutdown stops serving.
 func (s *Store) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	srv := s.server
+	srv, stop := s.server, s.stop
+	s.stop = nil
 	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+	}
 	var err error
 	if srv != nil {
 		err = srv.Shutdown(ctx)
@@ -156,6 +219,48 @@ func (s *Store) Locate(ctx context.Context, buildID string) (string, string, err
 		return "", "", errors.New("symbol store not started")
 	}
 	return st.Locate(ctx, buildID)
+}
+
+// SymbolSource gives the symbolization processor's locate chain a source
+// over the store: a mapping's files by its GNU build id, or by its Go build
+// id (Go binaries linked without a GNU one).
+func (s *Store) SymbolSource() locate.Source { return source{s} }
+
+type source struct{ s *Store }
+
+func (source) Name() string           { return locate.SourceStore }
+func (src source) Generation() uint64 { return src.s.Generation() }
+
+func (src source) Find(ctx context.Context, q *locate.Query) ([]locate.Candidate, error) {
+	st := src.s.store.Load()
+	if st == nil {
+		return nil, nil
+	}
+	var keys []symstore.Key
+	if k, err := symstore.GNUKey(q.ID.GNU); q.ID.GNU != "" && err == nil {
+		keys = append(keys, k)
+	}
+	if k, err := symstore.GoKey(q.ID.Go); q.ID.Go != "" && err == nil {
+		keys = append(keys, k)
+	}
+	var lastErr error
+	for _, k := range keys {
+		bin, dbg, err := st.LocateKey(ctx, k)
+		if err != nil {
+			if !errors.Is(err, frame.ErrNotFound) {
+				lastErr = err
+			}
+			continue
+		}
+		var out []locate.Candidate
+		for _, p := range []string{bin, dbg} {
+			if p != "" {
+				out = append(out, locate.Candidate{Path: p})
+			}
+		}
+		return out, nil
+	}
+	return nil, lastErr
 }
 
 // Generation changes whenever the store gains files; the symbolization

@@ -3,17 +3,20 @@ package symbolstoreextension
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/config/configauth"
 	"go.opentelemetry.io/collector/config/confighttp"
+	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/otel/attribute"
@@ -24,7 +27,10 @@ import (
 
 	"github.com/profsym/profsym/extension/symbolstoreextension/internal/metadatatest"
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -152,5 +158,133 @@ func TestWarnsWithoutAuth(t *testing.T) {
 		if got := logs.FilterMessageSnippet("without authentication").Len() > 0; got != warn {
 			t.Errorf("%s: warned %v, want %v", endpoint, got, warn)
 		}
+	}
+}
+
+// goDebugFile is the extracted symbols of a Go binary linked without a GNU
+// build id (Go before 1.24, or -ldflags=-B=none), and its Go build id.
+func goDebugFile(t *testing.T) (goID, path string) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "extgo", Lang: "go", Sources: []string{"sampler/gohot"},
+		Args: []string{"-ldflags=-B=none -X main.fixture=extgo"}})
+	f, err := elfx.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if goID, err = buildid.Go(f); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "debuginfo")
+	w, _ := os.Create(path)
+	defer w.Close()
+	if _, err := keepdebug.Write(f, w, keepdebug.Zstd); err != nil {
+		t.Fatal(err)
+	}
+	return goID, path
+}
+
+// find asks the store's locate source for an identity.
+func find(t *testing.T, ext *Store, id frame.Identity) ([]locate.Candidate, error) {
+	t.Helper()
+	return ext.SymbolSource().Find(context.Background(), &locate.Query{ID: id})
+}
+
+// The processor's locate source finds uploads by GNU build id and, for Go
+// binaries without one, by Go build id.
+func TestSymbolSourceByGoBuildID(t *testing.T) {
+	ext, url, _, _ := startWithToken(t, "tok")
+	id, path := debugFile(t)
+	goID, goPath := goDebugFile(t)
+	goKey, _ := symstore.GoKey(goID)
+	c, _ := symstore.NewClient(url, "tok", nil)
+	for k, p := range map[string]string{id: path, goKey.String(): goPath} {
+		if stored, err := c.Upload(context.Background(), k, symstore.DebugInfo, p, ""); err != nil || !stored {
+			t.Fatalf("upload %s: %v %v", k, stored, err)
+		}
+	}
+	for _, q := range []frame.Identity{{GNU: id}, {Go: goID, HTL: "00112233445566778899aabbccddeeff"}} {
+		cands, err := find(t, ext, q)
+		if err != nil || len(cands) != 1 {
+			t.Fatalf("%+v: %v %v", q, cands, err)
+		}
+		f, err := elfx.Open(cands[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := buildid.Identify(f); !q.MatchesDebug(got) {
+			t.Errorf("%+v: found a file of %+v", q, got)
+		}
+		f.Close()
+	}
+	if cands, err := find(t, ext, frame.Identity{Go: goID + "x"}); err != nil || len(cands) != 0 {
+		t.Errorf("unknown Go build id: %v %v", cands, err)
+	}
+}
+
+// A gateway reads a store another collector owns, over HTTP with the
+// token: files uploaded to the owner are found, and the owner's new files
+// move this store's generation within a rescan, so frames that failed
+// before are retried.
+func TestRemoteStore(t *testing.T) {
+	_, url, _, _ := startWithToken(t, "tok")
+	remote := func(token string) *Store {
+		authID := component.MustNewIDWithName("bearertokenauth", "client")
+		af := bearertokenauthextension.NewFactory()
+		acfg := af.CreateDefaultConfig().(*bearertokenauthextension.Config)
+		acfg.BearerToken = configopaque.String(token)
+		auth, err := af.Create(context.Background(), extensiontest.NewNopSettings(af.Type()), acfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := host{Host: componenttest.NewNopHost(), ext: map[component.ID]component.Component{authID: auth}}
+		auth.Start(context.Background(), h)
+		t.Cleanup(func() { auth.Shutdown(context.Background()) })
+		cfg := createDefaultConfig()
+		cfg.ServerConfig.NetAddr.Endpoint = "" // nothing served in remote mode
+		cfg.Storage.Remote.ClientConfig.Endpoint = url
+		cfg.Storage.Remote.ClientConfig.Auth = configoptional.Some(configauth.Config{AuthenticatorID: authID})
+		cfg.Storage.ScratchDirectory = t.TempDir()
+		cfg.Storage.Rescan = 200 * time.Millisecond
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		ext, err := newStore(extensiontest.NewNopSettings(NewFactory().Type()), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ext.Start(context.Background(), h); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ext.Shutdown(context.Background()) })
+		return ext
+	}
+	gw, bad := remote("tok"), remote("wrong")
+	id, path := debugFile(t)
+	if cands, err := find(t, gw, frame.Identity{GNU: id}); err != nil || len(cands) != 0 {
+		t.Fatalf("before the upload: %v %v", cands, err)
+	}
+	gen := gw.Generation()
+	c, _ := symstore.NewClient(url, "tok", nil)
+	if stored, err := c.Upload(context.Background(), id, symstore.DebugInfo, path, ""); err != nil || !stored {
+		t.Fatalf("upload to the owner: %v %v", stored, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for gw.Generation() == gen && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gw.Generation() == gen {
+		t.Error("the remote store's generation did not move after the owner stored a file")
+	}
+	cands, err := find(t, gw, frame.Identity{GNU: id})
+	if err != nil || len(cands) != 1 {
+		t.Fatalf("after the upload: %v %v", cands, err)
+	}
+	want, _ := os.ReadFile(path)
+	if got, _ := os.ReadFile(cands[0].Path); !bytes.Equal(got, want) {
+		t.Error("local copy differs from the owner's file")
+	}
+	// A wrong token is a failure to fetch, not an absence to remember.
+	if _, err := find(t, bad, frame.Identity{GNU: id}); !errors.Is(err, frame.ErrFetchFailed) {
+		t.Errorf("wrong token: %v, want fetch_failed", err)
 	}
 }

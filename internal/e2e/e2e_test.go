@@ -10,12 +10,14 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,17 +34,49 @@ const gates = "--feature-gates=service.profilesSupport"
 type collector struct {
 	name   string
 	cmd    *exec.Cmd
-	log    *bytes.Buffer
+	log    *syncBuffer
 	health string
+	exited chan struct{} // closed when the process has exited
+}
+
+// syncBuffer is a log the process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startCollector(t *testing.T, bin, name string, env []string, configs ...string) *collector {
 	t.Helper()
+	c, err := launchCollector(t, bin, name, env, configs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// errPortTaken: a port picked free was taken before the collector bound it
+// (an outgoing connection's ephemeral port, another test).
+var errPortTaken = errors.New("address already in use")
+
+// launchCollector starts a collector and waits until it is healthy.
+func launchCollector(t *testing.T, bin, name string, env []string, configs ...string) (*collector, error) {
 	args := []string{gates}
 	for _, c := range configs {
 		args = append(args, "--config", c)
 	}
-	c := &collector{name: name, cmd: exec.Command(bin, args...), log: new(bytes.Buffer)}
+	c := &collector{name: name, cmd: exec.Command(bin, args...), log: new(syncBuffer), exited: make(chan struct{})}
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	for _, kv := range env {
@@ -51,8 +85,12 @@ func startCollector(t *testing.T, bin, name string, env []string, configs ...str
 		}
 	}
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	go func() {
+		c.cmd.Wait()
+		close(c.exited)
+	}()
 	t.Cleanup(func() { c.stop(t) })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -60,11 +98,19 @@ func startCollector(t *testing.T, bin, name string, env []string, configs ...str
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return c
+				return c, nil
 			}
 		}
-		if time.Now().After(deadline) || c.cmd.ProcessState != nil {
-			t.Fatalf("%s did not become healthy:\n%s", name, c.log.String())
+		select {
+		case <-c.exited:
+			if strings.Contains(c.log.String(), errPortTaken.Error()) {
+				return nil, fmt.Errorf("%s: %w", name, errPortTaken)
+			}
+			return nil, fmt.Errorf("%s exited (%v) before becoming healthy:\n%s", name, c.cmd.ProcessState, c.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s did not become healthy (last answer: %v):\n%s", name, err, c.log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -72,17 +118,17 @@ func startCollector(t *testing.T, bin, name string, env []string, configs ...str
 
 // stop ends the collector gracefully (SIGTERM flushes exporters).
 func (c *collector) stop(t *testing.T) {
-	if c.cmd.Process == nil || c.cmd.ProcessState != nil {
+	select {
+	case <-c.exited:
 		return
+	default:
 	}
 	c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
 	select {
-	case <-done:
+	case <-c.exited:
 	case <-time.After(30 * time.Second):
 		c.cmd.Process.Kill()
-		<-done
+		<-c.exited
 		t.Errorf("%s did not stop within 30s", c.name)
 	}
 }

@@ -46,7 +46,10 @@ func leafAndCaller(t *testing.T, path string, pids map[int64]bool) map[int64]map
 // debug directories. Agent and gateway authenticate with a token. Within
 // 60 s the gateway names both hot functions and their caller with file
 // and line; the agent's own output stays raw. Run with the directory
-// backend and with a real S3-compatible server.
+// backend, with a real S3-compatible server, and as the Helm chart deploys
+// it by default: a store-only collector (config/symbols-store.yaml) owns
+// the files, the agent uploads to it and the gateway reads it over HTTP
+// (config/symbols-remote.yaml).
 func TestPrivateBinarySymbols(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testfixture.SkipOrFail(t, "the agent's eBPF sampler needs root (CAP_BPF, CAP_PERFMON)")
@@ -56,14 +59,14 @@ func TestPrivateBinarySymbols(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		testfixture.SkipOrFail(t, "%s is not built: run make otelcol (make test does)", bin)
 	}
-	for _, backend := range []string{"directory", "s3"} {
+	for _, backend := range []string{"directory", "s3", "remote"} {
 		t.Run(backend, func(t *testing.T) { runPrivate(t, root, bin, backend) })
 	}
 }
 
 func runPrivate(t *testing.T, root, bin, backend string) {
 	// Distinct builds per backend: each run starts from an empty store.
-	short := map[string]string{"directory": "dir", "s3": "s3"}[backend]
+	short := map[string]string{"directory": "dir", "s3": "s3", "remote": "rem"}[backend]
 	unstrippedName, strippedName := "e2epriv"+short, "e2estrip"+short
 	// -O0: gcc omits the frame setup of a leaf at -O1 whatever the flags,
 	// and the sampler unwinds by frame pointer, so main (the caller to be
@@ -115,6 +118,25 @@ processors:
 			}
 		})
 	}
+	symURL := fmt.Sprintf("http://127.0.0.1:%d", symPort)
+	var storeLog func() string
+	if backend == "remote" {
+		// The store's own process takes the symbols port; the gateway reads it.
+		store := startCollector(t, bin, "symbol store", []string{
+			fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
+			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+			"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "store"),
+			"PROFSYM_SYMBOLS_TOKEN=" + token,
+		}, filepath.Join(root, "config", "symbols-store.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"))
+		storeLog = store.log.String
+		gwEnv = append(gwEnv, "PROFSYM_SYMBOLS_ENDPOINT="+symURL)
+		gwConfigs = append(gwConfigs[:2], filepath.Join(root, "config", "symbols-remote.yaml"), gwOverlay)
+		t.Cleanup(func() {
+			if ents, _ := os.ReadDir(filepath.Join(work, "store", "buildid")); len(ents) < 2 {
+				t.Errorf("the store holds %d build ids, want the 2 uploaded", len(ents))
+			}
+		})
+	}
 	gateway := startCollector(t, bin, "gateway", gwEnv, gwConfigs...)
 
 	agOverlay := filepath.Join(work, "agent-test.yaml")
@@ -138,7 +160,7 @@ service:
 `, unstrippedName, strippedName, agentDebug, agOut)), 0o644)
 	agEnv := []string{
 		fmt.Sprintf("PROFSYM_GATEWAY_ENDPOINT=127.0.0.1:%d", gwPort),
-		fmt.Sprintf("PROFSYM_SYMBOLS_ENDPOINT=http://127.0.0.1:%d", symPort),
+		"PROFSYM_SYMBOLS_ENDPOINT=" + symURL,
 		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", agHealth),
 		"PROFSYM_SYMBOLS_TOKEN=" + token,
 		"PROFSYM_REPORT_INTERVAL=2s",
@@ -206,8 +228,12 @@ service:
 			}
 		}
 	}
+	logs := agent.log.String() + gateway.log.String()
+	if storeLog != nil {
+		logs += storeLog()
+	}
 	for _, want := range []string{"symbol upload: uploaded", "symbol store: stored"} {
-		if !strings.Contains(agent.log.String()+gateway.log.String(), want) {
+		if !strings.Contains(logs, want) {
 			t.Errorf("no %q in the logs", want)
 		}
 	}

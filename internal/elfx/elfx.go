@@ -59,6 +59,14 @@ type budget struct {
 	mu    sync.Mutex // serializes decompression, so a reservation is exact
 	limit int64
 	spent int64
+	pool  *Pool // shared with other files, or nil
+}
+
+// release frees a decompressed section the File held and gives its bytes
+// back to the pool.
+func (b *budget) release(buf []byte) {
+	sectionMemory.free(buf)
+	b.pool.give(int64(cap(buf)))
 }
 
 // NewFile parses an ELF image held in memory, with the default limits. The
@@ -69,7 +77,7 @@ func NewFile(data []byte) (*File, error) { return NewFileLimits(data, Limits{}) 
 // applies: the image is already in memory).
 func NewFileLimits(data []byte, lim Limits) (*File, error) {
 	lim = lim.withDefaults()
-	return newFile(data, "", &budget{limit: lim.MaxDecompressedBytes})
+	return newFile(data, "", &budget{limit: lim.MaxDecompressedBytes, pool: lim.Pool})
 }
 
 // Embedded parses an ELF image found inside f (the xz-compressed ELF of
@@ -104,7 +112,7 @@ func (f *File) Close() error {
 	f.data = nil
 	f.mu.Lock()
 	for _, b := range f.freeOnClose {
-		sectionMemory.free(b)
+		f.budget.release(b)
 	}
 	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
 	f.mu.Unlock()
@@ -132,6 +140,27 @@ func (f *File) SizeBytes() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return int64(len(f.data)) + f.extra
+}
+
+// DropDecoded frees the decompressed sections the File holds. Slices
+// SectionData returned for compressed sections become invalid: call it
+// only when nothing uses them (their reader failed, say).
+func (f *File) DropDecoded() {
+	f.mu.Lock()
+	bufs := f.freeOnClose
+	f.freeOnClose, f.decoded, f.extra = nil, map[string][]byte{}, 0
+	f.mu.Unlock()
+	for _, b := range bufs {
+		f.budget.release(b)
+	}
+}
+
+// HeldBytes is the decompressed section bytes the File holds now (and
+// returns to its Pool, if any, on Close).
+func (f *File) HeldBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.extra
 }
 
 // DecompressedBytes is how many bytes decompression of this file (and of
@@ -301,6 +330,13 @@ func (b *budget) check(size uint64) error {
 func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, error) {
 	// Start small: a header may lie, and a real stream expands at most
 	// about 1000x (zlib's limit), so a few times the input is a fair guess.
+	// The pool is charged the whole claim at once: files that grew side by
+	// side, each taking its share as it went, could split the pool so that
+	// none of them ever finished.
+	pool := f.budget.pool
+	if err := pool.take(int64(size)); err != nil {
+		return nil, err
+	}
 	out, err := growRead(r, int64(size), int64(compressed)*4, sectionMemory)
 	f.budget.spent += int64(len(out))
 	if err == nil && uint64(len(out)) != size {
@@ -308,9 +344,16 @@ func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, er
 	}
 	if err != nil {
 		sectionMemory.free(out)
+		pool.give(int64(size))
 		return nil, err
 	}
 	out = sectionMemory.trim(out)
+	// release gives back cap(out): charge exactly that.
+	if d := int64(size) - int64(cap(out)); d > 0 {
+		pool.give(d)
+	} else {
+		pool.force(-d)
+	}
 	f.mu.Lock()
 	f.freeOnClose = append(f.freeOnClose, out)
 	f.mu.Unlock()

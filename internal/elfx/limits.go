@@ -13,6 +13,9 @@ type Limits struct {
 	// one file, across all of its compressed sections and the ELF embedded
 	// in .gnu_debugdata. This is heap the File holds while open.
 	MaxDecompressedBytes int64
+	// Pool, if set, also bounds the decompressed bytes of this file
+	// together with every other file opened with the same pool.
+	Pool *Pool
 }
 
 // Defaults. Debug files of large C++ programs reach a few GiB on disk;
@@ -31,6 +34,9 @@ const (
 func DefaultLimits() Limits {
 	return Limits{MaxFileBytes: DefaultMaxFileBytes, MaxDecompressedBytes: DefaultMaxDecompressedBytes}
 }
+
+// WithDefaults returns l with zero fields set to the defaults.
+func (l Limits) WithDefaults() Limits { return l.withDefaults() }
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxFileBytes <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -15,6 +16,13 @@ import (
 const maxBlockedOpens = 64
 
 var openSlots = make(chan struct{}, maxBlockedOpens)
+
+// opens counts the files opened (mapped and parsed), for tests and
+// benchmarks of the cold path.
+var opens atomic.Int64
+
+// Opens is how many files OpenContext has opened in this process.
+func Opens() int64 { return opens.Load() }
 
 // Open opens path with the default limits and DefaultOpenTimeout.
 func Open(path string) (*File, error) {
@@ -89,7 +97,8 @@ func open(path string, lim Limits) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := newFile(data, path, &budget{limit: lim.MaxDecompressedBytes})
+	opens.Add(1)
+	f, err := newFile(data, path, &budget{limit: lim.MaxDecompressedBytes, pool: lim.Pool})
 	if err != nil {
 		unmap(data)
 		return nil, err

@@ -14,6 +14,16 @@ const (
 	AttrHostName      = string(semconv.HostNameKey)
 	AttrKernelRelease = "os.kernel.release" // not in semconv; `uname -r`
 
+	// Resource: who sent a profile (JFR intakes, docs/jfr.md).
+	AttrServiceName           = string(semconv.ServiceNameKey)
+	AttrServiceVersion        = string(semconv.ServiceVersionKey)
+	AttrServiceInstanceID     = string(semconv.ServiceInstanceIDKey)
+	AttrDeploymentEnvironment = string(semconv.DeploymentEnvironmentNameKey)
+	AttrRuntimeName           = string(semconv.ProcessRuntimeNameKey)
+	AttrRuntimeVersion        = string(semconv.ProcessRuntimeVersionKey)
+	AttrRuntimeDescription    = string(semconv.ProcessRuntimeDescriptionKey)
+	AttrSDKLanguage           = string(semconv.TelemetrySDKLanguageKey)
+
 	// Sample.
 	AttrThreadID   = string(semconv.ThreadIDKey)
 	AttrThreadName = string(semconv.ThreadNameKey)
@@ -21,6 +31,13 @@ const (
 	// AttrUnwindStop marks a sample whose user stack the unwinder could not
 	// walk exactly: why (docs/unwinding.md). Whole stacks carry none.
 	AttrUnwindStop = "profsym.unwind.stop_reason"
+	// Trace context of a sample whose trace id is unknown (JFR profilers
+	// record span ids only; docs/frame-format.md): semconv has no key for
+	// them, so these are the labels span-aware profile stores read
+	// (Pyroscope's span_id and span_name), as 16 lowercase hex digits.
+	AttrSpanID          = "span_id"
+	AttrLocalRootSpanID = "local_root_span_id"
+	AttrSpanName        = "span_name"
 
 	// Mapping: the identity of the mapped file.
 	AttrBuildIDGNU = string(semconv.ProcessExecutableBuildIDGNUKey)
@@ -31,6 +48,11 @@ const (
 	AttrFrameType = string(semconv.ProfileFrameTypeKey)
 	// AttrError says why a location stayed raw (one of the reasons below).
 	AttrError = "profsym.symbolization.error"
+	// AttrIncomplete is on a named location whose lines are missing
+	// although its binary has debug info: the reason that debug info could
+	// not be used (limit_exceeded, corrupt_file, ...). The name came from
+	// a symbol table.
+	AttrIncomplete = "profsym.symbolization.incomplete"
 
 	// AttrAddressBase = AddressBaseImage on a mapping: its locations'
 	// addresses are offsets from the image base (JFR remote frames,

@@ -49,16 +49,27 @@ var (
 	// ErrNoMapping: a native frame without a mapping, or whose mapping
 	// carries no identity (build id or htlhash) to look a file up by.
 	ErrNoMapping = errors.New("no_mapping")
+	// ErrPending: a file for this frame is still being fetched (a
+	// debuginfod download) and the batch did not wait for it; the fetch
+	// goes on, and a later batch names the frame once it has arrived.
+	ErrPending = errors.New("pending")
 )
 
+// ErrRetry marks a failure that comes from what else is going on (memory
+// that other work holds) rather than from the input. It is not a reason of
+// its own: the error also wraps one (ErrLimitExceeded) for counting, and
+// is Transient, so that nothing remembers it.
+var ErrRetry = errors.New("retry later")
+
 // Reasons lists every reason, for documentation and telemetry.
-var Reasons = []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrTimeout,
+var Reasons = []error{ErrInvalidBuildID, ErrInvalidPath, ErrLimitExceeded, ErrBuildIDMismatch, ErrPending, ErrTimeout,
 	ErrFetchFailed, ErrCorruptFile, ErrNoDebugInfo, ErrNotFound, ErrNoMapping}
 
-// Transient reports whether err may go away on its own soon (a timeout, a
-// failed fetch), so that nothing should remember it for long.
+// Transient reports whether err may go away on its own soon (a fetch still
+// running, a timeout, a failed fetch), so that nothing should remember it
+// for long.
 func Transient(err error) bool {
-	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrFetchFailed)
+	return errors.Is(err, ErrPending) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrFetchFailed) || errors.Is(err, ErrRetry)
 }
 
 // Reason maps an error to its short, countable reason string.

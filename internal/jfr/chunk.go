@@ -74,7 +74,10 @@ type Visitor struct {
 	Sample        func(c *Chunk, s *Sample) error
 	NativeLibrary func(c *Chunk, l *NativeLibrary) error
 	JVMInfo       func(c *Chunk, j *JVMInfo) error
-	ChunkEnd      func(c *Chunk) error
+	// Setting receives jdk.ActiveSetting events: async-profiler records
+	// its options there (event=wall, interval, ...).
+	Setting  func(c *Chunk, name, value string) error
+	ChunkEnd func(c *Chunk) error
 }
 
 // Options configure Parse.
@@ -328,6 +331,7 @@ const (
 	sSamples
 	sSpan
 	sRootSpan
+	sSpanName
 	sContext
 	sName
 	sBase
@@ -338,18 +342,20 @@ const (
 	sJVMName
 	sJVMVersion
 	sJavaArgs
+	sValue
 	numSlots
 )
 
 var slotNames = map[string]int{
 	"startTime": sTime, "sampledThread": sThread, "eventThread": sThread, "stackTrace": sStack,
 	"state": sState, "weight": sWeight, "allocationSize": sSize, "size": sSize, "tlabSize": sTLAB,
-	"samples": sSamples, "spanId": sSpan, "localRootSpanId": sRootSpan, "contextId": sContext,
+	"samples": sSamples, "spanId": sSpan, "localRootSpanId": sRootSpan, "spanName": sSpanName, "contextId": sContext,
 	"name": sName, "baseAddress": sBase, "topAddress": sTop, "buildId": sBuildID, "loadBias": sLoadBias,
 	"pid": sPID, "jvmName": sJVMName, "jvmVersion": sJVMVersion, "javaArguments": sJavaArgs,
+	"value": sValue,
 }
 
-var stringSlots = [numSlots]bool{sName: true, sBuildID: true, sJVMName: true, sJVMVersion: true, sJavaArgs: true}
+var stringSlots = [numSlots]bool{sName: true, sBuildID: true, sJVMName: true, sJVMVersion: true, sJavaArgs: true, sValue: true}
 
 type eventRole uint8
 
@@ -357,6 +363,7 @@ const (
 	roleSample eventRole = iota
 	roleLibrary
 	roleJVM
+	roleSetting
 )
 
 type eventPlan struct {
@@ -396,6 +403,8 @@ func (c *Chunk) plan(typ int64) *eventPlan {
 		p.role = roleLibrary
 	case "jdk.JVMInformation":
 		p.role = roleJVM
+	case "jdk.ActiveSetting":
+		p.role = roleSetting
 	default:
 		return nil
 	}
@@ -459,6 +468,11 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 		l := &NativeLibrary{Name: c.resolve(strs[sName]), BaseAddress: vals[sBase], TopAddress: vals[sTop],
 			BuildID: c.resolve(strs[sBuildID]), LoadBias: vals[sLoadBias], HasBuildID: has[sBuildID], HasLoadBias: has[sLoadBias]}
 		return v.NativeLibrary(c, l)
+	case roleSetting:
+		if v.Setting == nil {
+			return nil
+		}
+		return v.Setting(c, c.resolve(strs[sName]), c.resolve(strs[sValue]))
 	case roleJVM:
 		if v.JVMInfo == nil {
 			return nil
@@ -471,7 +485,8 @@ func (c *Chunk) event(d *decoder, p *eventPlan, v Visitor) error {
 	}
 	s := &Sample{Kind: p.kind, EventType: p.cls.name, Time: c.nanos(int64(vals[sTime])),
 		Thread: int64(vals[sThread]), Stack: int64(vals[sStack]), State: int64(vals[sState]),
-		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), ContextID: int64(vals[sContext]), Weight: 1, Attrs: p.attrs}
+		SpanID: int64(vals[sSpan]), LocalRootSpanID: int64(vals[sRootSpan]), SpanName: int64(vals[sSpanName]),
+		ContextID: int64(vals[sContext]), Weight: 1, Attrs: p.attrs}
 	if p.kind == KindAlloc {
 		s.Weight = allocWeight(p.cls.name, p, vals, has)
 	} else {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -30,27 +32,38 @@ func FuzzParse(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	// Small recordings made by real agents (async-profiler 3 through the
+	// Pyroscope agent, with span context; async-profiler's wall-clock
+	// samples), when the Go module that ships them can be had.
+	if dir, err := jfrtest.PeerTestdataDir(); err == nil {
+		for _, name := range []string{"new_spancontext", "wall_tick_sample"} {
+			if b, err := gunzip(filepath.Join(dir, name+".jfr.gz")); err == nil {
+				f.Add(b)
+			}
+		}
+	}
 	lim := jfr.Limits{MaxChunkSize: 8 << 20, MaxStringLen: 4096, MaxArrayLen: 512, MaxPoolEntries: 1 << 16, MaxClasses: 1024, MaxCPEvents: 64, MaxChunks: 8}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		frames := 0
-		_ = jfr.ParseBytes(b, jfr.Options{Limits: lim}, jfr.Visitor{Sample: func(c *jfr.Chunk, s *jfr.Sample) error {
-			st, ok := c.Stack(s.Stack)
-			if !ok {
+		_ = jfr.ParseBytes(b, jfr.Options{Limits: lim}, jfr.Visitor{Setting: func(*jfr.Chunk, string, string) error { return nil },
+			Sample: func(c *jfr.Chunk, s *jfr.Sample) error {
+				st, ok := c.Stack(s.Stack)
+				if !ok {
+					return nil
+				}
+				for _, fr := range st.Frames {
+					m, _ := c.Method(fr.Method)
+					_ = c.ClassName(m.Class) + c.Symbol(m.Name) + c.Symbol(m.Descriptor)
+					c.FrameType(fr.Type)
+					frames++
+				}
+				c.Thread(s.Thread)
+				c.ThreadState(s.State)
+				for _, a := range s.Attrs {
+					c.AttributeValue(a.Value)
+				}
 				return nil
-			}
-			for _, fr := range st.Frames {
-				m, _ := c.Method(fr.Method)
-				_ = c.ClassName(m.Class) + c.Symbol(m.Name) + c.Symbol(m.Descriptor)
-				c.FrameType(fr.Type)
-				frames++
-			}
-			c.Thread(s.Thread)
-			c.ThreadState(s.State)
-			for _, a := range s.Attrs {
-				c.AttributeValue(a.Value)
-			}
-			return nil
-		}})
+			}})
 		if frames > len(b)*8 {
 			t.Fatalf("%d frames from %d bytes", frames, len(b))
 		}
@@ -86,3 +99,16 @@ func TestDecompress(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func gunzip(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(z)
+}

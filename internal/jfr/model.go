@@ -38,9 +38,13 @@ type Sample struct {
 	State     int64  // constant-pool id of the thread state (0: none)
 	// Weight is what the sample stands for: 1 (or the profiler's weight) for
 	// CPU and wall samples, bytes for allocation samples.
-	Weight          int64
+	Weight int64
+	// Trace context: the span the thread was in (the Datadog profiler's
+	// spanId and localRootSpanId; Pyroscope's spanId, and spanName, an id
+	// into the upload's label strings). 0 when none.
 	SpanID          int64
 	LocalRootSpanID int64
+	SpanName        int64
 	ContextID       int64 // Pyroscope's label context
 	// Attrs are the Datadog profiler's context attributes (fields of type
 	// profiler.types.AttributeValue it appends to sample events), the ones

@@ -302,6 +302,31 @@ func (c *Chunk) FrameType(id int64) (string, bool) {
 	return c.resolve(s), true
 }
 
+// HasFrameType tells whether the chunk's FrameType pool lists desc. The
+// JDK's lists Interpreted, JIT compiled, Inlined and Native (Java native
+// methods); async-profiler's and the Datadog profiler's also list C++ and
+// Kernel, and their "Native" frames are C functions.
+func (c *Chunk) HasFrameType(desc string) bool {
+	for _, s := range c.frameTypes {
+		if c.resolve(s) == desc {
+			return true
+		}
+	}
+	return false
+}
+
+// HasThreadState tells whether the chunk's ThreadState pool lists name.
+// async-profiler's lists STATE_DEFAULT, the state of its CPU samples; the
+// JDK's never does.
+func (c *Chunk) HasThreadState(name string) bool {
+	for _, s := range c.states {
+		if c.resolve(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
 // AttributeValue returns context-attribute value id ("" when absent).
 func (c *Chunk) AttributeValue(id int64) string { return c.resolve(c.attrValues[id]) }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 )
 
@@ -28,9 +29,14 @@ type Config struct {
 	Store           Source // a symbol store's in-process source, if any
 	ProcRoot        string // "" for /proc
 
+	// FetchWait bounds how long a locate waits for a debuginfod download
+	// in flight (see Query.Since); 0: as long as the context.
+	FetchWait time.Duration
+
 	NegativeTTL  time.Duration
 	MaxEntries   int
 	MaxFileBytes int64
+	FileLimits   elfx.Limits // see Options.FileLimits
 	Logger       *zap.Logger
 }
 
@@ -69,7 +75,7 @@ func NewFromConfig(cfg Config) (*Chain, error) {
 			}
 		case SourceDebuginfod:
 			if cfg.Debuginfod != nil {
-				srcs = append(srcs, Debuginfod{Client: cfg.Debuginfod})
+				srcs = append(srcs, Debuginfod{Client: cfg.Debuginfod, Wait: cfg.FetchWait})
 			}
 		case SourceKernel:
 			srcs = append(srcs, Kernel{Release: hostRelease()})
@@ -78,7 +84,7 @@ func NewFromConfig(cfg Config) (*Chain, error) {
 		}
 	}
 	return New(Options{Sources: srcs, NegativeTTL: cfg.NegativeTTL, MaxEntries: cfg.MaxEntries,
-		MaxFileBytes: cfg.MaxFileBytes, Logger: cfg.Logger}), nil
+		MaxFileBytes: cfg.MaxFileBytes, FileLimits: cfg.FileLimits, Logger: cfg.Logger}), nil
 }
 
 // hostRelease is this machine's `uname -r` ("" off Linux).

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
 )
@@ -36,6 +37,13 @@ type Query struct {
 	// Kernel asks for a vmlinux; KernelRelease is `uname -r` of its host.
 	Kernel        bool
 	KernelRelease string
+
+	// Since is when the caller began waiting (a batch's start). Sources
+	// that fetch in the background (debuginfod) wait for a fetch only until
+	// their wait after the earlier of Since and the fetch's start, then
+	// answer frame.ErrPending while it goes on. Zero: wait as long as the
+	// context.
+	Since time.Time
 
 	// Found lists the files accepted so far by earlier sources, best first
 	// (the debug directories look up .gnu_debuglink of binaries found).
@@ -135,6 +143,9 @@ type File struct {
 // may be nil, not both.
 type Result struct {
 	Bin, Debug *File
+	// Pending is set when the files lack DWARF and a source is still
+	// fetching one that may have it: a later Locate may find better.
+	Pending bool
 }
 
 // Paths returns the files' paths ("" for a nil file).
@@ -173,7 +184,11 @@ type Options struct {
 	MaxEntries int
 	// MaxFileBytes refuses larger files (0: DefaultMaxFileBytes).
 	MaxFileBytes int64
-	Logger       *zap.Logger
+	// FileLimits are the limits the engine opens files with (its
+	// decompression bounds and pool): files the chain opened to check them
+	// are opened so too, and handed over (TakeOpened).
+	FileLimits elfx.Limits
+	Logger     *zap.Logger
 }
 
 // Defaults for zero Options.
@@ -227,7 +242,7 @@ func New(opt Options) *Chain {
 		opt:   opt,
 		log:   opt.Logger,
 		cache: lru.New[string, *answer](0, opt.MaxEntries, func(*answer) int64 { return entryCost }, nil),
-		files: newInspector(opt.MaxEntries, opt.MaxFileBytes),
+		files: newInspector(opt.MaxEntries, opt.MaxFileBytes, opt.FileLimits),
 	}
 }
 
@@ -264,6 +279,15 @@ func (c *Chain) Generation() uint64 {
 	return g
 }
 
+// TakeOpened returns the file at path if the chain opened it to check it
+// moments ago and it has not changed since, or nil. The caller owns it.
+// The engine opens the files Locate chose through this, so that a file is
+// opened once on the cold path.
+func (c *Chain) TakeOpened(path string) *elfx.File { return c.files.take(path) }
+
+// Close closes the files held for TakeOpened.
+func (c *Chain) Close() { c.files.close() }
+
 // Forget drops what is remembered for q's identity (its files vanished).
 func (c *Chain) Forget(q *Query) { c.cache.Remove(queryKey(q)) }
 
@@ -287,9 +311,10 @@ func (c *Chain) Locate(ctx context.Context, q Query) (Result, error) {
 	ch := c.group.DoChan(key, func() (any, error) {
 		a := c.locate(ctx, &q)
 		a.gen = gen
-		// Transient failures are not remembered: the next batch asks again
-		// (debuginfod keeps its own short memory of them).
-		if a.err == nil || !frame.Transient(a.err) {
+		// Transient failures, and answers that a fetch still running may
+		// better, are not remembered: the next batch asks again (debuginfod
+		// keeps its own short memory of failures, and its downloads).
+		if (a.err == nil || !frame.Transient(a.err)) && !a.res.Pending {
 			c.cache.Add(key, a)
 		}
 		return a, nil
@@ -328,6 +353,11 @@ func (c *Chain) locate(ctx context.Context, q *Query) *answer {
 		}
 	}
 	res := choose(q.Found)
+	if !res.Complete() {
+		for _, e := range errs {
+			res.Pending = res.Pending || errors.Is(e, frame.ErrPending)
+		}
+	}
 	a := &answer{res: res}
 	if res.Bin == nil && res.Debug == nil {
 		a.err = mostTelling(q, errs)
@@ -350,7 +380,7 @@ func (c *Chain) accept(ctx context.Context, q *Query, source string, cand Candid
 			return File{}, fmt.Errorf("%s: already found", cand.Path)
 		}
 	}
-	info, err := c.files.inspect(ctx, cand.Path)
+	info, o, err := c.files.inspect(ctx, cand.Path)
 	if err != nil {
 		return File{}, err
 	}
@@ -365,8 +395,10 @@ func (c *Chain) accept(ctx context.Context, q *Query, source string, cand Candid
 		ok = true
 	}
 	if !ok {
+		o.close()
 		return File{}, fmt.Errorf("%s is %s, want %s: %w", cand.Path, info.id.Key(), q.ID.Key(), frame.ErrBuildIDMismatch)
 	}
+	c.files.hold(o)
 	return f, nil
 }
 
@@ -404,9 +436,10 @@ func choose(files []File) Result {
 	return r
 }
 
-// mostTelling picks the reason to report when nothing was found.
+// mostTelling picks the reason to report when nothing was found. A file
+// still being fetched comes first: the frame may be named soon.
 func mostTelling(q *Query, errs []error) error {
-	for _, reason := range []error{frame.ErrInvalidPath, frame.ErrLimitExceeded, frame.ErrBuildIDMismatch,
+	for _, reason := range []error{frame.ErrPending, frame.ErrInvalidPath, frame.ErrLimitExceeded, frame.ErrBuildIDMismatch,
 		frame.ErrCorruptFile, frame.ErrTimeout, frame.ErrFetchFailed} {
 		for _, e := range errs {
 			if errors.Is(e, reason) {

@@ -204,3 +204,86 @@ func TestAnswerLifetimes(t *testing.T) {
 		t.Errorf("8 concurrent callers searched %d times", slow.calls.Load())
 	}
 }
+
+// A file the chain opened to check it is handed over once, only while it
+// is the same file version, and files it rejected are not kept open.
+func TestTakeOpened(t *testing.T) {
+	fx := fixtures(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	data, _ := os.ReadFile(fx.full)
+	os.WriteFile(bin, data, 0o755)
+	other := filepath.Join(dir, "other")
+	os.WriteFile(other, data[:len(data)-1], 0o755) // a truncated copy: corrupt
+	c := New(Options{Sources: []Source{&listed{name: "l", paths: []string{other, bin}}}})
+	defer c.Close()
+	res, err := c.Locate(context.Background(), Query{ID: fx.id})
+	if err != nil || res.Bin == nil || res.Bin.Path != bin {
+		t.Fatalf("Locate: %+v %v", res, err)
+	}
+	if f := c.TakeOpened(other); f != nil {
+		f.Close()
+		t.Error("a rejected file was kept open")
+	}
+	f := c.TakeOpened(bin)
+	if f == nil {
+		t.Fatal("the chosen file was not handed over")
+	}
+	if id := buildid.Identify(f); !fx.id.Matches(id) {
+		t.Errorf("handed over %s", id.Key())
+	}
+	f.Close()
+	if f := c.TakeOpened(bin); f != nil {
+		t.Error("handed over twice")
+	}
+	// Changed since it was checked: not handed over.
+	c.Forget(&Query{ID: fx.id})
+	c.files.cache.Purge()
+	if _, err := c.Locate(context.Background(), Query{ID: fx.id}); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(bin, future, future)
+	if f := c.TakeOpened(bin); f != nil {
+		f.Close()
+		t.Error("handed over a file that changed since")
+	}
+}
+
+// A source still fetching (frame.ErrPending) makes the answer pending: the
+// files found so far are used, the reason is pending when there are none,
+// and nothing is remembered, so the next query sees the fetched file.
+func TestPendingNotRemembered(t *testing.T) {
+	fx := fixtures(t)
+	id := frame.Identity{GNU: fx.id.GNU}
+	local := &listed{name: "local", paths: []string{fx.stripped}}
+	fetch := &listed{name: "fetch", err: fmt.Errorf("downloading: %w", frame.ErrPending)}
+	c := New(Options{Sources: []Source{local, fetch}, NegativeTTL: time.Hour})
+	res, err := c.Locate(context.Background(), Query{ID: id})
+	if bin, dbg := res.Paths(); err != nil || bin != fx.stripped || dbg != "" || !res.Pending {
+		t.Fatalf("while fetching: %q %q pending %v (%v)", bin, dbg, res.Pending, err)
+	}
+	fetch.err, fetch.paths = nil, []string{fx.debug}
+	res, err = c.Locate(context.Background(), Query{ID: id})
+	if bin, dbg := res.Paths(); err != nil || bin != fx.stripped || dbg != fx.debug || res.Pending {
+		t.Fatalf("fetched: %q %q pending %v (%v)", bin, dbg, res.Pending, err)
+	}
+	// Complete now: remembered.
+	c.Locate(context.Background(), Query{ID: id})
+	if n := fetch.calls.Load(); n != 2 {
+		t.Errorf("fetching source asked %d times, want 2", n)
+	}
+
+	// Nothing found yet: the reason is pending (over any other), not remembered.
+	bad := &listed{name: "bad", paths: []string{"/nonexistent/x"}}
+	fetch = &listed{name: "fetch", err: fmt.Errorf("downloading: %w", frame.ErrPending)}
+	c = New(Options{Sources: []Source{bad, fetch}, NegativeTTL: time.Hour})
+	for i := range 2 {
+		if _, err := c.Locate(context.Background(), Query{ID: id}); frame.Reason(err) != "pending" {
+			t.Fatalf("query %d: %v, want pending", i, err)
+		}
+	}
+	if n := fetch.calls.Load(); n != 2 {
+		t.Errorf("a pending answer was remembered: %d calls", n)
+	}
+}

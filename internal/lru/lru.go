@@ -111,6 +111,39 @@ func (c *Cache[K, V]) Remove(k K) {
 	c.notify(evicted)
 }
 
+// EvictWhere evicts, least recently used first, the entries pick selects,
+// one at a time (onEvict runs after each), until enough reports true or
+// none is left. It returns how many it evicted. For a cache whose values
+// hold a resource that something else ran short of.
+func (c *Cache[K, V]) EvictWhere(pick func(K, V) bool, enough func() bool) int {
+	c.mu.Lock()
+	var keys []K
+	for el := c.ll.Back(); el != nil; el = el.Prev() {
+		if e := el.Value.(*entry[K, V]); pick(e.key, e.val) {
+			keys = append(keys, e.key)
+		}
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if enough() {
+			break
+		}
+		c.mu.Lock()
+		el, ok := c.items[k]
+		if !ok || !pick(k, el.Value.(*entry[K, V]).val) {
+			c.mu.Unlock()
+			continue
+		}
+		evicted := []*entry[K, V]{c.removeLocked(el)}
+		c.evictions++
+		c.mu.Unlock()
+		c.notify(evicted)
+		n++
+	}
+	return n
+}
+
 // Purge empties the cache.
 func (c *Cache[K, V]) Purge() {
 	c.mu.Lock()

@@ -41,17 +41,18 @@ type object struct {
 // openObject opens the binary at binPath and the debug file at debugPath
 // (either may be empty) within lim and ctx, and attaches every source they
 // hold. It searches for nothing: internal/locate chose the files.
-func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits) (*object, error) {
+func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
+	open func(context.Context, string, elfx.Limits) (*elfx.File, error)) (*object, error) {
 	o := &object{}
 	var err error
 	if binPath != "" {
-		if o.bin, err = elfx.OpenContext(ctx, binPath, lim); err != nil {
+		if o.bin, err = open(ctx, binPath, lim); err != nil {
 			return nil, classify(err)
 		}
 		o.buildID, _ = buildid.GNU(o.bin)
 	}
 	if debugPath != "" {
-		o.dbg, err = elfx.OpenContext(ctx, debugPath, lim)
+		o.dbg, err = open(ctx, debugPath, lim)
 		if err != nil {
 			o.why = classify(err)
 		} else if o.bin != nil && !sameBuildID(o.buildID, o.dbg) {
@@ -75,6 +76,10 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits)
 			o.why = nil
 			break
 		}
+		// Whatever was inflated for the DWARF that failed is useless: give
+		// it back now rather than keep it as long as the object is cached
+		// (a bomb that inflates to just within the limit, then fails).
+		f.DropDecoded()
 		if o.why == nil || !errors.Is(derr, frame.ErrNoDebugInfo) {
 			o.why = derr
 		}
@@ -156,6 +161,17 @@ func (o *object) sizeBytes() int64 {
 	return n
 }
 
+// heldBytes is the decompressed section bytes the object's files hold.
+func (o *object) heldBytes() int64 {
+	var n int64
+	for _, f := range []*elfx.File{o.bin, o.dbg} {
+		if f != nil {
+			n += f.HeldBytes()
+		}
+	}
+	return n
+}
+
 // acquire pins the object against closing while a lookup uses it.
 func (o *object) acquire() { o.refs.Add(1) }
 
@@ -190,9 +206,11 @@ func (o *object) closeFiles() {
 // address from the symbol table when a symbol covers the address: the table
 // names the real (possibly cloned, e.g. ".constprop.0") function that the
 // address belongs to, where DWARF names only the source function.
-func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Frame, error) {
+//
+// missing is set when the frames come from a symbol table alone because
+// debug info the object has could not be used (see Handle.Missing).
+func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	base := len(dst)
-	var err error
 	if o.dwarf != nil {
 		dst, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
 		if err != nil {
@@ -206,6 +224,16 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Fra
 			dst = dst[:base]
 			if err == nil {
 				err = gerr
+			}
+		}
+	}
+	if len(dst) == base {
+		// Lines can come from nowhere else: say why, if the reason is a
+		// failure rather than the plain absence of debug info.
+		for _, e := range []error{err, o.why} {
+			if e != nil && !errors.Is(e, frame.ErrNoDebugInfo) {
+				missing = e
+				break
 			}
 		}
 	}
@@ -230,15 +258,15 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) ([]frame.Fra
 		}
 	}
 	if len(dst) > base {
-		return dst, nil
+		return dst, missing, nil
 	}
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	if o.why != nil {
-		return dst, o.why
+		return dst, nil, o.why
 	}
-	return dst, frame.ErrNoDebugInfo
+	return dst, nil, frame.ErrNoDebugInfo
 }
 
 func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -41,8 +42,26 @@ type Options struct {
 	// (0: demangle.DefaultEntries, demangle.DefaultBytes).
 	DemangleEntries int
 	DemangleBytes   int64
-	// Limits bound each file opened (size, decompressed bytes).
+	// Limits bound each file opened (size, decompressed bytes). Unless
+	// Limits.Pool is set, the Resolver makes one: the decompressed bytes of
+	// every file it has open, cached or in use, stay within CacheBytes (or
+	// MaxDecompressedBytes, if larger, so that any file within the
+	// per-file bound can be opened).
 	Limits elfx.Limits
+	// Open, if set, opens the files (instead of elfx.OpenContext with
+	// Limits): a caller that has just opened them to choose them hands
+	// them over (locate.Chain.TakeOpened) and the engine owns them.
+	Open func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error)
+	// LoadTimeout, if set, detaches loads (opening and indexing an
+	// object's files) from their callers: a load runs with a context of its
+	// own, bounded by LoadTimeout, and goes on when its callers stop
+	// waiting (their Open then fails with frame.ErrPending), so that the
+	// object is cached for a later caller. 0: a load runs with its first
+	// caller's context.
+	LoadTimeout time.Duration
+	// MaxLoads bounds the loads running at once (0: no bound); more wait
+	// for a place, within their load's context.
+	MaxLoads int
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -64,6 +83,10 @@ type Resolver struct {
 	dm    *demangle.Cache
 	cache *lru.Cache[string, *entry]
 	group singleflight.Group
+	pool  *elfx.Pool
+	loads chan struct{} // a place per load running (MaxLoads)
+
+	closed atomic.Bool
 }
 
 type entry struct {
@@ -80,7 +103,16 @@ func New(opt Options) *Resolver {
 	if opt.NegativeTTL <= 0 {
 		opt.NegativeTTL = DefaultNegativeTTL
 	}
-	r := &Resolver{opt: opt, dm: demangle.NewCache(opt.DemangleEntries, opt.DemangleBytes)}
+	r := &Resolver{dm: demangle.NewCache(opt.DemangleEntries, opt.DemangleBytes)}
+	if opt.Limits.Pool == nil {
+		lim := opt.Limits.WithDefaults()
+		opt.Limits.Pool = elfx.NewPool(max(opt.CacheBytes, lim.MaxDecompressedBytes))
+		opt.Limits.Pool.SetReclaim(r.reclaim)
+	}
+	r.opt, r.pool = opt, opt.Limits.Pool
+	if opt.MaxLoads > 0 {
+		r.loads = make(chan struct{}, opt.MaxLoads)
+	}
 	r.cache = lru.New[string, *entry](opt.CacheBytes, 0,
 		func(e *entry) int64 {
 			if e.obj == nil {
@@ -96,6 +128,23 @@ func New(opt Options) *Resolver {
 	return r
 }
 
+// reclaim closes cached objects no lookup is using that hold decompressed
+// sections, least recently used first, until need bytes of the pool are
+// free: a new file's DWARF is worth more than an idle one's.
+func (r *Resolver) reclaim(need int64) {
+	start, _, _ := r.pool.Stats()
+	r.cache.EvictWhere(func(_ string, e *entry) bool {
+		return e.obj != nil && e.obj.refs.Load() == 0 && e.obj.heldBytes() > 0
+	}, func() bool {
+		used, _, _ := r.pool.Stats()
+		return used <= start-need
+	})
+}
+
+// DecompressedStats reports the decompressed bytes open files hold, their
+// bound, and how many decompressions that bound refused.
+func (r *Resolver) DecompressedStats() (held, limit int64, refused uint64) { return r.pool.Stats() }
+
 // Options returns the resolver's options.
 func (r *Resolver) Options() Options { return r.opt }
 
@@ -105,8 +154,10 @@ func (r *Resolver) CacheStats() lru.Stats { return r.cache.Stats() }
 // DemangleStats reports the demangled-name cache's counters.
 func (r *Resolver) DemangleStats() lru.Stats { return r.dm.Stats() }
 
-// Close drops every cached object.
+// Close drops every cached object; a load still running then closes its
+// object when it ends.
 func (r *Resolver) Close() error {
+	r.closed.Store(true)
 	r.cache.Purge()
 	return nil
 }
@@ -118,6 +169,7 @@ type Handle struct {
 	key     string
 	obj     *object
 	scratch []frame.Frame
+	missing error // of the last Lookup
 }
 
 // Open returns a handle on the object held by bin (the binary: code,
@@ -134,14 +186,20 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 	if err != nil {
 		return nil, err
 	}
+	var loaded *entry // what this call's load gave, usable even if degraded
 	for {
 		if e, ok := r.cache.Get(key); ok {
-			if e.obj == nil {
+			switch {
+			case e.obj == nil:
 				if time.Since(e.failedAt) < r.opt.NegativeTTL {
 					return nil, e.err
 				}
 				r.cache.Remove(key)
-			} else {
+			case e != loaded && frame.Transient(e.obj.why):
+				// Opened without its DWARF while memory was busy: the
+				// callers of that load use it, later ones try again.
+				r.cache.Remove(key)
+			default:
 				e.obj.acquire()
 				if !e.obj.retired.Load() {
 					return &Handle{r: r, key: key, obj: e.obj}, nil
@@ -156,15 +214,25 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 			if e.obj != nil || !frame.Transient(e.err) {
 				r.cache.Add(key, e)
 			}
+			if e.obj != nil && r.closed.Load() {
+				// Closed meanwhile: nobody would purge it.
+				r.cache.Remove(key)
+				e = &entry{err: fmt.Errorf("resolver closed: %w", frame.ErrNotFound), failedAt: time.Now()}
+			}
 			return e, nil
 		})
 		select {
 		case res := <-ch:
-			if e := res.Val.(*entry); e.obj == nil {
+			e := res.Val.(*entry)
+			if e.obj == nil {
 				return nil, e.err
 			}
+			loaded = e
 			// Loop to pin the object through the cache.
 		case <-ctx.Done():
+			if r.opt.LoadTimeout > 0 {
+				return nil, fmt.Errorf("still opening: %w: %v", frame.ErrPending, ctx.Err())
+			}
 			return nil, fmt.Errorf("%w: %v", frame.ErrTimeout, ctx.Err())
 		}
 	}
@@ -191,7 +259,24 @@ func filesKey(bin, debug string) (string, error) {
 }
 
 func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
-	o, err := openObject(ctx, bin, debug, r.opt.Limits)
+	if r.opt.LoadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.opt.LoadTimeout)
+		defer cancel()
+	}
+	if r.loads != nil {
+		select {
+		case r.loads <- struct{}{}:
+			defer func() { <-r.loads }()
+		case <-ctx.Done():
+			return &entry{err: fmt.Errorf("waiting to open: %w: %v", frame.ErrTimeout, ctx.Err()), failedAt: time.Now()}
+		}
+	}
+	open := r.opt.Open
+	if open == nil {
+		open = elfx.OpenContext
+	}
+	o, err := openObject(ctx, bin, debug, r.opt.Limits, open)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}
@@ -204,8 +289,8 @@ func (h *Handle) BuildID() []byte { return h.obj.buildID }
 // Lookup appends the frames of one address to dst, innermost first. An
 // unresolved address leaves dst as it was and returns the reason.
 func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
-	raw, err := h.obj.lookup(addr, &h.r.opt, h.scratch[:0])
-	h.scratch = raw
+	raw, missing, err := h.obj.lookup(addr, &h.r.opt, h.scratch[:0])
+	h.scratch, h.missing = raw, missing
 	for _, f := range raw {
 		name := f.Name
 		if h.r.opt.Demangle {
@@ -255,6 +340,15 @@ func (r *Resolver) Symbolize(ctx context.Context, bin, debug string, addrs []uin
 	}
 	return out
 }
+
+// Missing says why the frames the last Lookup returned have no lines
+// although the object has debug info: they were named from a symbol table
+// because its DWARF could not be used (frame.ErrLimitExceeded when
+// decompressing it would pass Limits.MaxDecompressedBytes,
+// frame.ErrCorruptFile, a debug file of another build, ...). It is nil when
+// the frames have lines, when nothing named the address, and when the
+// object simply has no debug info.
+func (h *Handle) Missing() error { return h.missing }
 
 // IsUnresolved reports whether err only says that nothing names the address
 // (as opposed to a broken or missing file).

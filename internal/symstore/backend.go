@@ -39,27 +39,29 @@ type Object interface {
 	ModTime() time.Time
 }
 
-// Backend keeps files by (build id, kind). Ids reaching a backend were
-// validated by frame.ParseBuildID and kinds by ParseKind.
+// Backend keeps files by (key, kind). Keys reaching a backend were made by
+// ParseKey, GNUKey or GoKey, and kinds by ParseKind; backends check them
+// again before building a path or an object name.
 type Backend interface {
 	// List calls fn for every stored file.
-	List(ctx context.Context, fn func(id string, kind Kind, size int64)) error
+	List(ctx context.Context, fn func(key Key, kind Kind, size int64)) error
 	// Stat returns the size of a stored file, or an error wrapping
 	// fs.ErrNotExist.
-	Stat(ctx context.Context, id string, kind Kind) (int64, error)
+	Stat(ctx context.Context, key Key, kind Kind) (int64, error)
 	// Put stores the verified file at path, atomically: readers see the
 	// whole file or nothing. The backend may move or remove path.
-	Put(ctx context.Context, id string, kind Kind, path string, size int64) error
+	Put(ctx context.Context, key Key, kind Kind, path string, size int64) error
 	// Open returns a stored file; errors wrap fs.ErrNotExist when absent.
-	Open(ctx context.Context, id string, kind Kind) (Object, error)
+	Open(ctx context.Context, key Key, kind Kind) (Object, error)
 	// LocalPath returns a path on this host holding the file, when the
 	// backend keeps files on a local disk.
-	LocalPath(id string, kind Kind) (string, bool)
+	LocalPath(key Key, kind Kind) (string, bool)
 	String() string
 }
 
-// Dir stores files under Root as buildid/ID/KIND. Uploads are written
-// under Root/.tmp first, so a rename makes them visible.
+// Dir stores files under Root as NAMESPACE/ID/KIND (buildid/ab12.../debuginfo,
+// gobuildid/4e6b.../debuginfo). Uploads are written under Root/.tmp first,
+// so a rename makes them visible.
 type Dir struct {
 	Root string
 }
@@ -73,7 +75,7 @@ func NewDir(root string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"buildid", ".tmp"} {
+	for _, d := range []string{string(NSBuildID), string(NSGoBuildID), ".tmp"} {
 		if err := os.MkdirAll(filepath.Join(abs, d), 0o750); err != nil {
 			return nil, fmt.Errorf("directory backend: %w", err)
 		}
@@ -87,48 +89,53 @@ func (d *Dir) String() string { return "directory " + d.Root }
 // the store so Put is a rename.
 func (d *Dir) TempDir() string { return filepath.Join(d.Root, ".tmp") }
 
-// path joins a validated id and kind under the root, and checks the result
-// stays inside it even so.
-func (d *Dir) path(id string, kind Kind) (string, error) {
-	if _, err := frame.ParseBuildID(id); err != nil {
+// path joins a validated key and kind under the root, and checks the
+// result stays inside the key's namespace even so.
+func (d *Dir) path(key Key, kind Kind) (string, error) {
+	if err := key.valid(); err != nil {
 		return "", err
 	}
 	if _, ok := ParseKind(string(kind)); !ok {
 		return "", fmt.Errorf("kind %q: %w", kind, frame.ErrInvalidPath)
 	}
-	base := filepath.Join(d.Root, "buildid")
-	p := filepath.Join(base, id, string(kind))
-	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	base := filepath.Join(d.Root, string(key.NS))
+	p := filepath.Join(base, key.ID, string(kind))
+	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") || !strings.Contains(rel, "/") {
 		return "", fmt.Errorf("%q escapes the store: %w", p, frame.ErrInvalidPath)
 	}
 	return p, nil
 }
 
-func (d *Dir) List(ctx context.Context, fn func(string, Kind, int64)) error {
-	base := filepath.Join(d.Root, "buildid")
-	ents, err := os.ReadDir(base)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if ctx.Err() != nil {
-			return ctx.Err()
+func (d *Dir) List(ctx context.Context, fn func(Key, Kind, int64)) error {
+	for _, ns := range namespaces {
+		base := filepath.Join(d.Root, string(ns))
+		ents, err := os.ReadDir(base)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a store made before this namespace existed
 		}
-		id, err := frame.ParseBuildID(e.Name())
-		if err != nil || id != e.Name() || !e.IsDir() {
-			continue
+		if err != nil {
+			return err
 		}
-		for _, k := range []Kind{DebugInfo, Executable} {
-			if st, err := os.Lstat(filepath.Join(base, id, string(k))); err == nil && st.Mode().IsRegular() {
-				fn(id, k, st.Size())
+		for _, e := range ents {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			key, err := parseNS(ns, e.Name())
+			if err != nil || key.ID != e.Name() || !e.IsDir() {
+				continue
+			}
+			for _, k := range []Kind{DebugInfo, Executable} {
+				if st, err := os.Lstat(filepath.Join(base, key.ID, string(k))); err == nil && st.Mode().IsRegular() {
+					fn(key, k, st.Size())
+				}
 			}
 		}
 	}
 	return nil
 }
 
-func (d *Dir) Stat(_ context.Context, id string, kind Kind) (int64, error) {
-	p, err := d.path(id, kind)
+func (d *Dir) Stat(_ context.Context, key Key, kind Kind) (int64, error) {
+	p, err := d.path(key, kind)
 	if err != nil {
 		return 0, err
 	}
@@ -142,8 +149,8 @@ func (d *Dir) Stat(_ context.Context, id string, kind Kind) (int64, error) {
 	return st.Size(), nil
 }
 
-func (d *Dir) Put(_ context.Context, id string, kind Kind, path string, _ int64) error {
-	p, err := d.path(id, kind)
+func (d *Dir) Put(_ context.Context, key Key, kind Kind, path string, _ int64) error {
+	p, err := d.path(key, kind)
 	if err != nil {
 		return err
 	}
@@ -156,8 +163,8 @@ func (d *Dir) Put(_ context.Context, id string, kind Kind, path string, _ int64)
 	return os.Rename(path, p)
 }
 
-func (d *Dir) Open(_ context.Context, id string, kind Kind) (Object, error) {
-	p, err := d.path(id, kind)
+func (d *Dir) Open(_ context.Context, key Key, kind Kind) (Object, error) {
+	p, err := d.path(key, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -173,8 +180,8 @@ func (d *Dir) Open(_ context.Context, id string, kind Kind) (Object, error) {
 	return &fileObject{File: f, size: st.Size(), mod: st.ModTime()}, nil
 }
 
-func (d *Dir) LocalPath(id string, kind Kind) (string, bool) {
-	p, err := d.path(id, kind)
+func (d *Dir) LocalPath(key Key, kind Kind) (string, bool) {
+	p, err := d.path(key, kind)
 	return p, err == nil
 }
 

@@ -101,9 +101,31 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// Missing asks which ids the store lacks, leasing them to this client.
+// Missing asks which ids (keys: GNU build ids in hex, or "gobuildid/HEX")
+// the store lacks, leasing them to this client.
 func (c *Client) Missing(ctx context.Context, ids []string) (MissingResult, error) {
-	body, _ := json.Marshal(MissingRequest{BuildIDs: ids, Lease: true})
+	return c.query(ctx, MissingRequest{BuildIDs: ids, Lease: true})
+}
+
+// Renew asks again about one id whose lease this client holds: held is
+// true while the lease is still its own (renewed for LeaseSeconds), present
+// when the store has the id meanwhile; neither means someone else holds
+// the lease now.
+func (c *Client) Renew(ctx context.Context, id, token string) (held, present bool, err error) {
+	res, err := c.query(ctx, MissingRequest{BuildIDs: []string{id}, Lease: true, Held: map[string]string{id: token}})
+	if err != nil {
+		return false, false, err
+	}
+	for _, l := range res.Upload {
+		if l.Token == token {
+			return true, false, nil
+		}
+	}
+	return false, len(res.Upload) == 0 && len(res.Pending) == 0, nil
+}
+
+func (c *Client) query(ctx context.Context, q MissingRequest) (MissingResult, error) {
+	body, _ := json.Marshal(q)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathMissing, bytes.NewReader(body))
 	if err != nil {
 		return MissingResult{}, err
@@ -121,9 +143,14 @@ func (c *Client) Missing(ctx context.Context, ids []string) (MissingResult, erro
 	return res, nil
 }
 
-// Upload sends the file at path as kind for id. It returns whether the
-// store stored it (false: it already had it).
-func (c *Client) Upload(ctx context.Context, id string, kind Kind, path, lease string) (stored bool, err error) {
+// Upload sends the file at path as kind for a key (a GNU build id in hex,
+// or "gobuildid/HEX"). It returns whether the store stored it (false: it
+// already had it).
+func (c *Client) Upload(ctx context.Context, rawKey string, kind Kind, path, lease string) (stored bool, err error) {
+	key, err := ParseKey(rawKey)
+	if err != nil {
+		return false, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err
@@ -137,7 +164,7 @@ func (c *Client) Upload(ctx context.Context, id string, kind Kind, path, lease s
 	if c.Limiter != nil {
 		body = c.Limiter.Reader(ctx, f)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/buildid/"+id+"/"+string(kind), body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/"+key.Path()+"/"+string(kind), body)
 	if err != nil {
 		return false, err
 	}
@@ -173,8 +200,9 @@ func NewLimiter(bytesPerSec, burst int64) *Limiter {
 	return &Limiter{rate: float64(bytesPerSec), burst: float64(burst), tokens: float64(burst), last: time.Now()}
 }
 
-// wait blocks until n bytes may pass.
-func (l *Limiter) wait(ctx context.Context, n int) error {
+// Wait blocks until n bytes may pass (at once for a nil or unlimited
+// limiter).
+func (l *Limiter) Wait(ctx context.Context, n int) error {
 	if l == nil || l.rate <= 0 {
 		return nil
 	}
@@ -215,7 +243,7 @@ func (lr *limitedReader) Read(p []byte) (int, error) {
 	}
 	n, err := lr.r.Read(p)
 	if n > 0 {
-		if werr := lr.l.wait(lr.ctx, n); werr != nil {
+		if werr := lr.l.Wait(lr.ctx, n); werr != nil {
 			return n, werr
 		}
 	}

@@ -55,6 +55,10 @@ func FuzzMissingQuery(f *testing.F) {
 	f.Add(PathMissing, []byte(`{"build_ids":["../../etc"]}`))
 	f.Add("/buildid/..%2F..%2Fetc/debuginfo", []byte(""))
 	f.Add("/buildid/0011223344556677/executable", []byte(""))
+	f.Add("/gobuildid/676f2f6964/debuginfo", []byte("\x7fELF"))
+	f.Add("/gobuildid/..%2F2e2e/debuginfo", []byte(""))
+	f.Add(PathMissing, []byte(`{"build_ids":["gobuildid/676f2f6964","gobuildid/2e2e2f2e2e"],"lease":true}`))
+	f.Add(PathMissing, []byte(`{"build_ids":["00112233445566778899aabbccddeeff00112233"],"lease":true,"held":{"00112233445566778899aabbccddeeff00112233":"abc","../x":"y"}}`))
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\r\n?#") {
 			return
@@ -69,6 +73,30 @@ func FuzzMissingQuery(f *testing.F) {
 			if w.Code >= 500 {
 				t.Fatalf("%s %q: %d %s", method, path, w.Code, w.Body.String())
 			}
+		}
+	})
+}
+
+// FuzzParseKey: whatever a client sends as an id, a key that parses names
+// one folder of [0-9a-f] inside its namespace and reads back as itself.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"00112233445566778899aabbccddeeff00112233", "gobuildid/676f2f6964",
+		"gobuildid/2e2e2f2e2e", "buildid/ABCDEF0123", "../../etc", "gobuildid/", "x/y/z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseKey(s)
+		if err != nil {
+			return
+		}
+		if strings.Trim(k.ID, "0123456789abcdef") != "" || k.ID == "" {
+			t.Fatalf("%q: id %q is not lowercase hex", s, k.ID)
+		}
+		if k.NS != NSBuildID && k.NS != NSGoBuildID {
+			t.Fatalf("%q: namespace %q", s, k.NS)
+		}
+		if back, err := ParseKey(k.String()); err != nil || back != k {
+			t.Fatalf("%q: %v reads back as %v, %v", s, k, back, err)
 		}
 	})
 }

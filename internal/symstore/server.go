@@ -11,14 +11,16 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
-
-	"github.com/profsym/profsym/internal/frame"
 )
 
 // Protocol paths. Reads are the debuginfod protocol; the batch query and
 // uploads are profsym's.
 const (
 	PathMissing = "/symbols/v1/missing"
+	// PathStatus reports the store's generation, which moves whenever it
+	// gains files: a gateway reading the store over HTTP polls it to retry
+	// frames that failed before an upload.
+	PathStatus = "/symbols/v1/status"
 	// HeaderLease carries the lease token with an upload.
 	HeaderLease = "X-Profsym-Lease"
 	// maxQueryBody bounds the JSON of one missing query: ids of at most 128
@@ -31,13 +33,18 @@ type MissingRequest struct {
 	BuildIDs []string `json:"build_ids"`
 	// Lease asks for upload leases on the missing ids.
 	Lease bool `json:"lease"`
+	// Held maps ids of BuildIDs to the lease tokens this client was given
+	// for them: those leases are renewed rather than answered "pending".
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // Handler serves the store:
 //
-//	GET|HEAD /buildid/ID/debuginfo|executable   debuginfod, with ranges
-//	PUT|POST /buildid/ID/debuginfo|executable   upload (body: the ELF file)
-//	POST     /symbols/v1/missing                 {"build_ids":[...],"lease":true}
+//	GET|HEAD /buildid/ID/debuginfo|executable     debuginfod, with ranges
+//	GET|HEAD /gobuildid/HEX/debuginfo|executable  the same by Go build id (its bytes in hex)
+//	PUT|POST /buildid/ID/..., /gobuildid/HEX/...  upload (body: the ELF file)
+//	POST     /symbols/v1/missing                   {"build_ids":[...],"lease":true}
+//	GET      /symbols/v1/status                    {"generation":N,"files":N,"bytes":N}
 //
 // The path is split by hand on its escaped form, so an id such as
 // "..%2F..%2Fetc" reaches validation (and a 400) instead of being cleaned
@@ -45,20 +52,30 @@ type MissingRequest struct {
 func (s *Store) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.EscapedPath()
+		ns, rest, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
 		switch {
 		case p == PathMissing:
 			s.serveMissing(w, r)
-		case strings.HasPrefix(p, "/buildid/"):
-			parts := strings.Split(strings.TrimPrefix(p, "/buildid/"), "/")
+		case p == PathStatus:
+			s.serveStatus(w, r)
+		case ns == string(NSBuildID) || ns == string(NSGoBuildID):
+			parts := strings.Split(rest, "/")
 			if len(parts) != 2 {
-				s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, errors.New("want /buildid/ID/debuginfo or /buildid/ID/executable")))
+				s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, fmt.Errorf("want /%s/ID/debuginfo or /%s/ID/executable", ns, ns)))
 				return
 			}
+			id, err := parseID(parts[0])
+			if err != nil {
+				s.obs.Rejected(ReasonInvalidBuildID)
+				s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
+				return
+			}
+			key := ns + "/" + id
 			switch r.Method {
 			case http.MethodGet, http.MethodHead:
-				s.serveFile(w, r, parts[0], parts[1])
+				s.serveFile(w, r, key, parts[1])
 			case http.MethodPut, http.MethodPost:
-				s.serveUpload(w, r, parts[0], parts[1])
+				s.serveUpload(w, r, key, parts[1])
 			default:
 				w.Header().Set("Allow", "GET, HEAD, PUT, POST")
 				http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -89,7 +106,7 @@ func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	limit := int64(s.cfg.MaxQueryIDs)*maxQueryBody + 64
+	limit := 2*int64(s.cfg.MaxQueryIDs)*maxQueryBody + 64 // ids, and as many held
 	body := http.MaxBytesReader(w, r.Body, limit)
 	var req MissingRequest
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
@@ -104,7 +121,7 @@ func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Refresh(r.Context())
-	res, err := s.Missing(req.BuildIDs, req.Lease)
+	res, err := s.Query(r.Context(), req)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -113,22 +130,19 @@ func (s *Store) serveMissing(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(res)
 }
 
-func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rawID, rawKind string) {
+func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rawKey, rawKind string) {
 	kind, ok := ParseKind(rawKind)
 	if !ok {
 		http.NotFound(w, r) // debuginfod's /source and /section are not served
 		return
 	}
-	id, err := parseID(rawID)
-	if err == nil {
-		id, err = frame.ParseBuildID(id)
-	}
+	key, err := ParseKey(rawKey)
 	if err != nil {
 		s.obs.Rejected(ReasonInvalidBuildID)
 		s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
 		return
 	}
-	o, err := s.Open(r.Context(), id, kind)
+	o, err := s.be.Open(r.Context(), key, kind)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			http.NotFound(w, r)
@@ -148,15 +162,9 @@ func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rawID, rawKind
 	}
 }
 
-func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, rawID, rawKind string) {
-	id, err := parseID(rawID)
-	if err != nil {
-		s.obs.Rejected(ReasonInvalidBuildID)
-		s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
-		return
-	}
+func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, rawKey, rawKind string) {
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
-	res, err := s.Put(r.Context(), id, rawKind, body, r.ContentLength, r.Header.Get(HeaderLease))
+	res, err := s.Put(r.Context(), rawKey, rawKind, body, r.ContentLength, r.Header.Get(HeaderLease))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -167,6 +175,24 @@ func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, rawID, rawKi
 		return
 	}
 	io.WriteString(w, "already stored\n")
+}
+
+// Status is the answer of GET PathStatus.
+type Status struct {
+	Generation uint64 `json:"generation"`
+	Files      int64  `json:"files"`
+	Bytes      int64  `json:"bytes"`
+}
+
+func (s *Store) serveStatus(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	n, b := s.Size()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(Status{Generation: s.Generation(), Files: n, Bytes: b})
 }
 
 // parseID unescapes one path segment. Validation proper is

@@ -214,7 +214,17 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The missing query validates too.
+	// A lease token is the store's own: a long one is refused before it
+	// could reach a shared lease object.
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/buildid/"+fx.id+"/debuginfo", bytes.NewReader(full))
+	req.Header.Set(HeaderLease, strings.Repeat("t", 4096))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 || resp.Header.Get("X-Profsym-Reason") != ReasonBadRequest {
+		t.Errorf("long lease token: %v %v", resp, err)
+	}
+	// The missing query validates too, held leases included.
+	if resp, _ := http.Post(srv.URL+PathMissing, "application/json", strings.NewReader(`{"build_ids":["`+fx.id+`"],"held":{"../x":"t"}}`)); resp.StatusCode != 400 {
+		t.Errorf("held lease of a path-like id: %d", resp.StatusCode)
+	}
 	resp, _ := http.Post(srv.URL+PathMissing, "application/json", strings.NewReader(`{"build_ids":["../../etc"]}`))
 	if resp.StatusCode != 400 {
 		t.Errorf("missing query with a path-like id: %d", resp.StatusCode)
@@ -240,8 +250,8 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := s.Missing([]string{fx.id}, true)
-	b, _ := s.Missing([]string{fx.id}, true)
+	a, _ := s.Missing(context.Background(), []string{fx.id}, true)
+	b, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(a.Upload) != 1 || len(b.Pending) != 1 {
 		t.Fatalf("a %+v b %+v", a, b)
 	}
@@ -251,7 +261,7 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("put without the lease: %v", err)
 	}
 	time.Sleep(400 * time.Millisecond)
-	c, _ := s.Missing([]string{fx.id}, true)
+	c, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(c.Upload) != 1 || c.Upload[0].Token == a.Upload[0].Token {
 		t.Fatalf("expired lease not granted anew: %+v", c)
 	}
@@ -371,7 +381,7 @@ func TestLeaseKeptWhileUploading(t *testing.T) {
 	fx := buildFixture(t, "storeslow")
 	be, _ := NewDir(t.TempDir())
 	s, _ := New(context.Background(), Config{Backend: be, Lease: 200 * time.Millisecond})
-	a, _ := s.Missing([]string{fx.id}, true)
+	a, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	data, _ := os.ReadFile(fx.debug)
 	done := make(chan error, 1)
 	go func() {
@@ -379,7 +389,7 @@ func TestLeaseKeptWhileUploading(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(450 * time.Millisecond) // past the lease, upload still streaming
-	b, _ := s.Missing([]string{fx.id}, true)
+	b, _ := s.Missing(context.Background(), []string{fx.id}, true)
 	if len(b.Pending) != 1 {
 		t.Errorf("during a long upload another client got %+v, want pending", b)
 	}
@@ -433,5 +443,112 @@ func TestUploadsBounded(t *testing.T) {
 	}
 	if r, err := s.Put(context.Background(), b.id, "debuginfo", bytes.NewReader(db), int64(len(db)), ""); err != nil || !r.Stored {
 		t.Errorf("after the first finished: %+v %v", r, err)
+	}
+}
+
+// A holder asking again with its token renews its lease (an agent does
+// while it extracts a large file); once someone else holds it, or the
+// store has the id, renewing says so.
+func TestLeaseRenewal(t *testing.T) {
+	fx := buildFixture(t, "storerenew")
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			var be Backend
+			if shared {
+				srv := testfixture.StartS3(t)
+				if !srv.Conditional {
+					testfixture.SkipOrFail(t, "versitygw needs user extended attributes under %s for conditional writes", os.TempDir())
+				}
+				s3, err := NewS3(context.Background(), S3Config{Endpoint: srv.Endpoint, Bucket: "renew", AccessKeyID: srv.Access,
+					SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				be = s3
+			} else {
+				be, _ = NewDir(t.TempDir())
+			}
+			s, _ := New(context.Background(), Config{Backend: be, ScratchDir: t.TempDir(), Lease: 300 * time.Millisecond})
+			if s.LeasesShared() != shared {
+				t.Fatalf("LeasesShared = %v", s.LeasesShared())
+			}
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			c, _ := NewClient(srv.URL, "", nil)
+			ctx := context.Background()
+			a, _ := c.Missing(ctx, []string{fx.id})
+			if len(a.Upload) != 1 || a.LeaseSeconds != 0 {
+				t.Fatalf("first: %+v", a)
+			}
+			tok := a.Upload[0].Token
+			// Renewed past several lease durations, nobody else gets it.
+			for i := 0; i < 4; i++ {
+				time.Sleep(150 * time.Millisecond)
+				if held, present, err := c.Renew(ctx, fx.id, tok); !held || present || err != nil {
+					t.Fatalf("renewal %d: held %v present %v %v", i, held, present, err)
+				}
+				if b, _ := c.Missing(ctx, []string{fx.id}); len(b.Pending) != 1 {
+					t.Fatalf("another client during renewals: %+v", b)
+				}
+			}
+			// Expired and taken: renewal says so.
+			time.Sleep(400 * time.Millisecond)
+			b, _ := c.Missing(ctx, []string{fx.id})
+			if len(b.Upload) != 1 {
+				t.Fatalf("after expiry: %+v", b)
+			}
+			if held, present, _ := c.Renew(ctx, fx.id, tok); held || present {
+				t.Errorf("renewed a lease someone else holds: %v %v", held, present)
+			}
+			if _, err := c.Upload(ctx, fx.id, DebugInfo, fx.debug, b.Upload[0].Token); err != nil {
+				t.Fatal(err)
+			}
+			if held, present, _ := c.Renew(ctx, fx.id, tok); held || !present {
+				t.Errorf("after the upload: held %v present %v", held, present)
+			}
+		})
+	}
+}
+
+// Leases are keyed by ids agents send: a flood of made-up ids cannot grow
+// them past their bound; the ids beyond it are answered pending (ask
+// again), and leases are granted again once the old ones expire.
+func TestLeasesBounded(t *testing.T) {
+	be, _ := NewDir(t.TempDir())
+	s, err := New(context.Background(), Config{Backend: be, Lease: 300 * time.Millisecond, MaxQueryIDs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := s.maxLeases()
+	leased, pending := 0, 0
+	queries := 3 * limit / 100
+	for q := 0; q < queries; q++ {
+		ids := make([]string, 100)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%040x", q*100+i+1)
+		}
+		res, err := s.Missing(context.Background(), ids, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased += len(res.Upload)
+		pending += len(res.Pending)
+	}
+	s.mu.Lock()
+	held := len(s.leases)
+	s.mu.Unlock()
+	if held > limit || leased != limit || pending != queries*100-limit {
+		t.Fatalf("%d leases held (bound %d), %d granted, %d pending", held, limit, leased, pending)
+	}
+	time.Sleep(400 * time.Millisecond)
+	res, _ := s.Missing(context.Background(), []string{fmt.Sprintf("%040x", 1<<30)}, true)
+	if len(res.Upload) != 1 || res.Upload[0].Token == "" {
+		t.Fatalf("no lease once the old ones expired: %+v", res)
+	}
+	s.mu.Lock()
+	held = len(s.leases)
+	s.mu.Unlock()
+	if held != 1 {
+		t.Errorf("%d leases held after expiry, want 1", held)
 	}
 }

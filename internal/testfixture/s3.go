@@ -20,12 +20,28 @@ type S3Server struct {
 	Access   string
 	Secret   string
 	Dir      string // the directory it serves: buckets are folders
+	// Conditional is whether it honours conditional writes (If-None-Match,
+	// If-Match): versitygw keeps ETags in extended attributes, so only with
+	// its metadata store on a file system with user xattrs.
+	Conditional bool
+}
+
+// S3Options adjusts StartS3S.
+type S3Options struct {
+	// NoMeta runs versitygw without its metadata store: no ETags, and
+	// conditional writes are silently ignored (a server without them).
+	NoMeta bool
 }
 
 // StartS3 starts versitygw (installed by .ci/run with `go install
 // github.com/versity/versitygw/cmd/versitygw@v1.8.0`) on a free loopback
-// port with random credentials, and stops it when the test ends.
-func StartS3(t testing.TB) *S3Server {
+// port with random credentials, and stops it when the test ends. It keeps
+// object metadata (and so honours conditional writes) where the test's
+// temporary directory supports user extended attributes.
+func StartS3(t testing.TB) *S3Server { return StartS3With(t, S3Options{}) }
+
+// StartS3With is StartS3 with options.
+func StartS3With(t testing.TB, opt S3Options) *S3Server {
 	t.Helper()
 	bin, err := exec.LookPath("versitygw")
 	if err != nil {
@@ -38,8 +54,14 @@ func StartS3(t testing.TB) *S3Server {
 	}
 	dir := t.TempDir()
 	s := &S3Server{Endpoint: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), Access: "profsym" + token(4), Secret: token(16), Dir: dir}
+	args := []string{"--port", s.Endpoint, "--access", s.Access, "--secret", s.Secret, "--quiet", "posix"}
+	if opt.NoMeta || !userXattrs(dir) {
+		args = append(args, "--nometa")
+	} else {
+		s.Conditional = true
+	}
 	var log bytes.Buffer
-	cmd := exec.Command(bin, "--port", s.Endpoint, "--access", s.Access, "--secret", s.Secret, "--quiet", "posix", "--nometa", dir)
+	cmd := exec.Command(bin, append(args, dir)...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {

@@ -205,3 +205,24 @@ func SplitDebug(t testing.TB, bin string, link bool) (string, string) {
 	Run(t, objcopy, args...)
 	return stripped, debug
 }
+
+// Helm returns the helm binary (PATH, then $(go env GOPATH)/bin), or skips
+// or fails the test. CI installs it: go install helm.sh/helm/v3/cmd/helm@v3.22.0
+func Helm(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	gopath := os.Getenv("GOPATH")
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		gopath = strings.TrimSpace(string(out))
+	}
+	for _, dir := range filepath.SplitList(gopath) {
+		p := filepath.Join(dir, "bin", "helm")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
+	return ""
+}

@@ -48,6 +48,10 @@ type Config struct {
 	// Timeout bounds the time one batch spends finding and opening binaries
 	// (fetches go on in the background and serve later batches).
 	Timeout time.Duration `mapstructure:"timeout"`
+	// FetchWait bounds how long a batch waits for files still being
+	// downloaded: their frames flow on pending and a later batch names
+	// them. 0: wait up to Timeout.
+	FetchWait time.Duration `mapstructure:"fetch_wait"`
 	// NegativeTTL is how long a binary that was not found, or found without
 	// DWARF, is remembered before the sources are asked again; answers
 	// already given for its addresses expire with it.
@@ -122,6 +126,13 @@ type LimitsConfig struct {
 	MaxIndexedFiles int `mapstructure:"max_indexed_files"`
 }
 
+// DefaultFetchWait is how long a batch waits for a download in flight. A
+// debug file that a healthy server has at hand (tens of MB over a cluster
+// network) arrives well within it, so a new build id is usually named in the
+// batch that first names it; a slow or trickling server adds at most this
+// to that batch, and nothing to later ones.
+const DefaultFetchWait = 500 * time.Millisecond
+
 func createDefaultConfig() *Config {
 	return &Config{
 		Sources:                 append([]string(nil), locate.DefaultOrder...),
@@ -141,6 +152,7 @@ func createDefaultConfig() *Config {
 		InlineFrames: true,
 		LineNumbers:  true,
 		Timeout:      otlpsym.DefaultTimeout,
+		FetchWait:    DefaultFetchWait,
 		NegativeTTL:  locate.DefaultNegativeTTL,
 		Cache: CacheConfig{
 			MaxBytes:          symbolize.DefaultCacheBytes,
@@ -189,8 +201,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("debuginfod.urls: %q is not an http(s) URL", u))
 		}
 	}
-	if c.Debuginfod.Timeout < 0 || c.Timeout < 0 || c.Debuginfod.NegativeTTL < 0 || c.NegativeTTL < 0 || c.SymbolDirectoriesRescan < 0 {
-		errs = append(errs, errors.New("timeouts, negative_ttl and symbol_directories_rescan must not be negative"))
+	if c.Debuginfod.Timeout < 0 || c.Timeout < 0 || c.FetchWait < 0 || c.Debuginfod.NegativeTTL < 0 || c.NegativeTTL < 0 || c.SymbolDirectoriesRescan < 0 {
+		errs = append(errs, errors.New("timeouts, fetch_wait, negative_ttl and symbol_directories_rescan must not be negative"))
 	}
 	if c.Debuginfod.MaxParallel < 0 || c.Debuginfod.MaxCacheBytes < 0 {
 		errs = append(errs, errors.New("debuginfod.max_parallel and max_cache_bytes must not be negative"))

@@ -29,7 +29,7 @@ func TestLoadConfig(t *testing.T) {
 	d.Timeout, d.CacheDir, d.MaxCacheBytes, d.MaxParallel, d.NegativeTTL = 3*time.Second, "/var/cache/profsym", 1<<30, 2, time.Minute
 	d.MaxFileBytes, d.MaxDownloadTime = 512<<20, 2*time.Minute
 	custom.Demangle, custom.InlineFrames, custom.LineNumbers = "none", false, false
-	custom.Timeout, custom.NegativeTTL = 2*time.Second, 30*time.Second
+	custom.Timeout, custom.FetchWait, custom.NegativeTTL = 2*time.Second, 250*time.Millisecond, 30*time.Second
 	custom.Cache = CacheConfig{MaxBytes: 256 << 20, MaxEntries: 100000, MaxResultBytes: 64 << 20, MaxObjects: 4096,
 		MaxDemangled: 1000, MaxDemangledBytes: 1 << 20}
 	custom.Limits = LimitsConfig{MaxNameBytes: 1024, MaxAttributeBytes: 16384, MaxFramesJSONBytes: 65536, MaxLogFrames: 256,
@@ -69,7 +69,7 @@ func TestDefaultsAreBounded(t *testing.T) {
 	}
 	l := c.Limits
 	if l.MaxNameBytes <= 0 || l.MaxAttributeBytes <= 0 || l.MaxFramesJSONBytes <= 0 || l.MaxLogFrames <= 0 ||
-		l.MaxFileBytes <= 0 || l.MaxDecompressedBytes <= 0 || l.MaxIndexedFiles <= 0 || c.Timeout <= 0 || c.NegativeTTL <= 0 || c.SymbolDirectoriesRescan <= 0 {
+		l.MaxFileBytes <= 0 || l.MaxDecompressedBytes <= 0 || l.MaxIndexedFiles <= 0 || c.Timeout <= 0 || c.FetchWait <= 0 || c.FetchWait >= c.Timeout || c.NegativeTTL <= 0 || c.SymbolDirectoriesRescan <= 0 {
 		t.Errorf("unbounded limit default: %+v", c)
 	}
 	if c.Sources[0] != "proc" || c.Sources[len(c.Sources)-1] != "kernel" {
@@ -90,6 +90,7 @@ func TestValidate(t *testing.T) {
 		{"url", func(c *Config) { c.Debuginfod.URLs = []string{"ftp://x"} }, "not an http(s) URL"},
 		{"negative ttl", func(c *Config) { c.NegativeTTL = -time.Second }, "must not be negative"},
 		{"negative rescan", func(c *Config) { c.SymbolDirectoriesRescan = -1 }, "must not be negative"},
+		{"negative fetch wait", func(c *Config) { c.FetchWait = -time.Millisecond }, "fetch_wait"},
 		{"negative cache", func(c *Config) { c.Cache.MaxResultBytes = -1 }, "cache bounds"},
 		{"negative limit", func(c *Config) { c.Limits.MaxFileBytes = -1 }, "limits must not be negative"},
 		{"tiny names", func(c *Config) { c.Limits.MaxNameBytes = 3 }, "max_name_bytes"},

@@ -2,6 +2,7 @@ package symbolizationprocessor
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -170,7 +171,8 @@ func TestTelemetry(t *testing.T) {
 
 // limits.max_decompressed_bytes: a binary whose compressed DWARF expands
 // past the bound keeps flowing, named from its symbol table only (no
-// lines), and the engine holds none of the refused bytes.
+// lines), with the location attribute profsym.symbolization.incomplete
+// saying why its lines are missing, counted in frames_incomplete.
 func TestMaxDecompressedBytes(t *testing.T) {
 	bin := testfixture.Build(t, testfixture.Spec{Name: "prog-gz", Lang: "c", Sources: []string{"processor/prog.c"},
 		Args: []string{"-O2", "-g", "-gz=zlib", "-Wl,--build-id", "-DSEED=12"}})
@@ -197,5 +199,33 @@ func TestMaxDecompressedBytes(t *testing.T) {
 		if gotLines != tc.lines || loc.Lines().Len() == 0 {
 			t.Errorf("limit %d: %d lines, first line %v; want lines %v and a name", tc.limit, loc.Lines().Len(), gotLines, tc.lines)
 		}
+		d := pdict.New(pd.Dictionary())
+		why, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete)
+		if _, raw := d.FindAttr(loc.AttributeIndices(), frame.AttrError); raw {
+			t.Errorf("limit %d: a named frame carries %s", tc.limit, frame.AttrError)
+		}
+		incomplete := h.value(t, "otelcol_symbolization_frames_incomplete")
+		switch {
+		case tc.lines && (has || incomplete != 0):
+			t.Errorf("limit %d: lines present, yet %s=%q and frames_incomplete %d", tc.limit, frame.AttrIncomplete, why.Str(), incomplete)
+		case !tc.lines && (why.Str() != "limit_exceeded" || incomplete != 1):
+			t.Errorf("limit %d: %s=%q (present %v), frames_incomplete %d; want limit_exceeded and 1", tc.limit, frame.AttrIncomplete, why.Str(), has, incomplete)
+		}
+	}
+	// A binary without any DWARF is named from its symbol table as before,
+	// without the attribute: nothing failed, there is nothing to read.
+	stripped := filepath.Join(t.TempDir(), "prog")
+	if out, err := exec.Command("strip", "--strip-debug", "-o", stripped, bin).CombinedOutput(); err != nil {
+		testfixture.SkipOrFail(t, "strip: %v %s", err, out)
+	}
+	h := newHarness(t, func(cfg *Config) {
+		cfg.Sources = []string{locate.SourceSymbolDirs}
+		cfg.SymbolDirectories = []string{filepath.Dir(stripped)}
+	})
+	h.run(t, profile(v))
+	pd := h.sink.AllProfiles()[0]
+	loc := pd.Dictionary().LocationTable().At(1)
+	if _, has := pdict.New(pd.Dictionary()).FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); has || loc.Lines().Len() == 0 {
+		t.Errorf("no DWARF at all: %d lines, %s present %v; want a name and no attribute", loc.Lines().Len(), frame.AttrIncomplete, has)
 	}
 }

@@ -81,6 +81,7 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 		DemangleEntries: c.Cache.MaxDemangled,
 		DemangleBytes:   c.Cache.MaxDemangledBytes,
 		Timeout:         c.Timeout,
+		FetchWait:       c.FetchWait,
 		NegativeTTL:     c.NegativeTTL,
 		MaxParallel:     c.Debuginfod.MaxParallel,
 		Limits: otlpsym.Limits{
@@ -237,6 +238,9 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	for reason, n := range st.Unresolved {
 		t.SymbolizationFramesUnresolved.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 	}
+	for reason, n := range st.Incomplete {
+		t.SymbolizationFramesIncomplete.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	t.SymbolizationCacheHits.Add(ctx, st.CacheHits)
 	t.SymbolizationCacheMisses.Add(ctx, st.CacheMisses)
 	caches := p.sym.Caches()
@@ -263,6 +267,8 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	p.shared.last = now
 	p.shared.mu.Unlock()
 	t.SymbolizationDebuginfodRequests.Add(ctx, now.Requests-prev.Requests)
+	t.SymbolizationDebuginfodDownloadsInFlight.Record(ctx, now.InFlight)
+	t.SymbolizationDebuginfodOldestDownload.Record(ctx, now.OldestInFlight.Seconds())
 	t.SymbolizationDebuginfodBytes.Add(ctx, now.BytesFetched-prev.BytesFetched)
 	for reason, n := range now.Errors {
 		if d := n - prev.Errors[reason]; d > 0 {

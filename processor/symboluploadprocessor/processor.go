@@ -98,31 +98,50 @@ func (p *uploader) shutdown(context.Context) error {
 }
 
 // processProfiles forwards pd untouched after noting, for each mapping
-// whose GNU build id the uploader has not handled yet, which processes map
-// it. In the steady state (every id known) it reads only the mapping table.
+// whose build id the uploader has not handled yet, which processes map it.
+// A mapping is known by its GNU build id, or by its Go build id when it has
+// no GNU one (Go before 1.24). In the steady state (every id known) it
+// reads only the mapping table.
 func (p *uploader) processProfiles(_ context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
 	if p.up == nil {
 		return pd, nil
 	}
 	dict := pd.Dictionary()
 	strs, attrs, maps := dict.StringTable(), dict.AttributeTable(), dict.MappingTable()
-	var fresh map[int32]string // mapping index -> build id
+	var fresh map[int32]ids // mapping index -> its ids
 	for i := 0; i < maps.Len(); i++ {
 		m := maps.At(i)
+		var gnu, goID string
 		for _, ai := range m.AttributeIndices().All() {
 			if int(ai) >= attrs.Len() {
 				continue
 			}
 			kv := attrs.At(int(ai))
-			if k := int(kv.KeyStrindex()); k >= strs.Len() || strs.At(k) != pframe.AttrBuildIDGNU {
+			k := int(kv.KeyStrindex())
+			if k >= strs.Len() {
 				continue
 			}
-			if id := kv.Value().Str(); id != "" && !p.up.Known(id) {
-				if fresh == nil {
-					fresh = map[int32]string{}
-				}
-				fresh[int32(i)] = id
+			switch strs.At(k) {
+			case pframe.AttrBuildIDGNU:
+				gnu = kv.Value().Str()
+			case pframe.AttrBuildIDGo:
+				goID = kv.Value().Str()
 			}
+		}
+		key := gnu
+		if key == "" && goID != "" {
+			// Rare (old Go binaries): the key costs an allocation.
+			k, err := symstore.GoKey(goID)
+			if err != nil {
+				continue
+			}
+			key = k.String()
+		}
+		if key != "" && !p.up.Known(key) {
+			if fresh == nil {
+				fresh = map[int32]ids{}
+			}
+			fresh[int32(i)] = ids{gnu, goID}
 		}
 	}
 	if len(fresh) == 0 {
@@ -165,7 +184,7 @@ func (p *uploader) processProfiles(_ context.Context, pd pprofile.Profiles) (ppr
 						if fi := int(m.FilenameStrindex()); fi < strs.Len() {
 							path = strs.At(fi)
 						}
-						p.up.Observe(symupload.Candidate{PID: spid, Path: path, BuildID: id,
+						p.up.Observe(symupload.Candidate{PID: spid, Path: path, BuildID: id.gnu, GoBuildID: id.goID,
 							Start: m.MemoryStart(), Limit: m.MemoryLimit()})
 					}
 				}
@@ -174,6 +193,9 @@ func (p *uploader) processProfiles(_ context.Context, pd pprofile.Profiles) (ppr
 	}
 	return pd, nil
 }
+
+// ids are a mapping's identities the uploader keys files by.
+type ids struct{ gnu, goID string }
 
 // samplePID reads process.pid from a sample's attributes (profiles that
 // keep one resource for many processes).

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/elfx/buildid"
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -25,11 +28,13 @@ import (
 )
 
 // profileOf builds a profile like the profiling receiver's: one resource per
-// process, one sample whose stack has one location in each mapping.
+// process, one sample whose stack has one location in each mapping. A
+// mapping's id is its GNU build id, or "go:" and its Go build id for a
+// mapping with no GNU one.
 func profileOf(pid int64, mappings map[string]string) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	dict := pd.Dictionary()
-	dict.StringTable().Append("", pframe.AttrBuildIDGNU)
+	dict.StringTable().Append("", pframe.AttrBuildIDGNU, pframe.AttrBuildIDGo)
 	dict.MappingTable().AppendEmpty()
 	dict.LocationTable().AppendEmpty()
 	dict.StackTable().AppendEmpty()
@@ -37,6 +42,10 @@ func profileOf(pid int64, mappings map[string]string) pprofile.Profiles {
 	for path, id := range mappings {
 		kv := dict.AttributeTable().AppendEmpty()
 		kv.SetKeyStrindex(1)
+		if goID, ok := strings.CutPrefix(id, "go:"); ok {
+			kv.SetKeyStrindex(2)
+			id = goID
+		}
 		kv.Value().SetStr(id)
 		m := dict.MappingTable().AppendEmpty()
 		m.SetFilenameStrindex(int32(dict.StringTable().Len()))
@@ -112,6 +121,57 @@ func TestPassThroughAndUpload(t *testing.T) {
 			t.Errorf("enabled=%v: stored=%v", enabled, got)
 		}
 		p.Shutdown(context.Background())
+	}
+}
+
+// A Go binary linked without a GNU build id (Go before 1.24, or
+// -ldflags=-B=none) is uploaded under its Go build id.
+func TestUploadByGoBuildID(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "procgo", Lang: "go", Sources: []string{"sampler/gohot"},
+		Args: []string{"-ldflags=-B=none -X main.fixture=procgo"}})
+	f, err := elfx.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goID, err := buildid.Go(f)
+	_, gnuErr := buildid.GNU(f)
+	f.Close()
+	if err != nil || gnuErr == nil {
+		t.Fatalf("fixture: Go build id %q (%v), GNU build id error %v", goID, err, gnuErr)
+	}
+	cmd := exec.Command(bin, "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(50 * time.Millisecond)
+
+	be, _ := symstore.NewDir(t.TempDir())
+	store, _ := symstore.New(context.Background(), symstore.Config{Backend: be})
+	srv := httptest.NewServer(store.Handler())
+	defer srv.Close()
+	cfg := createDefaultConfig()
+	cfg.ClientConfig.Endpoint = srv.URL
+	cfg.QueryInterval = 100 * time.Millisecond
+	p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	if err := p.ConsumeProfiles(context.Background(), profileOf(int64(cmd.Process.Pid), map[string]string{bin: "go:" + goID})); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := symstore.GoKey(goID)
+	deadline := time.Now().Add(10 * time.Second)
+	for !store.Has(key.String(), symstore.DebugInfo) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !store.Has(key.String(), symstore.DebugInfo) {
+		t.Fatalf("%s not stored", key)
 	}
 }
 

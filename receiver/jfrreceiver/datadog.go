@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/profsym/profsym/internal/frame"
 )
 
 // ddEvent is the `event` part of a Datadog profile upload (intake v4).
@@ -18,16 +20,17 @@ type ddEvent struct {
 	End          string   `json:"end"`
 }
 
-// Datadog tags mapped to OpenTelemetry resource attributes; other tags are
-// kept as datadog.tag.<name>.
+// Datadog tags mapped to OpenTelemetry resource attributes (semconv names,
+// the table in docs/jfr.md); other tags are kept as datadog.tag.<name>.
+// runtime-id is one per JVM run, which is what service.instance.id names.
 var ddTags = map[string]string{
-	"service":         "service.name",
-	"env":             "deployment.environment.name",
-	"version":         "service.version",
-	"host":            "host.name",
-	"runtime-id":      "service.instance.id",
-	"runtime_version": "process.runtime.version",
-	"runtime":         "process.runtime.name",
+	"service":         frame.AttrServiceName,
+	"env":             frame.AttrDeploymentEnvironment,
+	"version":         frame.AttrServiceVersion,
+	"host":            frame.AttrHostName,
+	"runtime-id":      frame.AttrServiceInstanceID,
+	"runtime_version": frame.AttrRuntimeVersion,
+	"runtime":         frame.AttrRuntimeName,
 }
 
 // readDatadog reads an upload to the Datadog profiling intake: a multipart form with
@@ -83,7 +86,7 @@ func (r *jfrReceiver) readDatadog(req *http.Request) (*upload, *httpError) {
 	}
 	ddResource(up.resource, tags)
 	if ev.Family != "" {
-		up.resource["telemetry.sdk.language"] = clip(ev.Family)
+		up.resource[frame.AttrSDKLanguage] = clip(ev.Family)
 	}
 	return up, nil
 }
@@ -100,7 +103,7 @@ func ddResource(res map[string]any, tags []string) {
 		k, v = clip(k), clip(v)
 		if k == "pid" || k == "process_id" {
 			if pid, err := strconv.ParseInt(v, 10, 64); err == nil && pid > 0 {
-				res["process.pid"] = pid
+				res[frame.AttrPID] = pid
 			}
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/jfr"
 )
 
@@ -23,12 +24,12 @@ func (r *jfrReceiver) readPyroscope(req *http.Request) (*upload, *httpError) {
 	up := &upload{resource: map[string]any{}}
 	app, labels := parseAppName(q.Get("name"))
 	if app != "" {
-		up.resource["service.name"] = clip(app)
+		up.resource[frame.AttrServiceName] = clip(app)
 	}
 	for k, v := range labels {
 		switch k {
 		case "service_name":
-			up.resource["service.name"] = v
+			up.resource[frame.AttrServiceName] = v
 		case "__name__":
 		default:
 			up.resource[k] = v
@@ -64,7 +65,7 @@ func (r *jfrReceiver) readPyroscope(req *http.Request) (*upload, *httpError) {
 			if err != nil {
 				return classify(err, "labels part")
 			}
-			if up.labels, err = parseLabels(b); err != nil {
+			if up.labels, up.strings, err = parseLabels(b); err != nil {
 				return badRequest("labels part: %v", err)
 			}
 		}
@@ -98,8 +99,9 @@ func parseAppName(s string) (string, map[string]string) {
 
 // parseLabels decodes a LabelsSnapshot: contexts (field 1, map of context
 // id to Context{labels: map of key string id to value string id}) and
-// strings (field 2, map of string id to string).
-func parseLabels(b []byte) (map[int64]map[string]string, error) {
+// strings (field 2, map of string id to string), which samples' spanName
+// ids also point into.
+func parseLabels(b []byte) (map[int64]map[string]string, map[int64]string, error) {
 	type ctxLabels map[int64]int64
 	contexts := map[int64]ctxLabels{}
 	strs := map[int64]string{}
@@ -159,7 +161,7 @@ func parseLabels(b []byte) (map[int64]map[string]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[int64]map[string]string, len(contexts))
 	for id, cl := range contexts {
@@ -171,7 +173,7 @@ func parseLabels(b []byte) (map[int64]map[string]string, error) {
 		}
 		out[id] = m
 	}
-	return out, nil
+	return out, strs, nil
 }
 
 // eachField walks one protobuf message's fields.

@@ -153,6 +153,7 @@ type upload struct {
 	recordings [][]byte
 	resource   map[string]any
 	labels     map[int64]map[string]string
+	strings    map[int64]string
 	execKind   jfr.Kind
 }
 
@@ -200,9 +201,15 @@ func (r *jfrReceiver) convert(ctx context.Context, up *upload, intake string) *h
 		lim := jfr.DefaultLimits()
 		lim.MaxChunkSize = r.cfg.MaxChunkSize
 		pd, st, err := jfrconv.ConvertBytes(rec, jfrconv.Options{Limits: lim, ExecutionSampleKind: up.execKind,
-			Resource: up.resource, Labels: up.labels, ScopeVersion: r.set.BuildInfo.Version})
+			Resource: up.resource, Labels: up.labels, Strings: up.strings, ScopeVersion: r.set.BuildInfo.Version})
 		if err != nil {
 			return classify(err, fmt.Sprintf("recording %d", i+1))
+		}
+		if len(st.Ignored) > 0 {
+			// Two sources of one profile (docs/jfr.md): the profile is made
+			// of one, the others' events are left out.
+			r.log.Debug("jfr recording has more than one source of a profile", zap.String("intake", intake),
+				zap.Any("sources", st.Source), zap.Any("ignored_events", st.Ignored))
 		}
 		for k, v := range st.Samples {
 			r.tel.ReceiverJfrSamples.Add(ctx, v, metric.WithAttributes(attribute.String("profile", k.String())))

@@ -225,10 +225,11 @@ func labelsSnapshot() []byte {
 }
 
 func TestParseLabels(t *testing.T) {
-	got, err := parseLabels(labelsSnapshot())
+	got, strs, err := parseLabels(labelsSnapshot())
 	require.NoError(t, err)
 	require.Equal(t, map[int64]map[string]string{7: {"span_name": "checkout"}}, got)
-	_, err = parseLabels([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	require.Equal(t, map[int64]string{1: "span_name", 2: "checkout"}, strs)
+	_, _, err = parseLabels([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	require.Error(t, err)
 }
 

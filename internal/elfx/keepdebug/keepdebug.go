@@ -51,10 +51,33 @@ type Stats struct {
 	Compressed        int
 }
 
+// Options adjusts an extraction.
+type Options struct {
+	Compression Compression
+	// Pace, when set, is called with the size of each piece of input before
+	// it is compressed or copied (pieces of at most PaceChunk bytes), and
+	// may block: a caller spreads the extraction's CPU over time by pacing
+	// it to a rate. An error stops the extraction.
+	Pace func(n int) error
+}
+
+// PaceChunk is the largest piece of input between two Pace calls.
+const PaceChunk = 256 << 10
+
 // Write extracts src into dst. dst must be positioned at offset 0; the ELF
 // header is written last (it holds the section table's offset), hence the
 // Seeker.
 func Write(src *elfx.File, dst io.WriteSeeker, comp Compression) (Stats, error) {
+	return WriteOptions(src, dst, Options{Compression: comp})
+}
+
+// WriteOptions is Write with options.
+func WriteOptions(src *elfx.File, dst io.WriteSeeker, opt Options) (Stats, error) {
+	comp := opt.Compression
+	pace := opt.Pace
+	if pace == nil {
+		pace = func(int) error { return nil }
+	}
 	var st Stats
 	data := src.Bytes()
 	st.InBytes = int64(len(data))
@@ -124,12 +147,14 @@ func Write(src *elfx.File, dst io.WriteSeeker, comp Compression) (Stats, error) 
 		}
 		body := data[s.Offset:end]
 		flags := uint64(s.Flags)
+		copyPace := pace // the input is paced once: compressed, or copied
 		if comp != None && strings.HasPrefix(s.Name, ".debug_") && s.Flags&elf.SHF_COMPRESSED == 0 &&
 			s.Flags&elf.SHF_ALLOC == 0 && len(body) >= minCompress {
-			c, err := compress(body, is64, bo, comp, s.Addralign)
+			c, err := compress(body, is64, bo, comp, s.Addralign, pace)
 			if err != nil {
 				return st, fmt.Errorf("compress %s: %w", s.Name, err)
 			}
+			copyPace = func(int) error { return nil }
 			if len(c) < len(body) {
 				body = c
 				flags |= uint64(elf.SHF_COMPRESSED)
@@ -149,7 +174,9 @@ func Write(src *elfx.File, dst io.WriteSeeker, comp Compression) (Stats, error) 
 		putShdr(raw, is64, bo, shOffset, uint64(w.n))
 		putShdr(raw, is64, bo, shSize, uint64(len(body)))
 		putShdr(raw, is64, bo, shFlags, flags)
-		w.Write(body)
+		if err := paced(body, copyPace, func(p []byte) error { _, err := w.Write(p); return err }); err != nil {
+			return st, err
+		}
 		st.Kept++
 	}
 	if err := w.pad(8); err != nil {
@@ -213,8 +240,27 @@ func putShdr(h []byte, is64 bool, bo binary.ByteOrder, f shField, v uint64) {
 	bo.PutUint32(h[off:], uint32(v))
 }
 
+// paced hands b to fn in pieces of at most PaceChunk bytes, calling pace
+// before each.
+func paced(b []byte, pace func(int) error, fn func([]byte) error) error {
+	for len(b) > 0 {
+		n := min(len(b), PaceChunk)
+		if err := pace(n); err != nil {
+			return err
+		}
+		if err := fn(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // compress returns an SHF_COMPRESSED section body: Chdr then the stream.
-func compress(body []byte, is64 bool, bo binary.ByteOrder, comp Compression, align uint64) ([]byte, error) {
+// The encoders run in the calling goroutine (zstd with concurrency 1 is
+// synchronous), so a caller that lowers its thread's priority lowers
+// theirs.
+func compress(body []byte, is64 bool, bo binary.ByteOrder, comp Compression, align uint64, pace func(int) error) ([]byte, error) {
 	var out bytes.Buffer
 	typ := elf.COMPRESS_ZSTD
 	if comp == Zlib {
@@ -236,7 +282,7 @@ func compress(body []byte, is64 bool, bo binary.ByteOrder, comp Compression, ali
 	switch comp {
 	case Zlib:
 		zw, _ := zlib.NewWriterLevel(&out, zlib.BestSpeed)
-		if _, err := zw.Write(body); err != nil {
+		if err := paced(body, pace, func(p []byte) error { _, err := zw.Write(p); return err }); err != nil {
 			return nil, err
 		}
 		if err := zw.Close(); err != nil {
@@ -247,7 +293,7 @@ func compress(body []byte, is64 bool, bo binary.ByteOrder, comp Compression, ali
 		if err != nil {
 			return nil, err
 		}
-		if _, err := zw.Write(body); err != nil {
+		if err := paced(body, pace, func(p []byte) error { _, err := zw.Write(p); return err }); err != nil {
 			return nil, err
 		}
 		if err := zw.Close(); err != nil {

@@ -132,3 +132,57 @@ func TestHasSymbolsStripped(t *testing.T) {
 		t.Error("re-extracted debug file lost its symbols")
 	}
 }
+
+// Pace sees every kept byte, in pieces of at most PaceChunk, before it is
+// compressed or copied; the output is the same as unpaced; an error from
+// Pace stops the extraction.
+func TestPace(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "keepdebugpace", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-Wl,--build-id", "-DE2E_ID=keepdebugpace"}})
+	f, err := elfx.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var kept int64
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && (s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOTE || keepAlloc[s.Name]) {
+			kept += int64(s.FileSize)
+		}
+	}
+	plain, _ := extract(t, bin, Zstd)
+	for _, comp := range []Compression{Zstd, Zlib, None} {
+		var paced int64
+		calls := 0
+		out := filepath.Join(t.TempDir(), "paced.debug")
+		w, _ := os.Create(out)
+		_, err := WriteOptions(f, w, Options{Compression: comp, Pace: func(n int) error {
+			if n <= 0 || n > PaceChunk {
+				t.Errorf("Pace(%d)", n)
+			}
+			paced += int64(n)
+			calls++
+			return nil
+		}})
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if paced != kept {
+			t.Errorf("%v: paced %d bytes in %d calls, the kept sections hold %d", comp, paced, calls, kept)
+		}
+		if comp == Zstd {
+			a, _ := os.ReadFile(plain)
+			b, _ := os.ReadFile(out)
+			if string(a) != string(b) {
+				t.Error("paced output differs from unpaced")
+			}
+		}
+	}
+	stop := fmt.Errorf("stop")
+	w, _ := os.Create(filepath.Join(t.TempDir(), "stopped.debug"))
+	defer w.Close()
+	if _, err := WriteOptions(f, w, Options{Pace: func(int) error { return stop }}); err != stop {
+		t.Errorf("Pace's error: %v", err)
+	}
+}

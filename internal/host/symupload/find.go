@@ -14,17 +14,30 @@ import (
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/locate/debugdirs"
+	"github.com/profsym/profsym/internal/symstore"
 )
 
 // Candidate is one mapping seen in a profile: a file of a process, known by
-// its GNU build id.
+// its GNU build id or, for a Go binary without one, its Go build id.
 type Candidate struct {
 	PID     int64
 	Path    string // as the profile names it: absolute, or a basename (upstream profiler)
-	BuildID string // hex, validated
+	BuildID string // GNU build id, hex
+	// GoBuildID is used when BuildID is empty: Go before 1.24, and later
+	// with -ldflags=-B=none, links no GNU build id.
+	GoBuildID string
 	// Start and Limit are the mapping's addresses, when known; they find
 	// the exact file through /proc/PID/map_files.
 	Start, Limit uint64
+}
+
+// Key is what the candidate is stored under: its GNU build id when it has
+// one, else its Go build id.
+func (c Candidate) Key() (symstore.Key, error) {
+	if c.BuildID != "" || c.GoBuildID == "" {
+		return symstore.GNUKey(c.BuildID)
+	}
+	return symstore.GoKey(c.GoBuildID)
 }
 
 // maxMapsLines bounds the /proc/PID/maps lines read for a basename match.
@@ -72,12 +85,20 @@ type Source struct {
 // build the profile names, and returns the file that carries its symbols:
 // the binary itself, or its separate debug file (by build id under the
 // debug directories, the process's own /usr/lib/debug, or .gnu_debuglink).
-// Errors wrap frame.ErrNotFound (no such file any more),
-// frame.ErrBuildIDMismatch or frame.ErrNoDebugInfo.
+// A candidate known by Go build id only must carry its own symbols (Go
+// binaries keep .gopclntab even when stripped). Errors wrap
+// frame.ErrNotFound (no such file any more), frame.ErrBuildIDMismatch or
+// frame.ErrNoDebugInfo.
 func FindSource(procRoot string, c Candidate, debugDirs []string) (Source, error) {
-	want, err := buildid.ParseHex(c.BuildID)
+	key, err := c.Key()
 	if err != nil {
-		return Source{}, fmt.Errorf("%w: %v", frame.ErrInvalidBuildID, err)
+		return Source{}, err
+	}
+	var want []byte
+	if key.NS == symstore.NSBuildID {
+		if want, err = buildid.ParseHex(key.ID); err != nil {
+			return Source{}, fmt.Errorf("%w: %v", frame.ErrInvalidBuildID, err)
+		}
 	}
 	var lastErr error = fmt.Errorf("%s: %w", c.Path, frame.ErrNotFound)
 	for _, p := range hostPaths(procRoot, c) {
@@ -85,16 +106,20 @@ func FindSource(procRoot string, c Candidate, debugDirs []string) (Source, error
 		if err != nil {
 			continue
 		}
-		got, _ := buildid.GNU(f)
-		if buildid.HexString(got) != c.BuildID {
+		if got, ok := sameBuild(f, key); !ok {
 			f.Close()
-			lastErr = fmt.Errorf("%s has build id %x, the profile says %s: %w", p, got, c.BuildID, frame.ErrBuildIDMismatch)
+			lastErr = fmt.Errorf("%s has build id %s, the profile says %s: %w", p, got, key, frame.ErrBuildIDMismatch)
 			continue
 		}
 		if keepdebug.HasSymbols(f) {
 			size := int64(len(f.Bytes()))
 			f.Close()
 			return Source{Path: p, Binary: p, Size: size}, nil
+		}
+		if want == nil {
+			f.Close()
+			lastErr = fmt.Errorf("%s: no symbols, and no GNU build id to find a debug file by: %w", p, frame.ErrNoDebugInfo)
+			continue
 		}
 		dirs := append([]string(nil), debugDirs...)
 		if c.PID > 0 {
@@ -120,4 +145,14 @@ func FindSource(procRoot string, c Candidate, debugDirs []string) (Source, error
 		lastErr = fmt.Errorf("%s: %w", dbg, frame.ErrNoDebugInfo)
 	}
 	return Source{}, lastErr
+}
+
+// sameBuild reports whether f is the build key names, and what f says.
+func sameBuild(f *elfx.File, key symstore.Key) (string, bool) {
+	if key.NS == symstore.NSGoBuildID {
+		got, _ := buildid.Go(f)
+		return fmt.Sprintf("go:%.100q", got), got == key.GoBuildID()
+	}
+	got, _ := buildid.GNU(f)
+	return buildid.HexString(got), buildid.HexString(got) == key.ID
 }

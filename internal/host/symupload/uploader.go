@@ -201,7 +201,8 @@ func matchGlob(g, p string) bool {
 	return ok
 }
 
-// Known reports whether id is tracked already; callers skip the work of
+// Known reports whether id (a key in its String form: a GNU build id in
+// hex, or "gobuildid/HEX") is tracked already; callers skip the work of
 // building a Candidate for ids seen before.
 func (u *Uploader) Known(id string) bool {
 	u.mu.Lock()
@@ -212,15 +213,21 @@ func (u *Uploader) Known(id string) bool {
 
 // Observe queues a candidate. It never blocks on I/O.
 func (u *Uploader) Observe(c Candidate) {
-	id, err := frame.ParseBuildID(c.BuildID)
+	key, err := c.Key()
 	if err != nil {
 		return
 	}
-	c.BuildID = id
+	id := key.String()
 	if u.Excluded(c.Path) {
 		u.mu.Lock()
 		if _, ok := u.ids[id]; !ok {
-			u.ids[id] = &entry{state: done}
+			// Remembered only to count it once; within the same bound.
+			if len(u.ids) >= u.cfg.MaxTracked {
+				u.forgetDone()
+			}
+			if len(u.ids) < u.cfg.MaxTracked {
+				u.ids[id] = &entry{state: done}
+			}
 			u.mu.Unlock()
 			u.obs.Skipped("excluded")
 			return
@@ -330,11 +337,12 @@ func (u *Uploader) round(ctx context.Context) {
 	for _, id := range res.Pending {
 		pending[id] = true
 	}
+	lease := time.Duration(res.LeaseSeconds) * time.Second
 	for _, id := range ask {
 		switch tok, ok := leased[id]; {
 		case ok:
 			u.wg.Add(1)
-			go u.upload(ctx, id, tok)
+			go u.upload(ctx, id, tok, lease)
 		case pending[id]:
 			// Another agent is uploading it: ask again next round.
 			u.requeue(id, u.cfg.QueryInterval)
@@ -394,7 +402,7 @@ func (u *Uploader) resolve(id string) bool {
 	return false
 }
 
-func (u *Uploader) upload(ctx context.Context, id, lease string) {
+func (u *Uploader) upload(ctx context.Context, id, lease string, leaseFor time.Duration) {
 	defer u.wg.Done()
 	select {
 	case u.sem <- struct{}{}:
@@ -406,8 +414,24 @@ func (u *Uploader) upload(ctx context.Context, id, lease string) {
 	src := *u.ids[id].src
 	u.mu.Unlock()
 	u.obs.Attempted()
-	tmp, size, err := u.extract(src)
-	if err != nil {
+	tmp, size, gone, err := u.extractLeased(ctx, id, lease, leaseFor, src)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // stopping
+	case gone == leaseStored:
+		if err == nil {
+			os.Remove(tmp)
+		}
+		u.obs.Deduped()
+		u.finish(id)
+		return
+	case gone == leaseLost:
+		if err == nil {
+			os.Remove(tmp)
+		}
+		u.requeue(id, u.cfg.QueryInterval) // another agent is uploading it now
+		return
+	case err != nil:
 		u.log.Info("symbol upload: extraction failed", zap.String("path", src.Path), zap.Error(err))
 		u.obs.Failed("extract")
 		u.finish(id)
@@ -436,8 +460,68 @@ func (u *Uploader) upload(ctx context.Context, id, lease string) {
 	}
 }
 
-// extract writes the symbol sections of src to a scratch file.
-func (u *Uploader) extract(src Source) (string, int64, error) {
+// Why a lease ended before its upload started.
+const (
+	leaseKept   = iota
+	leaseStored // the store has the id (another agent uploaded it)
+	leaseLost   // another agent holds the lease now
+)
+
+// extractLeased extracts src while renewing the lease on id, which a paced
+// extraction of a large file can outlast. When the store answers that the
+// lease is gone, the extraction stops and says why.
+func (u *Uploader) extractLeased(ctx context.Context, id, lease string, leaseFor time.Duration, src Source) (string, int64, int, error) {
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gone := leaseKept
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(max(leaseFor/3, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-ectx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ectx, queryTimeout)
+			held, present, err := u.cfg.Client.Renew(rctx, id, lease)
+			rcancel()
+			if err != nil || held {
+				continue // unreachable: the upload finds out
+			}
+			gone = leaseLost
+			if present {
+				gone = leaseStored
+			}
+			cancel()
+			return
+		}
+	}()
+	tmp, size, err := u.extract(ectx, src)
+	cancel()
+	<-renewed
+	return tmp, size, gone, err
+}
+
+// extract writes the symbol sections of src to a scratch file. Its CPU is
+// kept off the sampled host's back twice over: the input is paced through
+// the client's limiter (max_bandwidth: the agent reads at most that many
+// bytes of symbols a second, and sends at most that many), and the work
+// runs on a thread at nice 19.
+func (u *Uploader) extract(ctx context.Context, src Source) (string, int64, error) {
+	var path string
+	var size int64
+	err := lowPriority(func() error {
+		var err error
+		path, size, err = u.extractNow(ctx, src)
+		return err
+	})
+	return path, size, err
+}
+
+func (u *Uploader) extractNow(ctx context.Context, src Source) (string, int64, error) {
 	f, err := elfx.Open(src.Path)
 	if err != nil {
 		return "", 0, err
@@ -447,7 +531,11 @@ func (u *Uploader) extract(src Source) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	st, err := keepdebug.Write(f, out, u.cfg.Compression)
+	opt := keepdebug.Options{Compression: u.cfg.Compression}
+	if l := u.cfg.Client.Limiter; l != nil {
+		opt.Pace = func(n int) error { return l.Wait(ctx, n) }
+	}
+	st, err := keepdebug.WriteOptions(f, out, opt)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}

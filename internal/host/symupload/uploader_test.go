@@ -293,3 +293,59 @@ func BenchmarkThrottledUpload(b *testing.B) {
 		b.ReportMetric(cpu.Seconds(), "cpu_s_incl_store")
 	}
 }
+
+// An extraction paced by max_bandwidth can outlast the store's lease: the
+// agent renews it meanwhile, so another agent asking all along is told
+// "pending", never given the id, and the file is sent once.
+func TestPacedExtractionKeepsLease(t *testing.T) {
+	bin, id := bigDebugFile(t, 6<<20)
+	c := &counts{}
+	be, _ := symstore.NewDir(t.TempDir())
+	store, _ := symstore.New(context.Background(), symstore.Config{Backend: be, Lease: 2 * time.Second, Observer: c.storeObs()})
+	srv := httptest.NewServer(store.Handler())
+	defer srv.Close()
+	u := newUploader(t, srv.URL, c, func(cfg *Config) {
+		cfg.Client.Limiter = symstore.NewLimiter(2<<20, 0) // extraction alone takes 3 s
+	})
+	start := time.Now()
+	u.Observe(Candidate{Path: bin, BuildID: id})
+	u.Start()
+	other, _ := symstore.NewClient(srv.URL, "", nil)
+	waitFor(t, "the lease", 5*time.Second, func() bool { return c.get("attempted") == 1 })
+	for !store.Has(id, symstore.DebugInfo) {
+		res, err := other.Missing(context.Background(), []string{id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Upload) > 0 {
+			t.Fatalf("after %v another agent was given the id", time.Since(start).Round(time.Millisecond))
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("not stored within 30 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	took := time.Since(start)
+	if took < 4*time.Second {
+		t.Errorf("stored after %v: the extraction was not paced (6 MiB at 2 MiB/s, then its upload)", took)
+	}
+	if c.get("store_stored") != 1 || c.get("stored") != 1 {
+		t.Errorf("counts %v", c.m)
+	}
+}
+
+// Build ids come from the profiles passing through: however many distinct
+// ones arrive (excluded paths or not), the table stays within MaxTracked.
+func TestTrackedBounded(t *testing.T) {
+	u := New(Config{Exclude: []string{"/opt/secret/**"}, MaxTracked: 100})
+	for i := 0; i < 1000; i++ {
+		u.Observe(Candidate{Path: "/opt/secret/x", BuildID: fmt.Sprintf("%040x", i+1)})
+		u.Observe(Candidate{Path: "/usr/bin/x", BuildID: fmt.Sprintf("%040x", 1<<20+i)})
+	}
+	u.mu.Lock()
+	n := len(u.ids)
+	u.mu.Unlock()
+	if n > 100 {
+		t.Errorf("%d build ids tracked, bound 100", n)
+	}
+}

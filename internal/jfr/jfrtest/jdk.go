@@ -22,9 +22,19 @@ var jdkMu sync.Mutex
 // duration, like the other fixtures.
 func RecordJDK(t testing.TB, millis int) string {
 	t.Helper()
+	return RecordJDKWith(t, "Hot", millis, "settings=profile")
+}
+
+// RecordJDKWith runs testdata/src/jfr/<class>.java for millis milliseconds
+// under -XX:StartFlightRecording=<options>,filename=... (options such as
+// "settings=profile,jdk.ObjectAllocationInNewTLAB#enabled=true", the
+// per-event syntax JDK 17 accepts) and returns the recording's path,
+// cached per source, JDK, options and duration.
+func RecordJDKWith(t testing.TB, class string, millis int, options string) string {
+	t.Helper()
 	javac := testfixture.NeedTool(t, "javac")
 	java := testfixture.NeedTool(t, "java")
-	src := testfixture.Src(t, "jfr/Hot.java")
+	src := testfixture.Src(t, "jfr/"+class+".java")
 	code, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +42,11 @@ func RecordJDK(t testing.TB, millis int) string {
 	ver, _ := exec.Command(java, "-version").CombinedOutput()
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%d", code, ver, millis)
+	if options != "settings=profile" || class != "Hot" { // keep Hot's cache key as it was
+		fmt.Fprintf(h, "\x00%s\x00%s", class, options)
+	}
 	dir := filepath.Join(testfixture.CacheDir(), "jfr-"+hex.EncodeToString(h.Sum(nil))[:16])
-	out := filepath.Join(dir, "hot.jfr")
+	out := filepath.Join(dir, strings.ToLower(class)+".jfr")
 	jdkMu.Lock()
 	defer jdkMu.Unlock()
 	if _, err := os.Stat(out); err == nil {
@@ -48,8 +61,8 @@ func RecordJDK(t testing.TB, millis int) string {
 	}
 	defer os.RemoveAll(tmp)
 	testfixture.Run(t, javac, "-d", tmp, src)
-	rec := filepath.Join(tmp, "hot.jfr")
-	cmd := exec.Command(java, "-XX:StartFlightRecording=settings=profile,filename="+rec, "-cp", tmp, "Hot", fmt.Sprint(millis))
+	rec := filepath.Join(tmp, "rec.jfr")
+	cmd := exec.Command(java, "-XX:StartFlightRecording="+options+",filename="+rec, "-cp", tmp, class, fmt.Sprint(millis))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("java: %v\n%s", err, b)
 	}

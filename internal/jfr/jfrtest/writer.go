@@ -137,6 +137,12 @@ func (r *Recording) Sample(ev Event, at int64, tid int64, weight int64, frames .
 // SampleWith is Sample with context attribute values (by name, among
 // ContextAttributes) on a datadog event.
 func (r *Recording) SampleWith(ev Event, at int64, tid int64, weight int64, attrs map[string]string, frames ...Frame) {
+	r.SampleIn(ev, at, tid, weight, 0, 0, attrs, frames...)
+}
+
+// SampleIn is SampleWith inside a span: the Datadog profiler's spanId and
+// localRootSpanId fields (0: none).
+func (r *Recording) SampleIn(ev Event, at, tid, weight, spanID, rootSpanID int64, attrs map[string]string, frames ...Frame) {
 	var b enc
 	b.compressed = !r.Uncompressed
 	b.long(int64(ev))
@@ -147,8 +153,8 @@ func (r *Recording) SampleWith(ev Event, at int64, tid int64, weight int64, attr
 	b.long(1) // state RUNNABLE
 	if ev != JDKExecutionSample {
 		b.long(weight)
-		b.long(0) // spanId
-		b.long(0) // localRootSpanId
+		b.long(spanID)
+		b.long(rootSpanID)
 		for _, name := range r.ContextAttributes {
 			v, ok := attrs[name]
 			if !ok {

@@ -119,26 +119,34 @@ func (c *Client) adopt(k, p string, size int64) {
 // reserve accounts n more bytes of a download in progress, evicting cached
 // files to make room. When the downloads in progress alone fill the budget,
 // it fails with frame.ErrLimitExceeded.
-func (c *Client) reserve(n int64) error {
+func (c *Client) reserve(k string, n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bytes+c.reserved+n > c.cfg.MaxCacheBytes {
 		c.evictTo(c.cfg.MaxCacheBytes-c.reserved-n, "")
 	}
 	if c.bytes+c.reserved+n > c.cfg.MaxCacheBytes {
-		return fmt.Errorf("cache budget of %d bytes is full (%d cached, %d being downloaded): %w",
+		err := fmt.Errorf("cache budget of %d bytes is full (%d cached, %d being downloaded): %w",
 			c.cfg.MaxCacheBytes, c.bytes, c.reserved, frame.ErrLimitExceeded)
+		// The largest download in progress is to blame: a smaller one
+		// (a healthy file while an endless body fills the budget) is
+		// refused for now only, and not remembered.
+		for other, r := range c.resv {
+			if other != k && r > c.resv[k]+n {
+				return fmt.Errorf("%w (%w)", err, frame.ErrRetry)
+			}
+		}
+		return err
 	}
 	c.reserved += n
+	c.resv[k] += n
 	return nil
 }
 
-func (c *Client) unreserve(n int64) {
-	if n == 0 {
-		return
-	}
+func (c *Client) unreserve(k string, n int64) {
 	c.mu.Lock()
 	c.reserved -= n
+	delete(c.resv, k)
 	c.mu.Unlock()
 }
 
@@ -159,6 +167,7 @@ func (c *Client) commit(k, tmp, final string, size, reserved int64) error {
 		return err
 	}
 	c.reserved -= reserved
+	delete(c.resv, k)
 	if old, ok := c.files[k]; ok {
 		c.bytes -= old.size
 	}

@@ -84,6 +84,12 @@ type Config struct {
 	// before trying the next server; a caller that finds every slot of a
 	// server busy for Timeout goes on to the next server.
 	MaxParallel int
+	// MaxQueued bounds the downloads in flight at once, running or waiting
+	// for a server's slot (default 4 × MaxParallel × servers): callers that
+	// do not wait for their download (FetchWait) could otherwise start one
+	// per build id a batch names. Past it, a download starts only once
+	// another ends.
+	MaxQueued int
 	// NegativeTTL is how long a miss or a failure is remembered per
 	// (build id, kind); calls within it fail at once without network.
 	NegativeTTL time.Duration
@@ -130,6 +136,7 @@ type Client struct {
 	dir   string
 	limit int64                    // largest body accepted: min(MaxFileBytes, MaxCacheBytes)
 	slots map[string]chan struct{} // per server URL, MaxParallel each
+	queue chan struct{}            // a place per download in flight, MaxQueued
 
 	base context.Context // canceled by Close
 	stop context.CancelFunc
@@ -140,6 +147,7 @@ type Client struct {
 	files    map[string]*cacheEntry // by key(id, kind)
 	bytes    int64                  // sum of files[*].size
 	reserved int64                  // bytes written to downloads in progress
+	resv     map[string]int64       // the same per download, by key
 	neg      map[string]negEntry
 	inflight map[string]*call
 	down     map[string]downEntry // by server URL
@@ -162,9 +170,10 @@ type downEntry struct {
 
 // call is one download shared by every concurrent caller of a key.
 type call struct {
-	done chan struct{}
-	path string
-	err  error
+	done  chan struct{}
+	start time.Time
+	path  string
+	err   error
 }
 
 // Stats are cumulative counters, for telemetry.
@@ -174,7 +183,15 @@ type Stats struct {
 	Misses       int64 // needed a download (one per shared download)
 	Shared       int64 // callers that joined a download already running
 	NegativeHits int64 // answered from the negative cache
-	Abandoned    int64 // callers whose context ended before their download
+	// Abandoned counts callers that went on without the file of a download
+	// in flight (their context or Wait ended first); Deferred, downloads
+	// not started because MaxQueued were in flight.
+	Abandoned int64
+	Deferred  int64
+	// InFlight is the downloads running or waiting for a server's slot now,
+	// OldestInFlight how long the oldest of them has been at it.
+	InFlight       int64
+	OldestInFlight time.Duration
 	// Errors counts failed downloads by frame.Reason (not_found, timeout,
 	// fetch_failed, build_id_mismatch, corrupt_file, limit_exceeded).
 	Errors       map[string]int64
@@ -256,12 +273,18 @@ func New(cfg Config) (*Client, error) {
 		files:    map[string]*cacheEntry{},
 		neg:      map[string]negEntry{},
 		inflight: map[string]*call{},
+		resv:     map[string]int64{},
 		down:     map[string]downEntry{},
 		st:       Stats{Errors: map[string]int64{}},
 	}
 	for _, u := range urls {
 		c.slots[u] = make(chan struct{}, cfg.MaxParallel)
 	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = 4 * cfg.MaxParallel * max(len(urls), 1)
+	}
+	c.cfg.MaxQueued = cfg.MaxQueued
+	c.queue = make(chan struct{}, cfg.MaxQueued)
 	if err := c.scan(); err != nil {
 		stop()
 		return nil, err
@@ -306,19 +329,58 @@ func (c *Client) Stats() Stats {
 	}
 	s.CacheBytes = c.bytes
 	s.CacheFiles = int64(len(c.files))
+	s.InFlight = int64(len(c.inflight))
+	now := time.Now()
+	for _, cl := range c.inflight {
+		s.OldestInFlight = max(s.OldestInFlight, now.Sub(cl.start))
+	}
 	return s
 }
 
 // Fetch returns the path of the verified file of kind for buildID (hex, any
 // case), from the cache or else downloaded. Errors wrap a symbol sentinel:
 // ErrNotFound (every server answered 404, or the id is not hex),
-// ErrTimeout, ErrFetchFailed, ErrBuildIDMismatch or ErrCorruptFile. If ctx
-// ends first, Fetch returns at once but the download goes on for later
-// callers (bounded by Timeout per server).
+// ErrTimeout, ErrFetchFailed, ErrBuildIDMismatch, ErrCorruptFile or
+// ErrLimitExceeded. If ctx ends first, Fetch returns an error wrapping
+// ErrPending at once, but the download goes on for later callers (bounded
+// by Timeout per server and MaxDownloadTime).
 //
 // The returned file may be evicted by later fetches; open it promptly (an
 // open or mapped file stays readable after eviction).
 func (c *Client) Fetch(ctx context.Context, buildID string, kind Kind) (string, error) {
+	return c.FetchWait(ctx, buildID, kind, Wait{})
+}
+
+// Wait bounds how long a caller waits for a download in flight, for callers
+// that would rather go on without the file than wait (a batch of a
+// pipeline): until For after the earlier of From and the download's start.
+// A download this caller starts gets For from From; one started long
+// before it costs the caller nothing. The zero Wait waits as long as the
+// caller's context.
+type Wait struct {
+	From time.Time
+	For  time.Duration
+}
+
+// deadline is when a caller stops waiting for a download started at start
+// (zero: no bound but the context).
+func (w Wait) deadline(start time.Time) time.Time {
+	if w.For <= 0 || w.From.IsZero() {
+		return time.Time{}
+	}
+	from := w.From
+	if !start.IsZero() && start.Before(from) {
+		from = start
+	}
+	return from.Add(w.For)
+}
+
+// FetchWait is Fetch, waiting at most as w says: past it, the error wraps
+// frame.ErrPending and the download goes on, so a later call gets the file.
+// A download that cannot start because MaxQueued downloads are running or
+// waiting for a server's slot is not started: the caller waits for room as
+// long as w allows, then gets ErrPending, and a later call tries again.
+func (c *Client) FetchWait(ctx context.Context, buildID string, kind Kind, w Wait) (string, error) {
 	id, err := normalizeID(buildID)
 	if err != nil {
 		return "", err
@@ -329,51 +391,124 @@ func (c *Client) Fetch(ctx context.Context, buildID string, kind Kind) (string, 
 	k := key(id, kind)
 	c.mu.Lock()
 	c.st.Requests++
-	if c.closed {
-		c.mu.Unlock()
-		return "", fmt.Errorf("debuginfod: client closed: %w", frame.ErrFetchFailed)
-	}
-	if _, ok := c.files[k]; ok {
-		c.mu.Unlock()
-		if p, ok := c.hit(k, id, kind); ok {
-			return p, nil
-		}
-		c.mu.Lock()
-	}
-	if n, ok := c.neg[k]; ok {
-		if time.Now().Before(n.until) {
-			c.st.NegativeHits++
-			c.mu.Unlock()
-			return "", fmt.Errorf("%w (remembered until %s)", n.err, n.until.Format(time.TimeOnly))
-		}
-		delete(c.neg, k)
-	}
-	cl, ok := c.inflight[k]
-	if ok {
-		c.st.Shared++
-	} else {
-		cl = &call{done: make(chan struct{})}
-		c.inflight[k] = cl
-		c.wg.Add(1)
-		// Detached from ctx: the result is shared, so one impatient caller
-		// must not fail the others or waste a half-done download.
-		go c.run(context.WithoutCancel(ctx), k, id, kind, cl)
-	}
 	c.mu.Unlock()
+	// queued: this caller holds a place in c.queue, which the download it
+	// starts takes over (and gives back when done).
+	queued := false
+	defer func() {
+		if queued {
+			<-c.queue
+		}
+	}()
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return "", fmt.Errorf("debuginfod: client closed: %w", frame.ErrFetchFailed)
+		}
+		if _, ok := c.files[k]; ok {
+			c.mu.Unlock()
+			if p, ok := c.hit(k, id, kind); ok {
+				return p, nil
+			}
+			c.mu.Lock()
+		}
+		if n, ok := c.neg[k]; ok {
+			if time.Now().Before(n.until) {
+				c.st.NegativeHits++
+				c.mu.Unlock()
+				return "", fmt.Errorf("%w (remembered until %s)", n.err, n.until.Format(time.TimeOnly))
+			}
+			delete(c.neg, k)
+		}
+		if cl, ok := c.inflight[k]; ok {
+			c.st.Shared++
+			c.mu.Unlock()
+			return c.wait(ctx, id, kind, cl, w)
+		}
+		if !queued {
+			select {
+			case c.queue <- struct{}{}:
+				queued = true
+			default:
+			}
+		}
+		if queued {
+			cl := &call{done: make(chan struct{}), start: time.Now()}
+			c.inflight[k] = cl
+			c.wg.Add(1)
+			c.mu.Unlock()
+			queued = false // run gives the place back
+			// Detached from ctx: the result is shared, so one impatient
+			// caller must not fail the others or waste a half-done download.
+			go c.run(context.WithoutCancel(ctx), k, id, kind, cl)
+			return c.wait(ctx, id, kind, cl, w)
+		}
+		c.mu.Unlock()
+		// Every place is taken: wait for one as long as w allows, then
+		// look again (another caller may have started this download).
+		if err := c.waitQueue(ctx, id, kind, w); err != nil {
+			return "", err
+		}
+		queued = true
+	}
+}
+
+// wait waits for download cl as w and ctx allow.
+func (c *Client) wait(ctx context.Context, id string, kind Kind, cl *call, w Wait) (string, error) {
+	var expired <-chan time.Time
+	if dl := w.deadline(cl.start); !dl.IsZero() {
+		t := time.NewTimer(time.Until(dl))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-cl.done:
 		return cl.path, cl.err
-	case <-ctx.Done():
-		c.mu.Lock()
-		c.st.Abandoned++
-		c.mu.Unlock()
-		return "", fmt.Errorf("debuginfod %s %s: %w: %w", id, kind, frame.ErrTimeout, ctx.Err())
+	default:
 	}
+	select {
+	case <-cl.done:
+		return cl.path, cl.err
+	case <-expired:
+		c.abandoned()
+		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w", id, kind, time.Since(cl.start).Round(time.Millisecond), frame.ErrPending)
+	case <-ctx.Done():
+		c.abandoned()
+		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w: %w", id, kind, time.Since(cl.start).Round(time.Millisecond), frame.ErrPending, ctx.Err())
+	}
+}
+
+// waitQueue takes a place in c.queue, waiting as w and ctx allow.
+func (c *Client) waitQueue(ctx context.Context, id string, kind Kind, w Wait) error {
+	var expired <-chan time.Time
+	if dl := w.deadline(time.Time{}); !dl.IsZero() {
+		t := time.NewTimer(time.Until(dl))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case c.queue <- struct{}{}:
+		return nil
+	case <-expired:
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	c.st.Deferred++
+	c.mu.Unlock()
+	return fmt.Errorf("debuginfod %s %s: not started, %d downloads in flight: %w", id, kind, cap(c.queue), frame.ErrPending)
+}
+
+func (c *Client) abandoned() {
+	c.mu.Lock()
+	c.st.Abandoned++
+	c.mu.Unlock()
 }
 
 // run performs the download for key k and publishes the result.
 func (c *Client) run(ctx context.Context, k, id string, kind Kind, cl *call) {
 	defer c.wg.Done()
+	defer func() { <-c.queue }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.base, cancel)()
@@ -384,8 +519,9 @@ func (c *Client) run(ctx context.Context, k, id string, kind Kind, cl *call) {
 	delete(c.inflight, k)
 	if err != nil {
 		c.st.Errors[frame.Reason(err)]++
-		// A download cut short by Close says nothing about the server.
-		if c.base.Err() == nil {
+		// A download cut short by Close says nothing about the server,
+		// nor one refused for room another download took.
+		if c.base.Err() == nil && !errors.Is(err, frame.ErrRetry) {
 			c.remember(k, err)
 		}
 	}

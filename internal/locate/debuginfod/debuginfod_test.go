@@ -396,7 +396,7 @@ func TestTimeouts(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		_, err := c.Fetch(ctx, idA, DebugInfo)
-		wantErr(t, err, frame.ErrTimeout)
+		wantErr(t, err, frame.ErrPending)
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 300*time.Millisecond {
 			t.Fatalf("caller's deadline: %v after %v", err, time.Since(start))
 		}

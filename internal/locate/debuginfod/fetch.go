@@ -93,7 +93,7 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 		if tmpName != "" {
 			os.Remove(tmpName)
 		}
-		c.unreserve(reserved)
+		c.unreserve(k, reserved)
 	}()
 
 	buf := make([]byte, 128<<10)
@@ -104,7 +104,7 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 			if n+int64(m) > c.limit {
 				return n + int64(m), false, c.tooLarge(u, -1)
 			}
-			if err := c.reserve(int64(m)); err != nil {
+			if err := c.reserve(k, int64(m)); err != nil {
 				return n + int64(m), false, fmt.Errorf("%s: %w", u, err)
 			}
 			reserved += int64(m)

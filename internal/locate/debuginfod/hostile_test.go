@@ -274,3 +274,47 @@ func TestRealServerMaxSize(t *testing.T) {
 		}
 	}
 }
+
+// An endless body filling the cache budget used to make every download
+// that needed room meanwhile fail limit_exceeded, remembered for
+// NegativeTTL: healthy build ids stayed unnamed for minutes. The largest
+// download is to blame; a smaller one is refused for now only (transient,
+// not remembered) and succeeds once the endless one has stopped, which is
+// remembered.
+func TestEndlessBodyDoesNotBlockOthers(t *testing.T) {
+	const budget = 8 << 20
+	_, _, debugA := split(t, "a", idA)
+	// A healthy file of about 3 MiB: the debug file, padded.
+	body := append(read(t, debugA), make([]byte, 3<<20)...)
+	endlessID := strings.Repeat("e0", 20)
+	slow := endless(64<<10, 10*time.Millisecond) // about 6 MB/s
+	srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, endlessID) {
+			slow(w, r)
+			return
+		}
+		serveFiles(map[string][]byte{idA + "/debuginfo": body})(w, r)
+	})
+	c := newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: budget, Timeout: 5 * time.Second, NegativeTTL: time.Hour})
+	done := make(chan error, 1)
+	go func() { _, err := c.Fetch(context.Background(), endlessID, DebugInfo); done <- err }()
+	time.Sleep(time.Second) // the endless body holds about 6 of the 8 MiB
+	_, err := c.Fetch(context.Background(), idA, DebugInfo)
+	wantErr(t, err, frame.ErrLimitExceeded)
+	if !frame.Transient(err) {
+		t.Errorf("a healthy file refused for room the endless body holds: %v, want transient", err)
+	}
+	wantErr(t, <-done, frame.ErrLimitExceeded)
+	p, err := c.Fetch(context.Background(), idA, DebugInfo)
+	if err != nil || fileID(t, p) != idA {
+		t.Fatalf("after the endless body stopped: %q %v", p, err)
+	}
+	// The endless body itself is remembered.
+	if _, err := c.Fetch(context.Background(), endlessID, DebugInfo); frame.Transient(err) {
+		t.Errorf("the endless body's failure is not remembered: %v", err)
+	}
+	if st := c.Stats(); st.NegativeHits != 1 {
+		t.Errorf("stats %+v: want one negative hit (the endless id)", st)
+	}
+	noTemps(t, c.CacheDir())
+}

@@ -38,15 +38,24 @@ type Options struct {
 	Resource map[string]any
 	// Labels names a sample's label context (Pyroscope's contextId): its
 	// labels become sample attributes.
-	Labels       map[int64]map[string]string
+	Labels map[int64]map[string]string
+	// Strings are the upload's label strings (Pyroscope's LabelsSnapshot),
+	// where a sample's spanName id points.
+	Strings      map[int64]string
 	ScopeName    string
 	ScopeVersion string
 }
 
 // Stats counts what a conversion saw.
 type Stats struct {
-	Events        map[string]int64 // sample events by JFR type
-	Samples       map[jfr.Kind]int64
+	Events  map[string]int64 // sample events by JFR type
+	Samples map[jfr.Kind]int64
+	// Source names, per profile, the events it was made of when the
+	// recording had more than one source of it (docs/jfr.md, "One source
+	// per profile"); Ignored counts, by event type, the other sources'
+	// events, left out so that nothing is counted twice.
+	Source        map[jfr.Kind]string
+	Ignored       map[string]int64
 	RemoteFrames  int64 // remote frame locations made raw for the processor
 	InvalidRemote int64 // remote frames whose build id or offset is not valid
 	Chunks        int
@@ -81,6 +90,7 @@ func Convert(r io.ReaderAt, size int64, opt Options) (pprofile.Profiles, Stats, 
 		Sample:        c.sample,
 		NativeLibrary: c.library,
 		JVMInfo:       c.jvm,
+		Setting:       c.setting,
 		ChunkEnd:      c.chunkEnd,
 	})
 	if err != nil {
@@ -97,23 +107,114 @@ type converter struct {
 	pid  int64
 
 	// per chunk
-	pending map[pendKey]*agg
-	locs    map[locKey]int32
-	libs    map[string]string // build id -> library path
+	pending   map[pendKey]*agg
+	locs      map[locKey]int32
+	libs      map[string]string // build id -> library path
+	cNatives  bool              // "Native" frames are C functions (async-profiler)
+	cNativesK bool              // cNatives is known for this chunk
+	apStates  bool              // thread states are async-profiler's (STATE_DEFAULT)
+	apStatesK bool
+	wallEvent bool // async-profiler ran with event=wall
 
 	// whole recording
-	rows       [4]map[rowKey]*agg
-	order      [4][]rowKey
+	rows       [numBuckets]map[rowKey]*agg
+	order      [numBuckets][]rowKey
+	totals     [numBuckets]int64 // sum of values
+	events     [numBuckets]int64
 	maps       map[string]int32 // build id -> mapping
 	start, end int64
 	scratch    []int32
 }
 
 type pendKey struct {
-	kind          jfr.Kind
+	bucket        bucket
 	stack, thread int64
 	context       int64
+	span, root    int64 // span ids (0: none)
+	spanName      int64
 	attrs         string // context attributes, rendered name\x00value\x00...
+}
+
+// bucket is where a sample is aggregated: one per source of each profile,
+// kept apart until finish picks one source per profile, so that nothing is
+// counted twice.
+type bucket uint8
+
+const (
+	bCPUDatadog   bucket = iota // datadog.ExecutionSample
+	bCPUJDK                     // jdk.ExecutionSample (JDK, async-profiler's cpu/itimer/ctimer)
+	bWallDatadog                // datadog.MethodSample
+	bWallProfiler               // profiler.WallClockSample (async-profiler 3)
+	bWallJDK                    // jdk.ExecutionSample taken by a wall-clock sampler
+	bNative                     // jdk.NativeMethodSample
+	bAllocDatadog               // datadog.ObjectSample: the Datadog profiler's own sampler
+	bAllocSampled               // jdk.ObjectAllocationSample: the JDK's throttled, weighted sampler
+	bAllocTLAB                  // jdk.ObjectAllocationInNewTLAB/OutsideTLAB: one event per TLAB refill or large object
+	numBuckets
+)
+
+// sources lists each profile's buckets in order of preference. Each
+// source is an estimate of the same thing: a dd-trace-java recording with
+// both engines on has the Datadog profiler's CPU samples and the JDK's, a
+// JDK recording with the TLAB events turned on next to settings=profile's
+// ObjectAllocationSample two estimates of the same allocations. Adding
+// them would count everything twice, so a profile is made of the first
+// source present. For allocations this is JDK Mission Control's rule (its
+// heap page totals ObjectAllocationSample weights when a recording has any,
+// the TLAB sizes otherwise).
+var sources = [...][]bucket{
+	jfr.KindCPU:    {bCPUDatadog, bCPUJDK},
+	jfr.KindWall:   {bWallDatadog, bWallProfiler, bWallJDK},
+	jfr.KindAlloc:  {bAllocDatadog, bAllocSampled, bAllocTLAB},
+	jfr.KindNative: {bNative},
+}
+
+var sourceNames = [numBuckets]string{
+	bCPUDatadog: "datadog.ExecutionSample", bCPUJDK: "jdk.ExecutionSample",
+	bWallDatadog: "datadog.MethodSample", bWallProfiler: "profiler.WallClockSample", bWallJDK: "jdk.ExecutionSample",
+	bNative:       "jdk.NativeMethodSample",
+	bAllocDatadog: "datadog.ObjectSample", bAllocSampled: "jdk.ObjectAllocationSample",
+	bAllocTLAB: "jdk.ObjectAllocationInNewTLAB/OutsideTLAB"}
+
+// bucketOf places a sample. async-profiler (and the profilers built on
+// it) mark the samples of its CPU events with the thread state
+// STATE_DEFAULT, which the JDK never writes, and the samples its
+// wall-clock sampler takes (`wall=` next to a CPU event, or event=wall)
+// with the thread's real state: those are wall samples whatever the
+// event type says, as async-profiler's own converter reads them.
+func (c *converter) bucketOf(ch *jfr.Chunk, s *jfr.Sample) (bucket, bool) {
+	switch s.Kind {
+	case jfr.KindCPU, jfr.KindWall:
+		switch s.EventType {
+		case "datadog.ExecutionSample":
+			return bCPUDatadog, true
+		case "datadog.MethodSample":
+			return bWallDatadog, true
+		case "profiler.WallClockSample":
+			return bWallProfiler, true
+		}
+		if s.Kind == jfr.KindWall || c.wallEvent {
+			return bWallJDK, true
+		}
+		if !c.apStatesK {
+			c.apStates, c.apStatesK = ch.HasThreadState("STATE_DEFAULT"), true
+		}
+		if c.apStates && ch.ThreadState(s.State) != "STATE_DEFAULT" {
+			return bWallJDK, true
+		}
+		return bCPUJDK, true
+	case jfr.KindNative:
+		return bNative, true
+	case jfr.KindAlloc:
+		switch s.EventType {
+		case "datadog.ObjectSample":
+			return bAllocDatadog, true
+		case "jdk.ObjectAllocationSample":
+			return bAllocSampled, true
+		}
+		return bAllocTLAB, true
+	}
+	return 0, false
 }
 
 type rowKey struct {
@@ -151,14 +252,18 @@ func newConverter(opt Options) *converter {
 func (c *converter) resetChunk() {
 	c.pending = map[pendKey]*agg{}
 	c.locs = map[locKey]int32{}
+	c.cNativesK, c.apStatesK = false, false
 }
 
 func (c *converter) sample(ch *jfr.Chunk, s *jfr.Sample) error {
 	c.st.Events[s.EventType]++
-	if int(s.Kind) >= len(c.rows) || s.Weight <= 0 {
+	b, ok := c.bucketOf(ch, s)
+	if !ok || s.Weight <= 0 {
 		return nil
 	}
-	k := pendKey{kind: s.Kind, stack: s.Stack, thread: s.Thread, context: s.ContextID}
+	c.events[b]++
+	k := pendKey{bucket: b, stack: s.Stack, thread: s.Thread, context: s.ContextID,
+		span: s.SpanID, root: s.LocalRootSpanID, spanName: s.SpanName}
 	if len(s.Attrs) > 0 {
 		var sb strings.Builder
 		for _, a := range s.Attrs {
@@ -194,6 +299,16 @@ func (c *converter) library(_ *jfr.Chunk, l *jfr.NativeLibrary) error {
 	return nil
 }
 
+// setting notes async-profiler's event=wall (jdk.ActiveSetting, written
+// before any sample): its jdk.ExecutionSample events are then wall-clock
+// samples, as Pyroscope's converter reads them too.
+func (c *converter) setting(_ *jfr.Chunk, name, value string) error {
+	if name == "event" {
+		c.wallEvent = value == "wall"
+	}
+	return nil
+}
+
 func (c *converter) jvm(_ *jfr.Chunk, j *jfr.JVMInfo) error {
 	if j.PID > 0 {
 		c.pid = j.PID
@@ -215,7 +330,8 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 		attrs := tattrs
 		akey := ""
 		lab := c.opt.Labels[k.context]
-		if k.context != 0 && len(lab) > 0 || k.attrs != "" {
+		spanName := c.opt.Strings[k.spanName]
+		if k.context != 0 && len(lab) > 0 || k.attrs != "" || k.span != 0 || k.root != 0 || k.spanName != 0 && spanName != "" {
 			attrs = append([]int32(nil), tattrs...)
 			keys := make([]string, 0, len(lab))
 			for lk := range lab {
@@ -233,6 +349,18 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 				val, rest, _ = strings.Cut(rest, "\x00")
 				attrs = append(attrs, c.dict.AttrStr(name, val))
 			}
+			// Trace context: the span ids in the hex form traces use. No
+			// JFR producer records the trace id, without which an OTLP link
+			// cannot be made (docs/frame-format.md).
+			if k.span != 0 {
+				attrs = append(attrs, c.dict.AttrStr(frame.AttrSpanID, spanHex(k.span)))
+			}
+			if k.root != 0 {
+				attrs = append(attrs, c.dict.AttrStr(frame.AttrLocalRootSpanID, spanHex(k.root)))
+			}
+			if k.spanName != 0 && spanName != "" {
+				attrs = append(attrs, c.dict.AttrStr(frame.AttrSpanName, spanName))
+			}
 			var sb strings.Builder
 			for _, ai := range attrs[len(tattrs):] {
 				sb.WriteString(strconv.Itoa(int(ai)))
@@ -241,19 +369,30 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 			akey = sb.String()
 		}
 		rk := rowKey{stack: stack, thread: tkey, attrs: akey}
-		rows := c.rows[k.kind]
+		rows := c.rows[k.bucket]
 		r := rows[rk]
 		if r == nil {
 			r = &agg{first: a.first, attrs: attrs}
 			rows[rk] = r
-			c.order[k.kind] = append(c.order[k.kind], rk)
+			c.order[k.bucket] = append(c.order[k.bucket], rk)
 		}
 		r.value += a.value
 		r.first = min(r.first, a.first)
-		c.st.Samples[k.kind] += a.value
+		c.totals[k.bucket] += a.value
 	}
 	c.resetChunk()
 	return nil
+}
+
+// spanHex renders a span id as traces do: 16 lowercase hex digits.
+func spanHex(id int64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[id&0xf]
+		id = int64(uint64(id) >> 4)
+	}
+	return string(b[:])
 }
 
 func (c *converter) threadAttrs(ch *jfr.Chunk, id int64) ([]int32, string) {
@@ -326,11 +465,18 @@ func (c *converter) newLocation(ch *jfr.Chunk, f *jfr.Frame, caller bool) int32 
 		return c.namedLocation(display+desc, display+desc, frame.TypeNative, 0, c.dict.AttrStr(frame.AttrError, frame.Reason(frame.ErrInvalidBuildID)))
 	}
 	desc2, known := ch.FrameType(f.Type)
+	if !c.cNativesK {
+		c.cNatives, c.cNativesK = ch.HasFrameType("Kernel"), true
+	}
 	ftype := frame.TypeJVM
 	switch {
 	case known && (desc2 == "Kernel"):
 		ftype = frame.TypeKernel
-	case known && (desc2 == "Native" || desc2 == "C++") && class == "":
+	// async-profiler 3 and later write the library a C or C++ frame is in
+	// as its class ("libjvm.so"): by their type they are native all the
+	// same. In the JDK's own recordings "Native" is a Java native method,
+	// which keeps its class and stays a Java frame.
+	case known && desc2 == "C++", known && desc2 == "Native" && (class == "" || c.cNatives):
 		ftype = frame.TypeNative
 	case !known && (f.Type == rawNative || f.Type == rawCPP):
 		ftype = frame.TypeNative
@@ -453,10 +599,12 @@ func (c *converter) finish() pprofile.Profiles {
 		start, end = 0, 0
 	}
 	for _, kind := range jfr.Kinds {
-		rows := c.rows[kind]
+		b := c.pick(kind)
+		rows := c.rows[b]
 		if len(rows) == 0 {
 			continue
 		}
+		c.st.Samples[kind] = c.totals[b]
 		p := sp.Profiles().AppendEmpty()
 		st, su, pt, pu := profileTypes(kind)
 		p.SampleType().SetTypeStrindex(c.dict.String(st))
@@ -467,7 +615,7 @@ func (c *converter) finish() pprofile.Profiles {
 		p.SetDurationNano(uint64(max(end-start, 0)))
 		ss := p.Samples()
 		ss.EnsureCapacity(len(rows))
-		for _, rk := range c.order[kind] {
+		for _, rk := range c.order[b] {
 			r := rows[rk]
 			s := ss.AppendEmpty()
 			s.SetStackIndex(rk.stack)
@@ -477,6 +625,29 @@ func (c *converter) finish() pprofile.Profiles {
 		}
 	}
 	return c.pd
+}
+
+// pick returns the bucket a kind's profile is made of, the preferred
+// source present (sources), and counts the others' events as ignored.
+func (c *converter) pick(kind jfr.Kind) bucket {
+	srcs := sources[kind]
+	chosen := srcs[0]
+	for _, b := range srcs {
+		if len(c.rows[b]) > 0 {
+			chosen = b
+			break
+		}
+	}
+	for _, b := range srcs {
+		if b != chosen && c.events[b] > 0 {
+			if c.st.Source == nil {
+				c.st.Source, c.st.Ignored = map[jfr.Kind]string{}, map[string]int64{}
+			}
+			c.st.Source[kind] = sourceNames[chosen]
+			c.st.Ignored[sourceNames[b]] += c.events[b]
+		}
+	}
+	return chosen
 }
 
 // profileTypes names a kind's sample and period types: samples/count over

@@ -131,7 +131,7 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	var buf []symbolize.Frame
 	for _, r := range recs {
 		var trace []TraceFrame
-		reasons := map[string]bool{}
+		reasons, incomplete := map[string]bool{}, map[string]bool{}
 		for i, f := range r.frames {
 			w := r.work[i]
 			var lines []rline
@@ -155,6 +155,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					st.unresolved(frame.Reason(res.err))
 				} else {
 					st.Resolved++
+					if res.missing != "" {
+						st.incomplete(res.missing)
+						incomplete[res.missing] = true
+					}
 				}
 				lines = res.lines
 			}
@@ -176,6 +180,13 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 				rs = append(rs, k)
 			}
 			r.lr.Attributes().PutStr(frame.AttrError, strings.Join(sortStrings(rs), ","))
+		}
+		if len(incomplete) > 0 {
+			var rs []string
+			for k := range incomplete {
+				rs = append(rs, k)
+			}
+			r.lr.Attributes().PutStr(frame.AttrIncomplete, strings.Join(sortStrings(rs), ","))
 		}
 	}
 	return st

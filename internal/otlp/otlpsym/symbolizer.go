@@ -46,7 +46,16 @@ type Options struct {
 	DemangleEntries int
 	DemangleBytes   int64
 
-	Timeout     time.Duration // bound on finding and opening objects per batch
+	Timeout time.Duration // bound on finding and opening objects per batch
+	// FetchWait bounds how long a batch waits for files still being
+	// fetched (debuginfod downloads) or opened (DWARF indexed, sections
+	// inflated): until FetchWait after the batch, or the download, began,
+	// whichever was first; both go on in the background. Their frames are then left
+	// raw with reason pending (or named from a symbol table, marked
+	// incomplete: pending), nothing about them is cached, and a later batch
+	// names them once the file has arrived. It is cut to nine tenths of
+	// Timeout, which is also what 0 means.
+	FetchWait   time.Duration
 	NegativeTTL time.Duration // how long failures and answers short of DWARF are kept
 	MaxParallel int           // objects found and opened at once
 
@@ -88,6 +97,18 @@ const (
 	objNumCost = 224
 )
 
+// fetchWait is how long a batch waits for downloads and opening: FetchWait, within
+// the batch timeout less a tenth of it, which is left to open what arrived
+// (and keeps the reason pending rather than timeout when the wait is as
+// long as the batch).
+func (o *Options) fetchWait() time.Duration {
+	w := o.Timeout - o.Timeout/10
+	if o.FetchWait > 0 && o.FetchWait < w {
+		w = o.FetchWait
+	}
+	return w
+}
+
 // internBytes bounds the function interning table; past it the table
 // starts over, and the result cache with it.
 func (o *Options) internBytes() int64 { return max(o.MaxResultBytes/4, 4<<20) }
@@ -111,11 +132,21 @@ func (o Options) MemoryBudget() int64 {
 
 // Stats counts what one call did.
 type Stats struct {
-	Resolved    int64
-	Unresolved  map[string]int64 // by reason
+	Resolved   int64
+	Unresolved map[string]int64 // by reason
+	// Incomplete counts resolved frames named from a symbol table because
+	// their binary's debug info could not be used, by reason.
+	Incomplete  map[string]int64
 	CacheHits   int64
 	CacheMisses int64
 	Skipped     int64 // already named, or not native
+}
+
+func (s *Stats) incomplete(reason string) {
+	if s.Incomplete == nil {
+		s.Incomplete = map[string]int64{}
+	}
+	s.Incomplete[reason]++
 }
 
 func (s *Stats) unresolved(reason string) {
@@ -182,6 +213,9 @@ func keyOf(num, addr uint64) (uint64, bool) {
 type result struct {
 	lines []rline // innermost first
 	err   error
+	// missing is why lines are missing from a named answer (a reason, see
+	// symbolize.Handle.Missing), or "".
+	missing string
 }
 
 // partialResult is a failure, or an answer from files short of DWARF,
@@ -236,26 +270,46 @@ func New(opt Options) (*Symbolizer, error) {
 	if lc.Logger == nil {
 		lc.Logger = opt.Logger
 	}
+	if lc.FetchWait <= 0 {
+		lc.FetchWait = opt.fetchWait()
+	}
 	if lc.MaxFileBytes <= 0 {
 		lc.MaxFileBytes = opt.FileLimits.MaxFileBytes
 	}
+	// The chain opens each candidate to check it; the engine takes the
+	// files it chose from it rather than opening them again. Both open with
+	// the engine's limits (its decompression pool included).
+	var chain *locate.Chain
+	engine := symbolize.New(symbolize.Options{
+		Inlines:         opt.Inlines,
+		Demangle:        opt.Demangle,
+		UseSymbolTable:  true,
+		CacheBytes:      opt.CacheBytes,
+		NegativeTTL:     opt.NegativeTTL,
+		DemangleEntries: opt.DemangleEntries,
+		DemangleBytes:   opt.DemangleBytes,
+		Limits:          opt.FileLimits,
+		// Opening a binary goes on when a batch stops waiting for it
+		// (FetchWait), bounded as the batch was, so the next batch has it.
+		LoadTimeout: opt.Timeout,
+		MaxLoads:    opt.MaxParallel,
+		Open: func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error) {
+			if f := chain.TakeOpened(path); f != nil {
+				return f, nil
+			}
+			return elfx.OpenContext(ctx, path, lim)
+		},
+	})
+	lc.FileLimits = engine.Options().Limits
 	chain, err := locate.NewFromConfig(lc)
 	if err != nil {
+		engine.Close()
 		return nil, err
 	}
 	s := &Symbolizer{
-		opt:   opt,
-		chain: chain,
-		engine: symbolize.New(symbolize.Options{
-			Inlines:         opt.Inlines,
-			Demangle:        opt.Demangle,
-			UseSymbolTable:  true,
-			CacheBytes:      opt.CacheBytes,
-			NegativeTTL:     opt.NegativeTTL,
-			DemangleEntries: opt.DemangleEntries,
-			DemangleBytes:   opt.DemangleBytes,
-			Limits:          opt.FileLimits,
-		}),
+		opt:     opt,
+		chain:   chain,
+		engine:  engine,
 		results: lru.NewClockBytes[uint64, *result](max(opt.MaxEntries*3/4, 1), opt.MaxResultBytes*3/4, resultCost),
 		partial: lru.NewClockBytes[uint64, partialResult](max(opt.MaxEntries/4, 1), opt.MaxResultBytes/4,
 			func(p partialResult) int64 { return resultCost(p.r) + 16 }),
@@ -306,7 +360,10 @@ func (opt *Options) defaults() {
 }
 
 // Close releases cached objects.
-func (s *Symbolizer) Close() error { return s.engine.Close() }
+func (s *Symbolizer) Close() error {
+	s.chain.Close()
+	return s.engine.Close()
+}
 
 // CacheStats is one cache's counters, named for telemetry.
 type CacheStats struct {
@@ -314,7 +371,8 @@ type CacheStats struct {
 	lru.Stats
 }
 
-// Caches reports every cache the symbolizer holds: parsed objects, resolved
+// Caches reports every cache the symbolizer holds: parsed objects (and,
+// within them, the decompressed sections of open files), resolved
 // addresses, demangled names, interned functions, object numbers, located
 // files per identity and file identities.
 func (s *Symbolizer) Caches() []CacheStats {
@@ -323,8 +381,10 @@ func (s *Symbolizer) Caches() []CacheStats {
 	funcs := lru.Stats{Entries: len(s.funcs), Bytes: s.internBytes}
 	s.mu.Unlock()
 	nums := s.objNums.Stats()
+	held, _, _ := s.engine.DecompressedStats()
 	return []CacheStats{
 		{"objects", s.engine.CacheStats()},
+		{"decompressed", lru.Stats{Bytes: held}},
 		{"results", s.results.Stats()},
 		{"partial_results", s.partial.Stats()},
 		{"demangle", s.engine.DemangleStats()},
@@ -399,6 +459,7 @@ type objRef struct {
 	h        *symbolize.Handle
 	err      error   // why the object could not be opened
 	complete bool    // its files have DWARF: answers never get better
+	pending  bool    // a better file is still being fetched: answers may improve soon
 	mappings []int32 // mappings of the batch with this identity (hints)
 	fail     *result // set for frames that fail before any lookup
 
@@ -482,6 +543,7 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 	st.CacheMisses++
 	r := &result{err: o.err}
 	var terr error
+	busy := false // named without DWARF only because memory was busy
 	if o.h != nil {
 		addr, terr = tr.apply(o, addr)
 	}
@@ -499,6 +561,12 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 				}
 				r.lines[i] = rline{fn: s.intern(funcTuple{f.Function, f.Name, f.File, int64(f.StartLine)}), line: line, col: col}
 			}
+			if m := o.h.Missing(); m != nil {
+				r.missing = frame.Reason(m)
+				busy = frame.Transient(m) // the DWARF may be readable next time
+			} else if o.pending {
+				r.missing = frame.ErrPending.Error()
+			}
 		} else {
 			r.err = err
 			if r.err == nil || symbolize.IsUnresolved(r.err) {
@@ -507,9 +575,11 @@ func (s *Symbolizer) lookup(o *objRef, addr uint64, tr translation, at stamp, bu
 		}
 	}
 	// Only addresses that need no translation are cached: the others are
-	// looked up through an object opened anyway.
+	// looked up through an object opened anyway. Nothing is cached while a
+	// better file is on its way: the batch after it arrives must not find
+	// this answer.
 	k, ok := keyOf(o.num, key)
-	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) {
+	if !ok || tr.kind != asIs || r.err != nil && frame.Transient(r.err) || busy || o.pending {
 		return r
 	}
 	s.genMu.RLock()
@@ -638,6 +708,12 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 		}
 		st.Resolved++
 		setLines(d, loc, r.lines, fnIdx)
+		if r.missing != "" {
+			st.incomplete(r.missing)
+			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
+				loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
+			}
+		}
 		f := touched[loc.MappingIndex()]
 		if f == nil {
 			f = &mappingFlags{}
@@ -783,13 +859,18 @@ func (b *batch) hints(need map[*objRef]bool) {
 
 // openAll locates and opens the objects of a batch, MaxParallel at a time,
 // bounded in time by Options.Timeout so a dead or slow source costs at most
-// that per batch.
+// that per batch, and waiting for downloads and opening at most
+// Options.FetchWait.
 func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 	if len(need) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
 	defer cancel()
+	since := time.Now() // the fetch wait runs from here (Options.FetchWait)
+	for o := range need {
+		o.q.Since = since
+	}
 	ch := make(chan *objRef)
 	var wg sync.WaitGroup
 	for range min(s.opt.MaxParallel, len(need)) {
@@ -820,9 +901,13 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 		if err != nil {
 			return nil, err
 		}
-		o.complete = res.Complete()
+		o.complete, o.pending = res.Complete(), res.Pending
 		bin, dbg := res.Paths()
-		h, err := s.engine.Open(ctx, bin, dbg)
+		// Opening (DWARF to index, sections to inflate) is waited for as
+		// long as downloads are; it goes on in the engine past that.
+		wctx, cancel := context.WithDeadline(ctx, o.q.Since.Add(s.opt.fetchWait()))
+		h, err := s.engine.Open(wctx, bin, dbg)
+		cancel()
 		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
 			s.chain.Forget(&o.q)
 			continue

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,12 +87,27 @@ func TestGoHotFunction(t *testing.T) {
 func TestExitedProcessKeepsFrames(t *testing.T) {
 	bin := buildC(t)
 	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
-	pid, _ := runFixture(t, bin, "1")
-	if !h.exitSeen(pid, 3*time.Second) {
-		t.Fatalf("no exit event for pid %d", pid)
+	// The snapshot is taken when the builder handles the process's first
+	// event, which lags on a loaded machine (every new process on the host
+	// is read before it): the fixture lives until its snapshot exists, then
+	// exits, and the test waits for that exit's own event, however late.
+	cmd := exec.Command(bin, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	snap := waitFor(30*time.Second, func() bool { return h.b.norm.Cached(pid) != nil })
+	time.Sleep(300 * time.Millisecond) // a few more samples
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if !snap {
+		t.Fatalf("no snapshot of pid %d within 30 s of its start (%s)", pid, h.eventStats())
+	}
+	if !h.exitSeen(pid, 30*time.Second) {
+		t.Fatalf("no exit event for pid %d within 30 s (%s)", pid, h.eventStats())
 	}
 	if h.b.norm.Cached(pid) == nil {
-		t.Fatalf("no snapshot of pid %d taken at its first sample", pid)
+		t.Fatalf("snapshot of pid %d dropped at its exit, before the report", pid)
 	}
 	r := h.collect(t)
 	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}

@@ -2,6 +2,7 @@ package profbuild
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,17 +61,35 @@ func (h *harness) collect(t testing.TB) Report {
 	return r
 }
 
-// exitSeen waits until the builder has been told that pid exited.
+// exitSeen waits until the builder has been told that pid exited, at most d.
 func (h *harness) exitSeen(pid int, d time.Duration) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	return waitFor(d, func() bool {
 		h.b.mu.Lock()
+		defer h.b.mu.Unlock()
 		_, ok := h.b.exited[pid]
-		h.b.mu.Unlock()
-		if ok {
+		return ok
+	})
+}
+
+// waitFor polls cond until it holds (true) or d has passed (false).
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
 			return true
 		}
+		if time.Now().After(end) {
+			return false
+		}
 	}
-	return false
+}
+
+// eventStats says whether process events were dropped, for failure messages.
+func (h *harness) eventStats() string {
+	st, err := h.s.Stats()
+	if err != nil {
+		return fmt.Sprintf("sampler stats: %v", err)
+	}
+	return fmt.Sprintf("%d process events lost, %d samples", st.LostEvents, st.Samples)
 }
 
 func buildC(t testing.TB) string {

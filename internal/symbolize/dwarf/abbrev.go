@@ -103,7 +103,18 @@ type abbrev struct {
 type abbrevTable struct {
 	dense  []abbrev
 	sparse map[uint64]*abbrev
+	size   int // bytes of .debug_abbrev decoded into it
 }
+
+// heapBytes estimates the memory the table holds.
+func (t *abbrevTable) heapBytes() int64 {
+	// Each declaration is at least 4 bytes on disk and costs its struct and
+	// a few attribute specs (16 bytes per 2 bytes on disk at most).
+	return int64(len(t.dense))*abbrevCost + int64(len(t.sparse))*(abbrevCost+16) + int64(t.size)*8 + 64
+}
+
+// abbrevCost is the size of an abbrev struct.
+const abbrevCost = 56
 
 func (t *abbrevTable) get(code uint64) *abbrev {
 	if code < uint64(len(t.dense)) {
@@ -121,6 +132,7 @@ const maxAbbrevAttrs = 512
 
 // parseAbbrevs decodes the table at off. Form sizes depend on the unit's
 // address and offset size and version, so the table is per (offset, shape).
+// The table's size is the section bytes it was decoded from.
 func parseAbbrevs(sec []byte, off uint64, shape unitShape) (*abbrevTable, error) {
 	b := buf{data: sec}
 	b.seek(off)
@@ -179,7 +191,7 @@ func parseAbbrevs(sec []byte, off uint64, shape unitShape) (*abbrevTable, error)
 	}
 	// Dense when codes are (nearly) 1..n, as producers number them, so a
 	// forged code cannot make the slice huge.
-	t := &abbrevTable{}
+	t := &abbrevTable{size: b.off - int(off)}
 	if maxCode <= 2*uint64(len(all))+64 {
 		t.dense = make([]abbrev, maxCode+1)
 	} else {

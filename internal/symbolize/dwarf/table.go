@@ -35,8 +35,9 @@ type Table struct {
 	units []*unit
 	index []cuRange // disjoint, sorted by lo
 
-	abbrevMu sync.Mutex
-	abbrevs  map[abbrevKey]*abbrevTable
+	abbrevMu    sync.Mutex
+	abbrevs     map[abbrevKey]*abbrevTable
+	abbrevBytes int // .debug_abbrev bytes decoded into abbrevs
 
 	parsed atomic.Int64 // bytes held by parsed units
 }

@@ -159,14 +159,27 @@ func (t *Table) abbrevsFor(u *unit) (*abbrevTable, error) {
 		return nil, err
 	}
 	t.abbrevMu.Lock()
+	defer t.abbrevMu.Unlock()
 	if prev, ok := t.abbrevs[k]; ok {
-		a = prev
-	} else {
-		t.abbrevs[k] = a
+		return prev, nil
 	}
-	t.abbrevMu.Unlock()
+	// The tables of a well-formed file do not overlap, so together they
+	// decode .debug_abbrev about once (twice if units of two shapes share
+	// one). Units pointing into the middle of each other's tables would
+	// decode it once per unit: quadratic memory from a small file.
+	if t.abbrevBytes+a.size > 2*len(t.sec.abbrev)+maxAbbrevSlack {
+		return nil, corruptf("abbreviation tables overlap: %d bytes decoded from a %d-byte .debug_abbrev",
+			t.abbrevBytes+a.size, len(t.sec.abbrev))
+	}
+	t.abbrevBytes += a.size
+	t.abbrevs[k] = a
+	t.parsed.Add(a.heapBytes())
 	return a, nil
 }
+
+// maxAbbrevSlack allows the few tables decoded twice that real files have
+// beyond the 2x bound (shared tables of units of many shapes).
+const maxAbbrevSlack = 64 << 10
 
 // headOf parses u's abbreviations and unit DIE once.
 func (t *Table) headOf(u *unit) (*unitHead, error) {

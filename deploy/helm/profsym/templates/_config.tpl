@@ -28,7 +28,7 @@ processors:
   {{- if .Values.symbols.enabled }}
   {{- $u := $a.symbolUpload }}
   symbolupload:
-    endpoint: {{ printf "http://%s.%s.svc.%s:%d" (include "profsym.gatewayName" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.symbolStore.port) }}
+    endpoint: {{ include "profsym.symbolsURL" . }}
     {{- if include "profsym.symbolsAuth" . }}
     auth:
       authenticator: bearertokenauth/symbols
@@ -91,9 +91,26 @@ demangle: {{ $s.demangle }}
 inline_frames: {{ $s.inlineFrames }}
 line_numbers: {{ $s.lineNumbers }}
 timeout: {{ $s.timeout }}
+{{- with $s.fetchWait }}
+fetch_wait: {{ . }}
+{{- end }}
+negative_ttl: {{ $s.negativeTTL }}
+{{- $m := .memory }}
+# Sized for the container's memory limit (docs/deployment.md#gateway-memory).
 cache:
-  max_bytes: {{ int64 $s.cache.maxBytes }}
+  {{- range $key, $v := dict "max_bytes" $m.maxBytes "max_result_bytes" $m.maxResultBytes "max_objects" $m.maxObjects "max_demangled_bytes" $m.maxDemangledBytes }}
+  {{- if $v }}
+  {{ $key }}: {{ int64 $v }}
+  {{- end }}
+  {{- end }}
   max_entries: {{ int64 $s.cache.maxEntries }}
+limits:
+  max_file_bytes: {{ int64 $s.limits.maxFileBytes }}
+  {{- if $m.maxDecompressedBytes }}
+  max_decompressed_bytes: {{ int64 $m.maxDecompressedBytes }}
+  {{- end }}
+  max_name_bytes: {{ int64 $s.limits.maxNameBytes }}
+  max_attribute_bytes: {{ int64 $s.limits.maxAttributeBytes }}
 debuginfod:
   # urls stay empty: the processor reads DEBUGINFOD_URLS.
   cache_dir: {{ .cacheDir }}
@@ -101,6 +118,8 @@ debuginfod:
   max_cache_bytes: {{ int64 $s.debuginfod.maxCacheBytes }}
   max_parallel: {{ int $s.debuginfod.maxParallel }}
   negative_ttl: {{ $s.debuginfod.negativeTTL }}
+  max_file_bytes: {{ int64 $s.debuginfod.maxFileBytes }}
+  max_download_time: {{ $s.debuginfod.maxDownloadTime }}
 {{- end }}
 
 {{- define "profsym.gateway.exporterNames" -}}
@@ -119,8 +138,8 @@ debuginfod:
 {{- $cacheDir := printf "%s/debuginfod" (trimSuffix "/" $g.cache.mountPath) -}}
 extensions:
   {{- include "profsym.extensions" . | nindent 2 }}
-  {{- if .Values.symbols.enabled }}
-  {{- $st := $g.symbolStore }}
+  {{- $st := .Values.symbols.store }}
+  {{- if eq (include "profsym.symbolsMode" .) "s3" }}
   symbolstore:
     endpoint: ${env:PROFSYM_SYMBOLS_LISTEN}
     {{- if include "profsym.symbolsAuth" . }}
@@ -130,9 +149,8 @@ extensions:
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
     storage:
-      {{- if $st.s3.bucket }}
       s3:
-        endpoint: {{ required "gateway.symbolStore.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
+        endpoint: {{ required "symbols.store.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
         bucket: {{ $st.s3.bucket | quote }}
         prefix: {{ $st.s3.prefix | quote }}
         region: {{ $st.s3.region | quote }}
@@ -140,10 +158,25 @@ extensions:
         secret_access_key: ${env:PROFSYM_SYMBOLS_S3_SECRET_KEY}
         insecure: {{ $st.s3.insecure }}
         create_bucket: {{ $st.s3.createBucket }}
-      scratch_directory: {{ $st.mountPath }}
-      {{- else }}
-      directory: {{ $st.mountPath }}
-      {{- end }}
+      scratch_directory: {{ include "profsym.gatewaySymbolsDir" . }}
+      cache_max_bytes: {{ int64 $st.cacheMaxBytes }}
+      rescan: {{ $st.rescan }}
+  {{- else if eq (include "profsym.symbolsMode" .) "statefulset" }}
+  # Reads the symbols StatefulSet's store over HTTP; serves nothing here.
+  symbolstore:
+    storage:
+      remote:
+        endpoint: {{ include "profsym.symbolsURL" . }}
+        {{- if include "profsym.symbolsAuth" . }}
+        auth:
+          authenticator: bearertokenauth/symbols
+        {{- end }}
+      scratch_directory: {{ include "profsym.gatewaySymbolsDir" . }}
+      cache_max_bytes: {{ int64 $st.cacheMaxBytes }}
+      rescan: {{ $st.rescan }}
+  {{- end }}
+  {{- if include "profsym.jfrAuth" . }}
+  {{- include "profsym.gateway.jfrExtension" . | nindent 2 }}
   {{- end }}
 receivers:
   otlp:
@@ -157,13 +190,16 @@ receivers:
             max_connection_age_grace: {{ $g.maxConnectionAgeGrace }}
       http:
         endpoint: ${env:PROFSYM_GATEWAY_HTTP_LISTEN:-0.0.0.0:4318}
+  {{- if $g.jfr.enabled }}
+  {{- include "profsym.gateway.jfrReceiver" . | nindent 2 }}
+  {{- end }}
 processors:
   memory_limiter:
     check_interval: 1s
     limit_percentage: {{ int $g.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $g.memoryLimiter.spikeLimitPercentage }}
   symbolization:
-    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir "store" .Values.symbols.enabled) | nindent 4 }}
+    {{- include "profsym.gateway.symbolization" (dict "s" $sym "cacheDir" $cacheDir "store" .Values.symbols.enabled "memory" (include "profsym.gateway.memory" . | fromJson)) | nindent 4 }}
 exporters:
   {{- if $g.fileOutput.enabled }}
   file:
@@ -191,9 +227,12 @@ service:
   {{- if .Values.symbols.enabled }}
     - symbolstore
   {{- end }}
+  {{- if include "profsym.jfrAuth" . }}
+    - bearertokenauth/jfr
+  {{- end }}
   pipelines:
     profiles:
-      receivers: [otlp]
+      receivers: [otlp{{ if $g.jfr.enabled }}, jfr{{ end }}]
       processors: [memory_limiter, symbolization]
       exporters: {{ $exporters }}
     {{- if $g.profileEvents.enabled }}
@@ -203,4 +242,38 @@ service:
       processors: [memory_limiter, symbolization]
       exporters: {{ $exporters }}
     {{- end }}
+{{- end }}
+
+{{/* The gateways' scratch space for the symbol store. */}}
+{{- define "profsym.gatewaySymbolsDir" -}}/var/lib/profsym/symbols{{- end }}
+
+{{/*
+The symbol StatefulSet's collector configuration: the symbolstore
+extension over its volume, and a nop pipeline (a collector needs one).
+*/}}
+{{- define "profsym.symbols.baseConfig" -}}
+{{- $st := .Values.symbols.store -}}
+extensions:
+  {{- include "profsym.extensions" . | nindent 2 }}
+  symbolstore:
+    endpoint: ${env:PROFSYM_SYMBOLS_LISTEN}
+    {{- if include "profsym.symbolsAuth" . }}
+    auth:
+      authenticator: bearertokenauth/symbols
+    {{- end }}
+    max_upload_size: {{ int64 $st.maxUploadSize }}
+    lease_duration: {{ $st.leaseDuration }}
+    storage:
+      directory: {{ $st.mountPath }}
+receivers:
+  nop: {}
+exporters:
+  nop: {}
+service:
+  {{- include "profsym.telemetry" . | nindent 2 }}
+    - symbolstore
+  pipelines:
+    logs:
+      receivers: [nop]
+      exporters: [nop]
 {{- end }}

@@ -125,8 +125,23 @@ and the Secret holding it.
 {{- default (printf "%s-symbols-token" (include "profsym.fullname" .)) .Values.symbols.token.existingSecret }}
 {{- end }}
 
-{{- define "profsym.symbolsClaimName" -}}
-{{- default (printf "%s-gateway-symbols" (include "profsym.fullname" .)) .Values.gateway.symbolStore.persistence.existingClaim }}
+{{/*
+Where the symbol store runs: "statefulset" (one pod owning a volume; the
+gateways read it over HTTP) or "s3" (every gateway replica over a bucket);
+empty when symbols are off.
+*/}}
+{{- define "profsym.symbolsMode" -}}
+{{- if .Values.symbols.enabled }}{{ ternary "s3" "statefulset" (ne .Values.symbols.store.s3.bucket "") }}{{ end }}
+{{- end }}
+
+{{- define "profsym.symbolsName" -}}
+{{- include "profsym.fullname" . }}-symbols
+{{- end }}
+
+{{/* The store's URL, for agents' uploads (and, with the StatefulSet, gateways' reads). */}}
+{{- define "profsym.symbolsURL" -}}
+{{- $svc := ternary (include "profsym.gatewayName" .) (include "profsym.symbolsName" .) (eq (include "profsym.symbolsMode" .) "s3") }}
+{{- printf "http://%s.%s.svc.%s:%d" $svc .Release.Namespace .Values.clusterDomain (int .Values.symbols.store.port) }}
 {{- end }}
 
 {{/* Where the token Secret is mounted in both workloads. */}}

@@ -23,22 +23,25 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                           metric.Meter
-	mu                              sync.Mutex
-	registrations                   []metric.Registration
-	SymbolizationBatchDuration      metric.Float64Histogram
-	SymbolizationCacheBytes         metric.Int64Gauge
-	SymbolizationCacheEntries       metric.Int64Gauge
-	SymbolizationCacheEvictions     metric.Int64Counter
-	SymbolizationCacheHits          metric.Int64Counter
-	SymbolizationCacheMisses        metric.Int64Counter
-	SymbolizationDebuginfodBytes    metric.Int64Counter
-	SymbolizationDebuginfodErrors   metric.Int64Counter
-	SymbolizationDebuginfodLatency  metric.Float64Histogram
-	SymbolizationDebuginfodRequests metric.Int64Counter
-	SymbolizationFramesResolved     metric.Int64Counter
-	SymbolizationFramesSkipped      metric.Int64Counter
-	SymbolizationFramesUnresolved   metric.Int64Counter
+	meter                                    metric.Meter
+	mu                                       sync.Mutex
+	registrations                            []metric.Registration
+	SymbolizationBatchDuration               metric.Float64Histogram
+	SymbolizationCacheBytes                  metric.Int64Gauge
+	SymbolizationCacheEntries                metric.Int64Gauge
+	SymbolizationCacheEvictions              metric.Int64Counter
+	SymbolizationCacheHits                   metric.Int64Counter
+	SymbolizationCacheMisses                 metric.Int64Counter
+	SymbolizationDebuginfodBytes             metric.Int64Counter
+	SymbolizationDebuginfodDownloadsInFlight metric.Int64Gauge
+	SymbolizationDebuginfodErrors            metric.Int64Counter
+	SymbolizationDebuginfodLatency           metric.Float64Histogram
+	SymbolizationDebuginfodOldestDownload    metric.Float64Gauge
+	SymbolizationDebuginfodRequests          metric.Int64Counter
+	SymbolizationFramesIncomplete            metric.Int64Counter
+	SymbolizationFramesResolved              metric.Int64Counter
+	SymbolizationFramesSkipped               metric.Int64Counter
+	SymbolizationFramesUnresolved            metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -113,6 +116,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
+	builder.SymbolizationDebuginfodDownloadsInFlight, err = builder.meter.Int64Gauge(
+		"otelcol_symbolization_debuginfod_downloads_in_flight",
+		metric.WithDescription("Debuginfod downloads running or waiting for a server's slot; frames whose file is among them are pending meanwhile. [Alpha]"),
+		metric.WithUnit("{download}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.SymbolizationDebuginfodErrors, err = builder.meter.Int64Counter(
 		"otelcol_symbolization_debuginfod_errors",
 		metric.WithDescription("Failed debuginfod downloads, by reason. [Alpha]"),
@@ -126,10 +135,22 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithExplicitBucketBoundaries([]float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}...),
 	)
 	errs = errors.Join(errs, err)
+	builder.SymbolizationDebuginfodOldestDownload, err = builder.meter.Float64Gauge(
+		"otelcol_symbolization_debuginfod_oldest_download",
+		metric.WithDescription("How long the oldest debuginfod download in flight has been running (0 without one); a value near debuginfod.max_download_time means a server that trickles. [Alpha]"),
+		metric.WithUnit("s"),
+	)
+	errs = errors.Join(errs, err)
 	builder.SymbolizationDebuginfodRequests, err = builder.meter.Int64Counter(
 		"otelcol_symbolization_debuginfod_requests",
 		metric.WithDescription("Files asked of the debuginfod client (cache hits included). [Alpha]"),
 		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationFramesIncomplete, err = builder.meter.Int64Counter(
+		"otelcol_symbolization_frames_incomplete",
+		metric.WithDescription("Resolved frames named from a symbol table only because their binary's debug info could not be used, by reason (limit_exceeded, corrupt_file, build_id_mismatch, pending, ...). [Alpha]"),
+		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SymbolizationFramesResolved, err = builder.meter.Int64Counter(
@@ -146,7 +167,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizationFramesUnresolved, err = builder.meter.Int64Counter(
 		"otelcol_symbolization_frames_unresolved",
-		metric.WithDescription("Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, fetch_failed, timeout, corrupt_file, not_found). [Alpha]"),
+		metric.WithDescription("Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, pending, fetch_failed, timeout, corrupt_file, not_found). [Alpha]"),
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)

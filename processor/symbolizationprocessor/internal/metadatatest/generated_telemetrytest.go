@@ -128,6 +128,20 @@ func AssertEqualSymbolizationDebuginfodBytes(t *testing.T, tt *componenttest.Tel
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSymbolizationDebuginfodDownloadsInFlight(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_debuginfod_downloads_in_flight",
+		Description: "Debuginfod downloads running or waiting for a server's slot; frames whose file is among them are pending meanwhile. [Alpha]",
+		Unit:        "{download}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_debuginfod_downloads_in_flight")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSymbolizationDebuginfodErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_debuginfod_errors",
@@ -159,6 +173,20 @@ func AssertEqualSymbolizationDebuginfodLatency(t *testing.T, tt *componenttest.T
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSymbolizationDebuginfodOldestDownload(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_debuginfod_oldest_download",
+		Description: "How long the oldest debuginfod download in flight has been running (0 without one); a value near debuginfod.max_download_time means a server that trickles. [Alpha]",
+		Unit:        "s",
+		Data: metricdata.Gauge[float64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_debuginfod_oldest_download")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSymbolizationDebuginfodRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_debuginfod_requests",
@@ -171,6 +199,22 @@ func AssertEqualSymbolizationDebuginfodRequests(t *testing.T, tt *componenttest.
 		},
 	}
 	got, err := tt.GetMetric("otelcol_symbolization_debuginfod_requests")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualSymbolizationFramesIncomplete(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_frames_incomplete",
+		Description: "Resolved frames named from a symbol table only because their binary's debug info could not be used, by reason (limit_exceeded, corrupt_file, build_id_mismatch, pending, ...). [Alpha]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_frames_incomplete")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -210,7 +254,7 @@ func AssertEqualSymbolizationFramesSkipped(t *testing.T, tt *componenttest.Telem
 func AssertEqualSymbolizationFramesUnresolved(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolization_frames_unresolved",
-		Description: "Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, fetch_failed, timeout, corrupt_file, not_found). [Alpha]",
+		Description: "Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, pending, fetch_failed, timeout, corrupt_file, not_found). [Alpha]",
 		Unit:        "{frame}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

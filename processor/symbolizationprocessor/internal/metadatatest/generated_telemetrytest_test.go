@@ -26,9 +26,12 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.SymbolizationCacheHits.Add(context.Background(), 1)
 	tb.SymbolizationCacheMisses.Add(context.Background(), 1)
 	tb.SymbolizationDebuginfodBytes.Add(context.Background(), 1)
+	tb.SymbolizationDebuginfodDownloadsInFlight.Record(context.Background(), 1)
 	tb.SymbolizationDebuginfodErrors.Add(context.Background(), 1)
 	tb.SymbolizationDebuginfodLatency.Record(context.Background(), 1)
+	tb.SymbolizationDebuginfodOldestDownload.Record(context.Background(), 1)
 	tb.SymbolizationDebuginfodRequests.Add(context.Background(), 1)
+	tb.SymbolizationFramesIncomplete.Add(context.Background(), 1)
 	tb.SymbolizationFramesResolved.Add(context.Background(), 1)
 	tb.SymbolizationFramesSkipped.Add(context.Background(), 1)
 	tb.SymbolizationFramesUnresolved.Add(context.Background(), 1)
@@ -53,13 +56,22 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualSymbolizationDebuginfodBytes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationDebuginfodDownloadsInFlight(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationDebuginfodErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationDebuginfodLatency(t, testTel,
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationDebuginfodOldestDownload(t, testTel,
+		[]metricdata.DataPoint[float64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationDebuginfodRequests(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationFramesIncomplete(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationFramesResolved(t, testTel,

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package symupload
+
+// lowPriority runs fn: thread priorities are only lowered on Linux.
+func lowPriority(fn func() error) error { return fn() }
