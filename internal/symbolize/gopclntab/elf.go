@@ -2,9 +2,11 @@ package gopclntab
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -23,7 +25,8 @@ import (
 //
 // It returns an error wrapping frame.ErrNoDebugInfo when f has no pclntab.
 func New(f *elfx.File) (*Table, error) {
-	img := f.Bytes()
+	m := newImage(f)
+	img := m.img
 	var tab []byte
 	var tabAddr uint64
 	var syms [2]uint64 // runtime.pclntab, runtime.firstmoduledata; 0 when unknown
@@ -35,9 +38,9 @@ func New(f *elfx.File) (*Table, error) {
 		tab, tabAddr = b, s.Addr
 	} else {
 		copy(syms[:], symbolValues(f, img, "runtime.pclntab", "runtime.firstmoduledata"))
-		if b, ok := tableAt(f, img, syms[0]); ok {
+		if b, ok := m.tableAt(syms[0]); ok {
 			tab, tabAddr = b, syms[0]
-		} else if b, addr, ok := scanForTable(f, img); ok {
+		} else if b, addr, ok := m.scanForTable(); ok {
 			tab, tabAddr = b, addr
 		} else {
 			return nil, fmt.Errorf("gopclntab: no Go symbol table: %w", frame.ErrNoDebugInfo)
@@ -47,7 +50,7 @@ func New(f *elfx.File) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	md, mdOK := findModuledata(f, img, t, tabAddr, syms[1])
+	md, mdOK := m.findModuledata(t, tabAddr, syms[1])
 	text := t.textStart
 	if mdOK && md.text != 0 {
 		text = md.text
@@ -63,18 +66,54 @@ func New(f *elfx.File) (*Table, error) {
 	if t.version == ver116 {
 		// Funcdata are absolute pointers into read-only data, which the
 		// internal linker puts in the segment holding the pclntab.
-		in.Data, in.DataAddr = segmentAt(f, img, tabAddr)
+		in.Data, in.DataAddr = m.segmentAt(tabAddr)
 	} else if mdOK {
 		in.GoFunc = md.gofunc
-		in.Data, in.DataAddr = segmentAt(f, img, md.gofunc)
+		in.Data, in.DataAddr = m.segmentAt(md.gofunc)
 	}
 	return Parse(in)
 }
 
+// maxProgs bounds the program headers searched: real files have a dozen.
+// A forged file with thousands, each covering the whole image, would make
+// every search here read the image that many times.
+const maxProgs = 64
+
+// image is what the searches read of a file: its bytes, and its PT_LOAD and
+// PT_GNU_RELRO headers without duplicates, at most maxProgs of them.
+type image struct {
+	f     *elfx.File
+	img   []byte
+	loads []elfx.Segment
+	relro []elfx.Segment
+}
+
+func newImage(f *elfx.File) *image {
+	m := &image{f: f, img: f.Bytes()}
+	seen := map[elfx.Segment]bool{}
+	for _, p := range f.Progs {
+		if len(seen) == maxProgs {
+			break
+		}
+		g := elfx.Segment{Off: p.Off, Vaddr: p.Vaddr, Filesz: p.Filesz, Memsz: p.Memsz, Flags: p.Flags}
+		if (p.Type != elf.PT_LOAD && p.Type != elf.PT_GNU_RELRO) || seen[g] {
+			continue
+		}
+		seen[g] = true
+		if p.Type == elf.PT_LOAD {
+			m.loads = append(m.loads, g)
+		} else {
+			m.relro = append(m.relro, g)
+		}
+	}
+	return m
+}
+
 // segmentAt returns the file-backed bytes of the PT_LOAD segment holding
 // addr, or of the allocated section holding it when there are no segments.
-func segmentAt(f *elfx.File, img []byte, addr uint64) ([]byte, uint64) {
-	for _, p := range f.Loads() {
+func (m *image) segmentAt(addr uint64) ([]byte, uint64) {
+	f, img := m.f, m.img
+	for _, p := range m.loads {
 		if addr >= p.Vaddr && addr-p.Vaddr < p.Filesz && p.Off <= uint64(len(img)) && p.Filesz <= uint64(len(img))-p.Off {
 			return img[p.Off : p.Off+p.Filesz], p.Vaddr
 		}
@@ -89,9 +128,9 @@ func segmentAt(f *elfx.File, img []byte, addr uint64) ([]byte, uint64) {
 }
 
 // fileToVaddr maps a file offset to its virtual address through PT_LOAD.
-func fileToVaddr(f *elfx.File, off uint64) (uint64, []byte, bool) {
-	img := f.Bytes()
-	for _, p := range f.Loads() {
+func (m *image) fileToVaddr(off uint64) (uint64, []byte, bool) {
+	img := m.img
+	for _, p := range m.loads {
 		if off >= p.Off && off-p.Off < p.Filesz && p.Off+p.Filesz <= uint64(len(img)) {
 			return p.Vaddr + (off - p.Off), img[off : p.Off+p.Filesz], true
 		}
@@ -99,16 +138,18 @@ func fileToVaddr(f *elfx.File, off uint64) (uint64, []byte, bool) {
 	return 0, nil, false
 }
 
-// scans counts the calls of scanForTable, for tests.
-var scans atomic.Int64
+// scans counts the calls of scanForTable, and searched the bytes the
+// searches for the table and moduledata went through, for tests.
+var scans, searched atomic.Int64
 
 // tableAt returns the file bytes from addr to the end of its segment when a
 // plausible pclntab starts there.
-func tableAt(f *elfx.File, img []byte, addr uint64) ([]byte, bool) {
+func (m *image) tableAt(addr uint64) ([]byte, bool) {
+	img := m.img
 	if addr == 0 {
 		return nil, false
 	}
-	for _, p := range f.Loads() {
+	for _, p := range m.loads {
 		if addr < p.Vaddr || addr-p.Vaddr >= p.Filesz || p.Off > uint64(len(img)) || p.Filesz > uint64(len(img))-p.Off {
 			continue
 		}
@@ -116,6 +157,7 @@ func tableAt(f *elfx.File, img []byte, addr uint64) ([]byte, bool) {
 		if t, err := Parse(Image{Pclntab: cand, TextStart: 1}); err == nil && plausible(t) {
 			return cand, true
 		}
+		return nil, false // the first segment holding addr is the one
 	}
 	return nil, false
 }
@@ -185,16 +227,17 @@ func symbolValues(f *elfx.File, img []byte, names ...string) []uint64 {
 // then the RELRO ranges (external linking), then executable segments (old
 // linkers put read-only data in the text segment), for the bytes every
 // magic shares, checking the magic and alignment where they occur.
-func scanForTable(f *elfx.File, img []byte) ([]byte, uint64, bool) {
+func (m *image) scanForTable() ([]byte, uint64, bool) {
 	scans.Add(1)
+	f, img := m.f, m.img
 	type region struct{ off, size, addr uint64 }
 	var ro, relro, exec []region
-	for _, p := range f.Progs {
+	for _, p := range m.relro {
+		relro = append(relro, region{p.Off, p.Filesz, p.Vaddr})
+	}
+	for _, p := range m.loads {
 		r := region{p.Off, p.Filesz, p.Vaddr}
 		switch {
-		case p.Type == elf.PT_GNU_RELRO:
-			relro = append(relro, r)
-		case p.Type != elf.PT_LOAD:
 		case p.Flags&elf.PF_W != 0:
 		case p.Flags&elf.PF_X != 0:
 			exec = append(exec, r)
@@ -208,39 +251,95 @@ func scanForTable(f *elfx.File, img []byte) ([]byte, uint64, bool) {
 	if big {
 		common, lead = []byte{0xff, 0xff, 0xff}, 0 // ff ff ff X 00 00
 	}
+	// Each byte of the file is searched once, however many segments
+	// claim it.
+	var done [][2]uint64
 	for _, rs := range [][]region{ro, relro, exec} {
 		for _, r := range rs {
 			if r.off > uint64(len(img)) || r.size > uint64(len(img))-r.off {
 				continue
 			}
 			seg := img[r.off : r.off+r.size]
-			for i := lead; i < len(seg); {
-				k := bytes.Index(seg[i:], common)
-				if k < 0 {
-					break
-				}
-				at := i + k - lead
-				i += k + 1
-				if at%4 != 0 || len(seg)-at < 8 {
-					continue // the header is pointer-aligned
-				}
-				var m uint32
-				if big {
-					m = binary.BigEndian.Uint32(seg[at:])
-				} else {
-					m = binary.LittleEndian.Uint32(seg[at:])
-				}
-				if (m != magic120 && m != magic118 && m != magic116) || seg[at+4] != 0 || seg[at+5] != 0 {
-					continue
-				}
-				cand := seg[at:]
-				if t, err := Parse(Image{Pclntab: cand, TextStart: 1}); err == nil && plausible(t) {
-					return cand, r.addr + uint64(at), true
+			for _, gap := range notIn(r.off, r.off+r.size, done) {
+				lo, hi := int(gap[0]-r.off), int(gap[1]-r.off) // magic starts in [lo, hi)
+				if t, at, ok := scanRange(seg, lo, hi, common, lead, big); ok {
+					return t, r.addr + uint64(at), true
 				}
 			}
+			done = addRange(done, r.off, r.off+r.size)
 		}
 	}
 	return nil, 0, false
+}
+
+// scanRange looks for a plausible table whose header starts in seg[lo:hi]:
+// where the bytes every magic shares (common, lead bytes into the magic)
+// occur, it checks the magic, the alignment and the header.
+func scanRange(seg []byte, lo, hi int, common []byte, lead int, big bool) ([]byte, int, bool) {
+	searched.Add(int64(hi - lo))
+	end := min(len(seg), hi+lead+len(common))
+	for i := lo + lead; i < end; {
+		k := bytes.Index(seg[i:end], common)
+		if k < 0 {
+			break
+		}
+		at := i + k - lead
+		i += k + 1
+		if at >= hi {
+			break
+		}
+		if at%4 != 0 || len(seg)-at < 8 {
+			continue // the header is pointer-aligned
+		}
+		var m uint32
+		if big {
+			m = binary.BigEndian.Uint32(seg[at:])
+		} else {
+			m = binary.LittleEndian.Uint32(seg[at:])
+		}
+		if (m != magic120 && m != magic118 && m != magic116) || seg[at+4] != 0 || seg[at+5] != 0 {
+			continue
+		}
+		cand := seg[at:]
+		if t, err := Parse(Image{Pclntab: cand, TextStart: 1}); err == nil && plausible(t) {
+			return cand, at, true
+		}
+	}
+	return nil, 0, false
+}
+
+// notIn returns the parts of [lo, hi) that no range of done (sorted,
+// disjoint) covers.
+func notIn(lo, hi uint64, done [][2]uint64) [][2]uint64 {
+	var out [][2]uint64
+	for _, d := range done {
+		if d[1] <= lo || d[0] >= hi {
+			continue
+		}
+		if d[0] > lo {
+			out = append(out, [2]uint64{lo, d[0]})
+		}
+		lo = max(lo, d[1])
+	}
+	if lo < hi {
+		out = append(out, [2]uint64{lo, hi})
+	}
+	return out
+}
+
+// addRange adds [lo, hi) to done, keeping it sorted and disjoint.
+func addRange(done [][2]uint64, lo, hi uint64) [][2]uint64 {
+	done = append(done, [2]uint64{lo, hi})
+	slices.SortFunc(done, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	out := done[:1]
+	for _, d := range done[1:] {
+		if n := len(out); d[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], d[1])
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // plausible checks a candidate table beyond its header: the first and last
@@ -279,7 +378,8 @@ const (
 // pclntab header and its slices point into the pclntab. It checks symAddr
 // (runtime.firstmoduledata's value, 0 if unknown), then scans the writable
 // data (where the linker puts it) for that pointer.
-func findModuledata(f *elfx.File, img []byte, t *Table, tabAddr, symAddr uint64) (moduledata, bool) {
+func (m *image) findModuledata(t *Table, tabAddr, symAddr uint64) (moduledata, bool) {
+	f, img := m.f, m.img
 	ps := t.ptrSize
 	var want [8]byte
 	if t.big {
@@ -295,7 +395,7 @@ func findModuledata(f *elfx.File, img []byte, t *Table, tabAddr, symAddr uint64)
 	// all writable data, for files without section headers.
 	var regions [][2]uint64 // file offset, size
 	if symAddr != 0 {
-		for _, p := range f.Loads() {
+		for _, p := range m.loads {
 			if symAddr >= p.Vaddr && symAddr-p.Vaddr < p.Filesz {
 				off := p.Off + (symAddr - p.Vaddr)
 				regions = append(regions, [2]uint64{off, min(uint64(mdScanWords*ps), p.Off+p.Filesz-off)})
@@ -307,41 +407,67 @@ func findModuledata(f *elfx.File, img []byte, t *Table, tabAddr, symAddr uint64)
 			regions = append(regions, [2]uint64{s.Offset, s.FileSize})
 		}
 	}
-	for _, p := range f.Loads() {
+	sections := len(regions)
+	for _, p := range m.loads {
 		if p.Flags&elf.PF_W != 0 {
 			regions = append(regions, [2]uint64{p.Off, p.Filesz})
 		}
 	}
-	for _, r := range regions {
+	var done [][2]uint64 // parts of writable segments searched
+	for n, r := range regions {
 		if r[0] > uint64(len(img)) || r[1] > uint64(len(img))-r[0] {
 			continue
 		}
 		seg := img[r[0] : r[0]+r[1]]
-		for i := 0; i < len(seg); {
-			k := bytes.Index(seg[i:], pat)
-			if k < 0 {
-				break
-			}
-			at := i + k
-			i = at + 1
-			if (r[0]+uint64(at))%uint64(ps) != 0 || len(seg)-at < mdScanWords*ps {
-				continue
-			}
-			md := seg[at : at+mdScanWords*ps]
-			w := func(j int) uint64 { return t.word(md[j*ps:]) }
-			if w(mdFuncnametab) != tabAddr+t.offs[0] {
-				continue
-			}
-			if w(mdFtab) != tabAddr+t.offs[4] || w(mdFtab+1) != uint64(t.nfunc+1) {
-				continue
-			}
-			addr, _, _ := fileToVaddr(f, r[0]+uint64(at))
-			m := moduledata{addr: addr, text: w(mdText)}
-			if t.version != ver116 {
-				m.gofunc = pickGoFunc(f, img, t, w, m.text)
-			}
-			return m, true
+		gaps := [][2]uint64{{r[0], r[0] + r[1]}}
+		if n >= sections {
+			// Each byte of the segments is searched once, however many
+			// segments claim it.
+			gaps = notIn(r[0], r[0]+r[1], done)
+			done = addRange(done, r[0], r[0]+r[1])
 		}
+		for _, gap := range gaps {
+			if md, ok := m.moduledataIn(t, seg, r[0], int(gap[0]-r[0]), int(gap[1]-r[0]), pat, tabAddr); ok {
+				return md, true
+			}
+		}
+	}
+	return moduledata{}, false
+}
+
+// moduledataIn looks for moduledata starting in seg[lo:hi], seg being the
+// file's bytes from offset off.
+func (m *image) moduledataIn(t *Table, seg []byte, off uint64, lo, hi int, pat []byte, tabAddr uint64) (moduledata, bool) {
+	ps := t.ptrSize
+	searched.Add(int64(hi - lo))
+	end := min(len(seg), hi+len(pat))
+	for i := lo; i < end; {
+		k := bytes.Index(seg[i:end], pat)
+		if k < 0 {
+			break
+		}
+		at := i + k
+		i = at + 1
+		if at >= hi {
+			break
+		}
+		if (off+uint64(at))%uint64(ps) != 0 || len(seg)-at < mdScanWords*ps {
+			continue
+		}
+		words := seg[at : at+mdScanWords*ps]
+		w := func(j int) uint64 { return t.word(words[j*ps:]) }
+		if w(mdFuncnametab) != tabAddr+t.offs[0] {
+			continue
+		}
+		if w(mdFtab) != tabAddr+t.offs[4] || w(mdFtab+1) != uint64(t.nfunc+1) {
+			continue
+		}
+		addr, _, _ := m.fileToVaddr(off + uint64(at))
+		md := moduledata{addr: addr, text: w(mdText)}
+		if t.version != ver116 {
+			md.gofunc = m.pickGoFunc(t, w, md.text)
+		}
+		return md, true
 	}
 	return moduledata{}, false
 }
@@ -352,7 +478,7 @@ func findModuledata(f *elfx.File, img []byte, t *Table, tabAddr, symAddr uint64)
 // which the most entries look right wins; the known layouts break ties. When
 // functions have inline trees but no candidate explains them, it returns 0:
 // no inline frames beats wrong ones.
-func pickGoFunc(f *elfx.File, img []byte, t *Table, w func(int) uint64, text uint64) uint64 {
+func (m *image) pickGoFunc(t *Table, w func(int) uint64, text uint64) uint64 {
 	order := []int{mdGoFunc120, mdGoFunc118}
 	if t.version == ver118 {
 		order = []int{mdGoFunc118, mdGoFunc120}
@@ -369,7 +495,7 @@ func pickGoFunc(f *elfx.File, img []byte, t *Table, w func(int) uint64, text uin
 		if cand == 0 {
 			continue
 		}
-		data, base := segmentAt(f, img, cand)
+		data, base := m.segmentAt(cand)
 		if data == nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package gopclntab
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"debug/gosym"
 	"errors"
 	"fmt"
@@ -735,5 +736,46 @@ func TestFuncAt(t *testing.T) {
 	}
 	if _, err := tab.FuncAt(i); err == nil {
 		t.Fatal("FuncAt past the end")
+	}
+}
+
+// TestManyProgramHeaders: a file claiming 20,000 segments, each the whole
+// file, is searched as if it had one (a search per segment would take
+// 20,000 times as long: a hang for a gateway handed such a file).
+func TestManyProgramHeaders(t *testing.T) {
+	b := fixture(t)
+	img, err := os.ReadFile(b.stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drop the section headers, so the table must be searched for, and
+	// append the program headers: PT_LOAD, read-only, the whole file.
+	for _, r := range [][2]int{{0x28, 8}, {0x3c, 2}, {0x3e, 2}} {
+		clear(img[r[0] : r[0]+r[1]])
+	}
+	phoff := len(img)
+	var ph [56]byte
+	binary.LittleEndian.PutUint32(ph[0:], uint32(elf.PT_LOAD))
+	binary.LittleEndian.PutUint32(ph[4:], uint32(elf.PF_R))
+	binary.LittleEndian.PutUint64(ph[32:], uint64(phoff)) // filesz
+	binary.LittleEndian.PutUint64(ph[40:], uint64(phoff)) // memsz
+	const n = 20000
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(ph[16:], uint64(i)<<12) // vaddr: each its own
+		img = append(img, ph[:]...)
+	}
+	binary.LittleEndian.PutUint64(img[0x20:], uint64(phoff))
+	binary.LittleEndian.PutUint16(img[0x38:], n)
+	f, err := elfx.NewFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	searched0 := searched.Load()
+	_, err = New(f)
+	if err != nil && !errors.Is(err, frame.ErrNoDebugInfo) && !errors.Is(err, frame.ErrCorruptFile) {
+		t.Fatalf("New: %v", err)
+	}
+	if got := searched.Load() - searched0; got > 4*int64(len(img)) {
+		t.Fatalf("searched %d bytes of a %d-byte file", got, len(img))
 	}
 }
