@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-jfr fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -49,7 +49,9 @@ bench-processor:
 	$(GO) test -run '^$$' -bench BenchmarkProcessor -benchtime=10x -timeout 30m ./processor/symbolizationprocessor/ | tee $(BIN)/bench-processor.txt
 
 # The full receiver at 99 Hz with both cores busy, side by side with
-# `perf record -F 99 -a -g` (PROFSYM_BENCH_SECONDS, default 60).
+# `perf record -F 99 -a -g` (PROFSYM_BENCH_SECONDS, default 60), steady and
+# with 20 new processes a second; ends with a summary table (steady-state
+# CPU, BPF ns per sample, RSS at the end, peak RSS, start-up peak).
 bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
@@ -61,6 +63,20 @@ bench-sampler:
 bench-unwind:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench WholeChainVsPerf -benchtime 1x -timeout 15m ./internal/host/unwind | tee $(BIN)/bench-unwind.txt
+
+# What a table build and a new process cost the agent, in figures the
+# machine's load does not move: CPU-seconds, bytes allocated, heap and RSS
+# high-water marks (BenchmarkBuildFile, BenchmarkNewProcess), and callgrind
+# instruction counts of fixed workloads (net of "none"; valgrind).
+bench-unwind-cost:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench 'BuildFile|NewProcess' -benchtime 20x ./internal/host/unwind | tee $(BIN)/bench-unwind-cost.txt
+	$(GO) test -c -o $(BIN)/unwind.test ./internal/host/unwind
+	@for w in none libc go-compile libLLVM snapshot; do \
+	  printf 'callgrind %-11s ' $$w; \
+	  PROFSYM_COST_WORKLOAD=$$w GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+	    $(BIN)/unwind.test -test.run TestCostWorkload 2>&1 | sed -n 's/.*Collected : //p'; \
+	done | tee -a $(BIN)/bench-unwind-cost.txt
 
 # The real agent (root) next to two busy processes, symbol uploads off and on,
 # one of them carrying 100 MB of debug info: the workloads' throughput, the

@@ -199,7 +199,11 @@ static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, 
 	ev->ts_ns = bpf_ktime_get_boot_ns();
 	ev->has_mm = has_mm;
 	ev->pad = 0;
-	bpf_ringbuf_submit(ev, 0);
+	/* Exits wake nobody: userspace reads them with the next event or its
+	 * periodic poll, and a wake-up costs it more CPU than the exit. The
+	 * others force one: the default wakes only a reader that has caught up,
+	 * and an unread exit before them would keep it asleep. */
+	bpf_ringbuf_submit(ev, kind == PROC_EXIT ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
 	return true;
 }
 

@@ -2,10 +2,14 @@ package addrmap
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -280,4 +284,51 @@ func FuzzParseMaps(f *testing.F) {
 			t.Fatalf("%d mappings from %d bytes", n, len(data))
 		}
 	})
+}
+
+// TestQueryExec: PROCMAP_QUERY reports the executable mappings the maps
+// text does, for this process and a child, or says the kernel lacks it.
+// Only [vsyscall], the legacy page outside every process's mappings that the
+// text lists last, is not reported.
+func TestQueryExec(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Linux only")
+	}
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(50 * time.Millisecond) // past exec
+	for _, pid := range []int{os.Getpid(), cmd.Process.Pid} {
+		path := fmt.Sprintf("/proc/%d/maps", pid)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []Mapping
+		err = QueryExec(f, func(m Mapping) error { got = append(got, m); return nil })
+		f.Close()
+		if errors.Is(err, ErrQueryUnsupported) {
+			t.Skipf("kernel without PROCMAP_QUERY: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ParseMaps(bytes.NewReader(text), func(m Mapping) error {
+			if m.Perms&Exec != 0 && m.Path != "[vsyscall]" {
+				want = append(want, m)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || !slices.Equal(got, want) {
+			t.Fatalf("pid %d:\nquery %+v\ntext  %+v", pid, got, want)
+		}
+	}
 }

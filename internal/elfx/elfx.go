@@ -41,6 +41,9 @@ type File struct {
 
 	data  []byte // whole file: mmap'd or read
 	unmap func([]byte) error
+	// drop unmaps the pages of data read so far from this process (see
+	// DropPages); nil unless data is a file mapping.
+	drop func([]byte)
 
 	budget *budget
 
@@ -105,6 +108,7 @@ func (f *File) Close() error {
 		err = f.unmap(f.data)
 	}
 	f.unmap = nil
+	f.drop = nil
 	f.data = nil
 	f.mu.Lock()
 	for _, b := range f.freeOnClose {
@@ -117,6 +121,18 @@ func (f *File) Close() error {
 
 // Bytes returns the raw file image.
 func (f *File) Bytes() []byte { return f.data }
+
+// DropPages takes the pages of a mapped file image that were read so far
+// out of this process's resident set: they stay in the page cache, and
+// reading them again maps them back (a minor fault). A long pass over a big
+// file calls it now and then, so that the process's RSS grows by what the
+// pass read since the last call rather than by all of the file it touched.
+// Slices of the image stay valid. No-op for images held in memory.
+func (f *File) DropPages() {
+	if f.drop != nil && f.data != nil {
+		f.drop(f.data)
+	}
+}
 
 // SizeBytes is an estimate of the memory the File pins: the mapped image plus
 // every decompressed section.

@@ -24,6 +24,12 @@ func mapFile(path string, maxBytes int64) ([]byte, func([]byte) error, error) {
 	return data, unix.Munmap, nil
 }
 
+// dropPages unmaps the pages of a read-only shared file mapping from this
+// process; the page cache keeps them.
+func dropPages(data []byte) {
+	_ = unix.Madvise(data, unix.MADV_DONTNEED)
+}
+
 // OpenRegular opens path for reading if it is a regular file of at most
 // maxBytes bytes, with the checks of OpenContext: a FIFO, device, socket or
 // folder wraps frame.ErrInvalidPath and never blocks the open, a larger

@@ -104,6 +104,7 @@ func open(path string, lim Limits) (*File, error) {
 		return nil, err
 	}
 	f.unmap = unmap
+	f.drop = dropPages
 	return f, nil
 }
 

@@ -36,7 +36,6 @@ type profilingReceiver struct {
 	builder    *profbuild.Builder
 	cancel     context.CancelFunc
 	loops      sync.WaitGroup // report loop
-	events     chan struct{}  // closed when the event loop has ended
 	last       sampler.Stats  // counters already reported
 	lastUnwind unwind.Stats
 	from       time.Time // start of the current interval
@@ -64,12 +63,16 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
+	uw.Logger = r.log // SetDefaults gave it a no-op one
 	s, err := sampler.New(sampler.Config{
 		SampleRate:    r.cfg.SampleRate,
 		MaxStackDepth: r.cfg.MaxStackDepth,
 		KernelStacks:  r.cfg.KernelStacks,
 		Logger:        r.log,
 		Unwinding:     uw,
+		// Snapshots are taken in the sampler's reader goroutine: no
+		// hand-off (a wake-up) per event. r.builder is set before Start.
+		OnEvent: func(ev sampler.Event) { r.builder.HandleEvent(ev) },
 	})
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
@@ -97,23 +100,19 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.loops.Add(1)
-	r.events = make(chan struct{})
-	go r.handleEvents()
 	go r.reportLoop(ctx)
+	if r.cfg.KernelStacks {
+		r.loops.Add(1) // shutdown waits for it: no file left open
+		go func() {
+			defer r.loops.Done()
+			r.builder.Warm()
+		}()
+	}
 	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
 		zap.String("unwinding", uw.Mode.String()),
 		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
 		zap.Bool("profiles", r.profiles != nil), zap.Bool("logs", r.logs != nil))
 	return nil
-}
-
-// handleEvents snapshots processes as the sampler first sees them; it ends
-// when the sampler is closed.
-func (r *profilingReceiver) handleEvents() {
-	defer close(r.events)
-	for ev := range r.sampler.Events() {
-		r.builder.HandleEvent(ev)
-	}
 }
 
 func (r *profilingReceiver) reportLoop(ctx context.Context) {
@@ -225,7 +224,6 @@ func (r *profilingReceiver) shutdown(ctx context.Context) error {
 		r.report(ctx)
 	}
 	err := r.sampler.Close() // also ends the event loop
-	<-r.events
 	r.sampler = nil
 	return err
 }

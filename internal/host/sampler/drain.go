@@ -310,11 +310,20 @@ func (s *Sampler) readSamples() {
 	}
 }
 
+// eventPoll bounds how long an exit event waits to be read: exits wake no
+// reader (bpf/profile.c), they are read with the next event or by then.
+const eventPoll = time.Second
+
 func (s *Sampler) readEvents() {
 	defer s.wg.Done()
 	var rec ringbuf.Record
+	s.eventsRd.SetDeadline(time.Now().Add(eventPoll))
 	for {
 		if err := s.eventsRd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.eventsRd.SetDeadline(time.Now().Add(eventPoll))
+				continue
+			}
 			if !errors.Is(err, os.ErrClosed) {
 				s.log.Error("reading process events", zap.Error(err))
 			}
@@ -336,6 +345,10 @@ func (s *Sampler) readEvents() {
 			if s.unwinder != nil {
 				s.unwinder.Request(ev.Pid) // the pid field holds the table slot
 			}
+			continue
+		}
+		if s.cfg.OnEvent != nil {
+			s.cfg.OnEvent(ev)
 			continue
 		}
 		select {

@@ -384,8 +384,9 @@ func (s *Sampler) Start() error {
 	return nil
 }
 
-// Events delivers process notifications. It is closed by Close. When the
-// caller falls behind, events are dropped and counted in Stats.LostEvents.
+// Events delivers process notifications (unless Config.OnEvent takes
+// them). It is closed by Close. When the caller falls behind, events are
+// dropped and counted in Stats.LostEvents.
 func (s *Sampler) Events() <-chan Event { return s.events }
 
 // Drain returns everything aggregated since the previous Drain (or Start).

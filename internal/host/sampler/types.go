@@ -64,6 +64,12 @@ type Config struct {
 	// tables. ModeAuto (the default) walks with unwind tables in kernel
 	// aggregation mode; ModeRingBuffer always uses frame pointers.
 	Unwinding unwind.Config
+	// OnEvent, when set, is given the process events in the sampler's
+	// reader goroutine, one at a time and in order, instead of Events: a
+	// hand-off to another goroutine costs a wake-up per event. It must not
+	// block for long (the events ring buffer holds what arrives meanwhile)
+	// nor call Close.
+	OnEvent func(Event)
 }
 
 // StopReason says why a walked user stack ended, or what first made it

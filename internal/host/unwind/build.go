@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
+	"slices"
 	"syscall"
 	"time"
 
@@ -15,58 +17,122 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/unwind/table"
 )
 
 var errE2BIG = unix.E2BIG
 
-// Two builders take queued files, tables a sample waits for first, then
-// the cheapest (least unwind information): the second only takes cheap
-// ones, so that a new program's binary never waits behind a large library's
-// build. Builds run off the sampling path and never hold the Manager's lock.
+// freeAfterRows: a build of at least this many rows (2 MiB of them, a
+// transient heap of about 5 MB) returns its memory to the OS when done.
+const freeAfterRows = 256 << 10
+
+// Builders take queued files, tables a sample waits for first, then the
+// cheapest (least unwind information). At most two run: a second starts
+// only while the first builds a large file, and takes only small ones, so
+// that a new program's binary never waits behind a large library's build.
+// Builders run only while there is work, off the sampling path, and never
+// hold the Manager's lock while building.
 const fastLaneCost = 256 << 10
 
-func (m *Manager) worker(maxCost int64) {
-	defer m.workers.Done()
-	for {
-		m.mu.Lock()
-		var f *file
-		for f == nil {
-			if m.closed {
-				m.mu.Unlock()
-				return
-			}
-			// Tables samples wait for first, then the smallest file.
-			i := -1
-			for j, g := range m.queue {
-				if g.cost > maxCost {
-					continue
-				}
-				if i < 0 || g.wanted && !m.queue[i].wanted ||
-					g.wanted == m.queue[i].wanted && g.cost < m.queue[i].cost {
-					i = j
-				}
-			}
-			if i < 0 {
-				m.cond.Wait()
-				continue
-			}
-			f = m.queue[i]
-			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+// kick starts a builder if an eligible build has none. Called with m.mu held.
+func (m *Manager) kick() {
+	if m.closed {
+		return
+	}
+	switch {
+	case m.builders == 0:
+		if m.next(math.MaxInt64, true) < 0 {
+			return
 		}
-		f.queued, f.building = false, true
+		m.startBuilder(math.MaxInt64)
+	case m.builders == 1 && m.bigBuild:
+		if m.next(fastLaneCost, false) < 0 {
+			return
+		}
+		m.startBuilder(fastLaneCost)
+	}
+}
+
+func (m *Manager) startBuilder(maxCost int64) {
+	m.builders++
+	m.workers.Add(1)
+	go m.builder(maxCost)
+}
+
+// next returns the queue index of the next eligible build of at most
+// maxCost, or -1; with wake set, it arranges a kick for the earliest
+// speculative build that is not eligible yet.
+func (m *Manager) next(maxCost int64, wake bool) int {
+	i := -1
+	now := time.Now()
+	var later time.Time
+	for j, g := range m.queue {
+		if g.cost > maxCost {
+			continue
+		}
+		if !g.wanted && g.eligible.After(now) {
+			if later.IsZero() || g.eligible.Before(later) {
+				later = g.eligible
+			}
+			continue
+		}
+		if i < 0 || g.wanted && !m.queue[i].wanted ||
+			g.wanted == m.queue[i].wanted && g.cost < m.queue[i].cost {
+			i = j
+		}
+	}
+	if i < 0 && wake && !later.IsZero() {
+		m.wakeBuilders(later)
+	}
+	return i
+}
+
+// builder builds queued files until none is eligible.
+func (m *Manager) builder(maxCost int64) {
+	defer m.workers.Done()
+	m.mu.Lock()
+	for !m.closed {
+		i := m.next(maxCost, true)
+		if i < 0 {
+			break
+		}
+		f := m.queue[i]
+		m.queue = slices.Delete(m.queue, i, i+1)
+		f.queued = false
+		if !f.wanted && !m.anyAlive(f) {
+			// A speculative build whose processes are all gone (their exit
+			// events may come later): leave the file lazy; a process that
+			// maps it again, or a sample, asks for it.
+			m.stats.BuildsSkipped++
+			m.setLazy(f)
+			continue
+		}
+		f.building = true
+		big := f.cost > fastLaneCost
+		if big {
+			m.bigBuild = true
+			m.kick() // small files get a builder of their own meanwhile
+		}
 		opens := append([]string(nil), f.opens...)
 		m.mu.Unlock()
 
 		began := time.Now()
-		enc, err := buildFile(f, opens)
+		enc, err := buildFile(f, opens, m.maxRows)
 		m.install(f, enc, err, time.Since(began))
+
+		m.mu.Lock()
+		if big {
+			m.bigBuild = false
+		}
 	}
+	m.builders--
+	m.mu.Unlock()
 }
 
 // buildFile opens the file by one of its paths, checks it is the version
 // the processes map, and builds and encodes its table.
-func buildFile(f *file, opens []string) (encoded, error) {
+func buildFile(f *file, opens []string, maxRows int) (encoded, error) {
 	var lastErr error = errors.New("no path to open")
 	for _, p := range opens {
 		var st syscall.Stat_t
@@ -83,12 +149,17 @@ func buildFile(f *file, opens []string) (encoded, error) {
 			lastErr = err
 			continue
 		}
-		t, err := table.Build(ef, table.Options{MaxRows: MaxRowsPerTable})
+		// Rows go straight into their 8-byte encoding: the build holds
+		// no table of 32-byte rows.
+		enc := newEncoder(ef.Machine)
+		_, err = table.Stream(ef, table.Options{MaxRows: maxRows}, enc.add)
 		ef.Close()
 		if err != nil {
+			e := enc.finish()
+			e.rows.release()
 			return encoded{}, err
 		}
-		return encode(t), nil
+		return enc.finish(), nil
 	}
 	return encoded{}, lastErr
 }
@@ -104,7 +175,21 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		m.mu.Unlock()
 		return
 	}
-	if buildErr != nil || len(enc.rows) == 0 {
+	defer enc.rows.release()
+	if errors.Is(buildErr, frame.ErrLimitExceeded) {
+		// More rows than the rows map holds: as if there were no room.
+		m.stats.NoRoom++
+		f.noRoom = true
+		m.setState(f, stateNone)
+		if f.refs == 0 {
+			m.retire(f)
+		}
+		m.log.Info("unwind table larger than unwinding.max_table_bytes: frame pointers for this file",
+			zap.String("file", f.path), zap.Error(buildErr))
+		m.mu.Unlock()
+		return
+	}
+	if buildErr != nil || enc.rows.len() == 0 {
 		m.stats.BuildFailures++
 		m.setState(f, stateNone)
 		m.log.Debug("no unwind table: frame pointers", zap.String("file", f.path), zap.Error(buildErr))
@@ -114,7 +199,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		m.mu.Unlock()
 		return
 	}
-	n := uint32(len(enc.rows))
+	n := uint32(enc.rows.len())
 	f.building = true // keeps the file from being retired while the lock is dropped
 	sp, ok := m.rows.alloc(n)
 	for !ok {
@@ -152,18 +237,20 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 			m.retire(f)
 		}
 		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
-			zap.String("file", f.path), zap.Int("rows", len(enc.rows)))
+			zap.String("file", f.path), zap.Int("rows", enc.rows.len()))
 		m.mu.Unlock()
 		return
 	}
 	m.mu.Unlock() // f.building stays set while the rows are written
 
-	werr := m.writeRows(sp, enc.rows)
+	werr := m.writeRows(sp, &enc.rows)
 	base, fallbacks := enc.base, enc.fallbacks
-	if f.id.Size > 16<<20 {
-		// A big file's build leaves tens of MB of garbage; give it back
-		// now rather than let the agent's RSS sit at its peak.
-		enc = encoded{}
+	enc.rows.release()
+	if n >= freeAfterRows {
+		// The build's heap (2-2.5 times its rows' 8 bytes) is garbage now;
+		// without a collection the runtime keeps it resident until later
+		// ones lower its goal (measured: libLLVM's 15 MB still there 7 s
+		// after, 0 MB with this, at no measurable CPU).
 		debug.FreeOSMemory()
 	}
 
@@ -190,20 +277,28 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		zap.Int("fallback_rows", fallbacks), zap.Duration("took", took))
 }
 
-// writeRows copies rows into their span of the mmapable rows map. Only the
-// span's pages are mapped, and only while writing, so the rows never count
-// in the agent's RSS. The Tables.Put that publishes them is a syscall, which
-// orders these stores before any program can use the rows.
-func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
+// writeRows copies rows into their span of the mmapable rows map, one
+// chunk (128 KiB) at a time: only the chunk's pages are mapped, and only
+// while writing, so the rows never count in the agent's RSS beyond one
+// chunk. The Tables.Put that publishes them is a syscall, which orders
+// these stores before any program can use the rows.
+func (m *Manager) writeRows(sp span, rows *rowBuf) error {
 	page := uint64(unix.Getpagesize())
-	lo := uint64(sp.off) * RowBytes
-	hi := lo + uint64(len(rows))*RowBytes
-	start := lo &^ (page - 1)
-	mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("unwind: mapping the rows: %w", err)
-	}
-	dst := mem[lo-start:]
+	return rows.each(func(first int, part []bpf.ProfileUnwindRow) error {
+		lo := (uint64(sp.off) + uint64(first)) * RowBytes
+		hi := lo + uint64(len(part))*RowBytes
+		start := lo &^ (page - 1)
+		mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("unwind: mapping the rows: %w", err)
+		}
+		putRows(mem[lo-start:], part)
+		return unix.Munmap(mem)
+	})
+}
+
+// putRows writes rows in the kernel's layout.
+func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
 	for i, r := range rows {
 		b := dst[i*RowBytes : i*RowBytes+RowBytes]
 		binary.NativeEndian.PutUint32(b, r.Pc)
@@ -211,7 +306,6 @@ func (m *Manager) writeRows(sp span, rows []bpf.ProfileUnwindRow) error {
 		b[6] = r.Info
 		b[7] = byte(r.FpOff)
 	}
-	return unix.Munmap(mem)
 }
 
 func (m *Manager) setState(f *file, state uint32) {

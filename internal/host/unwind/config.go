@@ -125,6 +125,7 @@ type Stats struct {
 	RowBytes      int64  // kernel memory of the rows
 	Builds        uint64 // tables built
 	BuildFailures uint64 // files whose table could not be built (frame pointers instead)
+	BuildsSkipped uint64 // queued tables not built: every process mapping the file was gone first
 	Evictions     uint64 // unused tables dropped to make room
 	NoRoom        uint64 // tables that did not fit even after evicting (frame pointers instead)
 	ProcsNoRoom   uint64 // processes left to frame pointers: no room for their mappings

@@ -3,6 +3,7 @@ package unwind
 import (
 	"debug/elf"
 	"math"
+	"sync"
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/unwind/table"
@@ -41,84 +42,215 @@ const (
 // encoded is a table ready for the kernel.
 type encoded struct {
 	base      uint64 // ELF address of row offset 0
-	rows      []bpf.ProfileUnwindRow
+	rows      rowBuf
 	fallbacks int // rows the format cannot express, stored as FP fallback
 }
 
-// encode turns builder rows into kernel rows. Rows whose PC is more than
-// 4 GiB past the first one end the table (a fallback row), rows the 8-byte
-// format cannot express (CFA offsets over 64 KiB, odd FP offsets, an RA not
-// at CFA-8) become frame-pointer rows, and consecutive identical rows merge.
+// encode turns a built table into kernel rows (see encoder).
 func encode(t *table.Table) encoded {
-	var e encoded
-	if len(t.Rows) == 0 {
-		return e
-	}
-	e.base = t.Rows[0].PC
-	e.rows = make([]bpf.ProfileUnwindRow, 0, len(t.Rows))
-	raOff := int32(-8)
-	if t.Arch != elf.EM_X86_64 && t.Arch != 0 {
-		raOff = math.MinInt32 // only x86-64 rows are expressible today
-	}
-	for _, r := range t.Rows {
-		off := r.PC - e.base
-		if off > math.MaxUint32 {
-			e.rows = append(e.rows, bpf.ProfileUnwindRow{Pc: math.MaxUint32, Info: rowFallback})
-			e.fallbacks++
-			break
-		}
-		k := bpf.ProfileUnwindRow{Pc: uint32(off)}
-		ok := true
-		switch r.Kind {
-		case table.KindEnd:
-			k.Info = rowEnd
-		case table.KindSignal:
-			k.Info = rowSignal
-		case table.KindFallback:
-			k.Info = rowFallback
-		default:
-			switch r.CFA {
-			case table.CFASP:
-				k.Info = rowNormal | cfaSP<<2
-			case table.CFAFP:
-				k.Info = rowNormal | cfaFP<<2
-			case table.CFAPLT:
-				k.Info = rowNormal | cfaPLT<<2
-			default:
-				k.Info = rowFallback
-			}
-			if r.CFA == table.CFASP || r.CFA == table.CFAFP {
-				ok = r.CFAOffset > 0 && r.CFAOffset <= math.MaxUint16
-				k.CfaOff = uint16(r.CFAOffset)
-			}
-			if r.CFA != table.CFAUndefined && r.RAOffset != raOff {
-				ok = false
-			}
-			if r.FPSaved {
-				ok = ok && r.FPOffset%8 == 0 && r.FPOffset/8 >= math.MinInt8 && r.FPOffset/8 <= math.MaxInt8
-				k.Info |= rowFPSaved
-				k.FpOff = int8(r.FPOffset / 8)
-			}
-		}
-		if !ok {
-			k = bpf.ProfileUnwindRow{Pc: k.Pc, Info: rowFallback}
-			e.fallbacks++
-		}
-		if n := len(e.rows); n > 0 {
-			last := e.rows[n-1]
-			if last.Info == k.Info && last.CfaOff == k.CfaOff && last.FpOff == k.FpOff {
-				continue // same rule as the row before: it already covers this PC
-			}
-			if last.Pc == k.Pc {
-				e.rows[n-1] = k // a later row at the same PC wins
-				continue
-			}
-		}
-		e.rows = append(e.rows, k)
-	}
-	if len(e.rows) > MaxRowsPerTable {
-		e.rows = e.rows[:MaxRowsPerTable]
-		e.rows[MaxRowsPerTable-1] = bpf.ProfileUnwindRow{Pc: e.rows[MaxRowsPerTable-1].Pc, Info: rowFallback}
+	e := newEncoder(t.Arch)
+	e.add(t.Rows)
+	return e.finish()
+}
+
+// encoder turns builder rows into kernel rows as the builder hands them
+// over (table.Stream), so that a build never holds more than the 8-byte
+// rows. Rows whose PC is more than 4 GiB past the first one end the table
+// (a fallback row), rows the 8-byte format cannot express (CFA offsets over
+// 64 KiB, odd FP offsets, an RA not at CFA-8) become frame-pointer rows,
+// and consecutive identical rows merge.
+type encoder struct {
+	e       encoded
+	raOff   int32
+	started bool
+	ended   bool                 // a row past 4 GiB ended the table
+	last    bpf.ProfileUnwindRow // the row before, not yet stored: a row at its PC replaces it
+	hasLast bool
+}
+
+func newEncoder(arch elf.Machine) *encoder {
+	e := &encoder{raOff: -8}
+	if arch != elf.EM_X86_64 && arch != 0 {
+		e.raOff = math.MinInt32 // only x86-64 rows are expressible today
 	}
 	return e
+}
+
+// add takes the next rows; it never fails (its signature is table.Sink's).
+func (c *encoder) add(rows []table.Row) error {
+	for i := range rows {
+		if c.ended {
+			return nil
+		}
+		c.add1(&rows[i])
+	}
+	return nil
+}
+
+func (c *encoder) add1(r *table.Row) {
+	if !c.started {
+		c.started, c.e.base = true, r.PC
+	}
+	off := r.PC - c.e.base
+	if off > math.MaxUint32 {
+		c.store()
+		c.e.rows.append(bpf.ProfileUnwindRow{Pc: math.MaxUint32, Info: rowFallback})
+		c.e.fallbacks++
+		c.ended = true
+		return
+	}
+	k := bpf.ProfileUnwindRow{Pc: uint32(off)}
+	ok := true
+	switch r.Kind {
+	case table.KindEnd:
+		k.Info = rowEnd
+	case table.KindSignal:
+		k.Info = rowSignal
+	case table.KindFallback:
+		k.Info = rowFallback
+	default:
+		switch r.CFA {
+		case table.CFASP:
+			k.Info = rowNormal | cfaSP<<2
+		case table.CFAFP:
+			k.Info = rowNormal | cfaFP<<2
+		case table.CFAPLT:
+			k.Info = rowNormal | cfaPLT<<2
+		default:
+			k.Info = rowFallback
+		}
+		if r.CFA == table.CFASP || r.CFA == table.CFAFP {
+			ok = r.CFAOffset > 0 && r.CFAOffset <= math.MaxUint16
+			k.CfaOff = uint16(r.CFAOffset)
+		}
+		if r.CFA != table.CFAUndefined && r.RAOffset != c.raOff {
+			ok = false
+		}
+		if r.FPSaved {
+			ok = ok && r.FPOffset%8 == 0 && r.FPOffset/8 >= math.MinInt8 && r.FPOffset/8 <= math.MaxInt8
+			k.Info |= rowFPSaved
+			k.FpOff = int8(r.FPOffset / 8)
+		}
+	}
+	if !ok {
+		k = bpf.ProfileUnwindRow{Pc: k.Pc, Info: rowFallback}
+		c.e.fallbacks++
+	}
+	if c.hasLast {
+		if c.last.Info == k.Info && c.last.CfaOff == k.CfaOff && c.last.FpOff == k.FpOff {
+			return // same rule as the row before: it already covers this PC
+		}
+		if c.last.Pc == k.Pc {
+			c.last = k // a later row at the same PC wins
+			return
+		}
+		c.store()
+	}
+	c.last, c.hasLast = k, true
+	return
+}
+
+func (c *encoder) store() {
+	if c.hasLast {
+		c.e.rows.append(c.last)
+		c.hasLast = false
+	}
+}
+
+// finish returns the table; the encoder is spent.
+func (c *encoder) finish() encoded {
+	c.store()
+	if n := c.e.rows.len(); n > MaxRowsPerTable {
+		c.e.rows.truncate(MaxRowsPerTable)
+		last := c.e.rows.at(MaxRowsPerTable - 1)
+		c.e.rows.set(MaxRowsPerTable-1, bpf.ProfileUnwindRow{Pc: last.Pc, Info: rowFallback})
+	}
+	return c.e
+}
+
+// rowBuf holds encoded rows in chunks from a pool shared by the builders:
+// a build never reallocates a growing array (which would briefly hold both
+// copies), and the chunks of one build serve the next.
+type rowBuf struct {
+	chunks []*rowChunk
+	n      int
+	cur    *rowChunk // the last chunk, holding k rows
+	k      int
+}
+
+// chunkRows rows of 8 bytes: 128 KiB per chunk.
+const chunkRows = 1 << 14
+
+type rowChunk [chunkRows]bpf.ProfileUnwindRow
+
+var chunkPool = sync.Pool{New: func() any { return new(rowChunk) }}
+
+func (b *rowBuf) len() int { return b.n }
+
+func (b *rowBuf) append(r bpf.ProfileUnwindRow) {
+	if b.cur == nil || b.k == chunkRows {
+		b.grow()
+	}
+	b.cur[b.k&(chunkRows-1)] = r
+	b.k++
+	b.n++
+}
+
+func (b *rowBuf) grow() {
+	b.cur, b.k = chunkPool.Get().(*rowChunk), 0
+	b.chunks = append(b.chunks, b.cur)
+}
+
+func (b *rowBuf) at(i int) bpf.ProfileUnwindRow { return b.chunks[i/chunkRows][i%chunkRows] }
+
+func (b *rowBuf) set(i int, r bpf.ProfileUnwindRow) { b.chunks[i/chunkRows][i%chunkRows] = r }
+
+func (b *rowBuf) truncate(n int) {
+	if n < b.n {
+		b.n = n
+		b.chunks = b.chunks[:(n+chunkRows-1)/chunkRows]
+		b.cur, b.k = nil, 0
+		if len(b.chunks) > 0 {
+			b.cur, b.k = b.chunks[len(b.chunks)-1], n-(len(b.chunks)-1)*chunkRows
+		}
+	}
+}
+
+// each calls fn for the rows of each chunk in order, with the index of its
+// first row, until fn fails.
+func (b *rowBuf) each(fn func(first int, rows []bpf.ProfileUnwindRow) error) error {
+	for i, c := range b.chunks {
+		n := min(b.n-i*chunkRows, chunkRows)
+		if n <= 0 {
+			break
+		}
+		if err := fn(i*chunkRows, c[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTo copies the rows into dst in the kernel's layout.
+func (b *rowBuf) writeTo(dst []byte) {
+	_ = b.each(func(first int, rows []bpf.ProfileUnwindRow) error {
+		putRows(dst[first*RowBytes:], rows)
+		return nil
+	})
+}
+
+// pooledChunks is how many chunks a release keeps for the next build (1 MiB,
+// more than most tables need); a big table's others are garbage at once
+// rather than held by the pool until the GC empties it.
+const pooledChunks = 8
+
+// release returns the chunks to the pool; the rows are gone.
+func (b *rowBuf) release() {
+	for i, c := range b.chunks {
+		if i < pooledChunks {
+			chunkPool.Put(c)
+		}
+		b.chunks[i] = nil
+	}
+	b.chunks, b.n, b.cur, b.k = nil, 0, nil, 0
 }

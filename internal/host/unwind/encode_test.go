@@ -1,8 +1,11 @@
 package unwind
 
 import (
+	"bytes"
 	"debug/elf"
 	"testing"
+
+	"github.com/profsym/profsym/bpf"
 
 	"github.com/profsym/profsym/internal/host/unwind/table"
 )
@@ -20,7 +23,12 @@ func TestEncode(t *testing.T) {
 		{PC: 0x1050, Kind: table.KindEnd},
 		{PC: 0x1060, Kind: table.KindFallback},
 	}}
-	e := encode(tb)
+	enc := encode(tb)
+	e := struct {
+		base      uint64
+		rows      []bpf.ProfileUnwindRow
+		fallbacks int
+	}{enc.base, enc.rows.slice(), enc.fallbacks}
 	if e.base != 0x1000 {
 		t.Fatalf("base %#x", e.base)
 	}
@@ -55,13 +63,52 @@ func TestEncode(t *testing.T) {
 }
 
 func TestEncodeFarRows(t *testing.T) {
-	e := encode(&table.Table{Rows: []table.Row{
+	enc := encode(&table.Table{Rows: []table.Row{
 		{PC: 0x1000, CFA: table.CFASP, CFAOffset: 8, RAOffset: -8},
 		{PC: 0x1000 + 1<<33, CFA: table.CFASP, CFAOffset: 8, RAOffset: -8},
 	}})
-	if len(e.rows) != 2 || e.rows[1].Info != rowFallback {
-		t.Fatalf("a row 8 GiB away must end the table: %+v", e.rows)
+	rows := enc.rows.slice()
+	if len(rows) != 2 || rows[1].Info != rowFallback {
+		t.Fatalf("a row 8 GiB away must end the table: %+v", rows)
 	}
+}
+
+// TestRowBuf: rows across chunk boundaries come back in order, and the
+// kernel layout is what putRows writes.
+func TestRowBuf(t *testing.T) {
+	var b rowBuf
+	n := 2*chunkRows + 5
+	for i := range n {
+		b.append(bpf.ProfileUnwindRow{Pc: uint32(i), CfaOff: uint16(i), Info: uint8(i), FpOff: int8(i)})
+	}
+	if b.len() != n || len(b.chunks) != 3 {
+		t.Fatalf("%d rows in %d chunks", b.len(), len(b.chunks))
+	}
+	dst := make([]byte, n*RowBytes)
+	b.writeTo(dst)
+	want := make([]byte, n*RowBytes)
+	putRows(want, b.slice())
+	if !bytes.Equal(dst, want) {
+		t.Fatal("writeTo differs from putRows")
+	}
+	for i, r := range b.slice() {
+		if r.Pc != uint32(i) {
+			t.Fatalf("row %d: %+v", i, r)
+		}
+	}
+	b.release()
+	if b.len() != 0 || b.chunks != nil {
+		t.Fatal("release kept rows")
+	}
+}
+
+// slice copies the rows out.
+func (b *rowBuf) slice() []bpf.ProfileUnwindRow {
+	out := make([]bpf.ProfileUnwindRow, b.n)
+	for i := range out {
+		out[i] = b.at(i)
+	}
+	return out
 }
 
 func TestAllocator(t *testing.T) {

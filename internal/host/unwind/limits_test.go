@@ -21,7 +21,14 @@ import (
 
 // newManager makes a Manager over maps of its own, sized by cfg, that no
 // program reads (so the grace period is nothing to wait for).
-func newManager(t *testing.T, cfg unwind.Config) *unwind.Manager {
+func newManager(t testing.TB, cfg unwind.Config) *unwind.Manager {
+	t.Helper()
+	m, _ := newManagerMaps(t, cfg)
+	return m
+}
+
+// newManagerMaps is newManager, also returning the maps.
+func newManagerMaps(t testing.TB, cfg unwind.Config) (*unwind.Manager, unwind.Maps) {
 	t.Helper()
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
@@ -47,7 +54,7 @@ func newManager(t *testing.T, cfg unwind.Config) *unwind.Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	return m
+	return m, maps
 }
 
 // track starts bin (a copy of sleep), loads its mappings and returns it.
@@ -121,4 +128,55 @@ func TestTableLimits(t *testing.T) {
 	if st.Processes != 0 || st.Mappings != 0 {
 		t.Errorf("forgotten processes still hold mappings: %+v", st)
 	}
+}
+
+// TestNoBuildsForExitedProcesses: the table of a new binary whose process
+// is gone before its speculative build is never built, whether the exit is
+// handled first (Forget) or arrives later (the BPF side dropped the process
+// at exit); a process that lives on gets its table.
+func TestNoBuildsForExitedProcesses(t *testing.T) {
+	sleep := testfixture.NeedTool(t, "sleep")
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	copyOf := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	m, maps := newManagerMaps(t, unwind.Config{})
+	norm := normalize.New(normalize.Options{})
+	// libc, ld.so and sleep's own file get their tables first.
+	warm := track(t, m, norm, sleep)
+	waitUntil(5*time.Second, func() bool { return settled(m) })
+	st0 := m.Stats()
+
+	forgotten := track(t, m, norm, copyOf("a"))
+	forgotten.Process.Kill()
+	forgotten.Wait()
+	m.Forget(forgotten.Process.Pid)
+
+	late := track(t, m, norm, copyOf("b"))
+	late.Process.Kill()
+	late.Wait()
+	// What the BPF side does at exit (these maps have no program).
+	if err := maps.Procs.Delete(uint32(late.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+
+	living := track(t, m, norm, copyOf("c"))
+	if !waitUntil(5*time.Second, func() bool { return settled(m) && m.Stats().Builds > st0.Builds }) {
+		t.Fatalf("the living process's table was not built: %+v", m.Stats())
+	}
+	time.Sleep(200 * time.Millisecond)
+	st := m.Stats()
+	if st.Builds-st0.Builds != 1 || st.BuildsSkipped-st0.BuildsSkipped != 2 {
+		t.Errorf("builds %d, skipped %d; want 1 and 2 (%+v)", st.Builds-st0.Builds, st.BuildsSkipped-st0.BuildsSkipped, st)
+	}
+	m.Forget(late.Process.Pid)
+	_, _ = warm, living
 }

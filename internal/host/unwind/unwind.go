@@ -13,10 +13,11 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"go.uber.org/zap"
@@ -34,6 +35,13 @@ type Maps struct {
 	Procs, Mappings, Tables, Rows *ebpf.Map
 	Sync                          func() error
 }
+
+// speculativeDelay: a table queued because a process maps the file, not
+// because a sample waits for it, is built this long after, so that the
+// tables of processes that exit at once (most short-lived processes: a
+// shell's commands) are never built. A sample that needs the table meanwhile
+// makes it wanted, and it is built at once.
+const speculativeDelay = 100 * time.Millisecond
 
 // eagerCost: files with up to this many bytes of unwind information
 // (.eh_frame, .debug_frame, .gopclntab) get their table when first mapped,
@@ -58,9 +66,10 @@ type file struct {
 	noRoom   bool
 	queued   bool
 	building bool
-	wanted   bool  // a sample is waiting for this table
-	cost     int64 // bytes of unwind information: orders the builds
-	retired  bool  // evicted: the slot and rows are released
+	wanted   bool      // a sample is waiting for this table
+	eligible time.Time // a speculative build waits until then (see speculativeDelay)
+	cost     int64     // bytes of unwind information: orders the builds
+	retired  bool      // evicted: the slot and rows are released
 }
 
 type proc struct {
@@ -73,6 +82,10 @@ type Manager struct {
 	cfg  Config
 	maps Maps
 	log  *zap.Logger
+	// maxRows bounds a build: a table larger than the rows map could never
+	// be loaded, so its build stops there, and a build's transient memory
+	// (about 2-2.5 times its rows' 8 bytes) is bounded by max_table_bytes.
+	maxRows int
 
 	mu      sync.Mutex
 	files   map[normalize.FileID]*file
@@ -83,10 +96,15 @@ type Manager struct {
 	slots   *allocator // of unwind_tables
 	idle    *list.List // unreferenced files with rows, least recently used first
 	queue   []*file
-	cond    *sync.Cond // signals the builders: queue grew, or closed
-	workers sync.WaitGroup
-	stats   Stats
-	closed  bool
+	// Builders run only while there is work (see kick): an idle agent has
+	// no goroutine to wake, and each wake costs tens of µs of CPU.
+	builders int  // running
+	bigBuild bool // one of them builds a file over fastLaneCost
+	wake     *time.Timer
+	wakeAt   time.Time
+	workers  sync.WaitGroup
+	stats    Stats
+	closed   bool
 }
 
 // New starts a Manager over maps sized by cfg (the sampler sizes them).
@@ -96,21 +114,17 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg: cfg, maps: maps, log: cfg.Logger,
+		cfg: cfg, maps: maps, log: cfg.Logger, maxRows: min(MaxRowsPerTable, int(cfg.Rows())),
 		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
 		idle:    list.New(),
 	}
-	m.cond = sync.NewCond(&m.mu)
 	m.slots.alloc(1) // noRoomSlot
 	if err := maps.Tables.Put(uint32(noRoomSlot), bpf.ProfileUnwindTable{State: stateNone}); err != nil {
 		return nil, fmt.Errorf("unwind: %w", err)
 	}
-	m.workers.Add(2)
-	go m.worker(math.MaxInt64)
-	go m.worker(fastLaneCost)
 	return m, nil
 }
 
@@ -122,7 +136,9 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
-	m.cond.Broadcast()
+	if m.wake != nil {
+		m.wake.Stop()
+	}
 	m.mu.Unlock()
 	m.workers.Wait()
 }
@@ -304,6 +320,8 @@ func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping
 			m.stats.NoRoom++
 			// Not remembered: the next process mapping it tries again.
 		}
+	} else if f.state == stateLazy && f.cost <= eagerCost && !f.queued && !f.building {
+		m.request(f, false) // its build was skipped: its processes had gone
 	}
 	if f.lru != nil {
 		m.idle.Remove(f.lru)
@@ -327,9 +345,17 @@ func (m *Manager) unref(fs []*file) {
 		f.refs--
 		if f.refs == 0 {
 			f.opens = nil
-			if f.state == stateReady {
+			switch {
+			case f.state == stateReady:
 				f.lru = m.idle.PushBack(f)
-			} else if !f.queued && f.state != statePending {
+			case f.queued:
+				// Its processes are gone before the builders reached it
+				// (most short-lived processes): no build. The next process
+				// that maps the file queues it again.
+				m.dequeue(f)
+				m.stats.BuildsSkipped++
+				m.retire(f)
+			case f.state != statePending:
 				m.retire(f) // nothing worth caching
 			}
 		}
@@ -434,14 +460,21 @@ func (m *Manager) publish(f *file) {
 func (m *Manager) request(f *file, wanted bool) {
 	if wanted && !f.wanted {
 		f.wanted = true
+		f.eligible = time.Time{}
 		if f.slot != noRoomSlot && f.state != stateReady {
 			_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: statePending})
+		}
+		if f.queued {
+			m.kick() // eligible now
 		}
 	}
 	if f.state != stateLazy && f.state != statePending || f.queued || f.building {
 		return
 	}
 	f.state = statePending
+	if !wanted {
+		f.eligible = time.Now().Add(speculativeDelay)
+	}
 	m.enqueue(f)
 }
 
@@ -485,5 +518,47 @@ func (m *Manager) reclaimUnlocked() error {
 func (m *Manager) enqueue(f *file) {
 	f.queued = true
 	m.queue = append(m.queue, f)
-	m.cond.Broadcast()
+	m.kick()
+}
+
+// anyAlive reports whether a tracked process that maps f still runs its
+// image: the BPF side drops a process's entry when it exits or execs.
+func (m *Manager) anyAlive(f *file) bool {
+	var v bpf.ProfileUnwindProc
+	for pid, pr := range m.procs {
+		if slices.Contains(pr.files, f) && m.maps.Procs.Lookup(uint32(pid), &v) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// setLazy leaves f unbuilt until a sample or a new process asks for it.
+func (m *Manager) setLazy(f *file) {
+	f.state, f.eligible = stateLazy, time.Time{}
+}
+
+func (m *Manager) dequeue(f *file) {
+	if i := slices.Index(m.queue, f); i >= 0 {
+		m.queue = slices.Delete(m.queue, i, i+1)
+	}
+	f.queued = false
+}
+
+// wakeBuilders arranges a kick at t, when a speculative build becomes
+// eligible.
+func (m *Manager) wakeBuilders(t time.Time) {
+	if m.wake != nil && !m.wakeAt.After(t) {
+		return
+	}
+	if m.wake != nil {
+		m.wake.Stop()
+	}
+	m.wakeAt = t
+	m.wake = time.AfterFunc(time.Until(t), func() {
+		m.mu.Lock()
+		m.wake = nil
+		m.kick()
+		m.mu.Unlock()
+	})
 }

@@ -157,6 +157,13 @@ func New(opt Options) *Builder {
 // Tracked is the number of processes with a snapshot.
 func (b *Builder) Tracked() int { return b.norm.Tracked() }
 
+// Warm reads kallsyms now rather than in the first report that meets a
+// kernel frame (tens of ms of CPU for a distribution kernel): call it, in a
+// goroutine of its own, at start when kernel stacks are sampled.
+func (b *Builder) Warm() {
+	_, _ = b.kern.Info()
+}
+
 // HandleEvent reacts to the sampler's process events: a snapshot is taken
 // when a process is first seen, so its frames can be normalized even after
 // it exits; exec replaces it; exit schedules it to be forgotten after the

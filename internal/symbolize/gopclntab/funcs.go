@@ -42,6 +42,30 @@ func (t *Table) Funcs(fn func(f *Func, name []byte) bool) error {
 	return nil
 }
 
+// FuncAt returns function i (in address order, as Funcs reports them), so
+// that a caller walking the table twice need not keep the functions.
+func (t *Table) FuncAt(i int) (Func, error) {
+	if i < 0 || i >= t.nfunc {
+		return Func{}, corrupt("function %d of %d", i, t.nfunc)
+	}
+	// Only what Func holds: decodeFunc also reads the inline tree.
+	f := Func{Entry: t.entry(i), End: t.entry(i + 1)}
+	if f.End < f.Entry {
+		return Func{}, corrupt("function table not sorted at %d", i)
+	}
+	off := t.funcOff(i)
+	if off > uint64(len(t.pclntable)) || uint64(len(t.pclntable))-off < uint64(t.funcSize) {
+		return Func{}, corrupt("function %d record at %#x outside table", i, off)
+	}
+	b := t.pclntable[off:]
+	p := 4
+	if t.version == ver116 {
+		p = t.ptrSize
+	}
+	f.pcsp, f.Flag = t.u32(b[p+12:]), b[t.funcSize-3]
+	return f, nil
+}
+
 // SPDeltas calls fn for each run of f's pcsp table, in order: from pc up to
 // end the stack pointer is delta bytes below its value at entry. Runs stop
 // at the end of the function's code, which may be before f.End. A function

@@ -4,10 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // The fuzz targets take one byte string laid out as
@@ -453,6 +457,61 @@ func FuzzLookup(f *testing.F) {
 				}
 				dst = dst[:n]
 			}
+		}
+	})
+}
+
+// FuzzNew feeds whole ELF images to New: the symbol table read without
+// decoding it, the scan for the magic and the search for moduledata, on
+// hostile headers, sections and symbols. Seeds are a small C program, with
+// its symbols, without them, and without section headers (a Go binary's
+// megabytes would make each run too slow for the fuzzer; TestTableBySymbol
+// and TestNoSectionHeaders cover real ones), plus the same program with a
+// symbol named runtime.pclntab pointing at a header-like magic.
+func FuzzNew(f *testing.F) {
+	cc := testfixture.NeedTool(f, "gcc", "cc")
+	dir := f.TempDir()
+	src := filepath.Join(dir, "a.c")
+	os.WriteFile(src, []byte(`const unsigned char tab[64] __asm__("runtime.pclntab") __attribute__((aligned(8))) =
+	{0xf1, 0xff, 0xff, 0xff, 0, 0, 1, 8, 1};
+int main(void) { return tab[0]; }
+`), 0o644)
+	out := filepath.Join(dir, "a")
+	testfixture.Run(f, cc, "-O2", "-o", out, src)
+	img, err := os.ReadFile(out)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(img)
+	stripped := filepath.Join(dir, "s")
+	testfixture.Run(f, testfixture.NeedTool(f, "strip"), "-s", "-o", stripped, out)
+	if img, err := os.ReadFile(stripped); err == nil {
+		f.Add(img)
+		noshdr := append([]byte(nil), img...)
+		for _, r := range [][2]int{{0x28, 8}, {0x3c, 2}, {0x3e, 2}} {
+			clear(noshdr[r[0] : r[0]+r[1]])
+		}
+		f.Add(noshdr)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		ef, err := elfx.NewFile(in)
+		if err != nil {
+			return
+		}
+		tab, err := New(ef)
+		checkErr(t, err)
+		if err != nil {
+			return
+		}
+		var dst []frame.Frame
+		for i := 0; i < tab.NumFuncs() && i < 16; i++ {
+			fn, err := tab.FuncAt(i)
+			checkErr(t, err)
+			if err != nil {
+				continue
+			}
+			dst, err = tab.Lookup(fn.Entry, true, dst[:0])
+			checkErr(t, err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package gopclntab
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"debug/gosym"
 	"errors"
 	"fmt"
@@ -468,9 +469,41 @@ func TestNoSectionHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := open(t, b.stripped)
+	scans0 := scans.Load()
 	tab := open(t, p)
+	if scans.Load() == scans0 {
+		t.Error("found without section headers or symbols, yet not by scanning?")
+	}
 	if tab.gofunc != ref.gofunc || tab.textStart != ref.textStart {
 		t.Fatalf("gofunc %#x text %#x, want %#x %#x", tab.gofunc, tab.textStart, ref.gofunc, ref.textStart)
+	}
+	var a, c []frame.Frame
+	for _, pc := range samplePCs(ref, 2) {
+		a, _ = ref.Lookup(pc, true, a[:0])
+		c, _ = tab.Lookup(pc, true, c[:0])
+		if fmtOurs(a) != fmtOurs(c) {
+			t.Fatalf("%#x: %s != %s", pc, fmtOurs(c), fmtOurs(a))
+		}
+	}
+}
+
+// TestTableBySymbol: without a .gopclntab section (external linking puts
+// the table in .data.rel.ro; here the section is renamed), New finds the
+// table and moduledata through runtime.pclntab and runtime.firstmoduledata,
+// without scanning the file.
+func TestTableBySymbol(t *testing.T) {
+	b := fixture(t)
+	objcopy := testfixture.NeedTool(t, "llvm-objcopy-19")
+	p := filepath.Join(t.TempDir(), "renamed")
+	testfixture.Run(t, objcopy, "--rename-section", ".gopclntab=.rodata.pcl", b.dwarf, p)
+	ref := open(t, b.dwarf)
+	scans0 := scans.Load()
+	tab := open(t, p)
+	if n := scans.Load() - scans0; n != 0 {
+		t.Errorf("%d scans for a table the symbols locate", n)
+	}
+	if tab.gofunc != ref.gofunc || tab.textStart != ref.textStart || tab.nfunc != ref.nfunc {
+		t.Fatalf("gofunc %#x text %#x, %d funcs; want %#x %#x, %d", tab.gofunc, tab.textStart, tab.nfunc, ref.gofunc, ref.textStart, ref.nfunc)
 	}
 	var a, c []frame.Frame
 	for _, pc := range samplePCs(ref, 2) {
@@ -683,5 +716,66 @@ func BenchmarkNew(b *testing.B) {
 		if _, err := New(f); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestFuncAt: FuncAt reads each function as Funcs reports it.
+func TestFuncAt(t *testing.T) {
+	tab := open(t, fixture(t).stripped)
+	i := 0
+	err := tab.Funcs(func(f *Func, _ []byte) bool {
+		g, err := tab.FuncAt(i)
+		if err != nil || g != *f {
+			t.Fatalf("function %d: FuncAt %+v, %v; Funcs %+v", i, g, err, *f)
+		}
+		i++
+		return true
+	})
+	if err != nil || i != tab.NumFuncs() {
+		t.Fatalf("%d of %d functions: %v", i, tab.NumFuncs(), err)
+	}
+	if _, err := tab.FuncAt(i); err == nil {
+		t.Fatal("FuncAt past the end")
+	}
+}
+
+// TestManyProgramHeaders: a file claiming 20,000 segments, each the whole
+// file, is searched as if it had one (a search per segment would take
+// 20,000 times as long: a hang for a gateway handed such a file).
+func TestManyProgramHeaders(t *testing.T) {
+	b := fixture(t)
+	img, err := os.ReadFile(b.stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drop the section headers, so the table must be searched for, and
+	// append the program headers: PT_LOAD, read-only, the whole file.
+	for _, r := range [][2]int{{0x28, 8}, {0x3c, 2}, {0x3e, 2}} {
+		clear(img[r[0] : r[0]+r[1]])
+	}
+	phoff := len(img)
+	var ph [56]byte
+	binary.LittleEndian.PutUint32(ph[0:], uint32(elf.PT_LOAD))
+	binary.LittleEndian.PutUint32(ph[4:], uint32(elf.PF_R))
+	binary.LittleEndian.PutUint64(ph[32:], uint64(phoff)) // filesz
+	binary.LittleEndian.PutUint64(ph[40:], uint64(phoff)) // memsz
+	const n = 20000
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(ph[16:], uint64(i)<<12) // vaddr: each its own
+		img = append(img, ph[:]...)
+	}
+	binary.LittleEndian.PutUint64(img[0x20:], uint64(phoff))
+	binary.LittleEndian.PutUint16(img[0x38:], n)
+	f, err := elfx.NewFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	searched0 := searched.Load()
+	_, err = New(f)
+	if err != nil && !errors.Is(err, frame.ErrNoDebugInfo) && !errors.Is(err, frame.ErrCorruptFile) {
+		t.Fatalf("New: %v", err)
+	}
+	if got := searched.Load() - searched0; got > 4*int64(len(img)) {
+		t.Fatalf("searched %d bytes of a %d-byte file", got, len(img))
 	}
 }

@@ -34,18 +34,21 @@ type source struct {
 	name  string
 	segs  []seg
 	gen   func(g *seg, em *emitter) error
-	hint  int // rows it is expected to produce
 	stats *Stats
 	used  bool // contributed rows to the table
 }
 
 type builder struct {
-	f     *elfx.File
-	max   int
-	regs  archRegs
-	text  [][2]uint64 // executable address ranges
-	big   bool
-	ptrSz int
+	f    *elfx.File
+	max  int
+	regs archRegs
+	text [][2]uint64 // executable address ranges
+	// code is where code without CFI may hide: the executable sections, or
+	// text when section headers are gone (an executable segment may also
+	// hold read-only data, which is not scanned).
+	codeRanges [][2]uint64
+	big        bool
+	ptrSz      int
 	// code returns n bytes of the file image at a virtual address, or nil.
 	code  func(addr uint64, n int) []byte
 	srcs  []*source
@@ -60,7 +63,13 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 	if f.Class == elf.ELFCLASS32 {
 		b.ptrSz = 4
 	}
+	reads := 0
 	b.code = func(addr uint64, n int) []byte {
+		// Code is read a few bytes at a time all over the file, and each
+		// read maps the pages around it (the kernel's fault-around, 64 KiB).
+		if reads++; reads%dropEveryRead == 0 {
+			f.DropPages()
+		}
 		c, err := f.ReadVaddr(addr, n)
 		if err != nil {
 			return nil
@@ -89,6 +98,16 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 		}
 	}
 	b.text = unionRanges(b.text)
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Type != elf.SHT_NOBITS && s.Size > 0 && s.Addr+s.Size > s.Addr {
+			b.codeRanges = append(b.codeRanges, [2]uint64{s.Addr, s.Addr + s.Size})
+		}
+	}
+	if len(b.codeRanges) == 0 {
+		b.codeRanges = b.text
+	} else {
+		b.codeRanges = unionRanges(b.codeRanges)
+	}
 	return b, nil
 }
 
@@ -123,11 +142,11 @@ func (b *builder) inText(start, end uint64) bool {
 	return i > 0 && start >= b.text[i-1][0] && end <= b.text[i-1][1]
 }
 
-func (b *builder) newSource(name string, hint int) *source {
-	return &source{name: name, stats: &b.stats, hint: hint}
+func (b *builder) newSource(name string) *source {
+	return &source{name: name, stats: &b.stats}
 }
 
-func (b *builder) build() (*Table, error) {
+func (b *builder) build(sink Sink) (Info, error) {
 	var srcs []*source // by priority: earlier sources win where they overlap
 	var errs []error
 	add := func(s *source, err error) error {
@@ -144,20 +163,19 @@ func (b *builder) build() (*Table, error) {
 	}
 	// Go's own tables describe Go code best; CFI describes the rest (cgo,
 	// C and assembly objects). .debug_frame only fills what .eh_frame leaves.
-	if err := add(b.gopclntab()); err != nil {
-		return nil, err
-	}
-	if err := add(b.ehFrame()); err != nil {
-		return nil, err
-	}
-	if err := add(b.debugFrame()); err != nil {
-		return nil, err
+	// Each pass leaves the file's pages it read out of the resident set.
+	for _, src := range []func() (*source, error){b.gopclntab, b.ehFrame, b.debugFrame} {
+		err := add(src())
+		b.dropPages()
+		if err != nil {
+			return Info{}, err
+		}
 	}
 	if len(srcs) == 0 {
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("unwind table: %w: %w", frame.ErrCorruptFile, errors.Join(errs...))
+			return Info{}, fmt.Errorf("unwind table: %w: %w", frame.ErrCorruptFile, errors.Join(errs...))
 		}
-		return nil, ErrNoUnwindInfo
+		return Info{}, ErrNoUnwindInfo
 	}
 	if len(errs) > 0 && b.stats.FirstError == "" {
 		b.stats.FirstError = errs[0].Error()
@@ -167,9 +185,10 @@ func (b *builder) build() (*Table, error) {
 		b.srcs = append(b.srcs, syn)
 		pieces = b.mergeInto(pieces, syn)
 	}
-	rows, err := b.emit(pieces)
+	b.dropPages()
+	n, err := b.emit(pieces, sink)
 	if err != nil {
-		return nil, err
+		return Info{}, err
 	}
 	var names []string
 	for _, n := range []string{"eh_frame", "debug_frame", "gopclntab"} {
@@ -179,14 +198,16 @@ func (b *builder) build() (*Table, error) {
 			}
 		}
 	}
-	return &Table{Arch: b.f.Machine, Source: strings.Join(names, "+"), Rows: rows, Stats: b.stats}, nil
+	return Info{Arch: b.f.Machine, Source: strings.Join(names, "+"), Rows: n, Stats: b.stats}, nil
 }
 
-// piece is a part of a source's segment that made it into the table.
+// piece is a part of a source's segment that made it into the table: the
+// segment is b.srcs[src].segs[seg]. Indexes, not pointers, so that the GC
+// need not scan the pieces (one or more per FDE).
 type piece struct {
 	start, end uint64
-	src        *source
-	seg        *seg
+	seg        int32
+	src        int32
 }
 
 // merge resolves overlaps: within a source the earlier-starting range wins;
@@ -204,6 +225,7 @@ func (b *builder) merge(srcs []*source) []piece {
 // mergeInto adds the parts of s's segments not yet covered.
 func (b *builder) mergeInto(covered []piece, s *source) []piece {
 	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
+	src := int32(slices.Index(b.srcs, s))
 	add := make([]piece, 0, len(s.segs))
 	var reach uint64 // end of s's own ranges so far
 	j := 0
@@ -231,7 +253,7 @@ func (b *builder) mergeInto(covered []piece, s *source) []piece {
 			if k < len(covered) && covered[k].start < e {
 				e = covered[k].start
 			}
-			add = append(add, piece{start: a, end: e, src: s, seg: g})
+			add = append(add, piece{start: a, end: e, src: src, seg: int32(i)})
 			a = e
 		}
 	}
@@ -239,15 +261,21 @@ func (b *builder) mergeInto(covered []piece, s *source) []piece {
 		return covered
 	}
 	s.used = true
-	out := make([]piece, 0, len(covered)+len(add))
-	i, k := 0, 0
-	for i < len(covered) || k < len(add) {
-		if k == len(add) || (i < len(covered) && covered[i].start < add[k].start) {
-			out = append(out, covered[i])
-			i++
+	if len(covered) == 0 {
+		return add
+	}
+	// Merge from the back, in place: later sources add few pieces, so the
+	// table's pieces are not copied when their array has room.
+	n := len(covered)
+	out := slices.Grow(covered, len(add))[:n+len(add)]
+	i, k := n-1, len(add)-1
+	for w := len(out) - 1; k >= 0; w-- {
+		if i >= 0 && out[i].start > add[k].start {
+			out[w] = out[i]
+			i--
 		} else {
-			out = append(out, add[k])
-			k++
+			out[w] = add[k]
+			k--
 		}
 	}
 	return out
@@ -259,9 +287,14 @@ const alignPad = 16
 // emitter writes rows into the table. Sources hand it a segment's rows in
 // address order; it keeps those of the current piece (the last one at or
 // before the piece's start moves to the start), merges rows that unwind
-// alike and enforces the row limit.
+// alike, enforces the row limit and hands finished rows to the sink.
 type emitter struct {
-	out        []Row
+	// buf holds the rows not handed on yet: those of the current piece,
+	// which a malformed program drops, and the one before them, which the
+	// next row may merge into or replace.
+	buf        []Row
+	sink       Sink
+	sent       int // rows handed to the sink
 	max        int
 	start, end uint64 // the current piece
 	pending    Row    // last row at or before start, not yet written
@@ -271,8 +304,8 @@ type emitter struct {
 }
 
 func (e *emitter) put(r Row) error {
-	if n := len(e.out); n > 0 {
-		last := &e.out[n-1]
+	if n := len(e.buf); n > 0 {
+		last := &e.buf[n-1]
 		if last.sameRule(&r) {
 			return nil
 		}
@@ -281,10 +314,27 @@ func (e *emitter) put(r Row) error {
 			return nil
 		}
 	}
-	if len(e.out) >= e.max {
+	if e.sent+len(e.buf) >= e.max {
 		return errLimit
 	}
-	e.out = append(e.out, r)
+	e.buf = append(e.buf, r)
+	return nil
+}
+
+// flush hands on every row but the last, or all of them with all set.
+func (e *emitter) flush(all bool) error {
+	n := len(e.buf)
+	if !all {
+		n--
+	}
+	if n <= 0 {
+		return nil
+	}
+	if err := e.sink(e.buf[:n]); err != nil {
+		return err
+	}
+	e.sent += n
+	e.buf = e.buf[:copy(e.buf, e.buf[n:])]
 	return nil
 }
 
@@ -338,17 +388,28 @@ func (e *emitter) finish() error {
 	return nil
 }
 
-// emit writes the pieces' rows in order (pass 2), a KindFallback row in
-// each gap (except alignment padding) and after the last piece. A segment
-// whose program turns out malformed falls back as a whole.
-func (b *builder) emit(pieces []piece) ([]Row, error) {
-	hint := 1
-	for _, s := range b.srcs {
-		if s.used {
-			hint += s.hint
-		}
+// dropPages leaves the file's pages read so far out of the resident set.
+func (b *builder) dropPages() {
+	if b.f != nil {
+		b.f.DropPages()
 	}
-	em := &emitter{max: b.max, out: make([]Row, 0, min(hint, b.max))}
+}
+
+// dropEvery: the pieces written (or FDEs indexed) between two calls of
+// File.DropPages, and dropEveryRead the reads of code bytes, so that a big
+// file's build keeps a few MB of it resident (the CFI or pcsp read for those
+// pieces, 64 KiB around each code read), not all it read.
+const (
+	dropEvery     = 4096
+	dropEveryRead = 2048
+)
+
+// emit writes the pieces' rows in order (pass 2), a KindFallback row in
+// each gap (except alignment padding) and after the last piece, and returns
+// how many it handed to sink. A segment whose program turns out malformed
+// falls back as a whole.
+func (b *builder) emit(pieces []piece, sink Sink) (int, error) {
+	em := &emitter{max: b.max, sink: sink, buf: make([]Row, 0, 64)}
 	var prevEnd uint64
 	for i := range pieces {
 		p := &pieces[i]
@@ -358,45 +419,50 @@ func (b *builder) emit(pieces []piece) ([]Row, error) {
 		pad := p.start-prevEnd < alignPad && p.start%alignPad == 0
 		if i > 0 && p.start > prevEnd && !pad {
 			if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
-		n0 := len(em.out)
+		if err := em.flush(false); err != nil {
+			return 0, err
+		}
+		if i%dropEvery == dropEvery-1 {
+			b.dropPages()
+		}
+		n0 := len(em.buf)
 		em.begin(p.start, p.end)
 		var err error
-		if g := p.seg; g.kind != KindNormal {
+		src := b.srcs[p.src]
+		if g := &src.segs[p.seg]; g.kind != KindNormal {
 			err = em.row(Row{PC: g.start, Kind: g.kind})
 		} else {
-			err = p.src.gen(g, em)
+			err = src.gen(g, em)
 		}
 		if err == nil {
 			err = em.finish()
 		}
 		if err != nil {
 			if errors.Is(err, errLimit) {
-				return nil, err
+				return 0, err
 			}
 			b.stats.BadFDEs++
 			if b.stats.FirstError == "" {
 				b.stats.FirstError = err.Error()
 			}
-			em.out = em.out[:n0]
+			em.buf = em.buf[:n0]
 			em.begin(p.start, p.end)
 			if err := em.put(Row{PC: p.start, Kind: KindFallback}); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
 		prevEnd = p.end
 	}
 	if err := em.put(Row{PC: prevEnd, Kind: KindFallback}); err != nil {
-		return nil, err
+		return 0, err
 	}
-	out := em.out
-	if cap(out)-len(out) > len(out)/4+64 {
-		// Far more room than rows: keep only what the table holds.
-		out = append(make([]Row, 0, len(out)), out...)
+	if err := em.flush(true); err != nil {
+		return 0, err
 	}
-	return out, nil
+	return em.sent, nil
 }
 
 // rtSigreturn is the x86-64 signal return trampoline of glibc and musl
@@ -423,10 +489,10 @@ func (b *builder) isSigreturn(start, end uint64) bool {
 // signal trampoline without CFI (musl's __restore_rt), and an entry point
 // without CFI (_start of some C libraries), which ends the stack.
 func (b *builder) synthesize(pieces []piece) *source {
-	s := b.newSource("synthetic", 4)
+	s := b.newSource("synthetic")
 	s.gen = func(*seg, *emitter) error { return nil }
-	// Gaps between covered ranges, within executable ranges.
-	for _, t := range b.text {
+	// Gaps between covered ranges, within code.
+	for _, t := range b.codeRanges {
 		a := t[0]
 		i, _ := slices.BinarySearchFunc(pieces, a, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
 		for a < t[1] {
@@ -537,7 +603,7 @@ func (b *builder) deref(addr uint64, size int) (uint64, bool) {
 func (b *builder) newParser(sec *section, out *source) *cfiParser {
 	p := &cfiParser{
 		sec: sec, regs: b.regs, out: out, cies: map[int]*cie{}, maxSegs: b.max,
-		sigreturn: b.isSigreturn, inText: b.inText,
+		sigreturn: b.isSigreturn, inText: b.inText, drop: b.dropPages,
 	}
 	out.gen = p.rows
 	return p
@@ -566,7 +632,7 @@ func (b *builder) debugFrame() (*source, error) {
 func (b *builder) readDebugFrame(data []byte) (*source, error) {
 	sec := &section{name: ".debug_frame", data: data, debug: true, ptrSize: b.ptrSz, big: b.big, deref: b.deref}
 	b.stats.SourceBytes += len(data)
-	out := b.newSource("debug_frame", len(data)/6)
+	out := b.newSource("debug_frame")
 	out.segs = make([]seg, 0, min(len(data)/48+1, b.max))
 	p := b.newParser(sec, out)
 	if _, err := p.walk(); err != nil {

@@ -324,6 +324,8 @@ type cfiParser struct {
 	sigreturn func(start, end uint64) bool
 	// inText reports whether [start, end) lies in executable code.
 	inText func(start, end uint64) bool
+	// drop is File.DropPages, called every dropEvery FDEs.
+	drop func()
 }
 
 // walk reads every entry in order. It returns the offset it stopped at and
@@ -552,6 +554,9 @@ func (p *cfiParser) fde(e entry) error {
 	// than FDEs, and a flood of broken ones must not cost unbounded time.
 	if p.fdes++; p.fdes > p.maxSegs {
 		return errLimit
+	}
+	if p.drop != nil && p.fdes%dropEvery == 0 {
+		p.drop()
 	}
 	h, ok := p.header(e, true)
 	if !ok {

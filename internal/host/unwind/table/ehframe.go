@@ -146,7 +146,7 @@ func (b *builder) readEHFrame(data []byte, addr uint64, hdr *ehHdr, hdrErr error
 		sec.dataBase, sec.hasData = hdr.addr, true
 	}
 	b.stats.SourceBytes += len(data)
-	out := b.newSource("eh_frame", len(data)/6)
+	out := b.newSource("eh_frame")
 	nsegs := len(data)/48 + 1 // about the mean FDE size of C and C++ code
 	if hdr != nil && hdr.count > 0 {
 		nsegs = hdr.count // checked against the header's size

@@ -77,7 +77,7 @@ func FuzzDebugFrame(f *testing.F) {
 		if src == nil || len(src.segs) == 0 {
 			return
 		}
-		rows, err := b.emit(b.merge([]*source{src}))
+		rows, err := b.emitAll(b.merge([]*source{src}))
 		if err != nil {
 			return
 		}

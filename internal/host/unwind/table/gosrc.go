@@ -34,12 +34,13 @@ func (b *builder) gopclntab() (*source, error) {
 		}
 		return nil, err
 	}
-	out := b.newSource("gopclntab", t.NumFuncs()*10)
+	out := b.newSource("gopclntab")
 	n := min(t.NumFuncs(), b.max) // NumFuncs is checked against the table's size
 	out.segs = make([]seg, 0, n)
-	funcs := make([]gopclntab.Func, 0, n)
 	var ferr error
+	i := -1 // the function's index: Funcs reports them in table order
 	walkErr := t.Funcs(func(fn *gopclntab.Func, name []byte) bool {
+		i++
 		if !b.inText(fn.Entry, fn.End) {
 			b.stats.DroppedFDEs++
 			return true
@@ -48,7 +49,7 @@ func (b *builder) gopclntab() (*source, error) {
 			ferr = errLimit
 			return false
 		}
-		g := seg{start: fn.Entry, end: fn.End, ref: int32(len(funcs))}
+		g := seg{start: fn.Entry, end: fn.End, ref: int32(i)}
 		switch {
 		case fn.Flag&gopclntab.FuncFlagTopFrame != 0 || oneOf(name, goTopFrames):
 			g.kind = KindEnd
@@ -59,7 +60,6 @@ func (b *builder) gopclntab() (*source, error) {
 			// stop holding partway; frame pointers survive the switch.
 			g.kind = KindFallback
 		}
-		funcs = append(funcs, *fn)
 		out.segs = append(out.segs, g)
 		b.stats.GoFuncs++
 		b.stats.FDEs++
@@ -79,9 +79,15 @@ func (b *builder) gopclntab() (*source, error) {
 	}
 	var runs []goRun
 	out.gen = func(g *seg, em *emitter) error {
-		fn := &funcs[g.ref]
+		// Read again rather than kept from the first pass: 32 bytes per
+		// function less to hold.
+		f, err := t.FuncAt(int(g.ref))
+		if err != nil {
+			return err
+		}
+		fn := &f
 		runs = runs[:0]
-		err := t.SPDeltas(fn, func(pc, end uint64, delta int32) {
+		err = t.SPDeltas(fn, func(pc, end uint64, delta int32) {
 			runs = append(runs, goRun{pc, end, delta})
 		})
 		if err != nil {

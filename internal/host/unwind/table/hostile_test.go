@@ -66,7 +66,7 @@ func parseEH(t testing.TB, b *builder, eh []byte, ehAddr uint64, hdr []byte, hdr
 	if len(src.segs) == 0 {
 		return nil, errors.New("no usable FDE")
 	}
-	rows, err := b.emit(b.merge([]*source{src}))
+	rows, err := b.emitAll(b.merge([]*source{src}))
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +333,7 @@ func TestOverlapPriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := b.emit(b.merge([]*source{ehSrc, dfSrc}))
+	rows, err := b.emitAll(b.merge([]*source{ehSrc, dfSrc}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,4 +373,14 @@ func TestHostileFDEFlood(t *testing.T) {
 	if _, err := parseEH(t, b, eh, 0x1000, nil, 0); !errors.Is(err, frame.ErrLimitExceeded) {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// emitAll is emit into a slice.
+func (b *builder) emitAll(pieces []piece) ([]Row, error) {
+	var rows []Row
+	_, err := b.emit(pieces, func(batch []Row) error {
+		rows = append(rows, batch...)
+		return nil
+	})
+	return rows, err
 }

@@ -19,6 +19,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -117,11 +118,42 @@ var (
 // pointers and Stats counts them. Only when every source is unusable does
 // Build return an error wrapping frame.ErrCorruptFile.
 func Build(f *elfx.File, opt Options) (*Table, error) {
-	b, err := newBuilder(f, opt)
+	var rows []Row
+	info, err := Stream(f, opt, func(batch []Row) error {
+		rows = append(rows, batch...)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return b.build()
+	return &Table{Arch: info.Arch, Source: info.Source, Rows: slices.Clip(rows), Stats: info.Stats}, nil
+}
+
+// Sink takes a table's rows in address order, a batch at a time (the
+// slice is the builder's: it is valid only during the call), each row final
+// when it is handed over (Table.Rows says what they mean). An error stops
+// the build, and Stream returns it.
+type Sink func([]Row) error
+
+// Info describes a streamed table: what Table holds besides its rows.
+type Info struct {
+	Arch   elf.Machine
+	Source string
+	Rows   int // rows handed to the sink
+	Stats  Stats
+}
+
+// Stream builds f's table as Build does, but hands each row to sink as soon
+// as it is final instead of collecting them: the build then holds only the
+// index of its sources' entries (about 24 bytes per FDE or Go function,
+// twice while sources are merged) and the rows of the entry being read.
+// On error the sink may have been given part of the table.
+func Stream(f *elfx.File, opt Options, sink Sink) (Info, error) {
+	b, err := newBuilder(f, opt)
+	if err != nil {
+		return Info{}, err
+	}
+	return b.build(sink)
 }
 
 // Lookup returns the row covering pc, and false when pc lies below the
