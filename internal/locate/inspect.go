@@ -12,6 +12,7 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/filever"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
 )
@@ -36,7 +37,7 @@ type inspector struct {
 	cache    *lru.Cache[string, fileInfo]
 
 	mu   sync.Mutex
-	held map[string]heldFile // by statKey
+	held map[string]heldFile // by filever.Version.String
 }
 
 type heldFile struct {
@@ -114,7 +115,7 @@ func (in *inspector) take(path string) *elfx.File {
 	if err != nil || !st.Mode().IsRegular() {
 		return nil
 	}
-	key := statKey(path, st)
+	key := filever.Of(path, st).String()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	h, ok := in.held[key]
@@ -153,7 +154,7 @@ func (in *inspector) inspect(ctx context.Context, path string) (fileInfo, opened
 	if st.Size() > in.maxBytes {
 		return fileInfo{}, opened{}, fmt.Errorf("%s: %d bytes, more than %d: %w", path, st.Size(), in.maxBytes, frame.ErrLimitExceeded)
 	}
-	key := statKey(path, st)
+	key := filever.Of(path, st).String()
 	if fi, ok := in.cache.Get(key); ok {
 		return fi, opened{}, nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/filever"
 )
 
 // Defaults of the symbol-directory index.
@@ -36,7 +37,7 @@ type SymbolDirs struct {
 }
 
 type indexedFile struct {
-	stat string // statKey at indexing time
+	stat filever.Version // at indexing time
 	keys []string
 }
 
@@ -84,7 +85,7 @@ func (d *SymbolDirs) scan() {
 			if err != nil {
 				return nil
 			}
-			sk := statKey(p, st)
+			sk := filever.Of(p, st)
 			x, ok := old[p]
 			if !ok || x.stat != sk {
 				x = indexedFile{stat: sk, keys: identityKeys(p)}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/filever"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbolize/demangle"
@@ -253,7 +254,7 @@ func filesKey(bin, debug string) (string, error) {
 		if !st.Mode().IsRegular() {
 			return "", fmt.Errorf("%s: not a regular file: %w", p, frame.ErrInvalidPath)
 		}
-		k += fileKey(p, st) + "|"
+		k += filever.Of(p, st).String() + "|"
 	}
 	return k, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/profsym/profsym/internal/addrmap"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
+	"github.com/profsym/profsym/internal/filever"
 	"github.com/profsym/profsym/internal/lru"
 )
 
@@ -101,11 +102,7 @@ type Normalizer struct {
 
 // FileID identifies one version of a file on this host: device, inode,
 // size and modification time, as stat(2) gives them.
-type FileID struct {
-	Dev, Ino uint64
-	Size     int64
-	Mtime    int64 // ns
-}
+type FileID = filever.Version
 
 type fileKey = FileID
 
@@ -238,7 +235,7 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 	candidates := OpenPaths(dir, m.Start, m.End, m.Path)
 	var lastErr error
 	for _, c := range candidates {
-		key, err := statKey(c)
+		key, err := filever.StatNoAlloc(c)
 		if err != nil {
 			lastErr = err
 			continue

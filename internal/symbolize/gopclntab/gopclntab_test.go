@@ -2,8 +2,8 @@ package gopclntab
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"debug/gosym"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/profsym/profsym/internal/filever"
 	"github.com/profsym/profsym/internal/frame"
 )
 
@@ -33,15 +34,8 @@ type Reader struct {
 type proc struct {
 	mu    sync.Mutex
 	nspid int // the pid as the process sees it; 0 until read
-	key   fileKey
+	key   filever.Version
 	m     *Map
-}
-
-// fileKey identifies a version of a file: a replaced file changes dev/ino,
-// an appended one its size and mtime.
-type fileKey struct {
-	dev, ino, size uint64
-	mtimeNs        int64
 }
 
 // NewReader returns a Reader using procRoot ("" means "/proc").
@@ -79,7 +73,7 @@ func (r *Reader) Map(pid int) (*Map, error) {
 		return nil, err
 	}
 	defer f.Close()
-	key, regular, err := statFile(f)
+	key, regular, err := filever.Fstat(f)
 	if err != nil {
 		return nil, fmt.Errorf("perf map of pid %d: %w", pid, err)
 	}
@@ -88,8 +82,8 @@ func (r *Reader) Map(pid int) (*Map, error) {
 	if !regular {
 		return nil, fmt.Errorf("perf map of pid %d is not a regular file: %w", pid, frame.ErrCorruptFile)
 	}
-	if key.size > MaxFileSize {
-		return nil, fmt.Errorf("perf map of pid %d: %d bytes, more than %d: %w", pid, key.size, MaxFileSize, frame.ErrCorruptFile)
+	if key.Size > MaxFileSize {
+		return nil, fmt.Errorf("perf map of pid %d: %d bytes, more than %d: %w", pid, key.Size, MaxFileSize, frame.ErrCorruptFile)
 	}
 	if p.m != nil && p.key == key {
 		return p.m, nil

@@ -9,17 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// statFile identifies the open file's version and says whether it is a
-// regular file.
-func statFile(f *os.File) (fileKey, bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fileKey{}, false, err
-	}
-	key := fileKey{dev: st.Dev, ino: st.Ino, size: uint64(st.Size), mtimeNs: st.Mtim.Nano()}
-	return key, st.Mode&unix.S_IFMT == unix.S_IFREG, nil
-}
-
 // openInRoot opens name below root as if root were "/": the map lives in a
 // filesystem the process controls, and an absolute symlink there (say
 // /tmp/perf-1.map -> /etc/shadow) must resolve inside the container, not on
