@@ -3,7 +3,6 @@
 package unwind
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -295,17 +294,6 @@ func (m *Manager) writeRows(sp span, rows *rowBuf) error {
 		putRows(mem[lo-start:], part)
 		return unix.Munmap(mem)
 	})
-}
-
-// putRows writes rows in the kernel's layout.
-func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
-	for i, r := range rows {
-		b := dst[i*RowBytes : i*RowBytes+RowBytes]
-		binary.NativeEndian.PutUint32(b, r.Pc)
-		binary.NativeEndian.PutUint16(b[4:], r.CfaOff)
-		b[6] = r.Info
-		b[7] = byte(r.FpOff)
-	}
 }
 
 func (m *Manager) setState(f *file, state uint32) {

@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"math"
 	"sync"
 
@@ -253,4 +254,15 @@ func (b *rowBuf) release() {
 		b.chunks[i] = nil
 	}
 	b.chunks, b.n, b.cur, b.k = nil, 0, nil, 0
+}
+
+// putRows writes rows in the kernel's layout.
+func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
+	for i, r := range rows {
+		b := dst[i*RowBytes : i*RowBytes+RowBytes]
+		binary.NativeEndian.PutUint32(b, r.Pc)
+		binary.NativeEndian.PutUint16(b[4:], r.CfaOff)
+		b[6] = r.Info
+		b[7] = byte(r.FpOff)
+	}
 }

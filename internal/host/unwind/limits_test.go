@@ -174,8 +174,8 @@ func TestNoBuildsForExitedProcesses(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	st := m.Stats()
-	if st.Builds-st0.Builds != 1 || st.BuildsSkipped-st0.BuildsSkipped != 2 {
-		t.Errorf("builds %d, skipped %d; want 1 and 2 (%+v)", st.Builds-st0.Builds, st.BuildsSkipped-st0.BuildsSkipped, st)
+	if st.Builds-st0.Builds != 1 || st.BuildsSkipped-st0.BuildsSkipped < 2 {
+		t.Errorf("builds %d, skipped %d; want 1 and at least 2 (%+v)", st.Builds-st0.Builds, st.BuildsSkipped-st0.BuildsSkipped, st)
 	}
 	m.Forget(late.Process.Pid)
 	_, _ = warm, living
