@@ -67,7 +67,6 @@ type Spec struct {
 	Env      []string
 }
 
-var mu sync.Mutex
 
 // CacheDir is where built fixtures are kept between runs.
 func CacheDir() string {
@@ -110,52 +109,65 @@ func Build(t testing.TB, spec Spec) string {
 		ver, _ = exec.Command(compiler[0], "version").CombinedOutput()
 	}
 	key.Write(ver)
-	dir := filepath.Join(CacheDir(), hex.EncodeToString(key.Sum(nil))[:20])
-	out := filepath.Join(dir, spec.Name)
+	return Cached(t, hex.EncodeToString(key.Sum(nil))[:20], spec.Name, func(tmp string) {
+		tmpOut := filepath.Join(tmp, spec.Name)
+		var cmd *exec.Cmd
+		switch spec.Lang {
+		case "go":
+			args := append([]string{"build", "-o", tmpOut}, spec.Args...)
+			args = append(args, ".")
+			cmd = exec.Command(compiler[0], args...)
+			cmd.Dir = Src(t, spec.Sources[0])
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+			cmd.Env = append(cmd.Env, spec.Env...)
+		default:
+			args := append([]string{}, spec.Args...)
+			args = append(args, "-o", tmpOut)
+			for _, s := range spec.Sources {
+				args = append(args, Src(t, s))
+			}
+			cmd = exec.Command(compiler[0], args...)
+			cmd.Dir = tmp
+			if len(spec.Env) > 0 {
+				cmd.Env = append(os.Environ(), spec.Env...)
+			}
+		}
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building fixture %s: %v\n%s\n%s", spec.Name, err, strings.Join(cmd.Args, " "), b)
+		}
+	})
+}
 
-	mu.Lock()
-	defer mu.Unlock()
+// Cached returns CacheDir()/dir/name, made once by make, which writes name
+// into the empty temporary directory it is given: the result appears only
+// when complete, so a test killed midway leaves nothing half made. One
+// lock per dir: building one fixture does not wait for another.
+func Cached(t testing.TB, dir, name string, make func(tmp string)) string {
+	t.Helper()
+	dir = filepath.Join(CacheDir(), dir)
+	out := filepath.Join(dir, name)
+	l, _ := cacheLocks.LoadOrStore(dir, new(sync.Mutex))
+	l.(*sync.Mutex).Lock()
+	defer l.(*sync.Mutex).Unlock()
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tmp, err := os.MkdirTemp(dir, "build-")
+	tmp, err := os.MkdirTemp(dir, "make-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	tmpOut := filepath.Join(tmp, spec.Name)
-	var cmd *exec.Cmd
-	switch spec.Lang {
-	case "go":
-		args := append([]string{"build", "-o", tmpOut}, spec.Args...)
-		args = append(args, ".")
-		cmd = exec.Command(compiler[0], args...)
-		cmd.Dir = Src(t, spec.Sources[0])
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
-		cmd.Env = append(cmd.Env, spec.Env...)
-	default:
-		args := append([]string{}, spec.Args...)
-		args = append(args, "-o", tmpOut)
-		for _, s := range spec.Sources {
-			args = append(args, Src(t, s))
-		}
-		cmd = exec.Command(compiler[0], args...)
-		cmd.Dir = tmp
-		if len(spec.Env) > 0 {
-			cmd.Env = append(os.Environ(), spec.Env...)
-		}
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building fixture %s: %v\n%s\n%s", spec.Name, err, strings.Join(cmd.Args, " "), b)
-	}
-	if err := os.Rename(tmpOut, out); err != nil {
+	make(tmp)
+	if err := os.Rename(filepath.Join(tmp, name), out); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
+
+var cacheLocks sync.Map
 
 func hashTree(t testing.TB, h interface{ Write([]byte) (int, error) }, p string) {
 	err := filepath.Walk(p, func(path string, info os.FileInfo, err error) error {

@@ -8,13 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
-
-var jdkMu sync.Mutex
 
 // RecordJDK runs testdata/src/jfr/Hot.java (compiled with javac) under the
 // JDK's own flight recorder, settings=profile, for millis milliseconds, and
@@ -45,31 +42,14 @@ func RecordJDKWith(t testing.TB, class string, millis int, options string) strin
 	if options != "settings=profile" || class != "Hot" { // keep Hot's cache key as it was
 		fmt.Fprintf(h, "\x00%s\x00%s", class, options)
 	}
-	dir := filepath.Join(testfixture.CacheDir(), "jfr-"+hex.EncodeToString(h.Sum(nil))[:16])
-	out := filepath.Join(dir, strings.ToLower(class)+".jfr")
-	jdkMu.Lock()
-	defer jdkMu.Unlock()
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(dir, "rec-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	testfixture.Run(t, javac, "-d", tmp, src)
-	rec := filepath.Join(tmp, "rec.jfr")
-	cmd := exec.Command(java, "-XX:StartFlightRecording="+options+",filename="+rec, "-cp", tmp, class, fmt.Sprint(millis))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("java: %v\n%s", err, b)
-	}
-	if err := os.Rename(rec, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testfixture.Cached(t, "jfr-"+hex.EncodeToString(h.Sum(nil))[:16], strings.ToLower(class)+".jfr", func(tmp string) {
+		testfixture.Run(t, javac, "-d", tmp, src)
+		rec := filepath.Join(tmp, strings.ToLower(class)+".jfr")
+		cmd := exec.Command(java, "-XX:StartFlightRecording="+options+",filename="+rec, "-cp", tmp, class, fmt.Sprint(millis))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("java: %v\n%s", err, b)
+		}
+	})
 }
 
 // JFRTool returns the JDK's jfr command (skips, or fails under CI=true,
