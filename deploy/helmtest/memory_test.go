@@ -151,7 +151,14 @@ func TestGatewayMemory(t *testing.T) {
 // GOMEMLIMIT (0: none), failing on more than one GOMEMLIMIT entry.
 func agentGoMemLimit(t *testing.T, d docs) (limit, goMemLimit int64) {
 	t.Helper()
-	c := container(d.must(t, "DaemonSet", agentName))
+	return goMemLimitOf(t, d, "DaemonSet", agentName)
+}
+
+// goMemLimitOf reads a workload's memory limit and GOMEMLIMIT in bytes (0:
+// not set, -1: set by the user in another unit).
+func goMemLimitOf(t *testing.T, d docs, kind, name string) (limit, goMemLimit int64) {
+	t.Helper()
+	c := container(d.must(t, kind, name))
 	if q := get(c, "resources", "limits", "memory"); q != nil {
 		limit = quantity(t, fmt.Sprint(q))
 	}
@@ -169,7 +176,7 @@ func agentGoMemLimit(t *testing.T, d docs) (limit, goMemLimit int64) {
 		goMemLimit = b
 	}
 	if n > 1 {
-		t.Errorf("%d GOMEMLIMIT entries in the agent", n)
+		t.Errorf("%d GOMEMLIMIT entries in the %s", n, name)
 	}
 	return limit, goMemLimit
 }
@@ -229,4 +236,21 @@ func TestAgentMemory(t *testing.T) {
 		// fetch_wait (the chart's value, the processor's default).
 		wantEqual(t, "gateway fetch_wait", m.cfg.FetchWait, symbolizationprocessor.DefaultFetchWait)
 	})
+}
+
+// The symbol store's pod parses and decompresses every upload to verify
+// it: GOMEMLIMIT keeps its heap collected before its container is killed.
+func TestSymbolsMemory(t *testing.T) {
+	limit, gml := goMemLimitOf(t, mustTemplate(t), "StatefulSet", symbolsName)
+	wantEqual(t, "symbols memory limit", limit, int64(512<<20))
+	wantEqual(t, "symbols GOMEMLIMIT", gml, int64(512<<20)*80/100)
+	_, gml = goMemLimitOf(t, mustTemplate(t, "--set", "symbols.store.resources.limits.memory=2Gi"), "StatefulSet", symbolsName)
+	wantEqual(t, "symbols GOMEMLIMIT at 2Gi", gml, int64(2<<30)*80/100)
+	if _, gml := goMemLimitOf(t, mustTemplate(t, "--set", "symbols.store.goMemLimitPercentage=null"), "StatefulSet", symbolsName); gml != 0 {
+		t.Errorf("goMemLimitPercentage null: GOMEMLIMIT %d", gml)
+	}
+	d := mustTemplate(t, "--set", "symbols.store.extraEnv[0].name=GOMEMLIMIT", "--set", "symbols.store.extraEnv[0].value=300MiB")
+	if _, gml := goMemLimitOf(t, d, "StatefulSet", symbolsName); gml != -1 {
+		t.Errorf("the user's GOMEMLIMIT was not the only one: %d", gml)
+	}
 }
