@@ -855,6 +855,9 @@ func TestSymbols(t *testing.T) {
 	scfg := collectorConfig(t, d.must(t, "ConfigMap", symbolsName))
 	wantEqual(t, "store directory", str(scfg, "extensions", "symbolstore", "storage", "directory"), "/var/lib/profsym/symbols")
 	wantEqual(t, "store auth", str(scfg, "extensions", "symbolstore", "auth", "authenticator"), "bearertokenauth/symbols")
+	// The store cannot fill its volume: 90% of persistence.size.
+	wantEqual(t, "store max_stored_bytes", fmt.Sprint(get(scfg, "extensions", "symbolstore", "max_stored_bytes")), fmt.Sprint(int64(20<<30)*9/10))
+	wantEqual(t, "store max_objects", fmt.Sprint(get(scfg, "extensions", "symbolstore", "max_objects")), "500000")
 	if !slices.Contains(strs(scfg, "service", "extensions"), "symbolstore") {
 		t.Errorf("the store pod does not run the store: %v", scfg["service"])
 	}
@@ -900,6 +903,8 @@ func TestSymbols(t *testing.T) {
 	if get(sts, "spec", "volumeClaimTemplates") != nil || str(volume(sts, "data"), "emptyDir", "sizeLimit") != "20Gi" {
 		t.Errorf("without persistence: %v", volume(sts, "data"))
 	}
+	d = mustTemplate(t, "--set", "symbols.store.persistence.enabled=false", "--set", "symbols.store.sizeLimit=1Gi")
+	wantEqual(t, "store max_stored_bytes on an emptyDir", fmt.Sprint(get(collectorConfig(t, d.must(t, "ConfigMap", symbolsName)), "extensions", "symbolstore", "max_stored_bytes")), fmt.Sprint(int64(1<<30)*9/10))
 	d = mustTemplate(t, "--set", "symbols.store.persistence.existingClaim=symbols-pvc")
 	if str(volume(d.must(t, "StatefulSet", symbolsName), "data"), "persistentVolumeClaim", "claimName") != "symbols-pvc" {
 		t.Error("existing claim not used")

@@ -35,6 +35,11 @@ type Config struct {
 	// MaxConcurrentUploads bounds uploads received at once (and so the
 	// scratch disk: this many times max_upload_size); more get 503.
 	MaxConcurrentUploads int `mapstructure:"max_concurrent_uploads"`
+	// MaxStoredBytes and MaxObjects bound what uploads may fill (the disk or
+	// bucket, and the index of ids kept in memory): past them uploads get
+	// 507 and agents retry later. Nothing is evicted.
+	MaxStoredBytes int64 `mapstructure:"max_stored_bytes"`
+	MaxObjects     int64 `mapstructure:"max_objects"`
 }
 
 // StorageConfig selects the backend: a directory (default); an
@@ -97,6 +102,8 @@ func createDefaultConfig() *Config {
 		MaxQueryIDs:   symstore.DefaultMaxQueryIDs,
 
 		MaxConcurrentUploads: symstore.DefaultMaxUploads,
+		MaxStoredBytes:       symstore.DefaultMaxStoredBytes,
+		MaxObjects:           symstore.DefaultMaxObjects,
 	}
 }
 
@@ -133,6 +140,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUploadSize <= 0 {
 		errs = append(errs, fmt.Errorf("max_upload_size: %d must be positive", c.MaxUploadSize))
+	}
+	if c.MaxStoredBytes <= 0 || c.MaxObjects <= 0 {
+		errs = append(errs, errors.New("max_stored_bytes and max_objects must be positive"))
 	}
 	if c.LeaseDuration <= 0 || c.MaxQueryIDs <= 0 || c.MaxConcurrentUploads <= 0 || c.Storage.CacheMaxBytes < 0 || c.Storage.Rescan < 0 {
 		errs = append(errs, errors.New("lease_duration and max_query_ids must be positive; cache_max_bytes and rescan not negative"))

@@ -93,6 +93,8 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 		Lease:          s.cfg.LeaseDuration,
 		MaxQueryIDs:    s.cfg.MaxQueryIDs,
 		MaxUploads:     s.cfg.MaxConcurrentUploads,
+		MaxStoredBytes: s.cfg.MaxStoredBytes,
+		MaxObjects:     s.cfg.MaxObjects,
 		CacheBytes:     s.cfg.Storage.CacheMaxBytes,
 		Rescan:         s.cfg.Storage.Rescan,
 		Logger:         log,

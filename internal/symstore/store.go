@@ -43,6 +43,11 @@ const (
 	DefaultCacheBytes     = 4 << 30
 	DefaultRescan         = time.Minute
 	DefaultMaxUploads     = 4
+	// DefaultMaxStoredBytes and DefaultMaxObjects bound what uploads can
+	// fill: the disk or bucket, and the index kept in memory (about 100
+	// bytes an object).
+	DefaultMaxStoredBytes = 16 << 30
+	DefaultMaxObjects     = 500_000
 )
 
 // Rejection reasons, as counted and as returned to clients.
@@ -58,6 +63,7 @@ const (
 	ReasonBadRequest     = "bad_request"
 	ReasonTruncated      = "truncated"
 	ReasonBusy           = "busy"
+	ReasonStoreFull      = "store_full"
 )
 
 // RejectError is an upload or query the store refused, with the HTTP status
@@ -111,6 +117,12 @@ type Config struct {
 	// MaxUploads bounds uploads received at once, and so the scratch disk
 	// they use (MaxUploads x MaxUploadBytes); more get 503 and retry.
 	MaxUploads int
+	// MaxStoredBytes and MaxObjects bound the store: an upload that would
+	// pass either is refused (507) and counted as store_full, so an agent
+	// with the token cannot fill the disk or the index. Nothing is evicted:
+	// the operator frees space or raises the limit.
+	MaxStoredBytes int64
+	MaxObjects     int64
 	// FetchTimeout bounds one copy of a remote file into the scratch cache.
 	// The copy runs apart from the caller, which may stop waiting sooner, so
 	// a large file is fetched once rather than restarted by every batch.
@@ -157,10 +169,15 @@ type Store struct {
 	index   map[Key]uint8 // key -> kinds present (bit per kind)
 	bytes   int64
 	objects int64
-	leases  map[Key]lease
+	// reserved and reservedObjects: uploads read and verified, being
+	// written to the backend, counted against the limits.
+	reserved        int64
+	reservedObjects int64
+	leases          map[Key]lease
 	// leasesPruned: no pruning before this (the last one freed little).
 	leasesPruned time.Time
 	listed       time.Time
+	fullLogged   bool // warned once that the store is full
 
 	fetches singleflight.Group // copies of remote files into the cache
 
@@ -208,6 +225,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = DefaultFetchTimeout
+	}
+	if cfg.MaxStoredBytes <= 0 {
+		cfg.MaxStoredBytes = DefaultMaxStoredBytes
+	}
+	if cfg.MaxObjects <= 0 {
+		cfg.MaxObjects = DefaultMaxObjects
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -585,6 +608,9 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 		s.release(key, token)
 		return res, nil
 	}
+	if err := s.room(max(declared, 0)); err != nil {
+		return res, err
+	}
 	select {
 	case s.uploads <- struct{}{}:
 		defer func() { <-s.uploads }()
@@ -646,7 +672,15 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 		s.obs.Deduped(kind)
 		return res, nil
 	}
-	if err := s.be.Put(ctx, key, kind, tmp.Name(), n); err != nil {
+	if err := s.reserve(n); err != nil {
+		return res, err
+	}
+	err = s.be.Put(ctx, key, kind, tmp.Name(), n)
+	s.mu.Lock()
+	s.reserved -= n
+	s.reservedObjects--
+	s.mu.Unlock()
+	if err != nil {
 		return res, fmt.Errorf("storing %s/%s in %s: %w", key.Path(), kind, s.be, err)
 	}
 	s.mu.Lock()
@@ -661,6 +695,44 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 	s.obs.Stored(kind, n)
 	s.log.Info("symbol store: stored", zap.String("key", key.Path()), zap.String("kind", string(kind)), zap.Int64("bytes", n))
 	return res, nil
+}
+
+// room refuses an upload of n bytes that cannot fit, before its body is read.
+func (s *Store) room(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fullLocked(n)
+}
+
+// reserve counts n bytes and one object against the limits while they are
+// written, so concurrent uploads cannot pass them together.
+func (s *Store) reserve(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fullLocked(n); err != nil {
+		return err
+	}
+	s.reserved += n
+	s.reservedObjects++
+	return nil
+}
+
+func (s *Store) fullLocked(n int64) error {
+	var err error
+	switch {
+	case s.objects+s.reservedObjects >= s.cfg.MaxObjects:
+		err = fmt.Errorf("the store holds %d objects, its limit (max_objects)", s.objects)
+	case s.bytes+s.reserved+n > s.cfg.MaxStoredBytes:
+		err = fmt.Errorf("%d bytes stored, %d more would pass max_stored_bytes %d", s.bytes, n, s.cfg.MaxStoredBytes)
+	default:
+		return nil
+	}
+	s.obs.Rejected(ReasonStoreFull)
+	if !s.fullLogged {
+		s.fullLogged = true
+		s.log.Warn("symbol store: full, uploads are refused until space is freed or the limit raised", zap.Error(err))
+	}
+	return reject(ReasonStoreFull, http.StatusInsufficientStorage, err)
 }
 
 // hold takes or confirms the upload lease on key for token.

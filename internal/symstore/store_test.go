@@ -552,3 +552,66 @@ func TestLeasesBounded(t *testing.T) {
 		t.Errorf("%d leases held after expiry, want 1", held)
 	}
 }
+
+// An agent with the token cannot fill the disk or the index: uploads that
+// would pass max_objects or max_stored_bytes get 507, are counted, and
+// leave nothing behind; what was stored stays served.
+func TestStoreCapacity(t *testing.T) {
+	a, b, c := buildFixture(t, "storecapa"), buildFixture(t, "storecapb"), buildFixture(t, "storecapc")
+	put := func(s *Store, fx fixture) (PutResult, error) {
+		d, err := os.ReadFile(fx.debug)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Put(context.Background(), fx.id, "debuginfo", bytes.NewReader(d), int64(len(d)), "")
+	}
+	full := func(err error) bool {
+		re, ok := err.(*RejectError)
+		return ok && re.Status == http.StatusInsufficientStorage && re.Reason == ReasonStoreFull
+	}
+	t.Run("objects", func(t *testing.T) {
+		dir := t.TempDir()
+		be, _ := NewDir(dir)
+		obs := &countObs{}
+		s, _ := New(context.Background(), Config{Backend: be, MaxObjects: 2, Observer: obs})
+		for _, fx := range []fixture{a, b} {
+			if r, err := put(s, fx); err != nil || !r.Stored {
+				t.Fatalf("%s: %+v %v", fx.id, r, err)
+			}
+		}
+		before := storedFiles(t, dir)
+		if _, err := put(s, c); !full(err) || obs.get("rejected:store_full") != 1 {
+			t.Fatalf("third object: %v (store_full %d)", err, obs.get("rejected:store_full"))
+		}
+		if after := storedFiles(t, dir); len(after) != len(before) {
+			t.Errorf("a refused upload left files: %v -> %v", before, after)
+		}
+		if !s.Has(a.id, DebugInfo) || !s.Has(b.id, DebugInfo) {
+			t.Error("stored objects lost")
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		da, _ := os.ReadFile(a.debug)
+		be, _ := NewDir(t.TempDir())
+		obs := &countObs{}
+		s, _ := New(context.Background(), Config{Backend: be, MaxStoredBytes: int64(len(da)) + 100, Observer: obs})
+		if r, err := put(s, a); err != nil || !r.Stored {
+			t.Fatalf("first: %+v %v", r, err)
+		}
+		// Refused on the declared size, before the body is read...
+		if _, err := put(s, b); !full(err) {
+			t.Fatalf("declared size over the limit: %v", err)
+		}
+		// ... and on the bytes received when the size is not declared.
+		db, _ := os.ReadFile(b.debug)
+		if _, err := s.Put(context.Background(), b.id, "debuginfo", bytes.NewReader(db), -1, ""); !full(err) {
+			t.Fatalf("undeclared size over the limit: %v", err)
+		}
+		if n := obs.get("rejected:store_full"); n != 2 {
+			t.Errorf("store_full counted %d times, want 2", n)
+		}
+		if objects, bytes := s.Size(); objects != 1 || bytes != int64(len(da)) {
+			t.Errorf("size %d objects, %d bytes", objects, bytes)
+		}
+	})
+}

@@ -148,6 +148,10 @@ extensions:
     {{- end }}
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
+    {{- with $st.maxStoredBytes }}
+    max_stored_bytes: {{ int64 . }}
+    {{- end }}
+    max_objects: {{ int64 $st.maxObjects }}
     storage:
       s3:
         endpoint: {{ required "symbols.store.s3.endpoint is required with a bucket" $st.s3.endpoint | quote }}
@@ -263,6 +267,13 @@ extensions:
     {{- end }}
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
+    {{- $cap := $st.maxStoredBytes }}
+    {{- if kindIs "invalid" $cap }}
+    {{- /* 90% of the volume: the rest for uploads being verified */}}
+    {{- $cap = div (mul (include "profsym.bytes" (ternary $st.persistence.size $st.sizeLimit $st.persistence.enabled) | int64) 9) 10 }}
+    {{- end }}
+    max_stored_bytes: {{ int64 $cap }}
+    max_objects: {{ int64 $st.maxObjects }}
     storage:
       directory: {{ $st.mountPath }}
 receivers:
