@@ -29,8 +29,9 @@ type Config struct {
 	Store           Source // a symbol store's in-process source, if any
 	ProcRoot        string // "" for /proc
 
-	// FetchWait bounds how long a locate waits for a debuginfod download
-	// in flight (see Query.Since); 0: as long as the context.
+	// FetchWait bounds how long a locate waits for a debuginfod download,
+	// or a symbol store's copy, in flight (see Query.Since); 0: as long as
+	// the context.
 	FetchWait time.Duration
 
 	NegativeTTL  time.Duration
@@ -71,7 +72,7 @@ func NewFromConfig(cfg Config) (*Chain, error) {
 			}
 		case SourceStore:
 			if cfg.Store != nil {
-				srcs = append(srcs, cfg.Store)
+				srcs = append(srcs, Waiting(cfg.Store, cfg.FetchWait))
 			}
 		case SourceDebuginfod:
 			if cfg.Debuginfod != nil {

@@ -287,3 +287,56 @@ func TestPendingNotRemembered(t *testing.T) {
 		t.Errorf("a pending answer was remembered: %d calls", n)
 	}
 }
+
+// copying is a store whose files arrive from far: a copy started by the
+// first query runs apart from it (as symstore's does) and takes copyFor.
+type copying struct {
+	path    string
+	copyFor time.Duration
+	once    sync.Once
+	done    chan struct{}
+	gen     atomic.Uint64
+}
+
+func (c *copying) Name() string       { return SourceStore }
+func (c *copying) Generation() uint64 { return c.gen.Load() }
+
+func (c *copying) Find(ctx context.Context, q *Query) ([]Candidate, error) {
+	c.once.Do(func() {
+		go func() { time.Sleep(c.copyFor); close(c.done) }()
+	})
+	select {
+	case <-c.done:
+		return []Candidate{{Path: c.path}}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("still copying: %w", frame.ErrTimeout)
+	}
+}
+
+// A batch waits for a symbol store's copy at most fetch_wait, like a
+// debuginfod download: it is told pending (not timeout, which would make
+// the frame's reason wrong and be remembered), the copy goes on, and a
+// later batch gets the file. Before, only the batch timeout (10 s) bound it.
+func TestStoreWaitsFetchWait(t *testing.T) {
+	fx := fixtures(t)
+	store := &copying{path: fx.full, copyFor: 1500 * time.Millisecond, done: make(chan struct{})}
+	src := Waiting(store, 200*time.Millisecond)
+	if g, ok := src.(Generational); !ok || g.Generation() != 0 {
+		t.Fatal("the wrapped store lost its generation")
+	}
+	c := New(Options{Sources: []Source{src}})
+	start := time.Now()
+	res, err := c.Locate(context.Background(), Query{ID: fx.id, Since: start})
+	took := time.Since(start)
+	if !res.Pending && !errors.Is(err, frame.ErrPending) {
+		t.Fatalf("a copy in flight: %+v %v, want pending", res, err)
+	}
+	if took > time.Second {
+		t.Errorf("waited %v for a copy, fetch_wait is 200ms", took)
+	}
+	<-store.done
+	res, err = c.Locate(context.Background(), Query{ID: fx.id, Since: time.Now()})
+	if bin, _ := res.Paths(); err != nil || bin != fx.full {
+		t.Fatalf("after the copy: %+v %v", res, err)
+	}
+}

@@ -3,6 +3,8 @@ package locate
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -54,4 +56,42 @@ func (s storeSource) Find(ctx context.Context, q *Query) ([]Candidate, error) {
 		}
 	}
 	return out, nil
+}
+
+// Waiting bounds how long a query waits on src, a source whose files may be
+// copied from far (a symbol store over S3, or another collector's store):
+// past wait from the query's Since its answer is frame.ErrPending, as a
+// debuginfod download's is. The source must go on copying without the
+// caller (the symbol store does), so a later query gets the file. Zero
+// wait: as long as the caller's context allows.
+func Waiting(src Source, wait time.Duration) Source {
+	if src == nil || wait <= 0 {
+		return src
+	}
+	return waiting{src, wait}
+}
+
+type waiting struct {
+	Source
+	wait time.Duration
+}
+
+func (w waiting) Generation() uint64 {
+	if g, ok := w.Source.(Generational); ok {
+		return g.Generation()
+	}
+	return 0
+}
+
+func (w waiting) Find(ctx context.Context, q *Query) ([]Candidate, error) {
+	if q.Since.IsZero() {
+		return w.Source.Find(ctx, q)
+	}
+	wctx, cancel := context.WithDeadline(ctx, q.Since.Add(w.wait))
+	defer cancel()
+	c, err := w.Source.Find(wctx, q)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		return c, fmt.Errorf("%s: %w: not answered within %v (%v)", w.Name(), frame.ErrPending, w.wait, err)
+	}
+	return c, err
 }
