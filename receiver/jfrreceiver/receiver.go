@@ -211,6 +211,9 @@ func (r *jfrReceiver) convert(ctx context.Context, up *upload, intake string) *h
 			r.log.Debug("jfr recording has more than one source of a profile", zap.String("intake", intake),
 				zap.Any("sources", st.Source), zap.Any("ignored_events", st.Ignored))
 		}
+		for ev, n := range st.Ignored {
+			r.tel.ReceiverJfrEventsLeftOut.Add(ctx, n, metric.WithAttributes(attribute.String("event", ev)))
+		}
 		for k, v := range st.Samples {
 			r.tel.ReceiverJfrSamples.Add(ctx, v, metric.WithAttributes(attribute.String("profile", k.String())))
 		}

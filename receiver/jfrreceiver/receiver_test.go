@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/profsym/profsym/internal/jfr/jfrtest"
+	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/receiver/jfrreceiver/internal/metadata"
 	"github.com/profsym/profsym/receiver/jfrreceiver/internal/metadatatest"
@@ -318,4 +320,24 @@ func TestFactory(t *testing.T) {
 	require.Equal(t, DefaultEndpoint, cfg.NetAddr.Endpoint)
 	var _ component.Config = cfg
 	_ = time.Second
+}
+
+// A real JDK recording with two sources of alloc (the sampler and the TLAB
+// events): the left-out events are counted by type, as the converter saw.
+func TestEventsLeftOutCounted(t *testing.T) {
+	rec := jfrtest.RecordJDKWith(t, "Alloc", 1500,
+		"settings=profile,jdk.ObjectAllocationInNewTLAB#enabled=true,jdk.ObjectAllocationOutsideTLAB#enabled=true")
+	body, err := os.ReadFile(rec)
+	require.NoError(t, err)
+	_, st, err := jfrconv.ConvertBytes(body, jfrconv.Options{})
+	require.NoError(t, err)
+	require.NotEmpty(t, st.Ignored, "the recording has one source of each profile")
+	s := start(t, nil)
+	code, msg := post(t, s.url+"/ingest?name=alloc&format=jfr", "application/octet-stream", bytes.NewReader(body))
+	require.Equal(t, http.StatusOK, code, msg)
+	var want []metricdata.DataPoint[int64]
+	for ev, n := range st.Ignored {
+		want = append(want, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attribute.String("event", ev)), Value: n})
+	}
+	metadatatest.AssertEqualReceiverJfrEventsLeftOut(t, s.tel, want, metricdatatest.IgnoreTimestamp(), metricdatatest.IgnoreExemplars())
 }

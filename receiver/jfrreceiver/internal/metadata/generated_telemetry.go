@@ -27,6 +27,7 @@ type TelemetryBuilder struct {
 	mu                             sync.Mutex
 	registrations                  []metric.Registration
 	ReceiverJfrConversionDuration  metric.Float64Histogram
+	ReceiverJfrEventsLeftOut       metric.Int64Counter
 	ReceiverJfrInvalidRemoteFrames metric.Int64Counter
 	ReceiverJfrRecordingBytes      metric.Int64Counter
 	ReceiverJfrRemoteFrames        metric.Int64Counter
@@ -68,6 +69,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithDescription("Time to decompress and convert one upload. [Development]"),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries([]float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}...),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverJfrEventsLeftOut, err = builder.meter.Int64Counter(
+		"otelcol_receiver_jfr_events_left_out",
+		metric.WithDescription("Events of a second source of one profile, left out so that nothing is counted twice (docs/jfr.md, one source per profile), by event type. [Development]"),
+		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverJfrInvalidRemoteFrames, err = builder.meter.Int64Counter(

@@ -20,6 +20,7 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.ReceiverJfrConversionDuration.Record(context.Background(), 1)
+	tb.ReceiverJfrEventsLeftOut.Add(context.Background(), 1)
 	tb.ReceiverJfrInvalidRemoteFrames.Add(context.Background(), 1)
 	tb.ReceiverJfrRecordingBytes.Add(context.Background(), 1)
 	tb.ReceiverJfrRemoteFrames.Add(context.Background(), 1)
@@ -27,6 +28,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverJfrUploads.Add(context.Background(), 1)
 	AssertEqualReceiverJfrConversionDuration(t, testTel,
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverJfrEventsLeftOut(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverJfrInvalidRemoteFrames(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
