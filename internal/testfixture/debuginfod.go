@@ -33,14 +33,31 @@ func (s *Debuginfod) Stop() {
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// The port is free only until someone binds it: the kernel may hand a
+	// closed port to the next bind(0) at once, so two calls before their
+	// servers start could get the same one. Never hand a port out twice.
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return port
+	t.Fatal("no free port not handed out before")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // StartDebuginfod starts debuginfod over dir on loopback and waits until
 // each "BUILDID/debuginfo" or "BUILDID/executable" in ready is served.
