@@ -198,7 +198,15 @@ func TestAgentMemory(t *testing.T) {
 		if gml+bpf >= limit {
 			t.Errorf("GOMEMLIMIT %d MiB plus the BPF maps %d MiB do not fit in %d MiB", gml>>20, bpf>>20, limit>>20)
 		}
-		t.Logf("agent limit %d MiB: BPF maps %d MiB, GOMEMLIMIT %d MiB", limit>>20, bpf>>20, gml>>20)
+		// The memory limiter's limits are shares of the same memory: the
+		// limit less the BPF maps, which it does not see either.
+		ml := mapping(collectorConfig(t, d.must(t, "ConfigMap", agentName)), "processors", "memory_limiter")
+		lim, _ := ml["limit_mib"].(int)
+		spike, _ := ml["spike_limit_mib"].(int)
+		if want := (limit - bpf) * 80 / 100 >> 20; int64(lim) != want || int64(spike) != (limit-bpf)*25/100>>20 {
+			t.Errorf("agent memory_limiter %v, want limit_mib %d (80%% of %d MiB) and spike 25%%", ml, want, (limit-bpf)>>20)
+		}
+		t.Logf("agent limit %d MiB: BPF maps %d MiB, GOMEMLIMIT %d MiB, memory_limiter %d MiB (spike %d)", limit>>20, bpf>>20, gml>>20, lim, spike)
 	}
 	t.Run("defaults", func(t *testing.T) { check(t, mustTemplate(t), 512<<20) })
 	t.Run("scales-with-limit", func(t *testing.T) {

@@ -23,8 +23,16 @@ receivers:
 processors:
   memory_limiter:
     check_interval: 1s
+    {{- $avail := include "profsym.agent.memoryAvailable" . | int64 }}
+    {{- if $avail }}
+    # limitPercentage and spikeLimitPercentage of the memory limit less
+    # agent.bpfMemory: the limiter does not see the BPF maps.
+    limit_mib: {{ div (mul $avail (int $a.memoryLimiter.limitPercentage)) 104857600 }}
+    spike_limit_mib: {{ div (mul $avail (int $a.memoryLimiter.spikeLimitPercentage)) 104857600 }}
+    {{- else }}
     limit_percentage: {{ int $a.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $a.memoryLimiter.spikeLimitPercentage }}
+    {{- end }}
   {{- if .Values.symbols.enabled }}
   {{- $u := $a.symbolUpload }}
   symbolupload:

@@ -78,12 +78,12 @@ profsym.gateway.checkMemory fails when the caches cannot fit.
 {{- end }}
 
 {{/*
-profsym.agent.goMemLimit: the agent's GOMEMLIMIT in bytes (0: not set),
-goMemLimitPercentage of what its container memory limit leaves beside the
-BPF maps (agent.bpfMemory): the kernel charges those to the container's
-cgroup (Linux >= 5.11), but the Go runtime does not count them.
+profsym.agent.memoryAvailable: what the agent's container memory limit
+leaves beside the BPF maps (agent.bpfMemory), in bytes (0: no limit). The
+kernel charges those maps to the container's cgroup (Linux >= 5.11), but
+neither the Go runtime nor the memory limiter counts them.
 */}}
-{{- define "profsym.agent.goMemLimit" -}}
+{{- define "profsym.agent.memoryAvailable" -}}
 {{- $a := .Values.agent -}}
 {{- $limit := 0 -}}
 {{- with $a.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = include "profsym.bytes" . | int64 }}{{ end }}{{ end }}{{ end -}}
@@ -92,7 +92,17 @@ cgroup (Linux >= 5.11), but the Go runtime does not count them.
 {{- if and $limit (le (int64 $limit) (int64 $bpf)) -}}
 {{- fail (printf "agent.resources.limits.memory (%d MiB) must be above agent.bpfMemory (%d MiB): the BPF maps alone would fill it" (div $limit 1048576) (div $bpf 1048576)) -}}
 {{- end -}}
+{{- if $limit }}{{ sub $limit $bpf }}{{ else }}0{{ end -}}
+{{- end }}
+
+{{/*
+profsym.agent.goMemLimit: the agent's GOMEMLIMIT in bytes (0: not set),
+goMemLimitPercentage of profsym.agent.memoryAvailable.
+*/}}
+{{- define "profsym.agent.goMemLimit" -}}
+{{- $a := .Values.agent -}}
+{{- $avail := include "profsym.agent.memoryAvailable" . | int64 -}}
 {{- $gml := 0 -}}
-{{- if and $limit (not (kindIs "invalid" $a.goMemLimitPercentage)) }}{{ $gml = div (mul (sub $limit $bpf) (int $a.goMemLimitPercentage)) 100 }}{{ end -}}
+{{- if and $avail (not (kindIs "invalid" $a.goMemLimitPercentage)) }}{{ $gml = div (mul $avail (int $a.goMemLimitPercentage)) 100 }}{{ end -}}
 {{- $gml -}}
 {{- end }}
