@@ -388,10 +388,21 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		return finish_walk(s, st);
 	/* The user registers: the sample's own when it hit user mode, else
 	 * those saved on kernel entry. */
+	s->regs_valid = 0;
 	if (ctx->regs.cs & 3) {
 		s->pc = ctx->regs.ip;
 		s->sp = ctx->regs.sp;
 		s->fp = ctx->regs.bp;
+		/* For CFA-from-register rows (bpf/unwind.h). Only here: on
+		 * kernel entry by syscall, rax, rcx and r11 are not the user's. */
+		s->regs[1] = ctx->regs.ax;
+		s->regs[2] = ctx->regs.dx;
+		s->regs[3] = ctx->regs.si;
+		s->regs[4] = ctx->regs.di;
+		s->regs[5] = ctx->regs.r9;
+		s->regs[6] = ctx->regs.r10;
+		s->regs[7] = ctx->regs.r11;
+		s->regs_valid = 1;
 	} else {
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);
 		s->pc = BPF_CORE_READ(regs, ip);

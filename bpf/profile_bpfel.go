@@ -109,6 +109,9 @@ type ProfileUnwindState struct {
 	Remapped  uint32
 	MaxFrames uint32
 	Trusted   uint32
+	RegsValid uint32
+	Pad       uint32
+	Regs      [8]uint64
 	Stack     ProfileUserStack
 }
 

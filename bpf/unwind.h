@@ -39,8 +39,15 @@ enum table_state {
 	TABLE_LAZY = 3,    /* known but never sampled: the first sample asks for it */
 };
 
-/* Row info byte: kind in bits 0-1, CFA rule in bits 2-3, FP saved in bit 4.
- * Bits 5-7 are free (arm64 needs one: "RA still in LR"). */
+/* Row info byte: kind in bits 0-1, CFA rule in bits 2-3, FP saved in bit 4,
+ * and in bits 5-7 (arm64's "RA still in LR" would be a new kind):
+ *  - with CFA_UNDEF, a register code: CFA = that register + cfa_off
+ *    (OpenSSL's assembly keeps the entry SP in rax, rsi or r11 while it
+ *    realigns the stack). Only the innermost frame of a sample taken in
+ *    user mode has the register; elsewhere such a row steps with frame
+ *    pointers;
+ *  - with CFA_SP or CFA_FP, k != 0: CFA = *(SP or FP + (s16)cfa_off) + 8k,
+ *    the entry SP saved in a realigned frame (OpenSSL, gcc). */
 enum row_kind {
 	ROW_NORMAL = 0,
 	ROW_END = 1,      /* outermost frame */
@@ -54,6 +61,10 @@ enum cfa_rule {
 	CFA_PLT = 3,   /* SP + 8, + 8 more past the PLT entry's push */
 };
 #define ROW_FP_SAVED (1 << 4)
+#define ROW_REG_SHIFT 5
+/* Register codes 1-7, as internal/host/unwind regCodes:
+ * rax, rdx, rsi, rdi, r9, r10, r11. */
+#define CFA_REGS 8
 
 /* Why a user stack ended, or the first thing that made it less than exact.
  * Numbered as sampler.StopReason. */
@@ -120,6 +131,9 @@ struct unwind_state {
 	__u32 max_frames;
 	__u32 trusted;  /* this PC was reached by registers, a table row or an
 			 * expected FP step, not by FP through code without FP */
+	__u32 regs_valid; /* regs hold the innermost frame's registers */
+	__u32 pad;
+	__u64 regs[CFA_REGS]; /* by register code; regs[0] unused */
 	struct user_stack stack;
 };
 
@@ -308,7 +322,9 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	struct unwind_table *t;
 	struct unwind_row *r;
 	__u64 pc = s->pc, lookup = s->pc_exact ? pc : pc - 1, cfa, off, v;
-	__u32 slot, kind, rule;
+	__u32 slot, kind, rule, code, innermost = s->regs_valid;
+
+	s->regs_valid = 0; /* the caller's registers are not known */
 
 	if (!s->have_proc) {
 		set_reason(s, STOP_NOT_READY);
@@ -369,18 +385,30 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		return 0;
 	}
 	}
+	code = r->info >> ROW_REG_SHIFT;
 	switch (rule) {
 	case CFA_SP:
-		cfa = s->sp + r->cfa_off;
-		break;
 	case CFA_FP:
-		cfa = s->fp + r->cfa_off;
+		cfa = rule == CFA_SP ? s->sp : s->fp;
+		if (code) {
+			if (bpf_probe_read_user(&v, sizeof(v), (void *)(cfa + (__s64)(__s16)r->cfa_off))) {
+				set_reason(s, STOP_READ_FAULT);
+				return 1;
+			}
+			cfa = v + (__u64)code * 8;
+		} else {
+			cfa += r->cfa_off;
+		}
 		break;
 	case CFA_PLT:
 		cfa = s->sp + 8 + ((pc & 15) >= 11 ? 8 : 0);
 		break;
 	default:
-		return fp_step(s);
+		if (!code)
+			return fp_step(s);
+		if (!innermost)
+			return expected_fp_step(s);
+		cfa = s->regs[code & (CFA_REGS - 1)] + r->cfa_off;
 	}
 	/* A table row that leads nowhere: the mapping may be stale (munmap and
 	 * a new file at the same address); have the maps reread. */

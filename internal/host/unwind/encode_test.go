@@ -134,3 +134,36 @@ func TestAllocator(t *testing.T) {
 		t.Fatalf("spans did not coalesce: %+v %v, free %+v", s, ok, a.free)
 	}
 }
+
+// Register and load CFA rules: bits 5-7 carry the register code (rule
+// undefined) or the load's addend / 8 (rule SP or FP); what does not fit
+// falls back.
+func TestEncodeRegisterAndDeref(t *testing.T) {
+	tb := &table.Table{Arch: elf.EM_X86_64, Rows: []table.Row{
+		{PC: 0x1000, CFA: table.CFAReg, CFARegister: 0, CFAOffset: 8, RAOffset: -8},                                // rax + 8
+		{PC: 0x1010, CFA: table.CFAReg, CFARegister: 11, CFAOffset: 8, RAOffset: -8, FPSaved: true, FPOffset: -24}, // r11 + 8
+		{PC: 0x1020, CFA: table.CFAReg, CFARegister: 3, CFAOffset: 8, RAOffset: -8},                                // rbx: not kept
+		{PC: 0x1030, CFA: table.CFASPDeref, CFAOffset: 24, CFAAdd: 8, RAOffset: -8, FPSaved: true, FPOffset: -24},  // *(rsp+24)+8
+		{PC: 0x1040, CFA: table.CFAFPDeref, CFAOffset: -8, CFAAdd: 56, RAOffset: -8},                               // *(rbp-8)+56
+		{PC: 0x1050, CFA: table.CFASPDeref, CFAOffset: 16, CFAAdd: 64, RAOffset: -8},                               // +64: too big
+		{PC: 0x1060, Kind: table.KindFallback},
+	}}
+	enc := encode(tb)
+	rows := enc.rows.slice()
+	want := []bpf.ProfileUnwindRow{
+		{Pc: 0x00, Info: rowNormal | cfaUndef<<2 | 1<<regShift, CfaOff: 8},
+		{Pc: 0x10, Info: rowNormal | cfaUndef<<2 | 7<<regShift | rowFPSaved, CfaOff: 8, FpOff: -3},
+		{Pc: 0x20, Info: rowFallback},
+		{Pc: 0x30, Info: rowNormal | cfaSP<<2 | 1<<regShift | rowFPSaved, CfaOff: 24, FpOff: -3},
+		{Pc: 0x40, Info: rowNormal | cfaFP<<2 | 7<<regShift, CfaOff: 0xfff8},
+		{Pc: 0x50, Info: rowFallback},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("got %d rows %+v, want %d", len(rows), rows, len(want))
+	}
+	for i, w := range want {
+		if rows[i] != w {
+			t.Errorf("row %d: got %+v, want %+v", i, rows[i], w)
+		}
+	}
+}

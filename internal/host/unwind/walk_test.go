@@ -353,6 +353,14 @@ var nativeCases = []fixtureCase{
 	{"signal", func(t testing.TB) string {
 		return buildC(t, "unwind-signal", []string{"unwind/signal.c"})
 	}, newChain(2, "leaf", "d", "handler", "c", "b", "a", "main"), nil},
+	// The leaf's CFA is in %rax, as in OpenSSL's assembly.
+	{"cfa-register", func(t testing.TB) string {
+		return buildC(t, "unwind-cfareg", []string{"unwind/cfareg.c"})
+	}, cChain, nil},
+	// The leaf's CFA is loaded from its realigned frame, as in OpenSSL.
+	{"cfa-deref", func(t testing.TB) string {
+		return buildC(t, "unwind-cfaderef", []string{"unwind/cfaderef.c"})
+	}, cChain, nil},
 }
 
 func TestWholeChains(t *testing.T) {

@@ -78,7 +78,7 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 	}
 	switch f.Machine {
 	case elf.EM_X86_64:
-		b.regs = archRegs{fp: 6, sp: 7}
+		b.regs = archRegs{fp: 6, sp: 7, cfa: X86CFARegister}
 	default:
 		return nil, fmt.Errorf("%w: %v", ErrUnsupportedArch, f.Machine)
 	}

@@ -281,6 +281,7 @@ type cfaKind uint8
 const (
 	cfaRegOff   cfaKind = iota // register + offset
 	cfaPLT                     // the standard x86-64 PLT expression
+	cfaDeref                   // *(SP or FP + exprOff) + exprAdd (OpenSSL, gcc's realigned stacks)
 	cfaOtherExp                // any other expression
 )
 
@@ -289,7 +290,11 @@ type state struct {
 	cfa    cfaKind
 	cfaReg uint64
 	cfaOff int64
-	fp, ra rule
+	// exprReg, exprOff, exprAdd: a cfaDeref rule's register and constants,
+	// apart from cfaReg/cfaOff, which def_cfa_offset may still set.
+	exprReg          uint64
+	exprOff, exprAdd int64
+	fp, ra           rule
 }
 
 // cie is a parsed Common Information Entry.
@@ -308,6 +313,9 @@ type cie struct {
 // archRegs names the DWARF registers of a machine that the rows speak of.
 type archRegs struct {
 	fp, sp uint64
+	// cfa reports whether a CFA rule may be based on register r (CFAReg):
+	// the registers the sampler keeps for the innermost frame.
+	cfa func(r uint64) bool
 }
 
 // cfiParser turns one CFI section into rows.
@@ -721,7 +729,7 @@ func (p *cfiParser) run(c *cie, lo, hi int, st *state, start, end uint64, em *em
 			case cfaDefCFAOffsetSF:
 				st.cfaOff = r.sleb() * c.dataAlign
 			case cfaDefCFAExpression:
-				st.cfa = classifyCFAExpr(p.block(&r), p.regs.sp, c.raReg)
+				st.cfa, st.exprReg, st.exprOff, st.exprAdd = classifyCFAExpr(p.block(&r), p.regs, c.raReg)
 			case cfaExpression:
 				reg := r.uleb()
 				p.block(&r)
@@ -794,12 +802,23 @@ func (p *cfiParser) row(st *state) Row {
 	switch {
 	case st.cfa == cfaPLT:
 		r.CFA = CFAPLT
+	case st.cfa == cfaDeref:
+		if !fits32(st.exprOff) || !fits32(st.exprAdd) {
+			return fb()
+		}
+		r.CFA, r.CFAOffset, r.CFAAdd = CFASPDeref, int32(st.exprOff), int32(st.exprAdd)
+		if st.exprReg == p.regs.fp {
+			r.CFA = CFAFPDeref
+		}
 	case st.cfa != cfaRegOff || !fits32(st.cfaOff):
 		return fb()
 	case st.cfaReg == p.regs.sp:
 		r.CFA, r.CFAOffset = CFASP, int32(st.cfaOff)
 	case st.cfaReg == p.regs.fp:
 		r.CFA, r.CFAOffset = CFAFP, int32(st.cfaOff)
+	case p.regs.cfa != nil && p.regs.cfa(st.cfaReg):
+		r.CFA, r.CFAOffset, r.CFARegister = CFAReg, int32(st.cfaOff), uint8(st.cfaReg)
+		p.out.stats.RegisterCFA++
 	default:
 		return fb()
 	}
@@ -820,13 +839,15 @@ func fits32(v int64) bool { return v >= math.MinInt32 && v <= math.MaxInt32 }
 
 // DWARF expression opcodes used by the PLT's CFA expression.
 const (
-	opConst1u = 0x08
-	opAnd     = 0x1a
-	opGe      = 0x2a
-	opShl     = 0x24
-	opPlus    = 0x22
-	opLit0    = 0x30
-	opBreg0   = 0x70
+	opConst1u    = 0x08
+	opAnd        = 0x1a
+	opGe         = 0x2a
+	opShl        = 0x24
+	opPlus       = 0x22
+	opLit0       = 0x30
+	opBreg0      = 0x70
+	opDeref      = 0x06
+	opPlusUconst = 0x23
 )
 
 // classifyCFAExpr recognises the CFA expression that GNU ld writes for
@@ -839,7 +860,42 @@ const (
 // entry, the push of the relocation index at offset 6 has executed from
 // offset 11 on. Variants with another threshold (IBT PLTs) and any other
 // expression cannot be encoded.
-func classifyCFAExpr(b []byte, sp, ra uint64) cfaKind {
+func classifyCFAExpr(b []byte, regs archRegs, ra uint64) (k cfaKind, reg uint64, off, add int64) {
+	if reg, off, add, ok := derefExpr(b, regs); ok {
+		return cfaDeref, reg, off, add
+	}
+	return classifyPLTExpr(b, regs.sp, ra), 0, 0, 0
+}
+
+// derefExpr recognises CFA = *(SP or FP + off) + add:
+//
+//	DW_OP_breg7 (rsp) off; DW_OP_deref; DW_OP_plus_uconst add
+//
+// OpenSSL's assembly saves the entry SP in its realigned frame and says
+// so this way; gcc's realigned functions say *(rbp-8)+add... with rbp.
+// Only SP and FP are known at every frame, so other registers are not
+// accepted.
+func derefExpr(b []byte, regs archRegs) (reg uint64, off, add int64, ok bool) {
+	r := reader{b: b}
+	op := r.u8()
+	if op < opBreg0 || op >= opBreg0+32 {
+		return 0, 0, 0, false
+	}
+	reg, off = uint64(op-opBreg0), r.sleb()
+	if reg != regs.sp && reg != regs.fp {
+		return 0, 0, 0, false
+	}
+	if r.u8() != opDeref || r.u8() != opPlusUconst {
+		return 0, 0, 0, false
+	}
+	u := r.uleb()
+	if r.bad || r.left() != 0 || u > math.MaxInt32 {
+		return 0, 0, 0, false
+	}
+	return reg, off, int64(u), true
+}
+
+func classifyPLTExpr(b []byte, sp, ra uint64) cfaKind {
 	r := reader{b: b}
 	breg := func(reg uint64, off int64) bool {
 		op := r.u8()

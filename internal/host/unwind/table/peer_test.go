@@ -108,8 +108,9 @@ func splitTop(s string) []string {
 const pltExpr = "DW_OP_breg7 RSP+8, DW_OP_breg16 RIP+0, DW_OP_lit15, DW_OP_and, DW_OP_lit11, DW_OP_ge, DW_OP_lit3, DW_OP_shl, DW_OP_plus"
 
 var (
-	reRegOff = regexp.MustCompile(`^(RSP|RBP)([+-]\d+)?$`)
+	reRegOff = regexp.MustCompile(`^(R[A-Z0-9]+)([+-]\d+)?$`)
 	reAtCFA  = regexp.MustCompile(`^\[CFA([+-]\d+)?\]$`)
+	reDeref  = regexp.MustCompile(`^DW_OP_breg\d+ (RSP|RBP)([+-]\d+), DW_OP_deref, DW_OP_plus_uconst 0x([0-9a-f]+)$`)
 )
 
 // peerRule maps one dwarfdump row ("RSP+16: RBX=[CFA-16], RIP=[CFA-8]") to
@@ -138,10 +139,24 @@ func peerRule(s string) table.Row {
 	r := table.Row{Kind: table.KindNormal, RAOffset: int32(atoi(m[1]))}
 	if cfa == pltExpr {
 		r.CFA = table.CFAPLT
-	} else if m := reRegOff.FindStringSubmatch(cfa); m != nil {
-		r.CFA, r.CFAOffset = table.CFASP, int32(atoi(m[2]))
+	} else if m := reDeref.FindStringSubmatch(cfa); m != nil {
+		add, _ := strconv.ParseInt(m[3], 16, 32)
+		r.CFA, r.CFAOffset, r.CFAAdd = table.CFASPDeref, int32(atoi(m[2])), int32(add)
 		if m[1] == "RBP" {
+			r.CFA = table.CFAFPDeref
+		}
+	} else if m := reRegOff.FindStringSubmatch(cfa); m != nil {
+		r.CFAOffset = int32(atoi(m[2]))
+		n, known := x86DWARF[m[1]]
+		switch {
+		case m[1] == "RSP":
+			r.CFA = table.CFASP
+		case m[1] == "RBP":
 			r.CFA = table.CFAFP
+		case known && table.X86CFARegister(n):
+			r.CFA, r.CFARegister = table.CFAReg, uint8(n)
+		default:
+			return fb
 		}
 	} else {
 		return fb
@@ -155,6 +170,10 @@ func peerRule(s string) table.Row {
 	}
 	return r
 }
+
+// x86DWARF numbers llvm-dwarfdump's register names.
+var x86DWARF = map[string]uint64{"RAX": 0, "RDX": 1, "RCX": 2, "RBX": 3, "RSI": 4, "RDI": 5, "RBP": 6, "RSP": 7,
+	"R8": 8, "R9": 9, "R10": 10, "R11": 11, "R12": 12, "R13": 13, "R14": 14, "R15": 15}
 
 func atoi(s string) int64 {
 	if s == "" {

@@ -34,6 +34,17 @@ const (
 	CFASP                       // CFA = SP + CFAOffset
 	CFAFP                       // CFA = FP + CFAOffset (rbp on x86-64, x29 on arm64)
 	CFAPLT                      // x86-64 PLT entries: CFA = SP + 8 + ((PC & 15) >= 11 ? 8 : 0)
+	// CFAReg: CFA = register CFARegister (DWARF number) + CFAOffset, as in
+	// OpenSSL's assembly (rax, rsi, r11 hold the entry SP while the stack is
+	// realigned). Only the innermost frame has that register (the sampler
+	// reads every register there); further out the frame falls back to
+	// frame pointers.
+	CFAReg
+	// CFASPDeref, CFAFPDeref: CFA = *(SP or FP + CFAOffset) + CFAAdd, the
+	// entry SP saved in a realigned frame (OpenSSL's assembly, gcc's
+	// stack realignment).
+	CFASPDeref
+	CFAFPDeref
 )
 
 // Kind classifies a row.
@@ -54,14 +65,18 @@ type Row struct {
 	Kind      Kind
 	CFA       CFARule
 	CFAOffset int32
-	FPSaved   bool // the caller's FP is saved at CFA+FPOffset; false: FP unchanged in this frame
-	FPOffset  int32
-	RAOffset  int32 // return address saved at CFA+RAOffset (always -8 on x86-64)
+	// CFARegister is the DWARF register of a CFAReg rule.
+	CFARegister uint8
+	// CFAAdd is what a CFASPDeref or CFAFPDeref rule adds after the load.
+	CFAAdd   int32
+	FPSaved  bool // the caller's FP is saved at CFA+FPOffset; false: FP unchanged in this frame
+	FPOffset int32
+	RAOffset int32 // return address saved at CFA+RAOffset (always -8 on x86-64)
 }
 
 // sameRule reports whether two rows unwind alike (their PCs aside).
 func (r *Row) sameRule(o *Row) bool {
-	return r.Kind == o.Kind && r.CFA == o.CFA && r.CFAOffset == o.CFAOffset &&
+	return r.Kind == o.Kind && r.CFA == o.CFA && r.CFAOffset == o.CFAOffset && r.CFARegister == o.CFARegister && r.CFAAdd == o.CFAAdd &&
 		r.FPSaved == o.FPSaved && r.FPOffset == o.FPOffset && r.RAOffset == o.RAOffset
 }
 
@@ -84,9 +99,11 @@ type Stats struct {
 	DroppedFDEs int // FDEs outside the executable segments, empty, or overlapping an earlier one
 	GoFuncs     int // Go functions that produced rows
 	// Unencodable counts rows whose rules the table cannot express (CFA from
-	// another register or an expression, RA in a register): they became
-	// KindFallback.
+	// an expression or a register the sampler does not keep, RA in a
+	// register): they became KindFallback.
 	Unencodable int
+	// RegisterCFA counts rows with a CFAReg rule.
+	RegisterCFA int
 	// SourceBytes is the size of the CFI sections and Go tables read.
 	SourceBytes int
 	// FirstError describes the first malformed entry, empty when none.
@@ -170,3 +187,15 @@ func (t *Table) Lookup(pc uint64) (Row, bool) {
 func (t *Table) SizeBytes() int64 { return int64(cap(t.Rows)) * rowBytes }
 
 const rowBytes = 32 // unsafe.Sizeof(Row{})
+
+// X86CFARegister reports whether a CFAReg rule may use x86-64 DWARF
+// register r: rax, rdx, rsi, rdi, r9, r10, r11, the ones OpenSSL's and
+// glibc's assembly and gcc's stack realignment base their CFA on (the BPF
+// row has room for seven; see bpf/unwind.h).
+func X86CFARegister(r uint64) bool {
+	switch r {
+	case 0, 1, 4, 5, 9, 10, 11:
+		return true
+	}
+	return false
+}
