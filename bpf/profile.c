@@ -335,7 +335,7 @@ int unwind_step(struct bpf_perf_event_data *ctx)
 			set_reason(s, STOP_DEPTH);
 			return finish_walk(s, st);
 		}
-		s->stack.pcs[n & (MAX_USER_FRAMES - 1)] = s->pc;
+		s->stack.pcs[n & (MAX_USER_FRAMES - 1)] = s->pc | (n && s->pc_exact ? PC_EXACT : 0);
 		s->stack.len = n + 1;
 		s->hash = mix(s->hash, s->pc);
 		st->unwind_frames++;

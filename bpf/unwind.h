@@ -109,6 +109,10 @@ struct unwind_proc {
 	__u64 remap_ns; /* last "PC in no known mapping" event */
 };
 
+/* In a walked stack, marks a PC that is not a return address (the
+ * interrupted PC after a signal frame): user addresses never have bit 63. */
+#define PC_EXACT (1ull << 63)
+
 /* A walked stack, the value of the ustacks maps. */
 struct user_stack {
 	__u32 len;

@@ -87,6 +87,12 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		}
 		n := min(int(ubuf.Len), len(ubuf.Pcs))
 		w := userStack{pcs: append([]uint64(nil), ubuf.Pcs[:n]...), stop: StopReason(ubuf.Reason)}
+		for i, pc := range w.pcs {
+			if pc&pcExact != 0 {
+				w.pcs[i] = pc &^ pcExact
+				w.exact = append(w.exact, uint8(i))
+			}
+		}
 		walked[h] = w
 		return w, nil
 	}
@@ -122,13 +128,14 @@ func (s *Sampler) drainKernel() (Batch, error) {
 			return Batch{}, err
 		}
 		var us []uint64
+		var exact []uint8
 		stop := StopFramePointers
 		if k.Ustack == -2 {
 			w, err := lookupWalked(k.Uhash)
 			if err != nil {
 				return Batch{}, err
 			}
-			us, stop = w.pcs, w.stop
+			us, stop, exact = w.pcs, w.stop, w.exact
 		} else if us, err = lookup(k.Ustack); err != nil {
 			return Batch{}, err
 		} else if s.cfg.walking() {
@@ -137,7 +144,7 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		v := vals[i]
 		smp := Sample{
 			Pid: k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
-			UserPCs: us, KernelPCs: ks, Count: v.Count,
+			UserPCs: us, UserExact: exact, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
 			Truncated: len(us) >= depth || len(ks) == depth || stop == StopDepth,
 			Stop:      stop,
@@ -183,9 +190,15 @@ func (s *Sampler) drainKernel() (Batch, error) {
 }
 
 type userStack struct {
-	pcs  []uint64
-	stop StopReason
+	pcs   []uint64
+	stop  StopReason
+	exact []uint8 // see Sample.UserExact
 }
+
+// pcExact marks, in a walked stack, a PC that is not a return address
+// (bpf/unwind.h: the interrupted PC after a signal frame). User addresses
+// never have the top bit.
+const pcExact = 1 << 63
 
 // sweep deletes every key of m (entries no row referenced).
 func sweep[K any](m *ebpf.Map, k *K) error {

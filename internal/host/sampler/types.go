@@ -104,7 +104,11 @@ type Sample struct {
 	Pid, Tid  uint32
 	Comm      string // thread name at the first sample
 	CPU       uint32
-	UserPCs   []uint64 // leaf first; PCs after the first are return addresses
+	UserPCs   []uint64 // leaf first; PCs after the first are return addresses, but see UserExact
+	// UserExact lists the indexes (> 0) of UserPCs that are not return
+	// addresses: the interrupted PC after a signal frame, which must not be
+	// stepped back into a call. Nil for almost every stack.
+	UserExact []uint8
 	KernelPCs []uint64 // leaf first; empty unless Config.KernelStacks
 	Count     uint64
 	FirstNs   int64 // Unix time of the first and last sample, ns

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -389,7 +390,11 @@ func TestWholeChains(t *testing.T) {
 					t.Errorf("only %d of %d samples hit in kernel mode", inKernel, all)
 				}
 			}
-			checkWhole(t, tc.name, evaluate(p, loadSymbols(t, bin), tc.chain, samples))
+			syms := loadSymbols(t, bin)
+			checkWhole(t, tc.name, evaluate(p, syms, tc.chain, samples))
+			if tc.name == "signal" {
+				checkExactAfterSignal(t, p, syms, samples)
+			}
 		})
 	}
 	st, _ := h.s.Stats()
@@ -538,4 +543,33 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// checkExactAfterSignal: in a stack through the signal handler, the frame
+// after the kernel's signal frame is the interrupted PC, not a return
+// address, and is marked so (Sample.UserExact), once and only there.
+func checkExactAfterSignal(t *testing.T, p *normalize.Process, syms *symbols, samples []sampler.Sample) {
+	t.Helper()
+	var through, marked int
+	for _, s := range samples {
+		names := syms.names(p, s.UserPCs)
+		h := slices.Index(names, "handler")
+		if h < 0 || s.Stop != sampler.StopOK {
+			if len(s.UserExact) > 0 {
+				t.Errorf("a stack without a signal frame has exact PCs %v: %v", s.UserExact, names)
+			}
+			continue
+		}
+		through++
+		// handler <- __restore_rt <- the interrupted PC.
+		if len(s.UserExact) == 1 && int(s.UserExact[0]) == h+2 {
+			marked++
+		} else {
+			t.Errorf("exact PCs %v, want [%d]: %v", s.UserExact, h+2, names)
+		}
+	}
+	if through == 0 {
+		t.Error("no whole stack through the signal handler")
+	}
+	t.Logf("%d of %d stacks through the handler mark the interrupted PC", marked, through)
 }

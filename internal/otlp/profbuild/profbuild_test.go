@@ -197,3 +197,31 @@ func TestToPprofEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A PC the walker marked exact (the interrupted PC after a signal frame) is
+// not stepped back into a call like a return address: its location is at
+// the PC itself, and the same PC as a caller is one byte lower.
+func TestExactUserPC(t *testing.T) {
+	pcs := selfStack()
+	now := time.Now().UnixNano()
+	batch := sampler.Batch{Samples: []sampler.Sample{
+		{Pid: uint32(os.Getpid()), Tid: 7, CPU: 1, UserPCs: pcs, UserExact: []uint8{2}, Count: 1, FirstNs: now, LastNs: now},
+		{Pid: uint32(os.Getpid()), Tid: 8, CPU: 1, UserPCs: pcs, Count: 1, FirstNs: now, LastNs: now},
+	}}
+	r := New(Options{Kernel: fakeKernel{}}).Build(batch, time.Now().Add(-time.Second), time.Now())
+	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
+	s := v.samples(t, os.Getpid())
+	if len(s) != 2 {
+		t.Fatalf("%d samples", len(s))
+	}
+	exact, caller := s[0].locs[2].Address(), s[1].locs[2].Address()
+	if s[0].attrs[pframe.AttrThreadID] != int64(7) {
+		exact, caller = caller, exact
+	}
+	if exact != caller+1 {
+		t.Errorf("the exact PC's location %#x, the same PC as a caller %#x: want one byte apart", exact, caller)
+	}
+	if a, b := s[0].locs[1].Address(), s[1].locs[1].Address(); a != b {
+		t.Errorf("an unmarked caller moved: %#x vs %#x", a, b)
+	}
+}

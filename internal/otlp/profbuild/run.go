@@ -2,6 +2,7 @@ package profbuild
 
 import (
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -103,7 +104,7 @@ func (r *run) add(s *sampler.Sample) {
 		frames = append(frames, f)
 	}
 	for i, pc := range s.UserPCs {
-		f := r.userFrame(po, pc, i > 0)
+		f := r.userFrame(po, pc, i > 0 && !slices.Contains(s.UserExact, uint8(i)))
 		locs = append(locs, f.loc)
 		frames = append(frames, f)
 	}
