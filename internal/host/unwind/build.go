@@ -177,12 +177,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	defer enc.rows.release()
 	if errors.Is(buildErr, frame.ErrLimitExceeded) {
 		// More rows than the rows map holds: as if there were no room.
-		m.stats.NoRoom++
-		f.noRoom = true
-		m.setState(f, stateNone)
-		if f.refs == 0 {
-			m.retire(f)
-		}
+		m.noRoomLocked(f)
 		m.log.Info("unwind table larger than unwinding.max_table_bytes: frame pointers for this file",
 			zap.String("file", f.path), zap.Error(buildErr))
 		m.mu.Unlock()
@@ -229,12 +224,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	}
 	if !ok {
 		f.building = false
-		m.stats.NoRoom++
-		f.noRoom = true
-		m.setState(f, stateNone)
-		if f.refs == 0 {
-			m.retire(f)
-		}
+		m.noRoomLocked(f)
 		m.log.Info("unwind tables full: frame pointers for this file (raise unwinding.max_table_bytes)",
 			zap.String("file", f.path), zap.Int("rows", enc.rows.len()))
 		m.mu.Unlock()
@@ -294,6 +284,17 @@ func (m *Manager) writeRows(sp span, rows *rowBuf) error {
 		putRows(mem[lo-start:], part)
 		return unix.Munmap(mem)
 	})
+}
+
+// noRoomLocked leaves f on frame pointers for want of room in the rows map,
+// counted.
+func (m *Manager) noRoomLocked(f *file) {
+	m.stats.NoRoom++
+	f.noRoom = true
+	m.setState(f, stateNone)
+	if f.refs == 0 {
+		m.retire(f)
+	}
 }
 
 func (m *Manager) setState(f *file, state uint32) {

@@ -36,10 +36,7 @@ __asm__(
 	".cfi_endproc\n"
 	".size leaf, .-leaf\n");
 
-NOINLINE unsigned long d(unsigned long n) { return leaf(n + 1) * 3; }
-NOINLINE unsigned long c(unsigned long n) { return d(n + 2) ^ 5; }
-NOINLINE unsigned long b(unsigned long n) { return c(n + 3) + 7; }
-NOINLINE unsigned long a(unsigned long n) { return b(n + 4) - 11; }
+CHAIN_CALLERS
 
 int main(int argc, char **argv)
 {

@@ -37,3 +37,10 @@ static inline __attribute__((always_inline)) int run_chain(double secs, unsigned
 	}
 	return 0;
 }
+
+/* d -> c -> b -> a above a fixture's own leaf(). */
+#define CHAIN_CALLERS                                                      \
+	NOINLINE unsigned long d(unsigned long n) { return leaf(n + 1) * 3; } \
+	NOINLINE unsigned long c(unsigned long n) { return d(n + 2) ^ 5; }    \
+	NOINLINE unsigned long b(unsigned long n) { return c(n + 3) + 7; }    \
+	NOINLINE unsigned long a(unsigned long n) { return b(n + 4) - 11; }
