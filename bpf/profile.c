@@ -402,12 +402,23 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		s->regs[5] = ctx->regs.r9;
 		s->regs[6] = ctx->regs.r10;
 		s->regs[7] = ctx->regs.r11;
-		s->regs_valid = 1;
+		s->regs_valid = REGS_USER;
 	} else {
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);
 		s->pc = BPF_CORE_READ(regs, ip);
 		s->sp = BPF_CORE_READ(regs, sp);
 		s->fp = BPF_CORE_READ(regs, bp);
+		/* Saved on kernel entry: exact after an interrupt or a fault,
+		 * but a syscall returns its result in rax and clobbers r11
+		 * (unwind_frame checks for one before using those two). */
+		s->regs[1] = BPF_CORE_READ(regs, ax);
+		s->regs[2] = BPF_CORE_READ(regs, dx);
+		s->regs[3] = BPF_CORE_READ(regs, si);
+		s->regs[4] = BPF_CORE_READ(regs, di);
+		s->regs[5] = BPF_CORE_READ(regs, r9);
+		s->regs[6] = BPF_CORE_READ(regs, r10);
+		s->regs[7] = BPF_CORE_READ(regs, r11);
+		s->regs_valid = REGS_ENTRY;
 	}
 	s->pc_exact = 1;
 	s->trusted = 1;

@@ -43,9 +43,8 @@ enum table_state {
  * and in bits 5-7 (arm64's "RA still in LR" would be a new kind):
  *  - with CFA_UNDEF, a register code: CFA = that register + cfa_off
  *    (OpenSSL's assembly keeps the entry SP in rax, rsi or r11 while it
- *    realigns the stack). Only the innermost frame of a sample taken in
- *    user mode has the register; elsewhere such a row steps with frame
- *    pointers;
+ *    realigns the stack). Only the innermost frame has the register (see
+ *    enum regs_source); elsewhere such a row steps with frame pointers;
  *  - with CFA_SP or CFA_FP, k != 0: CFA = *(SP or FP + (s16)cfa_off) + 8k,
  *    the entry SP saved in a realigned frame (OpenSSL, gcc). */
 enum row_kind {
@@ -65,6 +64,14 @@ enum cfa_rule {
 /* Register codes 1-7, as internal/host/unwind regCodes:
  * rax, rdx, rsi, rdi, r9, r10, r11. */
 #define CFA_REGS 8
+#define CFA_REG_RAX 1
+#define CFA_REG_R11 7
+
+enum regs_source {
+	REGS_NONE = 0,
+	REGS_USER = 1,  /* the sample hit user mode: every register is exact */
+	REGS_ENTRY = 2, /* saved on kernel entry: rax and r11 not after a syscall */
+};
 
 /* Why a user stack ended, or the first thing that made it less than exact.
  * Numbered as sampler.StopReason. */
@@ -135,7 +142,7 @@ struct unwind_state {
 	__u32 max_frames;
 	__u32 trusted;  /* this PC was reached by registers, a table row or an
 			 * expected FP step, not by FP through code without FP */
-	__u32 regs_valid; /* regs hold the innermost frame's registers */
+	__u32 regs_valid; /* enum regs_source: regs hold the innermost frame's */
 	__u32 pad;
 	__u64 regs[CFA_REGS]; /* by register code; regs[0] unused */
 	struct user_stack stack;
@@ -412,6 +419,12 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 			return fp_step(s);
 		if (!innermost)
 			return expected_fp_step(s);
+		if (innermost == REGS_ENTRY && (code == CFA_REG_RAX || code == CFA_REG_R11)) {
+			/* Entered by `syscall` (0f 05, just before the PC)? */
+			__u16 insn = 0;
+			if (bpf_probe_read_user(&insn, sizeof(insn), (void *)(pc - 2)) || insn == 0x050f)
+				return expected_fp_step(s);
+		}
 		cfa = s->regs[code & (CFA_REGS - 1)] + r->cfa_off;
 	}
 	/* A table row that leads nowhere: the mapping may be stale (munmap and

@@ -358,6 +358,11 @@ var nativeCases = []fixtureCase{
 	{"cfa-register", func(t testing.TB) string {
 		return buildC(t, "unwind-cfareg", []string{"unwind/cfareg.c"})
 	}, cChain, nil},
+	// The same in %rsi, making a system call each turn: the register comes
+	// from what the kernel saved on entry.
+	{name: "cfa-register-syscall", bin: func(t testing.TB) string {
+		return buildC(t, "unwind-cfareg-syscall", []string{"unwind/cfareg.c"}, "-DIN_SYSCALL")
+	}, chain: cChain, args: []string{"syscall"}},
 	// The leaf's CFA is loaded from its realigned frame, as in OpenSSL.
 	{"cfa-deref", func(t testing.TB) string {
 		return buildC(t, "unwind-cfaderef", []string{"unwind/cfaderef.c"})
