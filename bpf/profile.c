@@ -393,8 +393,7 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		s->pc = ctx->regs.ip;
 		s->sp = ctx->regs.sp;
 		s->fp = ctx->regs.bp;
-		/* For CFA-from-register rows (bpf/unwind.h). Only here: on
-		 * kernel entry by syscall, rax, rcx and r11 are not the user's. */
+		/* For CFA-from-register rows (bpf/unwind.h): plain loads. */
 		s->regs[1] = ctx->regs.ax;
 		s->regs[2] = ctx->regs.dx;
 		s->regs[3] = ctx->regs.si;
@@ -408,16 +407,9 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		s->pc = BPF_CORE_READ(regs, ip);
 		s->sp = BPF_CORE_READ(regs, sp);
 		s->fp = BPF_CORE_READ(regs, bp);
-		/* Saved on kernel entry: exact after an interrupt or a fault,
-		 * but a syscall returns its result in rax and clobbers r11
-		 * (unwind_frame checks for one before using those two). */
-		s->regs[1] = BPF_CORE_READ(regs, ax);
-		s->regs[2] = BPF_CORE_READ(regs, dx);
-		s->regs[3] = BPF_CORE_READ(regs, si);
-		s->regs[4] = BPF_CORE_READ(regs, di);
-		s->regs[5] = BPF_CORE_READ(regs, r9);
-		s->regs[6] = BPF_CORE_READ(regs, r10);
-		s->regs[7] = BPF_CORE_READ(regs, r11);
+		/* The rest are read from there only if a register row needs
+		 * one (each read is a helper call; most samples need none). */
+		s->entry_regs = (__u64)regs;
 		s->regs_valid = REGS_ENTRY;
 	}
 	s->pc_exact = 1;

@@ -112,6 +112,7 @@ type ProfileUnwindState struct {
 	RegsValid uint32
 	Pad       uint32
 	Regs      [8]uint64
+	EntryRegs uint64
 	Stack     ProfileUserStack
 }
 

@@ -144,7 +144,8 @@ struct unwind_state {
 			 * expected FP step, not by FP through code without FP */
 	__u32 regs_valid; /* enum regs_source: regs hold the innermost frame's */
 	__u32 pad;
-	__u64 regs[CFA_REGS]; /* by register code; regs[0] unused */
+	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
+	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
 	struct user_stack stack;
 };
 
@@ -326,6 +327,22 @@ static __always_inline void signal_remap(struct unwind_state *s, struct stats *s
 	emit_event(st, s->tgid, PROC_REMAP, 1);
 }
 
+/* Register code (see CFA_REGS) as saved on kernel entry. */
+static __always_inline __u64 entry_reg(struct unwind_state *s, __u32 code)
+{
+	struct pt_regs *regs = (struct pt_regs *)s->entry_regs;
+
+	switch (code) {
+	case 1: return BPF_CORE_READ(regs, ax);
+	case 2: return BPF_CORE_READ(regs, dx);
+	case 3: return BPF_CORE_READ(regs, si);
+	case 4: return BPF_CORE_READ(regs, di);
+	case 5: return BPF_CORE_READ(regs, r9);
+	case 6: return BPF_CORE_READ(regs, r10);
+	default: return BPF_CORE_READ(regs, r11);
+	}
+}
+
 /* One frame: find the caller of s->pc. Returns 0 to go on, 1 when done. */
 static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st)
 {
@@ -419,13 +436,18 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 			return fp_step(s);
 		if (!innermost)
 			return expected_fp_step(s);
-		if (innermost == REGS_ENTRY && (code == CFA_REG_RAX || code == CFA_REG_R11)) {
-			/* Entered by `syscall` (0f 05, just before the PC)? */
+		if (innermost == REGS_USER) {
+			cfa = s->regs[code & (CFA_REGS - 1)] + r->cfa_off;
+			break;
+		}
+		if (code == CFA_REG_RAX || code == CFA_REG_R11) {
+			/* Entered by `syscall` (0f 05, just before the PC)? It
+			 * returns its result in rax and clobbers r11. */
 			__u16 insn = 0;
 			if (bpf_probe_read_user(&insn, sizeof(insn), (void *)(pc - 2)) || insn == 0x050f)
 				return expected_fp_step(s);
 		}
-		cfa = s->regs[code & (CFA_REGS - 1)] + r->cfa_off;
+		cfa = entry_reg(s, code) + r->cfa_off;
 	}
 	/* A table row that leads nowhere: the mapping may be stale (munmap and
 	 * a new file at the same address); have the maps reread. */

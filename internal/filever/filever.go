@@ -4,10 +4,7 @@
 // mount) and never serve a rebuilt file from an entry of the old one.
 package filever
 
-import (
-	"fmt"
-	"os"
-)
+import "fmt"
 
 // Version is comparable, for use as a map key. Where the system has inodes
 // a replaced file changes Dev/Ino and a rewritten one Size or Mtime; where
@@ -17,15 +14,6 @@ type Version struct {
 	Size     int64
 	Mtime    int64 // ns
 	Path     string
-}
-
-// Stat returns the version of the file at path (following links).
-func Stat(path string) (Version, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return Version{}, err
-	}
-	return Of(path, st), nil
 }
 
 // String spells v for string-keyed maps and singleflight groups.

@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StatNoAlloc is Stat without the allocation of an os.FileInfo, for the
-// sampler's per-mapping path.
-func StatNoAlloc(path string) (Version, error) {
+// Stat returns the version of the file at path (following links), without
+// the allocation of an os.FileInfo: the sampler calls it per mapping.
+func Stat(path string) (Version, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return Version{}, &os.PathError{Op: "stat", Path: path, Err: err}

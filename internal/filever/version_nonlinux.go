@@ -4,8 +4,14 @@ package filever
 
 import "os"
 
-// StatNoAlloc is Stat (the no-allocation path is Linux's).
-func StatNoAlloc(path string) (Version, error) { return Stat(path) }
+// Stat returns the version of the file at path (following links).
+func Stat(path string) (Version, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Version{}, err
+	}
+	return Of(path, st), nil
+}
 
 // Fstat returns the open file's version and whether it is a regular file.
 func Fstat(f *os.File) (Version, bool, error) {

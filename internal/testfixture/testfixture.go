@@ -67,7 +67,6 @@ type Spec struct {
 	Env      []string
 }
 
-
 // CacheDir is where built fixtures are kept between runs.
 func CacheDir() string {
 	if d := os.Getenv("PROFSYM_FIXTURE_CACHE"); d != "" {

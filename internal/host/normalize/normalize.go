@@ -235,7 +235,7 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 	candidates := OpenPaths(dir, m.Start, m.End, m.Path)
 	var lastErr error
 	for _, c := range candidates {
-		key, err := filever.StatNoAlloc(c)
+		key, err := filever.Stat(c)
 		if err != nil {
 			lastErr = err
 			continue

@@ -101,10 +101,10 @@ func (r StopReason) String() string {
 // Sample is one aggregated row: every sample of one thread on one CPU with
 // the same stacks since the previous Drain.
 type Sample struct {
-	Pid, Tid  uint32
-	Comm      string // thread name at the first sample
-	CPU       uint32
-	UserPCs   []uint64 // leaf first; PCs after the first are return addresses, but see UserExact
+	Pid, Tid uint32
+	Comm     string // thread name at the first sample
+	CPU      uint32
+	UserPCs  []uint64 // leaf first; PCs after the first are return addresses, but see UserExact
 	// UserExact lists the indexes (> 0) of UserPCs that are not return
 	// addresses: the interrupted PC after a signal frame, which must not be
 	// stepped back into a call. Nil for almost every stack.

@@ -24,7 +24,7 @@ const (
 
 	rowFPSaved = 1 << 4
 	// A CFAReg row is rowNormal with cfaUndef and the register's code in
-	// bits 5-7 (regCodes); on any frame but the innermost it steps with
+	// bits 5-7 (table.X86CFARegCode); on any frame but the innermost it steps with
 	// frame pointers, as a fallback row does. With cfaSP or cfaFP, bits 5-7
 	// k != 0 make a deref row: CFA = *(SP or FP + int16(CfaOff)) + 8k.
 	regShift = 5
@@ -132,7 +132,7 @@ func (c *encoder) add1(r *table.Row) {
 			k.Info = rowNormal | rule<<2 | uint8(add&7)<<regShift
 			k.CfaOff = uint16(int16(r.CFAOffset))
 		case table.CFAReg:
-			code := regCode(r.CFARegister)
+			code := table.X86CFARegCode(uint64(r.CFARegister))
 			ok = code != 0 && r.CFAOffset >= 0 && r.CFAOffset <= math.MaxUint16
 			k.Info = rowNormal | cfaUndef<<2 | code<<regShift
 			k.CfaOff = uint16(r.CFAOffset)
@@ -284,18 +284,4 @@ func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
 		b[6] = r.Info
 		b[7] = byte(r.FpOff)
 	}
-}
-
-// regCodes are the x86-64 DWARF registers a CFAReg row can name, by code
-// (bits 5-7 of the row's info; 0 is none). bpf/unwind.h reads the same
-// registers, in the same order, into unwind_state.regs.
-var regCodes = [8]uint8{0xff, 0, 1, 4, 5, 9, 10, 11}
-
-func regCode(dwarf uint8) uint8 {
-	for c := uint8(1); c < uint8(len(regCodes)); c++ {
-		if regCodes[c] == dwarf {
-			return c
-		}
-	}
-	return 0
 }

@@ -188,14 +188,24 @@ func (t *Table) SizeBytes() int64 { return int64(cap(t.Rows)) * rowBytes }
 
 const rowBytes = 32 // unsafe.Sizeof(Row{})
 
-// X86CFARegister reports whether a CFAReg rule may use x86-64 DWARF
-// register r: rax, rdx, rsi, rdi, r9, r10, r11, the ones OpenSSL's and
-// glibc's assembly and gcc's stack realignment base their CFA on (the BPF
-// row has room for seven; see bpf/unwind.h).
-func X86CFARegister(r uint64) bool {
-	switch r {
-	case 0, 1, 4, 5, 9, 10, 11:
-		return true
+// x86CFARegs are the x86-64 DWARF registers a CFAReg rule may use, by
+// their code in the BPF row (bits 5-7 of its info; 0 is none): rax, rdx,
+// rsi, rdi, r9, r10, r11, the ones OpenSSL's and glibc's assembly and gcc's
+// stack realignment base their CFA on. bpf/unwind.h reads the same
+// registers, in the same order, into unwind_state.regs.
+var x86CFARegs = [8]uint8{0xff, 0, 1, 4, 5, 9, 10, 11}
+
+// X86CFARegCode returns the BPF code of x86-64 DWARF register r, or 0 when
+// a CFAReg rule cannot use it.
+func X86CFARegCode(r uint64) uint8 {
+	for c := uint8(1); c < uint8(len(x86CFARegs)); c++ {
+		if uint64(x86CFARegs[c]) == r {
+			return c
+		}
 	}
-	return false
+	return 0
 }
+
+// X86CFARegister reports whether a CFAReg rule may use x86-64 DWARF
+// register r.
+func X86CFARegister(r uint64) bool { return X86CFARegCode(r) != 0 }
