@@ -39,7 +39,10 @@ func TestLifecycle(t *testing.T) {
 			if err := s.Start(); !errors.Is(err, ErrStarted) {
 				t.Errorf("second Start: %v, want ErrStarted", err)
 			}
-			time.Sleep(300 * time.Millisecond) // this process is mostly idle; others may run
+			// Burn CPU here: on a quiet machine nothing else may run to
+			// be sampled.
+			for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+			}
 			for i := 0; i < 3; i++ {
 				if _, err := s.Drain(); err != nil {
 					t.Fatal(err)
