@@ -39,7 +39,9 @@ func commString(c [16]int8) string {
 }
 
 // drainKernel flips the program to the other buffer, waits until no program
-// can still be writing the old one, and empties it.
+// can still be writing the old one, and empties it. Only the flip and the
+// barrier fail the drain: a row whose stack cannot be read is counted
+// (Stats.LostDrain) and the rest of the interval is delivered.
 func (s *Sampler) drainKernel() (Batch, error) {
 	old := s.active
 	next := old ^ 1
@@ -52,37 +54,138 @@ func (s *Sampler) drainKernel() (Batch, error) {
 	if err := s.objs.Barrier.Put(uint32(0), s.objs.BarrierInner); err != nil {
 		return Batch{}, fmt.Errorf("sampler: buffer barrier: %w", err)
 	}
+	d := drain{
+		counts: s.objs.counts(old), stacks: s.objs.stacks(old),
+		depth: s.cfg.MaxStackDepth, walking: s.cfg.walking(),
+	}
+	if d.walking {
+		d.ustacks = s.objs.ustacks(old)
+	}
+	if s.drainHook != nil {
+		s.drainHook(&d)
+	}
+	b := d.run()
+	s.truncatedUser.Add(d.truncated)
+	s.lostDrain.Add(d.lost)
+	s.drainErrors.Add(d.errors)
+	if d.firstErr != nil {
+		s.log.Warn("sampler: drain could not read everything", zap.Uint64("samples_lost", d.lost),
+			zap.Uint64("errors", d.errors), zap.Error(d.firstErr))
+	}
+	return b, nil
+}
 
-	counts, stacks := s.objs.counts(old), s.objs.stacks(old)
+// mapOps is what a drain needs of a map: *ebpf.Map has it; tests wrap one
+// to make lookups fail.
+type mapOps interface {
+	Lookup(key, valueOut any) error
+	Delete(key any) error
+	NextKey(key, nextKeyOut any) error
+	BatchLookupAndDelete(cursor *ebpf.MapBatchCursor, keysOut, valuesOut any, opts *ebpf.BatchOptions) (int, error)
+	MaxEntries() uint32
+}
+
+// drain empties one quiescent aggregation buffer.
+type drain struct {
+	counts, stacks, ustacks mapOps // ustacks nil unless walking
+	depth                   int
+	walking                 bool
+
+	truncated uint64 // samples with a stack at the depth limit
+	lost      uint64 // samples whose stack could not be read
+	errors    uint64 // map operations that failed
+	firstErr  error
+}
+
+func (d *drain) fail(err error) {
+	d.errors++
+	if d.firstErr == nil {
+		d.firstErr = err
+	}
+}
+
+// countBatch is how many rows one batch call reads.
+const countBatch = 1024
+
+// readCounts takes every row out of the counts map: in batches where the
+// kernel has them (5.6+), key by key otherwise.
+func (d *drain) readCounts() ([]bpf.ProfileSampleKey, []bpf.ProfileSampleValue) {
 	var (
-		key   bpf.ProfileSampleKey
-		val   bpf.ProfileSampleValue
 		keys  []bpf.ProfileSampleKey
 		vals  []bpf.ProfileSampleValue
-		iter  = counts.Iterate()
-		depth = s.cfg.MaxStackDepth
+		kbuf  = make([]bpf.ProfileSampleKey, countBatch)
+		vbuf  = make([]bpf.ProfileSampleValue, countBatch)
+		cur   ebpf.MapBatchCursor
+		batch = true
 	)
-	for iter.Next(&key, &val) {
-		keys = append(keys, key)
-		vals = append(vals, val)
-	}
-	if err := iter.Err(); err != nil {
-		return Batch{}, fmt.Errorf("sampler: reading counts: %w", err)
-	}
-	for i := range keys {
-		if err := counts.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Batch{}, fmt.Errorf("sampler: clearing counts: %w", err)
+	for {
+		n, err := d.counts.BatchLookupAndDelete(&cur, kbuf, vbuf, nil)
+		keys = append(keys, kbuf[:n]...)
+		vals = append(vals, vbuf[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			// Unsupported, or failed part way: what it returned is
+			// already deleted and kept; the rest goes key by key.
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				d.fail(fmt.Errorf("sampler: reading counts in batches: %w", err))
+			}
+			batch = false
+			break
 		}
 	}
+	if batch {
+		return keys, vals
+	}
+	var (
+		key, next bpf.ProfileSampleKey
+		val       bpf.ProfileSampleValue
+		pending   []bpf.ProfileSampleKey
+		prev      any // nil: from the first key
+	)
+	// Collect the keys first: deleting while walking NextKey restarts the
+	// walk in a hash map.
+	for i := uint32(0); i <= d.counts.MaxEntries(); i++ {
+		err := d.counts.NextKey(prev, &next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			d.fail(fmt.Errorf("sampler: listing counts: %w", err))
+			break
+		}
+		pending = append(pending, next)
+		key = next
+		prev = &key
+	}
+	for i := range pending {
+		if err := d.counts.Lookup(&pending[i], &val); err != nil {
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				d.fail(fmt.Errorf("sampler: reading counts: %w", err))
+			}
+		} else {
+			keys = append(keys, pending[i])
+			vals = append(vals, val)
+		}
+		if err := d.counts.Delete(&pending[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			d.fail(fmt.Errorf("sampler: clearing counts: %w", err))
+		}
+	}
+	sweep(d, d.counts, new(bpf.ProfileSampleKey))
+	return keys, vals
+}
 
-	ustacks := s.objs.ustacks(old)
+func (d *drain) run() Batch {
+	keys, vals := d.readCounts()
+
 	walked := map[uint64]userStack{}
 	var ubuf bpf.ProfileUserStack
 	lookupWalked := func(h uint64) (userStack, error) {
 		if w, ok := walked[h]; ok {
 			return w, nil
 		}
-		if err := ustacks.Lookup(h, &ubuf); err != nil {
+		if err := d.ustacks.Lookup(h, &ubuf); err != nil {
 			return userStack{}, fmt.Errorf("sampler: user stack %x: %w", h, err)
 		}
 		n := min(int(ubuf.Len), len(ubuf.Pcs))
@@ -97,9 +200,9 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		return w, nil
 	}
 
-	// Stacks are shared by rows; look each id up once and free it.
+	// Stacks are shared by rows; look each id up once.
 	cache := map[int32][]uint64{}
-	buf := make([]uint64, depth)
+	buf := make([]uint64, d.depth)
 	lookup := func(id int32) ([]uint64, error) {
 		if id < 0 {
 			return nil, nil
@@ -107,7 +210,7 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		if pcs, ok := cache[id]; ok {
 			return pcs, nil
 		}
-		if err := stacks.Lookup(uint32(id), buf); err != nil {
+		if err := d.stacks.Lookup(uint32(id), buf); err != nil {
 			return nil, fmt.Errorf("sampler: stack %d: %w", id, err)
 		}
 		n := 0
@@ -121,72 +224,60 @@ func (s *Sampler) drainKernel() (Batch, error) {
 
 	off := bootToUnix()
 	b := Batch{Samples: make([]Sample, 0, len(keys))}
-	var truncated uint64
 	for i, k := range keys {
+		v := vals[i]
 		ks, err := lookup(k.Kstack)
-		if err != nil {
-			return Batch{}, err
-		}
 		var us []uint64
 		var exact []uint8
 		stop := StopFramePointers
-		if k.Ustack == -2 {
-			w, err := lookupWalked(k.Uhash)
-			if err != nil {
-				return Batch{}, err
+		switch {
+		case err != nil:
+		case k.Ustack == -2:
+			var w userStack
+			if w, err = lookupWalked(k.Uhash); err == nil {
+				us, stop, exact = w.pcs, w.stop, w.exact
 			}
-			us, stop, exact = w.pcs, w.stop, w.exact
-		} else if us, err = lookup(k.Ustack); err != nil {
-			return Batch{}, err
-		} else if s.cfg.walking() {
-			stop = StopOK // no user stack (kernel thread)
+		default:
+			if us, err = lookup(k.Ustack); err == nil && d.walking {
+				stop = StopOK // no user stack (kernel thread)
+			}
 		}
-		v := vals[i]
+		if err != nil {
+			d.lost += v.Count
+			d.fail(err)
+			continue
+		}
 		smp := Sample{
 			Pid: k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
 			UserPCs: us, UserExact: exact, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
-			Truncated: len(us) >= depth || len(ks) == depth || stop == StopDepth,
+			Truncated: len(us) >= d.depth || len(ks) == d.depth || stop == StopDepth,
 			Stop:      stop,
 		}
 		if smp.Truncated {
-			truncated += v.Count
+			d.truncated += v.Count
 		}
 		b.Samples = append(b.Samples, smp)
 	}
-	s.truncatedUser.Add(truncated)
 
+	// Free what was read, then sweep what no row referenced (stacks whose
+	// sample was dropped: count map full, the other stack collided) and
+	// what could not be read.
 	for id := range cache {
-		if err := stacks.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Batch{}, fmt.Errorf("sampler: clearing stacks: %w", err)
+		if err := d.stacks.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			d.fail(fmt.Errorf("sampler: clearing stacks: %w", err))
 		}
 	}
-	if s.cfg.walking() {
+	sweep(d, d.stacks, new(uint32))
+	if d.ustacks != nil {
 		for h := range walked {
-			if err := ustacks.Delete(h); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return Batch{}, fmt.Errorf("sampler: clearing user stacks: %w", err)
+			if err := d.ustacks.Delete(h); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				d.fail(fmt.Errorf("sampler: clearing user stacks: %w", err))
 			}
 		}
-		if err := sweep(ustacks, new(uint64)); err != nil {
-			return Batch{}, err
-		}
+		sweep(d, d.ustacks, new(uint64))
 	}
-	// Stacks whose sample was then dropped (count map full, or the other
-	// stack of the sample collided) are referenced by no row; sweep them.
-	for {
-		var next uint32
-		err := stacks.NextKey(nil, &next)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
-		if err != nil {
-			return Batch{}, fmt.Errorf("sampler: sweeping stacks: %w", err)
-		}
-		if err := stacks.Delete(next); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Batch{}, fmt.Errorf("sampler: sweeping stacks: %w", err)
-		}
-	}
-	return b, nil
+	return b
 }
 
 type userStack struct {
@@ -200,18 +291,21 @@ type userStack struct {
 // never have the top bit.
 const pcExact = 1 << 63
 
-// sweep deletes every key of m (entries no row referenced).
-func sweep[K any](m *ebpf.Map, k *K) error {
-	for {
+// sweep deletes every key left in m. A key that cannot be deleted is
+// counted once and ends the sweep, which is bounded by the map's size
+// either way.
+func sweep[K any](d *drain, m mapOps, k *K) {
+	for i := uint32(0); i <= m.MaxEntries(); i++ {
 		err := m.NextKey(nil, k)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
+			return
 		}
-		if err != nil {
-			return fmt.Errorf("sampler: sweeping %v: %w", m, err)
+		if err == nil {
+			err = m.Delete(k)
 		}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("sampler: sweeping %v: %w", m, err)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			d.fail(fmt.Errorf("sampler: sweeping %v: %w", m, err))
+			return
 		}
 	}
 }

@@ -59,6 +59,10 @@ type Sampler struct {
 	agg            *rbAggregator   // ModeRingBuffer only
 	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
+	lostDrain      atomic.Uint64 // samples whose stack a drain could not read
+	drainErrors    atomic.Uint64
+
+	drainHook func(*drain) // tests: wraps the maps a drain reads
 }
 
 // Kernel objects, in groups per mode: only the chosen mode's objects are
@@ -210,10 +214,11 @@ func New(cfg Config) (s *Sampler, err error) {
 		return nil, err
 	}
 	s = &Sampler{cfg: cfg, log: cfg.Logger, events: make(chan Event, 4096)}
+	// Not s: every failing return below sets s to nil before this runs.
+	owner := s
 	defer func() {
 		if err != nil {
-			s.release()
-			s = nil
+			owner.release()
 		}
 	}()
 	if err := s.load(); err != nil {
@@ -432,7 +437,9 @@ func (s *Sampler) Stats() (Stats, error) {
 	}
 	st.Truncated += s.truncatedUser.Load()
 	st.LostEvents += s.lostEventsUser.Load()
-	st.Lost = st.LostStack + st.LostMapFull + st.LostRingbuf
+	st.LostDrain = s.lostDrain.Load()
+	st.DrainErrors = s.drainErrors.Load()
+	st.Lost = st.LostStack + st.LostMapFull + st.LostRingbuf + st.LostDrain
 	return st, nil
 }
 

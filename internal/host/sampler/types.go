@@ -132,6 +132,10 @@ type Stats struct {
 	LostStack   uint64 // stack id error: STACK_TRACE bucket collision or map full
 	LostMapFull uint64 // count map full
 	LostRingbuf uint64 // sample ring buffer full
+	// LostDrain counts samples whose stack Drain could not read back
+	// from the kernel; DrainErrors the map operations that failed.
+	LostDrain   uint64
+	DrainErrors uint64
 	Truncated   uint64 // samples with a stack at MaxStackDepth
 	// LostEvents counts process events dropped in the kernel (ring buffer
 	// full) or in Go (Events channel full).
