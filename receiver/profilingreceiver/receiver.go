@@ -189,6 +189,7 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostStack, r.last.LostStack, reasonAttr("stack"))
 	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostMapFull, r.last.LostMapFull, reasonAttr("map_full"))
 	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostRingbuf, r.last.LostRingbuf, reasonAttr("ringbuf"))
+	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostDrain, r.last.LostDrain, reasonAttr("drain"))
 	addDelta(ctx, r.tel.ReceiverProfilingStacksTruncated, st.Truncated, r.last.Truncated)
 	addDelta(ctx, r.tel.ReceiverProfilingProcessEventsLost, st.LostEvents, r.last.LostEvents)
 	r.last = st

@@ -117,7 +117,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingSamplesLost, err = builder.meter.Int64Counter(
 		"otelcol_receiver_profiling_samples_lost",
-		metric.WithDescription("CPU samples the eBPF sampler could not record, by reason: stack (stack map bucket collision or full), map_full (count map full), ringbuf (ring buffer full). [Development]"),
+		metric.WithDescription("CPU samples the eBPF sampler could not record, by reason: stack (stack map bucket collision or full), map_full (count map full), ringbuf (ring buffer full), drain (a stack could not be read back from the kernel). [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

@@ -133,7 +133,7 @@ func AssertEqualReceiverProfilingSamplesFiltered(t *testing.T, tt *componenttest
 func AssertEqualReceiverProfilingSamplesLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_profiling_samples_lost",
-		Description: "CPU samples the eBPF sampler could not record, by reason: stack (stack map bucket collision or full), map_full (count map full), ringbuf (ring buffer full). [Development]",
+		Description: "CPU samples the eBPF sampler could not record, by reason: stack (stack map bucket collision or full), map_full (count map full), ringbuf (ring buffer full), drain (a stack could not be read back from the kernel). [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
