@@ -64,7 +64,12 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
 	uw.Logger = r.log // SetDefaults gave it a no-op one
+	rts, err := r.cfg.Interpreters.sampler()
+	if err != nil {
+		return fmt.Errorf("profiling receiver: %w", err)
+	}
 	s, err := sampler.New(sampler.Config{
+		Runtimes:      rts,
 		SampleRate:    r.cfg.SampleRate,
 		MaxStackDepth: r.cfg.MaxStackDepth,
 		KernelStacks:  r.cfg.KernelStacks,
@@ -81,8 +86,13 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	if u := s.Unwinder(); u != nil {
 		unwinder = u
 	}
+	var rtSet profbuild.Runtimes
+	if rs := s.Runtimes(); rs != nil {
+		rtSet = rs
+	}
 	r.builder = profbuild.New(profbuild.Options{
 		Unwinder:      unwinder,
+		Runtimes:      rtSet,
 		SampleRate:    r.cfg.SampleRate,
 		KernelSymbols: r.cfg.KernelSymbols,
 		PerfMaps:      r.cfg.PerfMaps,

@@ -39,6 +39,8 @@ type frameKey struct {
 	pid    int // 0 for kernel frames
 	addr   uint64
 	kernel bool
+	rtKind uint8 // a runtime frame: its kind, addr its Ptr and aux its Aux
+	aux    uint64
 }
 
 // frame is a built location plus what the logs say about it.
@@ -104,7 +106,16 @@ func (r *run) add(s *sampler.Sample) {
 		frames = append(frames, f)
 	}
 	for i, pc := range s.UserPCs {
-		f := r.userFrame(po, pc, i > 0 && !slices.Contains(s.UserExact, uint8(i)))
+		var f frame
+		if pc&sampler.RuntimeMark != 0 {
+			if j := pc &^ sampler.RuntimeMark; j < uint64(len(s.Runtime)) {
+				f = r.runtimeFrame(po, s.Runtime[j])
+			} else {
+				continue // not from a drain
+			}
+		} else {
+			f = r.userFrame(po, pc, i > 0 && !slices.Contains(s.UserExact, uint8(i)))
+		}
 		locs = append(locs, f.loc)
 		frames = append(frames, f)
 	}
