@@ -30,6 +30,78 @@ const (
 	ProfileFrameKindFRAME_KINDS         ProfileFrameKind = 64
 )
 
+type ProfileHotspotBlob struct {
+	_ structs.HostLayout
+	B [512]uint8
+}
+
+type ProfileHotspotError uint32
+
+const (
+	ProfileHotspotErrorHS_ERR_NO_PROC   ProfileHotspotError = 0
+	ProfileHotspotErrorHS_ERR_NO_BLOB   ProfileHotspotError = 1
+	ProfileHotspotErrorHS_ERR_BLOB_READ ProfileHotspotError = 2
+	ProfileHotspotErrorHS_ERR_INTERP    ProfileHotspotError = 3
+	ProfileHotspotErrorHS_ERR_RA        ProfileHotspotError = 4
+	ProfileHotspotErrorHS_ERR_STUB      ProfileHotspotError = 5
+	ProfileHotspotErrorHS_ERRORS        ProfileHotspotError = 6
+	ProfileHotspotErrorHS_ERR_SLOTS     ProfileHotspotError = 8
+)
+
+type ProfileHotspotFrameKind uint32
+
+const (
+	ProfileHotspotFrameKindFRAME_HS_INTERPRETED ProfileHotspotFrameKind = 1
+	ProfileHotspotFrameKindFRAME_HS_COMPILED    ProfileHotspotFrameKind = 2
+	ProfileHotspotFrameKindFRAME_HS_STUB        ProfileHotspotFrameKind = 3
+)
+
+type ProfileHotspotLimits uint32
+
+const (
+	ProfileHotspotLimitsHS_HEAPS           ProfileHotspotLimits = 4
+	ProfileHotspotLimitsHS_FRAMES_PER_PROG ProfileHotspotLimits = 5
+	ProfileHotspotLimitsHS_SEGMAP_STEPS    ProfileHotspotLimits = 24
+	ProfileHotspotLimitsHS_BLOB_BYTES      ProfileHotspotLimits = 512
+	ProfileHotspotLimitsHS_RA_SLOTS        ProfileHotspotLimits = 4
+	ProfileHotspotLimitsHS_MAX_FRAME       ProfileHotspotLimits = 1048576
+	ProfileHotspotLimitsHS_BCI_NONE        ProfileHotspotLimits = 65535
+	ProfileHotspotLimitsHS_PC_LEAF         ProfileHotspotLimits = 2147483648
+)
+
+type ProfileHotspotProc struct {
+	_     structs.HostLayout
+	Heaps [4]struct {
+		_      structs.HostLayout
+		Lo     uint64
+		Hi     uint64
+		Segmap uint64
+	}
+	CodeLo            uint64
+	CodeHi            uint64
+	InterpLo          uint64
+	InterpHi          uint64
+	CallStubRet       uint64
+	Nheaps            uint32
+	SegShift          uint32
+	BlobName          uint16
+	BlobSize          uint16
+	BlobCodeBegin     uint16
+	BlobFrameComplete uint16
+	BlobFrameSize     uint16
+	NmCompileId       uint16
+	NmOrigPc          uint16
+	NmDeopt           uint16
+	MethodConst       uint16
+	CmSize            uint16
+	CmCodeSize        uint16
+	HeapBlock         uint16
+	IfSenderSp        int16
+	IfMethod          int16
+	IfBcp             int16
+	Pad               uint16
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -222,6 +294,7 @@ type ProfileUnwindState struct {
 	RegsValid uint32
 	Pad       uint32
 	Regs      [8]uint64
+	RtReg     uint64
 	EntryRegs uint64
 	Origin    uint32
 	RtKind    uint32
@@ -265,53 +338,61 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfileMapBarrier             = "barrier"
-	ProfileMapBarrierInner        = "barrier_inner"
-	ProfileMapCounts0             = "counts0"
-	ProfileMapCounts1             = "counts1"
-	ProfileMapEvents              = "events"
-	ProfileMapSamples             = "samples"
-	ProfileMapScratch             = "scratch"
-	ProfileMapSeen                = "seen"
-	ProfileMapStacks0             = "stacks0"
-	ProfileMapStacks1             = "stacks1"
-	ProfileMapStatsMap            = "stats_map"
-	ProfileMapUnwindMappings      = "unwind_mappings"
-	ProfileMapUnwindProcs         = "unwind_procs"
-	ProfileMapUnwindProgs         = "unwind_progs"
-	ProfileMapUnwindRows          = "unwind_rows"
-	ProfileMapUnwindScratch       = "unwind_scratch"
-	ProfileMapUnwindTables        = "unwind_tables"
-	ProfileMapUstacks0            = "ustacks0"
-	ProfileMapUstacks1            = "ustacks1"
-	ProfileProgHandleExec         = "handle_exec"
-	ProfileProgHandleExit         = "handle_exit"
-	ProfileProgProfileAgg         = "profile_agg"
-	ProfileProgProfileRb          = "profile_rb"
-	ProfileProgUnwindStep         = "unwind_step"
-	ProfileVarActiveBuf           = "active_buf"
-	ProfileVarKernelStacks        = "kernel_stacks"
-	ProfileVarMaxDepth            = "max_depth"
-	ProfileVarUnusedCfaRule       = "unused_cfa_rule"
-	ProfileVarUnusedFrameKind     = "unused_frame_kind"
-	ProfileVarUnusedProcEvent     = "unused_proc_event"
-	ProfileVarUnusedProcEventKind = "unused_proc_event_kind"
-	ProfileVarUnusedRbSample      = "unused_rb_sample"
-	ProfileVarUnusedRowBits       = "unused_row_bits"
-	ProfileVarUnusedRowKind       = "unused_row_kind"
-	ProfileVarUnusedRuntimeKind   = "unused_runtime_kind"
-	ProfileVarUnusedSampleOrigin  = "unused_sample_origin"
-	ProfileVarUnusedStackWordBits = "unused_stack_word_bits"
-	ProfileVarUnusedStopReason    = "unused_stop_reason"
-	ProfileVarUnusedTableState    = "unused_table_state"
-	ProfileVarUnusedUnwindLimits  = "unused_unwind_limits"
-	ProfileVarUnusedUnwindMapping = "unused_unwind_mapping"
-	ProfileVarUnusedUnwindProc    = "unused_unwind_proc"
-	ProfileVarUnusedUnwindRow     = "unused_unwind_row"
-	ProfileVarUnusedUnwindTable   = "unused_unwind_table"
-	ProfileVarUnusedUserStack     = "unused_user_stack"
-	ProfileVarUnusedWalkProg      = "unused_walk_prog"
-	ProfileVarUnwindCfi           = "unwind_cfi"
+	ProfileMapBarrier                = "barrier"
+	ProfileMapBarrierInner           = "barrier_inner"
+	ProfileMapCounts0                = "counts0"
+	ProfileMapCounts1                = "counts1"
+	ProfileMapEvents                 = "events"
+	ProfileMapHotspotErrors          = "hotspot_errors"
+	ProfileMapHotspotProcs           = "hotspot_procs"
+	ProfileMapHotspotScratch         = "hotspot_scratch"
+	ProfileMapSamples                = "samples"
+	ProfileMapScratch                = "scratch"
+	ProfileMapSeen                   = "seen"
+	ProfileMapStacks0                = "stacks0"
+	ProfileMapStacks1                = "stacks1"
+	ProfileMapStatsMap               = "stats_map"
+	ProfileMapUnwindMappings         = "unwind_mappings"
+	ProfileMapUnwindProcs            = "unwind_procs"
+	ProfileMapUnwindProgs            = "unwind_progs"
+	ProfileMapUnwindRows             = "unwind_rows"
+	ProfileMapUnwindScratch          = "unwind_scratch"
+	ProfileMapUnwindTables           = "unwind_tables"
+	ProfileMapUstacks0               = "ustacks0"
+	ProfileMapUstacks1               = "ustacks1"
+	ProfileProgHandleExec            = "handle_exec"
+	ProfileProgHandleExit            = "handle_exit"
+	ProfileProgHotspotStep           = "hotspot_step"
+	ProfileProgProfileAgg            = "profile_agg"
+	ProfileProgProfileRb             = "profile_rb"
+	ProfileProgUnwindStep            = "unwind_step"
+	ProfileVarActiveBuf              = "active_buf"
+	ProfileVarKernelStacks           = "kernel_stacks"
+	ProfileVarMaxDepth               = "max_depth"
+	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
+	ProfileVarUnusedFrameKind        = "unused_frame_kind"
+	ProfileVarUnusedHotspotError     = "unused_hotspot_error"
+	ProfileVarUnusedHotspotFrameKind = "unused_hotspot_frame_kind"
+	ProfileVarUnusedHotspotLimits    = "unused_hotspot_limits"
+	ProfileVarUnusedHotspotProc      = "unused_hotspot_proc"
+	ProfileVarUnusedProcEvent        = "unused_proc_event"
+	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
+	ProfileVarUnusedRbSample         = "unused_rb_sample"
+	ProfileVarUnusedRowBits          = "unused_row_bits"
+	ProfileVarUnusedRowKind          = "unused_row_kind"
+	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
+	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
+	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
+	ProfileVarUnusedStopReason       = "unused_stop_reason"
+	ProfileVarUnusedTableState       = "unused_table_state"
+	ProfileVarUnusedUnwindLimits     = "unused_unwind_limits"
+	ProfileVarUnusedUnwindMapping    = "unused_unwind_mapping"
+	ProfileVarUnusedUnwindProc       = "unused_unwind_proc"
+	ProfileVarUnusedUnwindRow        = "unused_unwind_row"
+	ProfileVarUnusedUnwindTable      = "unused_unwind_table"
+	ProfileVarUnusedUserStack        = "unused_user_stack"
+	ProfileVarUnusedWalkProg         = "unused_walk_prog"
+	ProfileVarUnwindCfi              = "unwind_cfi"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -356,11 +437,12 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	HandleExec *ebpf.ProgramSpec `ebpf:"handle_exec"`
-	HandleExit *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	ProfileAgg *ebpf.ProgramSpec `ebpf:"profile_agg"`
-	ProfileRb  *ebpf.ProgramSpec `ebpf:"profile_rb"`
-	UnwindStep *ebpf.ProgramSpec `ebpf:"unwind_step"`
+	HandleExec  *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit  *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	HotspotStep *ebpf.ProgramSpec `ebpf:"hotspot_step"`
+	ProfileAgg  *ebpf.ProgramSpec `ebpf:"profile_agg"`
+	ProfileRb   *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindStep  *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -372,6 +454,9 @@ type ProfileMapSpecs struct {
 	Counts0        *ebpf.MapSpec `ebpf:"counts0"`
 	Counts1        *ebpf.MapSpec `ebpf:"counts1"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
+	HotspotErrors  *ebpf.MapSpec `ebpf:"hotspot_errors"`
+	HotspotProcs   *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	HotspotScratch *ebpf.MapSpec `ebpf:"hotspot_scratch"`
 	Samples        *ebpf.MapSpec `ebpf:"samples"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	Seen           *ebpf.MapSpec `ebpf:"seen"`
@@ -392,29 +477,33 @@ type ProfileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
-	ActiveBuf           *ebpf.VariableSpec `ebpf:"active_buf"`
-	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
-	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
-	UnusedCfaRule       *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
-	UnusedFrameKind     *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
-	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
-	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
-	UnusedRbSample      *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
-	UnusedRowBits       *ebpf.VariableSpec `ebpf:"unused_row_bits"`
-	UnusedRowKind       *ebpf.VariableSpec `ebpf:"unused_row_kind"`
-	UnusedRuntimeKind   *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
-	UnusedSampleOrigin  *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
-	UnusedStackWordBits *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
-	UnusedStopReason    *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
-	UnusedTableState    *ebpf.VariableSpec `ebpf:"unused_table_state"`
-	UnusedUnwindLimits  *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
-	UnusedUnwindMapping *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
-	UnusedUnwindProc    *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
-	UnusedUnwindRow     *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	UnusedUnwindTable   *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
-	UnusedUserStack     *ebpf.VariableSpec `ebpf:"unused_user_stack"`
-	UnusedWalkProg      *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
-	UnwindCfi           *ebpf.VariableSpec `ebpf:"unwind_cfi"`
+	ActiveBuf              *ebpf.VariableSpec `ebpf:"active_buf"`
+	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	MaxDepth               *ebpf.VariableSpec `ebpf:"max_depth"`
+	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedFrameKind        *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
+	UnusedHotspotError     *ebpf.VariableSpec `ebpf:"unused_hotspot_error"`
+	UnusedHotspotFrameKind *ebpf.VariableSpec `ebpf:"unused_hotspot_frame_kind"`
+	UnusedHotspotLimits    *ebpf.VariableSpec `ebpf:"unused_hotspot_limits"`
+	UnusedHotspotProc      *ebpf.VariableSpec `ebpf:"unused_hotspot_proc"`
+	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
+	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
+	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
+	UnusedRowKind          *ebpf.VariableSpec `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
+	UnusedTableState       *ebpf.VariableSpec `ebpf:"unused_table_state"`
+	UnusedUnwindLimits     *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
+	UnusedUnwindMapping    *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc       *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow        *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable      *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
+	UnusedUserStack        *ebpf.VariableSpec `ebpf:"unused_user_stack"`
+	UnusedWalkProg         *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
+	UnwindCfi              *ebpf.VariableSpec `ebpf:"unwind_cfi"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -442,6 +531,9 @@ type ProfileMaps struct {
 	Counts0        *ebpf.Map `ebpf:"counts0"`
 	Counts1        *ebpf.Map `ebpf:"counts1"`
 	Events         *ebpf.Map `ebpf:"events"`
+	HotspotErrors  *ebpf.Map `ebpf:"hotspot_errors"`
+	HotspotProcs   *ebpf.Map `ebpf:"hotspot_procs"`
+	HotspotScratch *ebpf.Map `ebpf:"hotspot_scratch"`
 	Samples        *ebpf.Map `ebpf:"samples"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	Seen           *ebpf.Map `ebpf:"seen"`
@@ -465,6 +557,9 @@ func (m *ProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Events,
+		m.HotspotErrors,
+		m.HotspotProcs,
+		m.HotspotScratch,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -486,46 +581,52 @@ func (m *ProfileMaps) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
-	ActiveBuf           *ebpf.Variable `ebpf:"active_buf"`
-	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
-	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
-	UnusedCfaRule       *ebpf.Variable `ebpf:"unused_cfa_rule"`
-	UnusedFrameKind     *ebpf.Variable `ebpf:"unused_frame_kind"`
-	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
-	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
-	UnusedRbSample      *ebpf.Variable `ebpf:"unused_rb_sample"`
-	UnusedRowBits       *ebpf.Variable `ebpf:"unused_row_bits"`
-	UnusedRowKind       *ebpf.Variable `ebpf:"unused_row_kind"`
-	UnusedRuntimeKind   *ebpf.Variable `ebpf:"unused_runtime_kind"`
-	UnusedSampleOrigin  *ebpf.Variable `ebpf:"unused_sample_origin"`
-	UnusedStackWordBits *ebpf.Variable `ebpf:"unused_stack_word_bits"`
-	UnusedStopReason    *ebpf.Variable `ebpf:"unused_stop_reason"`
-	UnusedTableState    *ebpf.Variable `ebpf:"unused_table_state"`
-	UnusedUnwindLimits  *ebpf.Variable `ebpf:"unused_unwind_limits"`
-	UnusedUnwindMapping *ebpf.Variable `ebpf:"unused_unwind_mapping"`
-	UnusedUnwindProc    *ebpf.Variable `ebpf:"unused_unwind_proc"`
-	UnusedUnwindRow     *ebpf.Variable `ebpf:"unused_unwind_row"`
-	UnusedUnwindTable   *ebpf.Variable `ebpf:"unused_unwind_table"`
-	UnusedUserStack     *ebpf.Variable `ebpf:"unused_user_stack"`
-	UnusedWalkProg      *ebpf.Variable `ebpf:"unused_walk_prog"`
-	UnwindCfi           *ebpf.Variable `ebpf:"unwind_cfi"`
+	ActiveBuf              *ebpf.Variable `ebpf:"active_buf"`
+	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
+	MaxDepth               *ebpf.Variable `ebpf:"max_depth"`
+	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedFrameKind        *ebpf.Variable `ebpf:"unused_frame_kind"`
+	UnusedHotspotError     *ebpf.Variable `ebpf:"unused_hotspot_error"`
+	UnusedHotspotFrameKind *ebpf.Variable `ebpf:"unused_hotspot_frame_kind"`
+	UnusedHotspotLimits    *ebpf.Variable `ebpf:"unused_hotspot_limits"`
+	UnusedHotspotProc      *ebpf.Variable `ebpf:"unused_hotspot_proc"`
+	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
+	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
+	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
+	UnusedRowKind          *ebpf.Variable `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
+	UnusedTableState       *ebpf.Variable `ebpf:"unused_table_state"`
+	UnusedUnwindLimits     *ebpf.Variable `ebpf:"unused_unwind_limits"`
+	UnusedUnwindMapping    *ebpf.Variable `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc       *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow        *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable      *ebpf.Variable `ebpf:"unused_unwind_table"`
+	UnusedUserStack        *ebpf.Variable `ebpf:"unused_user_stack"`
+	UnusedWalkProg         *ebpf.Variable `ebpf:"unused_walk_prog"`
+	UnwindCfi              *ebpf.Variable `ebpf:"unwind_cfi"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	HandleExec *ebpf.Program `ebpf:"handle_exec"`
-	HandleExit *ebpf.Program `ebpf:"handle_exit"`
-	ProfileAgg *ebpf.Program `ebpf:"profile_agg"`
-	ProfileRb  *ebpf.Program `ebpf:"profile_rb"`
-	UnwindStep *ebpf.Program `ebpf:"unwind_step"`
+	HandleExec  *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit  *ebpf.Program `ebpf:"handle_exit"`
+	HotspotStep *ebpf.Program `ebpf:"hotspot_step"`
+	ProfileAgg  *ebpf.Program `ebpf:"profile_agg"`
+	ProfileRb   *ebpf.Program `ebpf:"profile_rb"`
+	UnwindStep  *ebpf.Program `ebpf:"unwind_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
 		p.HandleExec,
 		p.HandleExit,
+		p.HotspotStep,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,

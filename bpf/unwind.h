@@ -138,6 +138,8 @@ struct unwind_state {
 	__u32 regs_valid; /* enum regs_source: regs hold the innermost frame's */
 	__u32 pad;
 	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
+	__u64 rt_reg;         /* REGS_USER: a register a runtime walker reads in the
+			       * innermost frame (x86-64 r13: HotSpot's bytecode pointer) */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
 	__u32 rt_kind;        /* the process's enum runtime_kind; NONE once its walker failed */

@@ -209,6 +209,7 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 		s->regs[5] = pctx->regs.r9;
 		s->regs[6] = pctx->regs.r10;
 		s->regs[7] = pctx->regs.r11;
+		s->rt_reg = pctx->regs.r13;
 		s->regs_valid = REGS_USER;
 	} else {
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);

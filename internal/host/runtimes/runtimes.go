@@ -66,6 +66,8 @@ type Runtime interface {
 	// addresses [lo, hi)) whose frames the walker hands to this runtime's
 	// walker; an error says why the process, although it runs this
 	// runtime, cannot be walked (its stacks keep their native frames).
+	// Ranges returned with an error are that runtime's code, which the
+	// walker then only marks (stop reason runtime); nil for none.
 	Attach(p *normalize.Process) (ranges [][2]uint64, found bool, err error)
 	// Forget drops what Attach loaded for pid (the process exited).
 	Forget(pid int)

@@ -71,7 +71,8 @@ func (s *Set) Attach(p *normalize.Process) {
 			s.mu.Lock()
 			s.stats.Failed[r.Kind().String()]++
 			s.mu.Unlock()
-			ranges = nil
+			// ranges, if any, are the code the runtime cannot walk:
+			// its walker marks their stacks StopRuntime.
 		}
 		rt := unwind.Runtime{Kind: uint32(r.Kind()), Ranges: ranges}
 		if len(ranges) == 0 {

@@ -3,7 +3,11 @@
 package sampler
 
 import (
+	"fmt"
+
+	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -12,5 +16,11 @@ import (
 // processes' stacks native, marked StopRuntime.
 func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 	var rts []runtimes.Runtime
+	if s.cfg.Runtimes.HotSpot {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_HOTSPOT), s.objs.HotspotStep); err != nil {
+			return nil, fmt.Errorf("installing the HotSpot walker: %w", err)
+		}
+		rts = append(rts, hotspot.New(s.cfg.Runtimes, s.objs.HotspotProcs, s.objs.HotspotErrors, s.log))
+	}
 	return rts, nil
 }

@@ -97,6 +97,11 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+
+	HotspotStep    *ebpf.Program `ebpf:"hotspot_step"`
+	HotspotProcs   *ebpf.Map     `ebpf:"hotspot_procs"`
+	HotspotErrors  *ebpf.Map     `ebpf:"hotspot_errors"`
+	HotspotScratch *ebpf.Map     `ebpf:"hotspot_scratch"`
 }
 
 type rbObjs struct {
@@ -151,7 +156,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.HotspotStep} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -159,7 +164,7 @@ func (o *objects) close() error {
 	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
-		o.Ustacks0, o.Ustacks1} {
+		o.Ustacks0, o.Ustacks1, o.HotspotProcs, o.HotspotErrors, o.HotspotScratch} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

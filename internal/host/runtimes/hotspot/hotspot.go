@@ -1,0 +1,364 @@
+// Package hotspot is the host half of the HotSpot (Java) walker
+// (bpf/hotspot.h, docs/runtimes.md): it finds libjvm in a process, reads
+// the JVM's own description of its layout (libjvm's gHotSpotVM* tables)
+// once per libjvm build, hands the walker the process's code cache, and
+// names the frames the walker records: interpreted and compiled Java
+// methods (with the methods inlined into them, from the nmethod's scope
+// descriptors) and the stubs between them.
+//
+// Names are package.Class.method, as the jfr receiver names JFR frames,
+// with the source file and the line of the frame's bytecode index. They
+// are read from the process, whose memory may be hostile: every read is
+// bounded and every pointer checked, and a frame that fails a check stays
+// unnamed with a reason.
+package hotspot
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/lru"
+)
+
+// Frame kinds the walker records (enum hotspot_frame_kind).
+const (
+	KindInterpreted = uint8(bpf.ProfileHotspotFrameKindFRAME_HS_INTERPRETED)
+	KindCompiled    = uint8(bpf.ProfileHotspotFrameKindFRAME_HS_COMPILED)
+	KindStub        = uint8(bpf.ProfileHotspotFrameKindFRAME_HS_STUB)
+
+	bciNone = uint64(bpf.ProfileHotspotLimitsHS_BCI_NONE)
+	pcLeaf  = uint32(bpf.ProfileHotspotLimitsHS_PC_LEAF)
+)
+
+// ProcMap is the walker's per-process map (hotspot_procs): an *ebpf.Map.
+type ProcMap interface {
+	Put(key, value any) error
+	Delete(key any) error
+}
+
+// Counters is the walker's per-CPU failure counters (hotspot_errors).
+type Counters interface {
+	Lookup(key, valueOut any) error
+}
+
+// Bytes the name caches may hold, each.
+const cacheBytes = 16 << 20
+
+// Runtime walks HotSpot JVMs. Safe for concurrent use.
+type Runtime struct {
+	cfg      runtimes.Config
+	procMap  ProcMap
+	errs     Counters
+	log      *zap.Logger
+	procRoot string
+
+	mu      sync.Mutex
+	layouts map[layoutKey]layoutEntry
+	procs   map[int]*proc
+
+	methods *lru.Cache[methodKey, *methodInfo]
+	names   *lru.Cache[nameKey, runtimes.Symbol]
+}
+
+type methodKey struct {
+	pid  int
+	addr uint64
+}
+
+type nameKey struct {
+	pid int
+	f   runtimes.Frame
+}
+
+// proc is one JVM process.
+type proc struct {
+	pid   int
+	file  normalize.FileID
+	start uint64 // libjvm's mapping: a new one means a new JVM (exec)
+	mem   *runtimes.Mem
+	l     *layout
+	bias  uint64
+	ready bool  // the walker has its entry
+	err   error // why it cannot be walked (permanent)
+
+	ranges                      [][2]uint64
+	codeLo, codeHi, callStubRet uint64
+
+	mu    sync.Mutex
+	stubs []stubEntry
+}
+
+// New makes the HotSpot runtime over the walker's maps. errs may be nil.
+func New(cfg runtimes.Config, procMap ProcMap, errs Counters, log *zap.Logger) *Runtime {
+	cfg.SetDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	symCost := func(k nameKey, s runtimes.Symbol) int64 {
+		n := int64(64)
+		for _, f := range s.Frames {
+			n += int64(48 + len(f.Name) + len(f.File))
+		}
+		return n
+	}
+	return &Runtime{cfg: cfg, procMap: procMap, errs: errs, log: log, procRoot: "/proc",
+		layouts: map[layoutKey]layoutEntry{}, procs: map[int]*proc{},
+		methods: lru.New[methodKey](cacheBytes, cfg.MaxNames, (*methodInfo).cost, nil),
+		names:   lru.NewKeyed(cacheBytes, cfg.MaxNames, symCost, nil)}
+}
+
+// Kind is runtimes.KindHotSpot.
+func (r *Runtime) Kind() runtimes.Kind { return runtimes.KindHotSpot }
+
+// Owns reports whether kind is one of HotSpot's frame kinds.
+func (r *Runtime) Owns(kind uint8) bool {
+	return kind >= runtimes.FrameHotSpotFirst && kind < runtimes.FrameHotSpotFirst+16
+}
+
+// Attach finds libjvm in p and hands its code cache to the walker. A JVM
+// still starting is found but not attached yet (nil ranges, no error): a
+// later snapshot attaches it. A JVM that fails a check returns the code
+// it runs (when known) with the error, so that its stacks say runtime.
+func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
+	m := libjvm(p)
+	r.mu.Lock()
+	pr := r.procs[p.PID]
+	r.mu.Unlock()
+	if m == nil {
+		if pr != nil {
+			r.Forget(p.PID)
+		}
+		return nil, false, nil
+	}
+	if pr != nil && (pr.start != m.Start || pr.file != m.File.ID) {
+		r.Forget(p.PID) // exec'd another JVM
+		pr = nil
+	}
+	if pr != nil && (pr.ready || pr.err != nil) {
+		return pr.ranges, true, pr.err
+	}
+	if pr == nil {
+		mem, err := runtimes.OpenMem(r.procRoot, p.PID)
+		if err != nil {
+			return nil, true, err
+		}
+		pr = &proc{pid: p.PID, file: m.File.ID, start: m.Start, mem: mem}
+		r.mu.Lock()
+		if old := r.procs[p.PID]; old != nil {
+			old.mem.Close()
+		}
+		r.procs[p.PID] = pr
+		r.mu.Unlock()
+	}
+	err := r.attach(p, m, pr)
+	switch {
+	case errors.Is(err, errNotReady):
+		return nil, true, nil
+	case errors.Is(err, runtimes.ErrProcessGone):
+		return nil, true, err
+	case err != nil:
+		pr.err = fmt.Errorf("%s: %w", m.Path, err)
+		pr.ranges = fallbackRanges(p, pr)
+		return pr.ranges, true, pr.err
+	}
+	return pr.ranges, true, nil
+}
+
+func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) error {
+	bias, ok := loadBias(m)
+	if !ok {
+		return layoutErr("no load segment maps libjvm's offset %#x", m.Offset)
+	}
+	if pr.l == nil {
+		l, err := r.layoutFor(p.PID, m, pr.mem, bias)
+		if err != nil {
+			return err
+		}
+		pr.l, pr.bias = l, bias
+	}
+	v, err := pr.codeCache()
+	if err != nil {
+		return err
+	}
+	if err := r.procMap.Put(uint32(p.PID), &v); err != nil {
+		return fmt.Errorf("hotspot_procs: %w", err)
+	}
+	pr.ranges = [][2]uint64{{pr.codeLo, pr.codeHi}}
+	pr.ready = true
+	r.log.Debug("HotSpot attached", zap.Int("pid", p.PID), zap.Int("jdk", pr.l.version),
+		zap.Uint32("code_heaps", v.Nheaps), zap.Uint64("code_cache_bytes", pr.codeHi-pr.codeLo))
+	return nil
+}
+
+// fallbackRanges is the code of a JVM that cannot be walked, for its
+// stacks to end with reason runtime: the code cache when known, else its
+// anonymous executable memory.
+func fallbackRanges(p *normalize.Process, pr *proc) [][2]uint64 {
+	if pr.codeLo != 0 {
+		return [][2]uint64{{pr.codeLo, pr.codeHi}}
+	}
+	var lo, hi uint64
+	for _, m := range p.Mappings {
+		if !m.Anonymous {
+			continue
+		}
+		if lo == 0 {
+			lo = m.Start
+		}
+		if m.End-lo > maxCodeCache {
+			break
+		}
+		hi = m.End
+	}
+	if lo == 0 {
+		return nil
+	}
+	return [][2]uint64{{lo, hi}}
+}
+
+// Forget drops pid.
+func (r *Runtime) Forget(pid int) {
+	r.mu.Lock()
+	pr := r.procs[pid]
+	delete(r.procs, pid)
+	r.mu.Unlock()
+	if pr == nil {
+		return
+	}
+	pr.mem.Close()
+	if pr.ready {
+		_ = r.procMap.Delete(uint32(pid))
+	}
+	r.methods.EvictWhere(func(k methodKey, _ *methodInfo) bool { return k.pid == pid }, func() bool { return false })
+	r.names.EvictWhere(func(k nameKey, _ runtimes.Symbol) bool { return k.pid == pid }, func() bool { return false })
+}
+
+// Name names one frame of pid. A name cached from an earlier report is
+// used only after checking that the method or nmethod is still the one
+// sampled (one read), or when the process has exited since.
+func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
+	r.mu.Lock()
+	pr := r.procs[pid]
+	r.mu.Unlock()
+	key := nameKey{pid: pid, f: f}
+	if sym, ok := r.names.Get(key); ok {
+		if pr == nil {
+			return sym, nil
+		}
+		err := pr.same(f)
+		if err == nil || errors.Is(err, runtimes.ErrProcessGone) {
+			return sym, nil
+		}
+		r.names.Remove(key)
+		return runtimes.Symbol{}, err
+	}
+	if pr == nil || !pr.ready {
+		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
+	}
+	var sym runtimes.Symbol
+	var err error
+	switch f.Kind {
+	case KindInterpreted:
+		sym, err = r.interpretedSymbol(pr, f)
+	case KindCompiled:
+		sym, err = r.compiledSymbol(pr, f.Ptr, uint32(f.Aux)&^pcLeaf, uint32(f.Aux)&pcLeaf != 0, uint32(f.Aux>>32))
+	case KindStub:
+		sym, err = r.stubSymbol(pr, f.Ptr, uint32(f.Aux))
+	default:
+		err = fmt.Errorf("HotSpot frame of kind %d: %w", f.Kind, runtimes.ErrBadFrame)
+	}
+	if err != nil {
+		return runtimes.Symbol{}, err
+	}
+	r.names.Add(key, sym)
+	return sym, nil
+}
+
+func (r *Runtime) interpretedSymbol(pr *proc, f runtimes.Frame) (runtimes.Symbol, error) {
+	m, err := r.method(pr, f.Ptr)
+	if err != nil {
+		return runtimes.Symbol{}, err
+	}
+	if (m.cm>>3)&0xffffffff != f.Aux>>32 {
+		return runtimes.Symbol{}, fmt.Errorf("Method %#x changed since sampled (class unloaded): %w", f.Ptr, runtimes.ErrBadFrame)
+	}
+	bci := -1
+	if b := f.Aux & 0xffff; b != bciNone {
+		bci = int(b)
+	}
+	return runtimes.Symbol{Frames: []frame.Frame{m.frame(pr.l, bci)}, Type: frame.TypeJVM}, nil
+}
+
+// method reads the Method at addr, through the cache when the Method still
+// has the ConstMethod it had.
+func (r *Runtime) method(pr *proc, addr uint64) (*methodInfo, error) {
+	if addr == 0 || addr&7 != 0 {
+		return nil, fmt.Errorf("Method* %#x: %w", addr, runtimes.ErrBadFrame)
+	}
+	cm, err := pr.mem.U64(addr + pr.l.methodConst)
+	if err != nil {
+		return nil, err
+	}
+	key := methodKey{pid: pr.pid, addr: addr}
+	if m, ok := r.methods.Get(key); ok && m.cm == cm {
+		return m, nil
+	}
+	m, err := pr.readMethod(addr, r.cfg.MaxNameBytes)
+	if err != nil {
+		return nil, err
+	}
+	r.methods.Add(key, m)
+	return m, nil
+}
+
+// same checks that what f points at is still what the walker sampled.
+func (pr *proc) same(f runtimes.Frame) error {
+	switch f.Kind {
+	case KindInterpreted:
+		cm, err := pr.mem.U64(f.Ptr + pr.l.methodConst)
+		if err != nil {
+			return err
+		}
+		if (cm>>3)&0xffffffff != f.Aux>>32 {
+			return fmt.Errorf("Method %#x changed since sampled: %w", f.Ptr, runtimes.ErrBadFrame)
+		}
+	case KindCompiled:
+		id, err := pr.mem.U32(f.Ptr + pr.l.nmCompileID)
+		if err != nil {
+			return err
+		}
+		if id != uint32(f.Aux>>32) {
+			return fmt.Errorf("nmethod %#x flushed since sampled: %w", f.Ptr, runtimes.ErrBadFrame)
+		}
+	}
+	return nil
+}
+
+// Errors returns the walker's failures so far, by reason (hotspot_errors),
+// summed over CPUs.
+func (r *Runtime) Errors() map[string]uint64 {
+	out := map[string]uint64{}
+	if r.errs == nil {
+		return out
+	}
+	var per [][bpf.ProfileHotspotErrorHS_ERR_SLOTS]uint64
+	if err := r.errs.Lookup(uint32(0), &per); err != nil {
+		return out
+	}
+	names := [...]string{"no_proc", "no_blob", "blob_read", "interpreter", "return_address", "stub"}
+	for _, c := range per {
+		for i, n := range names {
+			if c[i] > 0 {
+				out[n] += c[i]
+			}
+		}
+	}
+	return out
+}
