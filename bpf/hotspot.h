@@ -214,6 +214,14 @@ static __always_inline int hs_fp_step(struct hotspot_proc *p, struct unwind_stat
 	return 0;
 }
 
+/* What a frame's step did. */
+enum {
+	HS_NEXT = 0,    /* a frame pushed, the state at its caller */
+	HS_UNKNOWN = 1, /* the PC's frame is not one it understands: state untouched */
+	HS_FULL = 2,    /* the stack is full (reason set) */
+	HS_STUCK = 3,   /* a frame pushed, but its caller not found */
+};
+
 /* An interpreted frame: Method* and bcp in their slots below rbp. */
 static __always_inline int hs_interpreted(struct hotspot_proc *p, struct unwind_state *s, int leaf)
 {
@@ -221,16 +229,16 @@ static __always_inline int hs_interpreted(struct hotspot_proc *p, struct unwind_
 	__u16 code_size = 0;
 
 	if (s->fp <= s->sp || s->fp - s->sp > HS_MAX_FRAME || (s->fp & 7))
-		return 1;
+		return HS_UNKNOWN;
 	if (bpf_probe_read_user(&method, sizeof(method), (void *)(s->fp + p->if_method)) ||
 	    bpf_probe_read_user(&sender_sp, sizeof(sender_sp), (void *)(s->fp + p->if_sender_sp)) ||
 	    bpf_probe_read_user(rec, sizeof(rec), (void *)s->fp))
-		return 1;
+		return HS_UNKNOWN;
 	if (!method || (method & 7) ||
 	    bpf_probe_read_user(&cm, sizeof(cm), (void *)(method + p->method_const)) ||
 	    !cm || (cm & 7) ||
 	    bpf_probe_read_user(&code_size, sizeof(code_size), (void *)(cm + p->cm_code_size)))
-		return 1;
+		return HS_UNKNOWN;
 	/* The live bytecode pointer is in r13 while the innermost frame runs;
 	 * the frame's slot holds it from the last call out. */
 	start = cm + p->cm_size;
@@ -247,11 +255,11 @@ static __always_inline int hs_interpreted(struct hotspot_proc *p, struct unwind_
 	if (bcp >= start && bcp < start + code_size)
 		bci = bcp - start;
 	if (push_runtime_frame(s, FRAME_HS_INTERPRETED, method, bci | (((cm >> 3) & 0xffffffffull) << 32)))
-		return 2;
+		return HS_FULL;
 	s->pc = rec[1];
 	s->fp = rec[0];
 	s->sp = sender_sp;
-	return 0;
+	return HS_NEXT;
 }
 
 /* A compiled frame (nmethod, native wrapper): SP + frame size. */
@@ -271,23 +279,23 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 	if (s->pc_exact)
 		aux |= HS_PC_LEAF;
 	if (push_runtime_frame(s, FRAME_HS_COMPILED, blob, aux | ((__u64)id << 32)))
-		return 2;
+		return HS_FULL;
 	/* An interrupted PC (not a return address) may be in the prologue
 	 * or the epilogue, where the frame is not all there. */
 	if (s->pc_exact && pc < code + complete)
-		return hs_bare_return(p, s) ? 3 : 0;
+		return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 	cfa = s->sp + fsize;
 	if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)))
-		return 3;
+		return HS_STUCK;
 	if (!hs_in_code(p, w[1]) && s->pc_exact) {
 		/* Past the epilogue's pops, at the ret; or below the frame
 		 * by a few pushed words. */
 		__u8 insn = 0;
 		if (!bpf_probe_read_user(&insn, 1, (void *)pc) && insn == HS_RET_INSN)
-			return hs_bare_return(p, s) ? 3 : 0;
+			return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 		for (int i = 1; i <= HS_RA_SLOTS; i++) {
 			if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16 + 8 * i)))
-				return 3;
+				return HS_STUCK;
 			if (hs_in_code(p, w[1])) {
 				cfa += 8 * i;
 				break;
@@ -295,11 +303,11 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 		}
 	}
 	if (!hs_in_code(p, w[1]))
-		return 3;
+		return HS_STUCK;
 	s->fp = w[0];
 	s->pc = w[1];
 	s->sp = cfa;
-	return 0;
+	return HS_NEXT;
 }
 
 /* A stub: vtable and itable stubs keep only the return address; blobs
@@ -311,36 +319,34 @@ static __always_inline int hs_stub(struct hotspot_proc *p, struct unwind_state *
 	__u64 w[2], cfa;
 
 	if (push_runtime_frame(s, FRAME_HS_STUB, blob, (__u32)(s->pc - code)))
-		return 2;
+		return HS_FULL;
 	if (name == HS_NAME_VTABLE)
-		return hs_bare_return(p, s) ? 3 : 0;
+		return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 	if (fsize) {
 		if (interrupted && s->pc < code + complete)
-			return hs_bare_return(p, s) ? 3 : 0;
+			return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 		cfa = s->sp + fsize;
 		if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)) || !hs_in_code(p, w[1]))
-			return 3;
+			return HS_STUCK;
 		s->fp = w[0];
 		s->pc = w[1];
 		s->sp = cfa;
-		return 0;
+		return HS_NEXT;
 	}
 	if (s->pc == p->call_stub_ret)
-		return hs_fp_step(p, s, 1) ? 3 : 0;
+		return hs_fp_step(p, s, 1) ? HS_STUCK : HS_NEXT;
 	if (!hs_fp_step(p, s, 0))
-		return 0;
-	return interrupted && !hs_bare_return(p, s) ? 0 : 3;
+		return HS_NEXT;
+	return interrupted && !hs_bare_return(p, s) ? HS_NEXT : HS_STUCK;
 }
 
-/* One frame in the code cache. Returns 0 to go on, 1 when the walk must
- * stop (the reason is set), 2 when the stack is full. */
+/* One frame in the code cache. */
 static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state *s, struct hotspot_blob *b)
 {
 	__u64 lookup = s->pc_exact ? s->pc : s->pc - 1, blob, code, fsize;
 	__u32 name = 0, size, complete, err = HS_ERR_BLOB_READ;
 	int leaf = s->regs_valid, r;
 
-	s->regs_valid = 0;
 	if (lookup >= p->interp_lo && lookup < p->interp_hi) {
 		r = hs_interpreted(p, s, leaf);
 		err = HS_ERR_INTERP;
@@ -349,11 +355,11 @@ static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state 
 	blob = hs_find_blob(p, lookup);
 	if (!blob) {
 		err = HS_ERR_NO_BLOB;
-		r = 1;
+		r = HS_UNKNOWN;
 		goto out;
 	}
 	if (bpf_probe_read_user(b, sizeof(*b), (void *)blob)) {
-		r = 1;
+		r = HS_UNKNOWN;
 		goto out;
 	}
 	code = hs_field(b, p->blob_code_begin);
@@ -362,7 +368,7 @@ static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state 
 	complete = (__u32)hs_field(b, p->blob_frame_complete);
 	if (lookup < code || lookup >= blob + size || fsize > HS_MAX_FRAME ||
 	    bpf_probe_read_user(&name, sizeof(name), (void *)hs_field(b, p->blob_name))) {
-		r = 1;
+		r = HS_UNKNOWN;
 		goto out;
 	}
 	switch (name) {
@@ -380,16 +386,15 @@ static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state 
 		err = HS_ERR_STUB;
 	}
 out:
-	if (r == 2)
-		return 2;
-	if (r) {
+	if (r == HS_NEXT) {
+		s->regs_valid = 0;
+		s->pc_exact = 0;
+		s->trusted = 1;
+	} else if (r != HS_FULL) {
 		hs_error(err);
 		set_reason(s, STOP_RUNTIME);
-		return 1;
 	}
-	s->pc_exact = 0;
-	s->trusted = 1;
-	return 0;
+	return r;
 }
 
 static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
@@ -402,17 +407,24 @@ static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struc
 	b = bpf_map_lookup_elem(&hotspot_scratch, &zero);
 	if (!p || !b) {
 		/* Known to run HotSpot, but not walkable: its native frames,
-		 * marked. */
+		 * marked. A JVM still starting up gets walked once userspace
+		 * looks again: ask it to (at most once a second). */
 		hs_error(HS_ERR_NO_PROC);
 		set_reason(s, STOP_RUNTIME);
+		signal_remap(s, st);
 		s->rt_kind = RUNTIME_NONE;
 		return walk_native(ctx, s, st, progs);
 	}
 	for (int i = 0; i < HS_FRAMES_PER_PROG; i++) {
 		r = hs_frame(p, s, b);
-		if (r)
-			return finish_walk(s, st);
-		if (s->pc == 0)
+		if (r == HS_UNKNOWN) {
+			/* Not a frame this walker knows (a forged or moving
+			 * code cache): the native walker takes this PC and the
+			 * rest, as it would without a walker for it. */
+			s->rt_kind = RUNTIME_NONE;
+			return walk_native(ctx, s, st, progs);
+		}
+		if (r != HS_NEXT || s->pc == 0)
 			return finish_walk(s, st);
 		if (!hs_in_code(p, s->pc - 1))
 			return walk_native(ctx, s, st, progs);

@@ -48,7 +48,7 @@ type layoutKey struct {
 }
 
 // layoutFor reads libjvm's layout, once per file.
-func (r *Runtime) layoutFor(pid int, m *normalize.Mapping, mem *runtimes.Mem, bias uint64) (*layout, error) {
+func (r *Runtime) layoutFor(pid int, m *normalize.Mapping, mem memory, bias uint64) (*layout, error) {
 	key := layoutKey{file: m.File.ID, buildID: m.File.GNUBuildID}
 	r.mu.Lock()
 	e, ok := r.layouts[key]

@@ -77,12 +77,22 @@ type nameKey struct {
 	f   runtimes.Frame
 }
 
+// memory is a process's memory (runtimes.Mem; fakes in tests).
+type memory interface {
+	Read(addr uint64, p []byte) error
+	U64(addr uint64) (uint64, error)
+	U32(addr uint64) (uint32, error)
+	U16(addr uint64) (uint16, error)
+	CString(addr uint64, max int) (string, error)
+	Close() error
+}
+
 // proc is one JVM process.
 type proc struct {
 	pid   int
 	file  normalize.FileID
 	start uint64 // libjvm's mapping: a new one means a new JVM (exec)
-	mem   *runtimes.Mem
+	mem   memory
 	l     *layout
 	bias  uint64
 	ready bool  // the walker has its entry
@@ -123,8 +133,9 @@ func (r *Runtime) Owns(kind uint8) bool {
 }
 
 // Attach finds libjvm in p and hands its code cache to the walker. A JVM
-// still starting is found but not attached yet (nil ranges, no error): a
-// later snapshot attaches it. A JVM that fails a check returns the code
+// still starting is found but not attached yet: its code goes to the
+// walker without the walker's entry, so that running there asks for the
+// snapshot that attaches it. A JVM that fails a check returns the code
 // it runs (when known) with the error, so that its stacks say runtime.
 func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	m := libjvm(p)
@@ -160,7 +171,9 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	err := r.attach(p, m, pr)
 	switch {
 	case errors.Is(err, errNotReady):
-		return nil, true, nil
+		// Its code, for the walker to ask for another snapshot when
+		// it runs there (bpf/hotspot.h); not a failure.
+		return fallbackRanges(p, pr), true, nil
 	case errors.Is(err, runtimes.ErrProcessGone):
 		return nil, true, err
 	case err != nil:

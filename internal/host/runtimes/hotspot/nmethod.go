@@ -92,8 +92,9 @@ func (r *Runtime) compiledSymbol(pr *proc, nm uint64, off uint32, leaf bool, id 
 		if err != nil {
 			return runtimes.Symbol{}, err
 		}
-		// Stored as bci - InvocationEntryBci (-1).
-		frames = append(frames, m.frame(l, int(bci)-1))
+		// Stored as bci - InvocationEntryBci (-1); the entry (-1) has
+		// the line of bci 0, as Method::line_from_bci gives it.
+		frames = append(frames, m.frame(l, max(int(bci)-1, 0)))
 		// Callers are written before their callees: offsets only go
 		// down along the chain, so it ends.
 		if uint64(sender) >= decode {
@@ -118,14 +119,23 @@ func (pr *proc) scopeAt(pcs, end uint64, off int64, leaf bool) (uint64, error) {
 	size := int(l.pcDescSize)
 	n := len(b) / size
 	at := func(i int) int64 { return int64(int32(binary.LittleEndian.Uint32(b[i*size+int(l.pcDescPCOffset):]))) }
+	scope := func(i int) uint64 { return uint64(binary.LittleEndian.Uint32(b[i*size+int(l.pcDescScope):])) }
 	want := off
 	if leaf {
 		want++
 	}
-	// PcDescs are sorted by pc offset: the first at or after want.
+	// PcDescs are sorted by pc offset: the first at or after want with
+	// a scope; past the last, the last before it with one.
 	i := sort.Search(n, func(i int) bool { return at(i) >= want })
-	if i == n {
-		return 0, nil
+	for j := i; j < n; j++ {
+		if sc := scope(j); sc != 0 {
+			return sc, nil
+		}
 	}
-	return uint64(binary.LittleEndian.Uint32(b[i*size+int(l.pcDescScope):])), nil
+	for j := i - 1; j >= 0; j-- {
+		if sc := scope(j); sc != 0 {
+			return sc, nil
+		}
+	}
+	return 0, nil
 }

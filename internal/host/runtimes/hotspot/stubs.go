@@ -2,6 +2,7 @@ package hotspot
 
 import (
 	"encoding/binary"
+	"errors"
 	"sort"
 	"strings"
 
@@ -35,6 +36,9 @@ func (r *Runtime) stubSymbol(pr *proc, blob uint64, off uint32) (runtimes.Symbol
 	}
 	le := binary.LittleEndian
 	name, err := pr.mem.CString(le.Uint64(hdr[l.blobName:]), min(maxBlobName, r.cfg.MaxNameBytes))
+	if errors.Is(err, frame.ErrLimitExceeded) {
+		name, err = cut(name, min(maxBlobName, r.cfg.MaxNameBytes)), nil
+	}
 	if err != nil {
 		return runtimes.Symbol{}, err
 	}

@@ -1,0 +1,195 @@
+package hotspot_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/sampler"
+)
+
+// fixtureSeconds is how long a Chain run lasts: warm-up, sampling and
+// slack for a loaded machine.
+const fixtureSeconds = "30"
+
+// TestJavaChains runs fixture.Chain on JDK 11, 17 and 21, interpreted, by
+// C1 alone, by C2 and through a JNI call that calls back into Java, and
+// requires 99% of the main thread's samples to carry the whole chain,
+// each Java frame with its name and the line javap gives: the line of the
+// call for callers, a line of hot for hot. Below main come the call stub
+// and libjvm down to the thread's start, with no stop reason.
+func TestJavaChains(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	jar, lib := javaFixtures(t)
+	lines, calls := javapLines(t, jar, "fixture.Chain")
+	modes := []struct {
+		name string
+		jvm  []string
+		jni  bool
+		warm time.Duration
+	}{
+		{name: "interpreted", jvm: []string{"-Xint"}, warm: 2 * time.Second},
+		{name: "c1", jvm: []string{"-XX:TieredStopAtLevel=1"}, warm: 3 * time.Second},
+		{name: "c2", warm: 6 * time.Second},
+		{name: "jni", jni: true, warm: 6 * time.Second},
+		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
+	}
+	for _, j := range jdks(t) {
+		for _, m := range modes {
+			t.Run(j.name+"/"+m.name, func(t *testing.T) {
+				arg := "chain"
+				want := []string{"hot", "b", "a", "main"}
+				if m.jni {
+					arg = "jni"
+					want = []string{"hot", "back", "viaNative", "a", "main"}
+				}
+				c := chainCheck{want: want, lines: lines, calls: calls, lib: lib, jni: m.jni}
+				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, fixtureSeconds)
+				h.sampleJVM(t, cmd, m.warm, 5*time.Second, func(pid int, samples []sampler.Sample) {
+					p, err := h.norm.Refresh(pid)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.run(t, h, p, samples, m.name == "c2")
+				})
+			})
+		}
+	}
+	st := h.s.Runtimes().Stats()
+	t.Logf("runtimes: %+v", st)
+}
+
+type chainCheck struct {
+	want  []string
+	lines map[string][]uint32
+	calls map[string]uint32
+	lib   string
+	jni   bool
+}
+
+func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples []sampler.Sample, inlining bool) {
+	var all, whole, inlined uint64
+	stops := map[string]uint64{}
+	var bad []string
+	for _, s := range samples {
+		if s.Comm != "java" {
+			continue
+		}
+		all += s.Count
+		stops[s.Stop.String()] += s.Count
+		fs := h.frames(p, s)
+		if why := c.whole(t, p, fs, s); why != "" {
+			if len(bad) < 5 {
+				bad = append(bad, fmt.Sprintf("%d x %s (stop %s): %s", s.Count, why, s.Stop, describe(fs)))
+			}
+			continue
+		}
+		whole += s.Count
+		if slices.ContainsFunc(fs, func(f frameOf) bool { return f.inlined }) {
+			inlined += s.Count
+		}
+	}
+	t.Logf("%d of %d main-thread samples whole (%.2f%%), %d with inlined frames; stops %v", whole, all,
+		100*float64(whole)/float64(max(all, 1)), inlined, stops)
+	for _, b := range bad {
+		t.Log(b)
+	}
+	if all < 100 {
+		t.Fatalf("only %d samples of the main thread", all)
+	}
+	if whole*100 < all*99 {
+		t.Errorf("whole chains in %d of %d samples, want 99%%", whole, all)
+	}
+	if inlining && inlined*2 < whole {
+		t.Errorf("inlined frames in %d of %d whole samples: C2 inlines b into a", inlined, whole)
+	}
+}
+
+// whole says why fs is not the whole chain ("" when it is).
+func (c chainCheck) whole(t *testing.T, p *normalize.Process, fs []frameOf, s sampler.Sample) string {
+	var java []int
+	for i, f := range fs {
+		if f.err != nil {
+			return "unnamed: " + f.err.Error()
+		}
+		if f.java {
+			java = append(java, i)
+		}
+	}
+	if len(java) != len(c.want) {
+		return fmt.Sprintf("%d Java frames", len(java))
+	}
+	caller := map[string]string{"b": "hot", "back": "hot", "main": "a"}
+	if c.jni {
+		caller["a"] = "viaNative"
+	} else {
+		caller["a"] = "b"
+	}
+	for k, i := range java {
+		f, m := fs[i], c.want[k]
+		if f.name != "fixture.Chain."+m {
+			return fmt.Sprintf("frame %d is %s, want %s", k, f.name, m)
+		}
+		switch m {
+		case "hot":
+			if !slices.Contains(c.lines["hot"], f.line) {
+				return fmt.Sprintf("hot at line %d, not one of %v", f.line, c.lines["hot"])
+			}
+		case "viaNative":
+		default:
+			if want := c.calls[m+"->"+caller[m]]; f.line != want {
+				return fmt.Sprintf("%s at line %d, want %d", m, f.line, want)
+			}
+		}
+	}
+	last := java[len(java)-1]
+	if last+2 >= len(fs) || !strings.HasSuffix(fs[last+1].name, "[call_stub]") || fs[last+2].name != "libjvm.so" {
+		return "no call stub and libjvm below main"
+	}
+	if c.jni {
+		back, native := java[1], java[2]
+		if !strings.HasSuffix(fs[back+1].name, "[call_stub]") {
+			return "no call stub below back"
+		}
+		found := false
+		for _, f := range fs[back+2 : native] {
+			if f.java {
+				return "a Java frame between back and viaNative"
+			}
+			found = found || (f.native != 0 && inFunc(t, p, c.lib, "Java_fixture_Chain_viaNative", f.native))
+		}
+		if !found {
+			return "no Java_fixture_Chain_viaNative between back and viaNative"
+		}
+	}
+	if s.Stop != sampler.StopOK {
+		return "stop reason " + s.Stop.String()
+	}
+	return ""
+}
+
+func describe(fs []frameOf) string {
+	var b strings.Builder
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteString(" <- ")
+		}
+		switch {
+		case f.err != nil:
+			fmt.Fprintf(&b, "[%v]", f.err)
+		case f.native != 0:
+			fmt.Fprintf(&b, "%s@%#x", f.name, f.native)
+		case f.line != 0:
+			fmt.Fprintf(&b, "%s:%d", f.name, f.line)
+		default:
+			b.WriteString(f.name)
+		}
+		if f.inlined {
+			b.WriteString("(inl)")
+		}
+	}
+	return b.String()
+}

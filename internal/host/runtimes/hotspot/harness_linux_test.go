@@ -1,0 +1,303 @@
+package hotspot_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// A JDK of the test matrix: the host's, or a Debian release's in a chroot.
+type jdk struct {
+	name string
+	root string // "" for the host
+}
+
+// jdks are the JDKs the tests run: 11 (bullseye), 17 (the host's) and 21
+// (trixie). Building a chroot takes minutes the first time.
+func jdks(t *testing.T) []jdk {
+	t.Helper()
+	testfixture.NeedTool(t, "java", "javac", "jar", "javap", "unshare")
+	out := []jdk{{name: "jdk17"}}
+	for _, c := range testfixture.RuntimeChroots {
+		if c.JDK == 11 || c.JDK == 21 {
+			out = append(out, jdk{name: "jdk" + strconv.Itoa(c.JDK), root: c.Root(t)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// javaFixtures compiles the fixtures once (javac --release 11, so every
+// JDK runs them) into a jar, and builds libchain.so against the host
+// JDK's jni.h.
+func javaFixtures(t testing.TB) (jar, lib string) {
+	t.Helper()
+	javac := testfixture.NeedTool(t, "javac")
+	jarTool := testfixture.NeedTool(t, "jar")
+	dir := testfixture.Src(t, "runtimes/java/fixture")
+	srcs, _ := filepath.Glob(filepath.Join(dir, "*.java"))
+	h := sha256.New()
+	for _, s := range srcs {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(s), len(b))
+		h.Write(b)
+	}
+	ver, _ := exec.Command(javac, "-version").CombinedOutput()
+	h.Write(ver)
+	jar = testfixture.Cached(t, "java-"+hex.EncodeToString(h.Sum(nil))[:16], "fixture.jar", func(tmp string) {
+		classes := filepath.Join(tmp, "classes")
+		testfixture.Run(t, javac, append([]string{"--release", "11", "-d", classes}, srcs...)...)
+		testfixture.Run(t, jarTool, "cf", filepath.Join(tmp, "fixture.jar"), "-C", classes, ".")
+	})
+	real, err := filepath.EvalSymlinks(javac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc := filepath.Join(filepath.Dir(filepath.Dir(real)), "include")
+	lib = testfixture.Build(t, testfixture.Spec{Name: "libchain.so", Lang: "c", Sources: []string{"runtimes/java/chain.c"},
+		Args: []string{"-O2", "-shared", "-fPIC", "-fno-stack-protector", "-I" + inc, "-I" + filepath.Join(inc, "linux")}})
+	return jar, lib
+}
+
+// javaCmd makes the command that runs class with args on j.
+func javaCmd(t testing.TB, j jdk, jar, lib string, jvmArgs []string, class string, args ...string) *exec.Cmd {
+	t.Helper()
+	cp, libDir := jar, filepath.Dir(lib)
+	if j.root != "" {
+		in := testfixture.ChrootCopy(t, j.root, jar, lib)
+		cp, libDir = in[0], filepath.Dir(in[1])
+	}
+	argv := append([]string{"-Djava.library.path=" + libDir, "-cp", cp}, jvmArgs...)
+	argv = append(argv, class)
+	argv = append(argv, args...)
+	var cmd *exec.Cmd
+	if j.root == "" {
+		cmd = exec.Command("java", argv...)
+	} else {
+		cmd = testfixture.ChrootCommand(j.root, append([]string{"java"}, argv...)...)
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// harness drives a sampler the way the receiver does: snapshots on
+// process events go to the unwinder and the runtimes.
+type harness struct {
+	s    *sampler.Sampler
+	norm *normalize.Normalizer
+	done chan struct{}
+}
+
+func newHarness(t testing.TB, cfg sampler.Config) *harness {
+	t.Helper()
+	if err := sampler.CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	if cfg.SampleRate == 0 {
+		cfg.SampleRate = 99
+	}
+	cfg.Runtimes.HotSpot = true
+	s, err := sampler.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{s: s, norm: normalize.New(normalize.Options{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		for ev := range s.Events() {
+			switch ev.Kind {
+			case sampler.ProcessNew, sampler.ProcessExec, sampler.ProcessMapsChanged:
+				p, err := h.norm.Refresh(int(ev.Pid))
+				if err != nil {
+					continue
+				}
+				if err := s.Unwinder().Track(p); err != nil {
+					t.Errorf("track %d: %v", ev.Pid, err)
+				}
+				s.Runtimes().Attach(p)
+			case sampler.ProcessExit:
+				// Names are checked before a fixture exits; what
+				// the runtime keeps is dropped only at the end.
+				s.Unwinder().Forget(int(ev.Pid))
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		s.Close()
+		<-h.done
+	})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// sampleJVM runs cmd, lets it warm up, then returns the samples of its
+// process over d, taken while it still runs; it is killed after f.
+func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, f func(pid int, samples []sampler.Sample)) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		h.s.Runtimes().Forget(pid)
+	}()
+	time.Sleep(warm)
+	if _, err := h.s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	b, err := h.s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sampler.Sample
+	for _, s := range b.Samples {
+		if int(s.Pid) == pid {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no samples of pid %d", pid)
+	}
+	f(pid, out)
+}
+
+// frameOf is one user frame of a sample, named.
+type frameOf struct {
+	java    bool   // a Java method (interpreted, compiled or inlined)
+	inlined bool   // inlined into the next frame (same compiled frame)
+	name    string // method, stub name, or the native frame's file base name
+	line    uint32
+	native uint64 // a native frame's PC
+	err    error
+}
+
+// frames names a sample's user frames, leaf first, inlined methods
+// expanded innermost first.
+func (h *harness) frames(p *normalize.Process, s sampler.Sample) []frameOf {
+	var out []frameOf
+	for _, pc := range s.UserPCs {
+		if pc&sampler.RuntimeMark == 0 {
+			f := frameOf{native: pc, name: "?"}
+			if m := p.Find(pc); m != nil {
+				f.name = filepath.Base(m.Path)
+			}
+			out = append(out, f)
+			continue
+		}
+		rf := s.Runtime[pc&^sampler.RuntimeMark]
+		sym, err := h.s.Runtimes().Name(int(s.Pid), rf)
+		if err != nil {
+			out = append(out, frameOf{java: true, name: "<unnamed>", err: err})
+			continue
+		}
+		stub := rf.Kind == hotspot.KindStub
+		for i, f := range sym.Frames {
+			out = append(out, frameOf{java: !stub, inlined: i < len(sym.Frames)-1, name: f.Name, line: f.Line})
+		}
+	}
+	return out
+}
+
+// javapLines reads, per method of class, its LineNumberTable and the line
+// of each static call it makes ("a->b": the line of a's call to b).
+func javapLines(t testing.TB, jar, class string) (lines map[string][]uint32, calls map[string]uint32) {
+	t.Helper()
+	out := testfixture.Run(t, testfixture.NeedTool(t, "javap"), "-c", "-l", "-cp", jar, class)
+	lines, calls = map[string][]uint32{}, map[string]uint32{}
+	method := regexp.MustCompile(`^  \S.* (\w+)\(.*\);$`)
+	invoke := regexp.MustCompile(`^\s+(\d+): invokestatic .*// Method (\w+):`)
+	table := regexp.MustCompile(`^\s+line (\d+): (\d+)$`)
+	var cur string
+	type call struct {
+		bci    int
+		callee string
+	}
+	var pending []call
+	var rows [][2]int
+	flush := func() {
+		for _, c := range pending {
+			best := -1
+			for _, r := range rows {
+				if r[1] <= c.bci && (best < 0 || r[1] >= rows[best][1]) {
+					best = indexOf(rows, r)
+				}
+			}
+			if best >= 0 {
+				calls[cur+"->"+c.callee] = uint32(rows[best][0])
+			}
+		}
+		pending, rows = nil, nil
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		l := sc.Text()
+		if m := method.FindStringSubmatch(l); m != nil {
+			flush()
+			cur = m[1]
+		} else if m := invoke.FindStringSubmatch(l); m != nil {
+			bci, _ := strconv.Atoi(m[1])
+			pending = append(pending, call{bci, m[2]})
+		} else if m := table.FindStringSubmatch(l); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			bci, _ := strconv.Atoi(m[2])
+			rows = append(rows, [2]int{line, bci})
+			lines[cur] = append(lines[cur], uint32(line))
+		}
+	}
+	flush()
+	return lines, calls
+}
+
+func indexOf(rows [][2]int, r [2]int) int {
+	for i := range rows {
+		if rows[i] == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// funcRange is a function's ELF address range.
+type funcRange struct{ lo, hi uint64 }
+
+var libFuncs sync.Map
+
+// inFunc reports whether pc, a return address, is in fn of lib, mapped in p.
+func inFunc(t testing.TB, p *normalize.Process, lib, fn string, pc uint64) bool {
+	key := lib + "\x00" + fn
+	v, ok := libFuncs.Load(key)
+	if !ok {
+		start, size := testfixture.Func(t, lib, fn)
+		v = funcRange{start, start + size}
+		libFuncs.Store(key, v)
+	}
+	r := v.(funcRange)
+	m, vaddr, ok := p.Normalize(pc - 1)
+	return ok && m != nil && filepath.Base(m.Path) == filepath.Base(lib) && vaddr >= r.lo && vaddr < r.hi
+}
