@@ -193,8 +193,8 @@ type frameOf struct {
 	inlined bool   // inlined into the next frame (same compiled frame)
 	name    string // method, stub name, or the native frame's file base name
 	line    uint32
-	native uint64 // a native frame's PC
-	err    error
+	native  uint64 // a native frame's PC
+	err     error
 }
 
 // frames names a sample's user frames, leaf first, inlined methods
