@@ -162,7 +162,10 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 		memLo, memHi := u64(l.heapMemory+l.vsLowBoundary), u64(l.heapMemory+l.vsHighBoundary)
 		segmap := u64(l.heapSegmap + l.vsLowBoundary)
 		shift := binary.LittleEndian.Uint32(heap[l.heapLog2Seg:])
-		if memLo < lo || memHi > hi || memLo >= memHi || segmap == 0 || shift < 4 || shift > 12 {
+		if memLo == 0 || memHi == 0 || segmap == 0 || shift == 0 {
+			return v, errNotReady // the heap is being set up
+		}
+		if memLo < lo || memHi > hi || memLo >= memHi || shift < 4 || shift > 12 {
 			return v, layoutErr("code heap %d: [%#x, %#x), segment map %#x, segments of 2^%d", i, memLo, memHi, segmap, shift)
 		}
 		if i > 0 && shift != v.SegShift {

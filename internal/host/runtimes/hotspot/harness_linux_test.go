@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/sampler"
@@ -118,6 +120,9 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 		cfg.SampleRate = 99
 	}
 	cfg.Runtimes.HotSpot = true
+	if cfg.Logger == nil && os.Getenv("HSDEBUG") != "" {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
 	s, err := sampler.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -153,17 +158,22 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 	return h
 }
 
-// sampleJVM runs cmd, lets it warm up, then returns the samples of its
-// process over d, taken while it still runs; it is killed after f.
-func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, f func(pid int, samples []sampler.Sample)) {
+// sampleJVM runs cmd, lets it warm up, then gives f the samples of its
+// process over d, while it still runs (its frames are named from its
+// memory). Then the JVM is killed, or waited for when wait is set.
+func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, wait bool, f func(pid int, samples []sampler.Sample)) {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
 	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		if !wait {
+			cmd.Process.Kill()
+		}
+		if err := cmd.Wait(); err != nil && wait {
+			t.Errorf("the JVM: %v", err)
+		}
 		h.s.Runtimes().Forget(pid)
 	}()
 	time.Sleep(warm)

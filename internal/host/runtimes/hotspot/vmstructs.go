@@ -173,7 +173,12 @@ func (t *tableReader) describe(syms tableSyms, bias uint64, ptr, stride string, 
 	if d.stride, err = t.u64(a); err != nil {
 		return d, err
 	}
-	if d.base == 0 || d.stride < 16 || d.stride > maxStride || d.stride%8 != 0 {
+	// libjvm's static constructors set the stride last (vmStructs.cpp):
+	// a process caught while it loads libjvm has none yet.
+	if d.base == 0 || d.stride == 0 {
+		return d, fmt.Errorf("%s not set: %w", stride, errNotReady)
+	}
+	if d.stride < 16 || d.stride > maxStride || d.stride%8 != 0 {
 		return d, layoutErr("%s at %#x, stride %d", ptr, d.base, d.stride)
 	}
 	for _, c := range cols {
