@@ -132,6 +132,12 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 				set_reason(s, STOP_RUNTIME);
 				s->rt_kind = RUNTIME_NONE;
 			}
+			if (s->pc & ~RT_PTR_MASK) {
+				/* No user address (garbage a frame pointer walk
+				 * found): it would read as a runtime frame. */
+				set_reason(s, STOP_BAD_FRAME);
+				return finish_walk(s, st);
+			}
 			n = s->stack.len;
 			if (n >= s->max_frames || n >= MAX_USER_FRAMES) {
 				set_reason(s, STOP_DEPTH);

@@ -220,7 +220,12 @@ func (h *harness) frames(p *normalize.Process, s sampler.Sample) []frameOf {
 			out = append(out, f)
 			continue
 		}
-		rf := s.Runtime[pc&^sampler.RuntimeMark]
+		i := pc &^ sampler.RuntimeMark
+		if i >= uint64(len(s.Runtime)) {
+			out = append(out, frameOf{name: fmt.Sprintf("<bad word %#x of %d runtime frames: %#x>", pc, len(s.Runtime), s.UserPCs)})
+			continue
+		}
+		rf := s.Runtime[i]
 		sym, err := h.s.Runtimes().Name(int(s.Pid), rf)
 		if err != nil {
 			out = append(out, frameOf{java: true, name: "<unnamed>", err: err})

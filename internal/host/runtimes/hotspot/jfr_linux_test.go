@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +24,15 @@ import (
 // code) against JFR's. The ten methods JFR sees most must agree within 3
 // percentage points each.
 func TestAgreesWithJFR(t *testing.T) {
-	h := newHarness(t, sampler.Config{})
+	// Both sides sample as often as they can, so that the shares are
+	// known to within a point (sampling noise alone puts two estimates of
+	// a 20% share from 1,000 samples each 1.8 points apart).
+	h := newHarness(t, sampler.Config{SampleRate: 499})
 	jar, lib := javaFixtures(t)
+	settings := filepath.Join(t.TempDir(), "sample.jfc")
+	if err := os.WriteFile(settings, []byte(jfcExecutionSample), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, j := range jdks(t) {
 		t.Run(j.name, func(t *testing.T) {
 			rec := filepath.Join("/tmp/profsym-fixtures", "mix-"+j.name+".jfr")
@@ -36,13 +44,17 @@ func TestAgreesWithJFR(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Remove(host)
-			cmd := javaCmd(t, j, jar, lib, []string{"-XX:StartFlightRecording=filename=" + rec + ",settings=profile"},
-				"fixture.Mix", "22", "2")
+			jfc := settings
+			if j.root != "" {
+				jfc = testfixture.ChrootCopy(t, j.root, settings)[0]
+			}
+			cmd := javaCmd(t, j, jar, lib, []string{"-XX:StartFlightRecording=filename=" + rec + ",settings=" + jfc},
+				"fixture.Mix", strconv.Itoa(int((window+warm)/time.Second)+3), "2")
 			ours := map[string]float64{}
 			var from, to time.Time
-			h.sampleJVM(t, cmd, 4*time.Second, 14*time.Second, true, func(pid int, samples []sampler.Sample) {
+			h.sampleJVM(t, cmd, warm, window, true, func(pid int, samples []sampler.Sample) {
 				to = time.Now()
-				from = to.Add(-14 * time.Second)
+				from = to.Add(-window)
 				p, err := h.norm.Refresh(pid)
 				if err != nil {
 					t.Fatal(err)
@@ -69,6 +81,23 @@ func TestAgreesWithJFR(t *testing.T) {
 	}
 }
 
+// The sampling window, after the JIT compilers are done.
+const (
+	warm   = 4 * time.Second
+	window = 20 * time.Second
+)
+
+// jfcExecutionSample records jdk.ExecutionSample alone, every millisecond
+// (JDKs sample less often than asked when the machine is busy).
+const jfcExecutionSample = `<?xml version="1.0" encoding="UTF-8"?>
+<configuration version="2.0" label="profsym" description="jdk.ExecutionSample only">
+  <event name="jdk.ExecutionSample">
+    <setting name="enabled">true</setting>
+    <setting name="period">1 ms</setting>
+  </event>
+</configuration>
+`
+
 // jfrTops counts the top frames of the recording's jdk.ExecutionSample
 // events of the mix threads in [from, to].
 func jfrTops(t *testing.T, path string, from, to time.Time) map[string]float64 {
@@ -83,7 +112,17 @@ func jfrTops(t *testing.T, path string, from, to time.Time) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
+	var first, last int64
+	defer func() {
+		t.Logf("JFR samples from %v to %v, window %v to %v", time.Unix(0, first).Format(time.StampMilli), time.Unix(0, last).Format(time.StampMilli), from.Format(time.StampMilli), to.Format(time.StampMilli))
+	}()
 	err = jfr.Parse(f, st.Size(), jfr.Options{}, jfr.Visitor{Sample: func(c *jfr.Chunk, s *jfr.Sample) error {
+		if s.Kind == jfr.KindCPU {
+			if first == 0 || s.Time < first {
+				first = s.Time
+			}
+			last = max(last, s.Time)
+		}
 		if s.Kind != jfr.KindCPU || s.Time < from.UnixNano() || s.Time > to.UnixNano() {
 			return nil
 		}
