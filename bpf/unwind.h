@@ -373,9 +373,13 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	off = lookup - m->bias;
 	if (slot == TABLE_FP) {
 		/* JIT or anonymous code: if frame pointers lead nowhere the
-		 * stack is cut short, not whole. */
+		 * stack is cut short, not whole; that it ended in such code
+		 * says more than the failed read (JIT code keeps no frame
+		 * pointer in rbp). */
+		__u32 before = s->stack.reason;
 		if (expected_fp_step(s)) {
-			set_reason(s, STOP_JIT);
+			if (before == STOP_OK)
+				s->stack.reason = STOP_JIT;
 			return 1;
 		}
 		return 0;

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 )
 
@@ -22,7 +23,7 @@ const fixtureSeconds = "30"
 // call for callers, a line of hot for hot. Below main come the call stub
 // and libjvm down to the thread's start, with no stop reason.
 func TestJavaChains(t *testing.T) {
-	h := newHarness(t, sampler.Config{})
+	h := newHarness(t, sampler.Config{Runtimes: runtimes.Config{HotSpot: true}})
 	jar, lib := javaFixtures(t)
 	lines, calls := javapLines(t, jar, "fixture.Chain")
 	modes := []struct {
@@ -192,4 +193,42 @@ func describe(fs []frameOf) string {
 		}
 	}
 	return b.String()
+}
+
+// TestJITWithoutWalker runs fixture.Chain under C2 with the HotSpot
+// walker off: the native walker cannot step through compiled Java code
+// (no unwind table, no frame pointer), and every stack that reaches it
+// must say so (jit) rather than pass for whole.
+func TestJITWithoutWalker(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	jar, lib := javaFixtures(t)
+	cmd := javaCmd(t, jdk{name: "jdk17"}, jar, lib, nil, "fixture.Chain", "chain", fixtureSeconds)
+	h.sampleJVM(t, cmd, 6*time.Second, 4*time.Second, false, func(pid int, samples []sampler.Sample) {
+		p, err := h.norm.Refresh(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jit, silent uint64
+		stops := map[string]uint64{}
+		for _, s := range samples {
+			if s.Comm != "java" || len(s.UserPCs) == 0 {
+				continue
+			}
+			if m := p.Find(s.UserPCs[0]); m == nil || !m.Anonymous {
+				continue
+			}
+			jit += s.Count
+			stops[s.Stop.String()] += s.Count
+			if s.Stop == sampler.StopOK {
+				silent += s.Count
+			}
+		}
+		t.Logf("%d main-thread samples in JIT code: stops %v", jit, stops)
+		if jit < 50 {
+			t.Fatalf("only %d samples in JIT code", jit)
+		}
+		if silent > 0 || stops["jit"]*10 < jit*9 {
+			t.Errorf("stacks ending in JIT code: %v, want jit on all (at least 90%%, the rest another reason)", stops)
+		}
+	})
 }

@@ -119,7 +119,6 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 	if cfg.SampleRate == 0 {
 		cfg.SampleRate = 99
 	}
-	cfg.Runtimes.HotSpot = true
 	if cfg.Logger == nil && os.Getenv("HSDEBUG") != "" {
 		cfg.Logger = zaptest.NewLogger(t)
 	}

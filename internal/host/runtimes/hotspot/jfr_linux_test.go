@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -27,7 +28,7 @@ func TestAgreesWithJFR(t *testing.T) {
 	// Both sides sample as often as they can, so that the shares are
 	// known to within a point (sampling noise alone puts two estimates of
 	// a 20% share from 1,000 samples each 1.8 points apart).
-	h := newHarness(t, sampler.Config{SampleRate: 499})
+	h := newHarness(t, sampler.Config{SampleRate: 499, Runtimes: runtimes.Config{HotSpot: true}})
 	jar, lib := javaFixtures(t)
 	settings := filepath.Join(t.TempDir(), "sample.jfc")
 	if err := os.WriteFile(settings, []byte(jfcExecutionSample), 0o644); err != nil {
