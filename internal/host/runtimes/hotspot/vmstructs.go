@@ -189,7 +189,7 @@ func (t *tableReader) describe(syms tableSyms, bias uint64, ptr, stride string, 
 		if err != nil {
 			return d, err
 		}
-		if off+8 > d.stride {
+		if off > d.stride-8 {
 			return d, layoutErr("%s = %d past the stride %d", c, off, d.stride)
 		}
 		d.offs = append(d.offs, off)
