@@ -27,9 +27,9 @@ func FuzzTables(f *testing.F) {
 		return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint32(nil, off), v)
 	}
 	f.Add(uint8(17), []byte{})
-	f.Add(uint8(11), patch(8, 0))                   // a stride of zero
-	f.Add(uint8(21), patch(0, imageBase))           // the structs at the variables
-	f.Add(uint8(17), patch(24, 1<<63))              // a column past the stride
+	f.Add(uint8(11), patch(8, 0))         // a stride of zero
+	f.Add(uint8(21), patch(0, imageBase)) // the structs at the variables
+	f.Add(uint8(17), patch(24, 1<<63))    // a column past the stride
 	f.Add(uint8(17), append(patch(200, ^uint64(0)), patch(400, imageBase+1)...))
 	f.Fuzz(func(t *testing.T, version uint8, patches []byte) {
 		img, ok := images[int(version)]

@@ -110,7 +110,7 @@ func TestCompiledInlined(t *testing.T) {
 		leaf bool
 		want string
 	}{
-		{0x10, false, "a:33"},            // a return address: its own PcDesc
+		{0x10, false, "a:33"},             // a return address: its own PcDesc
 		{0x40, false, "hot:19 b:25 a:33"}, // inlined
 		{0x30, true, "hot:19 b:25 a:33"},  // interrupted: the next PcDesc
 		{0x40, true, "b:25 a:33"},         // interrupted at a PcDesc: the next one
