@@ -81,7 +81,7 @@ struct hotspot_proc {
 	__u16 method_const, cm_size, cm_code_size;
 	__u16 heap_block;           /* HeapBlock header before each blob */
 	__s16 if_sender_sp, if_method, if_bcp;
-	__u16 pad;
+	__u16 broken; /* a JVM profsym cannot walk: its stacks say runtime */
 };
 
 struct {
@@ -405,13 +405,15 @@ static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struc
 	int r;
 
 	b = bpf_map_lookup_elem(&hotspot_scratch, &zero);
-	if (!p || !b) {
+	if (!p || p->broken || !b) {
 		/* Known to run HotSpot, but not walkable: its native frames,
-		 * marked. A JVM still starting up gets walked once userspace
-		 * looks again: ask it to (at most once a second). */
+		 * marked. A JVM still starting up (no entry yet) gets walked
+		 * once userspace looks again: ask it to (at most once a
+		 * second). */
 		hs_error(HS_ERR_NO_PROC);
 		set_reason(s, STOP_RUNTIME);
-		signal_remap(s, st);
+		if (!p)
+			signal_remap(s, st);
 		s->rt_kind = RUNTIME_NONE;
 		return walk_native(ctx, s, st, progs);
 	}

@@ -99,7 +99,7 @@ type ProfileHotspotProc struct {
 	IfSenderSp        int16
 	IfMethod          int16
 	IfBcp             int16
-	Pad               uint16
+	Broken            uint16
 }
 
 type ProfileProcEvent struct {

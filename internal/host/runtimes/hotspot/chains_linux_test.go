@@ -2,7 +2,10 @@ package hotspot_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // fixtureSeconds is how long a Chain run lasts: warm-up, sampling and
@@ -231,4 +235,65 @@ func TestJITWithoutWalker(t *testing.T) {
 			t.Errorf("stacks ending in JIT code: %v, want jit on all (at least 90%%, the rest another reason)", stops)
 		}
 	})
+}
+
+// TestUnwalkableJVM runs fixture.Chain on a JDK whose layout profsym does
+// not walk (23 and later moved nmethod data; the host has Temurin 25):
+// the process is counted as failed, and its stacks keep their native
+// frames and say runtime.
+func TestUnwalkableJVM(t *testing.T) {
+	java := newerJDK(t)
+	h := newHarness(t, sampler.Config{Runtimes: runtimes.Config{HotSpot: true}})
+	jar, lib := javaFixtures(t)
+	failed := h.s.Runtimes().Stats().Failed["hotspot"]
+	cmd := javaCmd(t, jdk{name: "newer"}, jar, lib, nil, "fixture.Chain", "chain", fixtureSeconds)
+	cmd.Path, cmd.Args[0] = java, java
+	h.sampleJVM(t, cmd, 4*time.Second, 4*time.Second, false, func(pid int, samples []sampler.Sample) {
+		var all, runtime uint64
+		stops := map[string]uint64{}
+		for _, s := range samples {
+			if s.Comm != "java" {
+				continue
+			}
+			all += s.Count
+			stops[s.Stop.String()] += s.Count
+			if s.Stop == sampler.StopRuntime {
+				runtime += s.Count
+			}
+			if len(s.Runtime) > 0 {
+				t.Fatalf("a runtime frame from a JVM that cannot be walked: %+v", s.Runtime)
+			}
+		}
+		t.Logf("%d main-thread samples: stops %v", all, stops)
+		if all < 50 || runtime*10 < all*9 {
+			t.Errorf("stop reason runtime on %d of %d samples", runtime, all)
+		}
+	})
+	if h.s.Runtimes().Stats().Failed["hotspot"] == failed {
+		t.Error("the JVM was not counted as one that cannot be walked")
+	}
+}
+
+// newerJDK finds a JDK newer than the layouts walked (23 or later).
+func newerJDK(t *testing.T) string {
+	t.Helper()
+	homes, _ := filepath.Glob("/usr/lib/jvm/*/release")
+	for _, r := range homes {
+		b, err := os.ReadFile(r)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(l, `JAVA_VERSION="`)
+			if !ok {
+				continue
+			}
+			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+			if major >= 23 {
+				return filepath.Join(filepath.Dir(r), "bin", "java")
+			}
+		}
+	}
+	testfixture.SkipOrFail(t, "no JDK 23 or later under /usr/lib/jvm (Temurin 25 on the build machine)")
+	return ""
 }

@@ -179,6 +179,10 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	case err != nil:
 		pr.err = fmt.Errorf("%s: %w", m.Path, err)
 		pr.ranges = fallbackRanges(p, pr)
+		// The walker marks its stacks without asking for snapshots.
+		if len(pr.ranges) > 0 {
+			_ = r.procMap.Put(uint32(p.PID), &bpf.ProfileHotspotProc{Broken: 1})
+		}
 		return pr.ranges, true, pr.err
 	}
 	return pr.ranges, true, nil
@@ -246,7 +250,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	pr.mem.Close()
-	if pr.ready {
+	if pr.ready || pr.err != nil {
 		_ = r.procMap.Delete(uint32(pid))
 	}
 	r.methods.EvictWhere(func(k methodKey, _ *methodInfo) bool { return k.pid == pid }, func() bool { return false })
