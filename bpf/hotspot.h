@@ -80,8 +80,10 @@ struct hotspot_proc {
 	__u16 nm_compile_id, nm_orig_pc, nm_deopt;
 	__u16 method_const, cm_size, cm_code_size;
 	__u16 heap_block;           /* HeapBlock header before each blob */
+	__u16 blob_bytes;           /* the part of a blob holding the fields above, <= HS_BLOB_BYTES */
 	__s16 if_sender_sp, if_method, if_bcp;
 	__u16 broken; /* a JVM profsym cannot walk: its stacks say runtime */
+	__u16 pad[3];
 };
 
 struct {
@@ -358,7 +360,9 @@ static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state 
 		r = HS_UNKNOWN;
 		goto out;
 	}
-	if (bpf_probe_read_user(b, sizeof(*b), (void *)blob)) {
+	/* Only the header's part the fields live in (a third less to copy
+	 * than the whole buffer on JDK 17). */
+	if (bpf_probe_read_user(b, ((__u32)p->blob_bytes - 1) % HS_BLOB_BYTES + 1, (void *)blob)) {
 		r = HS_UNKNOWN;
 		goto out;
 	}

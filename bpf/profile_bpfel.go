@@ -96,10 +96,12 @@ type ProfileHotspotProc struct {
 	CmSize            uint16
 	CmCodeSize        uint16
 	HeapBlock         uint16
+	BlobBytes         uint16
 	IfSenderSp        int16
 	IfMethod          int16
 	IfBcp             int16
 	Broken            uint16
+	Pad               [3]uint16
 }
 
 type ProfileProcEvent struct {

@@ -204,6 +204,7 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 	pr.callStubRet, v.CallStubRet = ret, ret
 
 	v.HeapBlock = uint16(l.heapBlockSize)
+	v.BlobBytes = uint16(l.blobReadBytes())
 	v.BlobName, v.BlobSize, v.BlobCodeBegin = uint16(l.blobName), uint16(l.blobSize), uint16(l.blobCodeBegin)
 	v.BlobFrameComplete, v.BlobFrameSize = uint16(l.blobFrameComplete), uint16(l.blobFrameSize)
 	v.NmCompileId, v.NmOrigPc, v.NmDeopt = uint16(l.nmCompileID), uint16(l.nmOrigPCOffset), uint16(l.nmDeoptHandler)

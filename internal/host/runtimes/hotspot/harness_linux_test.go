@@ -109,6 +109,9 @@ type harness struct {
 	s    *sampler.Sampler
 	norm *normalize.Normalizer
 	done chan struct{}
+	// snapshotAfterWarm takes one more snapshot of the process after the
+	// warm-up, as a change of its mappings would.
+	snapshotAfterWarm bool
 }
 
 func newHarness(t testing.TB, cfg sampler.Config) *harness {
@@ -176,6 +179,11 @@ func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, 
 		h.s.Runtimes().Forget(pid)
 	}()
 	time.Sleep(warm)
+	if h.snapshotAfterWarm {
+		if p, err := h.norm.Refresh(pid); err == nil {
+			h.s.Runtimes().Attach(p)
+		}
+	}
 	if _, err := h.s.Drain(); err != nil {
 		t.Fatal(err)
 	}

@@ -220,6 +220,17 @@ func (l *layout) check() error {
 	return nil
 }
 
+// blobReadBytes is how much of a blob the walker reads: the fields it
+// uses, rounded up to 64 bytes.
+func (l *layout) blobReadBytes() uint64 {
+	end := uint64(0)
+	for _, o := range []uint64{l.blobName, l.blobSize, l.blobCodeBegin, l.blobFrameComplete, l.blobFrameSize,
+		l.nmCompileID, l.nmOrigPCOffset, l.nmDeoptHandler} {
+		end = max(end, o+8)
+	}
+	return min((end+63)&^63, blobHeaderBytes)
+}
+
 // blobHeaderBytes is how much of a CodeBlob the BPF walker reads at once
 // (bpf/hotspot.h HS_BLOB_BYTES).
 const blobHeaderBytes = 512
