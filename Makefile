@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr bench-hotspot fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -55,6 +55,14 @@ bench-processor:
 bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
+
+# What following Java stacks costs the agent: sampler and reports at 99 Hz
+# with a JVM busy on both cores, the HotSpot walker off (native-only) and on,
+# side by side (PROFSYM_BENCH_SECONDS per run, default 60): agent CPU, BPF
+# ns per sample, RSS, Java frames per sample.
+bench-hotspot:
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench HotSpotCost -benchtime 1x -timeout 15m ./internal/host/runtimes/hotspot | tee $(BIN)/bench-hotspot.txt
 
 # Unwinding side by side with `perf record --call-graph dwarf` on the same
 # fixtures: whole-chain fraction, CPU, BPF time per sample
