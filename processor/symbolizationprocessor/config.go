@@ -10,10 +10,10 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 
+	"github.com/profsym/profsym/internal/debugdirs"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/symbolize/demangle"
