@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/ulikunitz/xz"
@@ -138,13 +139,9 @@ type cand struct {
 // symbols gives an empty table); malformed ones are, wrapping
 // frame.ErrCorruptFile.
 func New(f *elfx.File) (t *Table, err error) {
-	defer func() {
-		// debug/elf's symbol readers are not guaranteed panic-free on
-		// hostile input; turn a panic into a corrupt-file error.
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("%s: %v: %w", f.Path, r, errCorrupt)
-		}
-	}()
+	// debug/elf's symbol readers are not guaranteed panic-free on hostile
+	// input; a panic makes this file corrupt.
+	defer contain.Panic(func(r any) { t, err = nil, fmt.Errorf("%s: %v: %w", f.Path, r, errCorrupt) })
 	b := builder{text: execRanges(f)}
 	syms, err := f.Symbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
