@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/collector/confmap"
+
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
@@ -102,6 +104,8 @@ func createDefaultConfig() *Config {
 		},
 	}
 }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
