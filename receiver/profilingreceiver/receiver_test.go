@@ -171,10 +171,7 @@ func TestEndToEnd(t *testing.T) {
 	if got := countFDs(t); got != fds {
 		t.Errorf("%d fds open after shutdown, %d before", got, fds)
 	}
-	receivers.mu.Lock()
-	n := len(receivers.m)
-	receivers.mu.Unlock()
-	if n != 0 {
+	if n := receivers.Len(); n != 0 {
 		t.Errorf("%d shared receivers left after shutdown", n)
 	}
 }
