@@ -55,3 +55,14 @@ func TestOr(t *testing.T) {
 		t.Fatal("Or(f) is not f")
 	}
 }
+
+func TestVirtualJumpsToEachTimer(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	v := NewVirtual(start)
+	for _, d := range []time.Duration{time.Second, 250 * time.Millisecond} {
+		<-v.NewTimer(d).C()
+	}
+	if got := v.Now().Sub(start); got != 1250*time.Millisecond {
+		t.Fatalf("virtual time %v after waits of 1.25 s", got)
+	}
+}

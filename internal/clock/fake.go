@@ -15,6 +15,16 @@ type Fake struct {
 	cond   *sync.Cond
 	now    time.Time
 	timers []*fakeTimer // pending
+	auto   bool         // virtual time: a new timer moves the time to it
+}
+
+// NewVirtual returns a Fake whose time jumps to each new timer's deadline
+// as it is set: waiting costs no real time, and the time read afterwards
+// is the sum of the waits, exactly (for pacing and backoff arithmetic).
+func NewVirtual(start time.Time) *Fake {
+	f := NewFake(start)
+	f.auto = true
+	return f
 }
 
 // NewFake returns a Fake reading start.
@@ -45,7 +55,11 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 // Advance moves the time on by d, firing every timer due by then.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
-	end := f.now.Add(d)
+	f.advanceLocked(f.now.Add(d))
+	f.mu.Unlock()
+}
+
+func (f *Fake) advanceLocked(end time.Time) {
 	for {
 		slices.SortStableFunc(f.timers, func(a, b *fakeTimer) int { return a.when.Compare(b.when) })
 		if len(f.timers) == 0 || f.timers[0].when.After(end) {
@@ -58,7 +72,6 @@ func (f *Fake) Advance(d time.Duration) {
 	}
 	f.now = end
 	f.cond.Broadcast()
-	f.mu.Unlock()
 }
 
 // WaitTimers blocks until at least n timers are pending, and returns
@@ -124,6 +137,9 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	}
 	t.f.timers = append(t.f.timers, t)
 	t.f.cond.Broadcast()
+	if t.f.auto {
+		t.f.advanceLocked(t.when)
+	}
 	return was
 }
 
