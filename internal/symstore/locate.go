@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/profsym/profsym/internal/frame"
@@ -154,7 +154,7 @@ func (s *Store) makeRoom(n int64) {
 		}
 		all = append(all, ent{p, st.ModTime()})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].mod.Before(all[j].mod) })
+	slices.SortFunc(all, func(a, b ent) int { return a.mod.Compare(b.mod) })
 	for _, e := range all {
 		if s.cached+n <= s.cfg.CacheBytes {
 			break

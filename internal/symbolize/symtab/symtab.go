@@ -7,9 +7,11 @@ package symtab
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -198,7 +200,7 @@ func execRanges(f *elfx.File) []span {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	slices.SortFunc(out, func(a, b span) int { return cmp.Compare(a.start, b.start) })
 	return out
 }
 
@@ -300,21 +302,9 @@ func (b *builder) build() *Table {
 	// aliases of equal size, the one that comes last in its table (glibc's
 	// "__freelocale" over "freelocale", "scalbn" over "ldexp"). Across
 	// tables the more complete one wins: .symtab, MiniDebugInfo, .dynsym.
-	sort.Slice(c, func(i, j int) bool {
-		x, y := &c[i], &c[j]
-		if x.addr != y.addr {
-			return x.addr < y.addr
-		}
-		if x.size != y.size {
-			return x.size > y.size
-		}
-		if x.prio != y.prio {
-			return x.prio < y.prio
-		}
-		if x.seq != y.seq {
-			return x.seq > y.seq
-		}
-		return x.name < y.name
+	slices.SortFunc(c, func(x, y cand) int {
+		return cmp.Or(cmp.Compare(x.addr, y.addr), cmp.Compare(y.size, x.size), cmp.Compare(x.prio, y.prio),
+			cmp.Compare(y.seq, x.seq), cmp.Compare(x.name, y.name))
 	})
 	uniq := c[:0]
 	for i := range c {
