@@ -35,3 +35,31 @@ func Int(b []byte) (v int64, n int) {
 	}
 	return 0, -1
 }
+
+// Next decodes the number at b[*off:] with dec (Uint or Int) and moves
+// *off past it. ok is false when there is none: *off outside b, b ending
+// inside the number, or the number past the bounds.
+func Next[T uint64 | int64](b []byte, off *int, dec func([]byte) (T, int)) (v T, ok bool) {
+	if *off < 0 || *off >= len(b) {
+		return v, false
+	}
+	v, n := dec(b[*off:])
+	if n <= 0 {
+		return 0, false
+	}
+	*off += n
+	return v, true
+}
+
+// AppendInt appends v as signed LEB128 (binary.AppendUvarint writes the
+// unsigned form).
+func AppendInt(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}

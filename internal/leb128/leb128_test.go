@@ -6,20 +6,6 @@ import (
 	"testing"
 )
 
-// sleb encodes v as signed LEB128 (for the round trip; the standard library
-// has only the unsigned form, binary.AppendUvarint).
-func sleb(v int64) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 func TestRoundTrip(t *testing.T) {
 	for _, u := range []uint64{0, 1, 127, 128, 624485, 1 << 35, math.MaxUint64 - 1, math.MaxUint64} {
 		enc := binary.AppendUvarint(nil, u)
@@ -28,10 +14,21 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	for _, s := range []int64{0, 1, -1, 63, 64, -64, -65, -123456, math.MaxInt64, math.MinInt64} {
-		enc := sleb(s)
+		enc := AppendInt(nil, s)
 		if v, n := Int(append(enc, 0xff)); v != s || n != len(enc) {
 			t.Errorf("Int(%x) = %d, %d; want %d, %d", enc, v, n, s, len(enc))
 		}
+	}
+	b := binary.AppendUvarint(AppendInt(nil, -2), 300)
+	off := 0
+	if v, ok := Next(b, &off, Int); !ok || v != -2 || off != 1 {
+		t.Errorf("Next(Int) = %d, %v at %d", v, ok, off)
+	}
+	if v, ok := Next(b, &off, Uint); !ok || v != 300 || off != 3 {
+		t.Errorf("Next(Uint) = %d, %v at %d", v, ok, off)
+	}
+	if _, ok := Next(b, &off, Uint); ok || off != 3 {
+		t.Errorf("Next at the end: ok %v at %d", ok, off)
 	}
 }
 
@@ -69,7 +66,7 @@ func FuzzInt(f *testing.F) {
 			if _, m := Uint(b); m > 0 && m != n {
 				t.Fatalf("Int read %d bytes, Uint %d", n, m)
 			}
-			if w, m := Int(sleb(v)); w != v || m <= 0 {
+			if w, m := Int(AppendInt(nil, v)); w != v || m <= 0 {
 				t.Fatalf("%d does not round-trip: %d, %d", v, w, m)
 			}
 		}

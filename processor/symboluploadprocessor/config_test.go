@@ -1,13 +1,10 @@
 package symboluploadprocessor
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
@@ -16,20 +13,9 @@ import (
 // loadConfig reads testdata/config.yaml's configuration of that name over
 // the defaults, and validates it.
 func loadConfig(t *testing.T, name string) (*Config, error) {
-	t.Helper()
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := createDefaultConfig()
-	if err := sub.Unmarshal(cfg); err != nil {
-		return nil, err
-	}
-	return cfg, confmap.Validate(cfg)
+	err := testfixture.LoadConfig(t, cfg, component.NewIDWithName(metadata.Type, name).String())
+	return cfg, err
 }
 
 func TestLoadConfig(t *testing.T) {

@@ -1,19 +1,14 @@
 package jfrreceiver
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
 func TestLoadConfig(t *testing.T) {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		id   string
 		want func(*Config) // the defaults it changes
@@ -38,11 +33,7 @@ func TestLoadConfig(t *testing.T) {
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			cfg := createDefaultConfig()
-			sub, err := cm.Sub(tc.id)
-			require.NoError(t, err)
-			if err = sub.Unmarshal(cfg); err == nil {
-				err = confmap.Validate(cfg)
-			}
+			err := testfixture.LoadConfig(t, cfg, tc.id)
 			if tc.errs != nil {
 				testfixture.WantErrors(t, err, tc.errs...)
 				return

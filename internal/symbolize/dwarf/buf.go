@@ -124,30 +124,18 @@ func (b *buf) uleb() uint64 {
 		b.off++
 		return uint64(b.data[b.off-1])
 	}
-	if b.off >= len(b.data) {
+	v, ok := leb128.Next(b.data, &b.off, leb128.Uint)
+	if !ok {
 		b.fail()
-		return 0
 	}
-	v, n := leb128.Uint(b.data[b.off:])
-	if n <= 0 {
-		b.fail()
-		return 0
-	}
-	b.off += n
 	return v
 }
 
 func (b *buf) sleb() int64 {
-	if b.off >= len(b.data) {
+	v, ok := leb128.Next(b.data, &b.off, leb128.Int)
+	if !ok {
 		b.fail()
-		return 0
 	}
-	v, n := leb128.Int(b.data[b.off:])
-	if n <= 0 {
-		b.fail()
-		return 0
-	}
-	b.off += n
 	return v
 }
 

@@ -79,30 +79,18 @@ func (r *reader) u64() uint64 {
 // uleb and sleb decode LEB128 of at most 10 bytes and 64 bits (package
 // leb128); longer encodings are corruption, not something to loop over.
 func (r *reader) uleb() uint64 {
-	if r.off >= len(r.b) {
+	v, ok := leb128.Next(r.b, &r.off, leb128.Uint)
+	if !ok {
 		r.fail()
-		return 0
 	}
-	v, n := leb128.Uint(r.b[r.off:])
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.off += n
 	return v
 }
 
 func (r *reader) sleb() int64 {
-	if r.off >= len(r.b) {
+	v, ok := leb128.Next(r.b, &r.off, leb128.Int)
+	if !ok {
 		r.fail()
-		return 0
 	}
-	v, n := leb128.Int(r.b[r.off:])
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.off += n
 	return v
 }
 
