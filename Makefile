@@ -6,6 +6,7 @@ BENCHTIME ?= 1x
 CLANG     ?= clang-19
 
 OTELCOL   := $(BIN)/otelcol-profsym
+TESTSUMMARY := $(BIN)/testsummary
 BUILDER   := $(BIN)/builder
 GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
@@ -30,8 +31,9 @@ check-cross:
 
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests. Under
 # CI=true, tests that lack a tool or privilege fail instead of skipping.
-test: vet check-cross build otelcol
-	$(GO) test -count=1 -timeout 75m ./...
+# testsummary prints what go test would, then every skipped test and why.
+test: vet check-cross build otelcol $(TESTSUMMARY)
+	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
 
 bench: bench-symbolize bench-processor bench-sampler bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
@@ -131,6 +133,9 @@ MDATAGEN := $(BIN)/mdatagen
 # never mix with the distribution's.
 $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
 	cd internal/tools && $(GO) build -o $(abspath $(MDATAGEN)) go.opentelemetry.io/collector/cmd/mdatagen
+
+$(TESTSUMMARY): $(wildcard internal/tools/testsummary/*.go) internal/tools/go.mod
+	cd internal/tools && $(GO) build -o $(abspath $(TESTSUMMARY)) ./testsummary
 
 # Regenerate eBPF objects and bindings (needs clang-19, llvm-strip-19 and
 # libbpf-dev) and the components' metadata code (mdatagen).

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,16 +167,12 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for _, s := range stats {
 		rows = append(rows, s)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
+	slices.SortFunc(rows, func(a, b *fnStat) int {
 		ka, kb := a.flat, b.flat
 		if *by == "cumulative" {
 			ka, kb = a.cum, b.cum
 		}
-		if ka != kb {
-			return ka > kb
-		}
-		return a.name < b.name
+		return cmp.Or(cmp.Compare(kb, ka), cmp.Compare(a.name, b.name))
 	})
 	fmt.Fprintf(stdout, "Samples: %d", total)
 	if *pid != 0 {

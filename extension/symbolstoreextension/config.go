@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/profsym/profsym/internal/symstore"
 )
@@ -117,6 +118,8 @@ func remoteClientDefaults() confighttp.ClientConfig {
 
 // remote reports whether the store reads another over HTTP.
 func (c *Config) remote() bool { return c.Storage.Remote.ClientConfig.Endpoint != "" }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
