@@ -19,7 +19,6 @@ import (
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
 // maxJFR bounds a compressed recording once expanded.
@@ -29,6 +28,9 @@ const maxJFR = 4 << 30
 // the file exporter's one document per line), or a JFR recording (plain,
 // or gzip/zstd/lz4 compressed), converted as the jfr receiver converts it.
 func readProfiles(path string) ([]pprofile.Profiles, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		return nil, errNoProfiles(path)
+	}
 	// Regular files only: a FIFO or device named on the command line must
 	// not block or be read.
 	f, size, err := elfx.OpenRegular(path, maxJFR)
@@ -62,7 +64,11 @@ func readProfiles(path string) ([]pprofile.Profiles, error) {
 	}
 	var um pprofile.JSONUnmarshaler
 	var out []pprofile.Profiles
-	for i, doc := range splitDocuments(b) {
+	docs := splitDocuments(b)
+	if len(docs) == 0 {
+		return nil, errNoProfiles(path)
+	}
+	for i, doc := range docs {
 		pd, err := um.UnmarshalProfiles(doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", path, i+1, err)
@@ -343,82 +349,4 @@ func sampleValue(s pprofile.Sample) int64 {
 		return int64(n)
 	}
 	return 1
-}
-
-// runConvert implements `profsym convert FILE --to pprof|otlp -o OUT`: an
-// OTLP profiles JSON file or a JFR recording to pprof (go tool pprof opens
-// it) or to OTLP profiles JSON (what the file exporter writes).
-func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("profsym convert", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	to := fs.String("to", "pprof", "output format: pprof (gzipped profile.proto) or otlp (OTLP profiles JSON)")
-	out := fs.String("o", "", "output file (otlp: default standard output)")
-	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
-	sources := addSourceFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err == flag.ErrHelp {
-		return 0
-	}
-	if err != nil || len(pos) != 1 || (*to != "pprof" && *to != "otlp") || (*to == "pprof" && *out == "") {
-		fmt.Fprintln(stderr, "usage: profsym convert FILE --to pprof -o OUT.pb.gz | --to otlp [-o OUT.json] [--symbolize [resolve's source flags]]")
-		return 2
-	}
-	docs, err := readProfiles(pos[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	if len(docs) == 0 {
-		fmt.Fprintf(stderr, "profsym convert: %s holds no profiles\n", pos[0])
-		return 1
-	}
-	if !symbolizeAll(docs, *symbolize, sources, stderr, "convert") {
-		return 1
-	}
-	all := docs[0]
-	for _, pd := range docs[1:] {
-		if err := pd.MergeTo(all); err != nil {
-			fmt.Fprintf(stderr, "profsym convert: merging documents: %v\n", err)
-			return 1
-		}
-	}
-	if *to == "otlp" {
-		var m pprofile.JSONMarshaler
-		b, err := m.MarshalProfiles(all)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		w, closeOut, err := output(*out, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		defer closeOut()
-		if _, err := w.Write(append(b, '\n')); err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		if *out != "" {
-			fmt.Fprintf(stderr, "wrote %s (%d samples)\n", *out, all.SampleCount())
-		}
-		return 0
-	}
-	p, err := profbuild.ToPprof(all)
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	f, err := os.Create(*out)
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	defer f.Close()
-	if err := p.Write(f); err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stderr, "wrote %s (%d samples); open with: go tool pprof -http=: %s\n", *out, len(p.Sample), *out)
-	return 0
 }
