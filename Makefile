@@ -9,7 +9,9 @@ OTELCOL   := $(BIN)/otelcol-profsym
 BUILDER   := $(BIN)/builder
 GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
-export PROFSYM_OUTPUT
+PROFSYM_OUTPUT_MAX_MB ?= 100
+PROFSYM_OUTPUT_BACKUPS ?= 3
+export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
 .PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol image image-push generate check-generate clean
 
@@ -173,11 +175,13 @@ $(IMAGE_DIR)/%/profsym: $(GO_SOURCES)
 	$(STATIC) GOARCH=$* $(GO) build $(STATIC_FLAGS) -o $@ ./cmd/profsym
 
 # Profile this host: sample every CPU, symbolize, print a summary every
-# report interval and write OTLP JSON profiles to $(PROFSYM_OUTPUT).
+# report interval and write OTLP JSON profiles to $(PROFSYM_OUTPUT), rotated
+# at PROFSYM_OUTPUT_MAX_MB with PROFSYM_OUTPUT_BACKUPS old files kept.
 run: build otelcol
 	@mkdir -p $(dir $(PROFSYM_OUTPUT))
 	@echo "profsym: profiling this host (Ctrl-C to stop)."
-	@echo "  profiles (OTLP JSON) go to $(PROFSYM_OUTPUT)"
+	@echo "  profiles (OTLP JSON) go to $(abspath $(PROFSYM_OUTPUT)), rotated at $(PROFSYM_OUTPUT_MAX_MB) MB:"
+	@echo "  $(PROFSYM_OUTPUT_BACKUPS) older files kept beside it ($(basename $(notdir $(PROFSYM_OUTPUT)))-<time>$(suffix $(PROFSYM_OUTPUT)))"
 	@echo "  hottest functions:   $(BIN)/profsym top $(PROFSYM_OUTPUT)"
 	@echo "  flame graph:         $(BIN)/profsym convert $(PROFSYM_OUTPUT) --to pprof -o out/profile.pb.gz && go tool pprof -http=: out/profile.pb.gz"
 	$(OTELCOL) --config config/default.yaml $(GATES)
