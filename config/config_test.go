@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +159,39 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Every complete configuration in the docs (a yaml block with a service
+// section) validates with the distribution as written: no exporter used
+// but not defined, no key the components do not know.
+func TestDocsSnippetsValidate(t *testing.T) {
+	bin := distribution(t)
+	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	docs, _ := filepath.Glob(filepath.Join(testfixture.Root(t), "docs", "*.md"))
+	docs = append(docs, filepath.Join(testfixture.Root(t), "README.md"))
+	n := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range block.FindAllSubmatchIndex(b, -1) {
+			snippet := b[m[2]:m[3]]
+			if !regexp.MustCompile(`(?m)^service:`).Match(snippet) {
+				continue // a fragment, or Helm values
+			}
+			n++
+			line := bytes.Count(b[:m[0]], []byte("\n")) + 1
+			f := filepath.Join(t.TempDir(), "snippet.yaml")
+			os.WriteFile(f, snippet, 0o644)
+			out, err := exec.Command(bin, "validate", "--config="+f, "--feature-gates=service.profilesSupport").CombinedOutput()
+			if err != nil {
+				t.Errorf("%s:%d does not validate: %v\n%s\n%s", filepath.Base(doc), line, err, out, snippet)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no complete configuration found in the docs")
+	}
+	t.Logf("%d configurations in the docs validate", n)
 }

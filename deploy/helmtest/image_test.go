@@ -328,6 +328,7 @@ func runChartInPodman(t *testing.T, p *podman, base int, id string, set []string
 // scanOutput reads the gateway's OTLP JSON lines and reports pid's samples
 // and whether a frame of them is named fn.
 func scanOutput(t *testing.T, path string, pid int, fn string) (samples int64, named bool) {
+	nodeName, _ := os.Hostname()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
@@ -345,6 +346,12 @@ func scanOutput(t *testing.T, path string, pid int, fn string) (samples int64, n
 		for _, rp := range pd.ResourceProfiles().All() {
 			if v, ok := rp.Resource().Attributes().Get(pframe.AttrPID); !ok || v.Int() != int64(pid) {
 				continue
+			}
+			// The pod's HOST_NAME (spec.nodeName; the node is this
+			// machine), not the pod's own host name.
+			if h, _ := rp.Resource().Attributes().Get(pframe.AttrHostName); h.Str() != nodeName {
+				t.Errorf("host.name %q, want the node's %q", h.Str(), nodeName)
+				return 0, false
 			}
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, prof := range sp.Profiles().All() {
