@@ -125,21 +125,30 @@ func TestJFRServes(t *testing.T) {
 	rec := jfrtest.New(1_700_000_000_000_000_000)
 	rec.Sample(jfrtest.DatadogExecutionSample, 10, 1, 1, jfrtest.JavaFrame("com/example/App", "run", 42))
 	recording := rec.Bytes()
+	datadog := func(base string, h http.Header) (int, error) {
+		body, ct := jfrtest.DatadogUpload("service:app,env:test", jfrtest.Zstd(recording))
+		return send(base+"/profiling/v1/input", ct, body, h)
+	}
+	pyroscope := func(base string, h http.Header) (int, error) {
+		return send(base+"/ingest?name=app&format=jfr", "application/octet-stream", bytes.NewReader(recording), h)
+	}
+	own := func(header, scheme string) []string {
+		return []string{"--set", "gateway.jfr.auth.value=s3cret", "--set", "gateway.jfr.auth.header=" + header, "--set", "gateway.jfr.auth.scheme=" + scheme}
+	}
 	for _, tc := range []struct {
 		name, header, scheme string
+		set                  []string
 		post                 func(base string, h http.Header) (int, error)
 	}{
-		{"datadog", "DD-API-KEY", "", func(base string, h http.Header) (int, error) {
-			body, ct := jfrtest.DatadogUpload("service:app,env:test", jfrtest.Zstd(recording))
-			return send(base+"/profiling/v1/input", ct, body, h)
-		}},
-		{"pyroscope", "Authorization", "Bearer", func(base string, h http.Header) (int, error) {
-			return send(base+"/ingest?name=app&format=jfr", "application/octet-stream", bytes.NewReader(recording), h)
-		}},
+		{"datadog", "DD-API-KEY", "", own("DD-API-KEY", ""), datadog},
+		{"pyroscope", "Authorization", "Bearer", own("Authorization", "Bearer"), pyroscope},
+		// No token of its own: the gateway's intake token, as the OTLP
+		// receiver takes it, on both intakes.
+		{"intake-token-pyroscope", "Authorization", "Bearer", []string{"--set", "gateway.auth.value=s3cret"}, pyroscope},
+		{"intake-token-datadog", "Authorization", "Bearer", []string{"--set", "gateway.auth.value=s3cret"}, datadog},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := mustTemplate(t, "--set", "gateway.jfr.enabled=true", "--set", "gateway.jfr.auth.value=s3cret",
-				"--set", "gateway.jfr.auth.header="+tc.header, "--set", "gateway.jfr.auth.scheme="+tc.scheme)
+			d := mustTemplate(t, append([]string{"--set", "gateway.jfr.enabled=true"}, tc.set...)...)
 			base := runGateway(t, bin, d)
 			token := "s3cret"
 			if tc.scheme != "" {
