@@ -120,6 +120,13 @@ func TestConvertJFRSampleTypes(t *testing.T) {
 	if !strings.Contains(stderr.String(), "cpu_samples 700, wall_samples 50") {
 		t.Errorf("convert --to otlp reports %q", stderr.String())
 	}
+	// top takes the pprof names too, and gives the same totals.
+	for typ, want := range map[string]string{"cpu": "Samples: 700 ", want["cpu"]: "Samples: 700 ", "wall": "Samples: 50 ", want["wall"]: "Samples: 50 "} {
+		stdout.Reset()
+		if code := run([]string{"top", in, "--type", typ}, nil, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), want) {
+			t.Errorf("top --type %s: exit %d\n%s", typ, code, stdout.String())
+		}
+	}
 }
 
 // A real JDK 17 recording: go tool pprof opens the converted profile on

@@ -138,7 +138,7 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 20, "rows to show")
 	by := fs.String("by", "self", "sort by self (flat) or cumulative samples")
 	pid := fs.Int("pid", 0, "only this process")
-	typ := fs.String("type", "", "profile: cpu, wall, alloc, native (period or sample type; default cpu when present, else the first)")
+	typ := fs.String("type", "", "profile: cpu, wall, alloc, native (period or sample type, or the pprof name: cpu_samples...; default cpu when present, else the first)")
 	stacksN := fs.Int("stacks", 5, "also show this many hottest stacks, leaf <- callers")
 	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
 	sources := addSourceFlags(fs)
@@ -300,8 +300,8 @@ func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, 
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
-				if st := d.Str(p.SampleType().TypeStrindex()); d.Str(p.PeriodType().TypeStrindex()) != typ && st != typ && !strings.HasPrefix(st, typ+"_") {
-					continue // another profile: "alloc" selects alloc_space
+				if !isType(d.Str(p.PeriodType().TypeStrindex()), d.Str(p.SampleType().TypeStrindex()), typ) {
+					continue // another profile
 				}
 				for _, s := range p.Samples().All() {
 					v := sampleValue(s)
@@ -337,6 +337,20 @@ func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, 
 		}
 	}
 	return total
+}
+
+// isType reports whether a profile of that period and sample type is
+// typ: its period type ("cpu", "wall"), its sample type or a prefix of it
+// ("alloc" for alloc_space), or the name its pprof sample type gets
+// ("cpu_samples", "wall_samples": profsym convert --to pprof).
+func isType(period, sample, typ string) bool {
+	switch {
+	case typ == period, typ == sample, strings.HasPrefix(sample, typ+"_"):
+		return true
+	case period != "" && typ == period+"_"+sample:
+		return true
+	}
+	return false
 }
 
 // sampleValue is a sample's count: its first value, else its number of
