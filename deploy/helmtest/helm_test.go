@@ -223,7 +223,11 @@ func TestLint(t *testing.T) {
 		"--set", "gateway.backend.endpoint=backend:4317",
 		"--set", "agent.securityContext.privileged=true",
 		"--set", "gateway.autoscaling.enabled=false",
-		"--set", "pprof.enabled=true")
+		"--set", "pprof.enabled=true",
+		"--set", "tls.enabled=true", "--set", "tls.existingSecret=tls",
+		"--set", "telemetry.serviceMonitor.enabled=true",
+		"--set", "priorityClass.create=true",
+		"--set", "gateway.jfr.enabled=true")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("helm lint --strict with overrides: %v\n%s", err, out)
 	}
