@@ -118,7 +118,7 @@ GO_SOURCES := go.mod go.sum $(shell git ls-files '*.go' 2>/dev/null | grep -v '_
 
 $(OTELCOL): $(BUILDER) builder-config.yaml $(GO_SOURCES)
 	$(BUILDER) --config builder-config.yaml
-	cp $(BIN)/otelcol-profsym-src/otelcol-profsym $(OTELCOL)
+	cp $(BIN)/otelcol-profsym-src/otelcol-profsym $(OTELCOL).tmp && mv -f $(OTELCOL).tmp $(OTELCOL)
 
 # The container image: static (CGO_ENABLED=0) binaries of the distribution
 # and the CLI for every IMAGE_ARCHES, on an empty base with CA certificates
@@ -163,7 +163,7 @@ $(IMAGE_OCI): deploy/image/*.go $(foreach a,$(IMAGE_ARCHES),$(IMAGE_DIR)/$(a)/ot
 
 $(IMAGE_DIR)/$(HOST_ARCH)/otelcol-profsym: $(OTELCOL)
 	@mkdir -p $(dir $@)
-	cp $(OTELCOL) $@
+	cp $(OTELCOL) $@.tmp && mv -f $@.tmp $@
 
 # Other architectures: the builder's generated sources, cross-compiled.
 $(IMAGE_DIR)/%/otelcol-profsym: $(OTELCOL)
