@@ -244,7 +244,7 @@ func (b *builder) addELF(syms []elf.Symbol, prio int) error {
 		default:
 			continue
 		}
-		c := cand{addr: s.Value, size: s.Size, name: s.Name, prio: prio, seq: i}
+		c := cand{addr: s.Value, size: s.Size, name: bareName(s.Name), prio: prio, seq: i}
 		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
 			c.file = file
 		}
@@ -253,6 +253,21 @@ func (b *builder) addELF(syms []elf.Symbol, prio int) error {
 		}
 	}
 	return nil
+}
+
+// bareName drops a symbol version from a name. A debug file's .symtab
+// spells versioned definitions into the name (glibc's
+// "__libc_start_main@GLIBC_2.2.5", "memcpy@@GLIBC_2.14") where the
+// binary's .dynsym keeps the version aside, so without this a function
+// would be named one way from the binary (on the host) and another from
+// its debug file (a gateway's debug directory, debuginfod or the symbol
+// store). No other ELF symbol name holds an '@'; "@plt" names are made
+// after this.
+func bareName(name string) string {
+	if i := strings.IndexByte(name, '@'); i > 0 {
+		return name[:i]
+	}
+	return name
 }
 
 // addMiniDebugInfo reads .gnu_debugdata: an xz-compressed ELF file whose
