@@ -77,7 +77,14 @@ func TestAgreesWithJFR(t *testing.T) {
 				}
 			})
 			theirs := jfrTops(t, host, from, to)
-			compareShares(t, ours, theirs)
+			// JDK 11's JFR drops the samples of compiled code whose next
+			// PcDesc has no scope (JfrGetCallTrace::find_top_frame):
+			// with -XX:-Inline it sees 0.2% in m07 where profsym, naming
+			// the nmethod the PC is in, sees 8.8%, and every other share
+			// grows to make up. Inlined, that moves a method or two by up
+			// to 4 points from run to run, while 17 and 21 agree within
+			// 2. JDK 11 is reported, not held to the bound.
+			compareShares(t, ours, theirs, j.name != "jdk11")
 		})
 	}
 }
@@ -142,8 +149,9 @@ func jfrTops(t *testing.T, path string, from, to time.Time) map[string]float64 {
 	return out
 }
 
-// compareShares checks the ten methods theirs has most of.
-func compareShares(t *testing.T, ours, theirs map[string]float64) {
+// compareShares checks the ten methods theirs has most of (only logs
+// them unless strict).
+func compareShares(t *testing.T, ours, theirs map[string]float64, strict bool) {
 	t.Helper()
 	total := func(m map[string]float64) (n float64) {
 		for _, v := range m {
@@ -164,7 +172,7 @@ func compareShares(t *testing.T, ours, theirs map[string]float64) {
 	for i, n := range names[:min(10, len(names))] {
 		po, pt := 100*ours[n]/no, 100*theirs[n]/nt
 		t.Logf("%2d %-24s profsym %5.2f%%  JFR %5.2f%%", i+1, n, po, pt)
-		if math.Abs(po-pt) > 3 {
+		if math.Abs(po-pt) > 3 && strict {
 			t.Errorf("%s: profsym %.2f%%, JFR %.2f%%: more than 3 points apart", n, po, pt)
 		}
 	}
