@@ -22,6 +22,7 @@ import (
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -107,6 +108,7 @@ func javaCmd(t testing.TB, j jdk, jar, lib string, jvmArgs []string, class strin
 // process events go to the unwinder and the runtimes.
 type harness struct {
 	s    *sampler.Sampler
+	u    *unwind.Manager
 	norm *normalize.Normalizer
 	done chan struct{}
 	// snapshotAfterWarm takes one more snapshot of the process after the
@@ -130,6 +132,9 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{s: s, norm: normalize.New(normalize.Options{}), done: make(chan struct{})}
+	// Taken once: Close clears them while events still drain.
+	u, rs := s.Unwinder(), s.Runtimes()
+	h.u = u
 	go func() {
 		defer close(h.done)
 		for ev := range s.Events() {
@@ -139,14 +144,14 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 				if err != nil {
 					continue
 				}
-				if err := s.Unwinder().Track(p); err != nil {
+				if err := u.Track(p); err != nil {
 					t.Errorf("track %d: %v", ev.Pid, err)
 				}
-				s.Runtimes().Attach(p)
+				rs.Attach(p)
 			case sampler.ProcessExit:
 				// Names are checked before a fixture exits; what
 				// the runtime keeps is dropped only at the end.
-				s.Unwinder().Forget(int(ev.Pid))
+				u.Forget(int(ev.Pid))
 			}
 		}
 	}()
