@@ -152,8 +152,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		r.Forget(p.PID) // exec'd another JVM
 		pr = nil
 	}
-	if pr != nil && (pr.ready || pr.err != nil) {
-		return pr.ranges, true, pr.err
+	if pr != nil && pr.ready {
+		return pr.ranges, true, nil
+	}
+	if pr != nil && pr.err != nil {
+		// Its code may have been mapped since (a JVM refused while it
+		// started): the walker marks it from now on.
+		return r.broken(p, pr), true, pr.err
 	}
 	if pr == nil {
 		mem, err := runtimes.OpenMem(r.procRoot, p.PID)
@@ -178,14 +183,21 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		return nil, true, err
 	case err != nil:
 		pr.err = fmt.Errorf("%s: %w", m.Path, err)
-		pr.ranges = fallbackRanges(p, pr)
-		// The walker marks its stacks without asking for snapshots.
-		if len(pr.ranges) > 0 {
-			_ = r.procMap.Put(uint32(p.PID), &bpf.ProfileHotspotProc{Broken: 1})
-		}
-		return pr.ranges, true, pr.err
+		return r.broken(p, pr), true, pr.err
 	}
 	return pr.ranges, true, nil
+}
+
+// broken hands the code of a JVM that cannot be walked to the walker with
+// an entry that says so: its stacks say runtime, and the walker asks for
+// no snapshots.
+func (r *Runtime) broken(p *normalize.Process, pr *proc) [][2]uint64 {
+	ranges := fallbackRanges(p, pr)
+	if len(ranges) > 0 && len(pr.ranges) == 0 {
+		_ = r.procMap.Put(uint32(p.PID), &bpf.ProfileHotspotProc{Broken: 1})
+	}
+	pr.ranges = ranges
+	return ranges
 }
 
 func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) error {
