@@ -48,10 +48,12 @@ func TestHostileProcess(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			failed := h.s.Runtimes().Stats().Failed["hotspot"]
-			// A copy per mode: layouts are remembered per libjvm file.
+			// A copy per mode: layouts are remembered per libjvm file
+			// (its version: a fresh mtime, even where an inode is
+			// reused).
 			dir := t.TempDir()
 			for _, f := range []string{"hostile", "libjvm.so"} {
-				testfixture.Run(t, "cp", "-p", filepath.Join(filepath.Dir(bin), f), dir)
+				testfixture.Run(t, "cp", filepath.Join(filepath.Dir(bin), f), dir)
 			}
 			cmd := exec.Command(filepath.Join(dir, "hostile"), tc.mode, "30")
 			cmd.Stderr = os.Stderr
