@@ -53,7 +53,7 @@ func TestJavaChains(t *testing.T) {
 				}
 				c := chainCheck{want: want, lines: lines, calls: calls, lib: lib, jni: m.jni}
 				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, fixtureSeconds)
-				h.sampleJVM(t, cmd, m.warm, 5*time.Second, false, func(pid int, samples []sampler.Sample) {
+				h.sampleJVMAtLeast(t, cmd, m.warm, 5*time.Second, 300, false, func(pid int, samples []sampler.Sample) {
 					p, err := h.norm.Refresh(pid)
 					if err != nil {
 						t.Fatal(err)

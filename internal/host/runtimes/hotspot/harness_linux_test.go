@@ -167,8 +167,14 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 
 // sampleJVM runs cmd, lets it warm up, then gives f the samples of its
 // process over d, while it still runs (its frames are named from its
-// memory). Then the JVM is killed, or waited for when wait is set.
+// memory). Then the JVM is killed, or waited for when wait is set. With
+// atLeast, sampling goes on by d at a time (four times at most) until the
+// process has that many samples: a loaded machine leaves it little CPU.
 func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, wait bool, f func(pid int, samples []sampler.Sample)) {
+	h.sampleJVMAtLeast(t, cmd, warm, d, 0, wait, f)
+}
+
+func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, atLeast uint64, wait bool, f func(pid int, samples []sampler.Sample)) {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -192,15 +198,19 @@ func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, 
 	if _, err := h.s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(d)
-	b, err := h.s.Drain()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []sampler.Sample
-	for _, s := range b.Samples {
-		if int(s.Pid) == pid {
-			out = append(out, s)
+	var n uint64
+	for round := 0; round < 4 && (round == 0 || n < atLeast); round++ {
+		time.Sleep(d)
+		b, err := h.s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range b.Samples {
+			if int(s.Pid) == pid {
+				out = append(out, s)
+				n += s.Count
+			}
 		}
 	}
 	if len(out) == 0 {

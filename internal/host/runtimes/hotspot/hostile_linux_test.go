@@ -57,7 +57,7 @@ func TestHostileProcess(t *testing.T) {
 			}
 			cmd := exec.Command(filepath.Join(dir, "hostile"), tc.mode, "30")
 			cmd.Stderr = os.Stderr
-			h.sampleJVM(t, cmd, 1500*time.Millisecond, 3*time.Second, false, func(pid int, samples []sampler.Sample) {
+			h.sampleJVMAtLeast(t, cmd, 1500*time.Millisecond, 3*time.Second, 150, false, func(pid int, samples []sampler.Sample) {
 				p, err := h.norm.Refresh(pid)
 				if err != nil {
 					t.Fatal(err)
