@@ -68,7 +68,8 @@ enum cpython_error {
 	CPY_ERR_READ_CODE = 5,
 	CPY_ERR_NOT_CODE = 6,     /* f_code is no code object */
 	CPY_ERR_CHAIN_END = 7,    /* more eval calls than Python frames */
-	CPY_ERRORS = 8,
+	CPY_ERR_LOOP = 8,         /* a frame links back to itself or to the first */
+	CPY_ERRORS = 9,
 };
 
 /* A thread's chain starts at its thread state's current frame, or at
@@ -145,7 +146,10 @@ struct {
 } cpython_stats SEC(".maps");
 
 /* rt_data use: [0] the next frame of the chain, [1] CPY_STARTED once the
- * thread's chain was found in this walk. */
+ * thread's chain was found in this walk, [2] its first frame. A chain
+ * that comes back to its first frame, or a frame that is its own caller,
+ * is forged or torn: the walk ends there with STOP_RUNTIME. Longer loops
+ * end at the depth limit. */
 #define CPY_STARTED 1
 
 /* x86-64: pthread_self() is the thread pointer, fsbase (glibc and musl).
@@ -262,6 +266,7 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 		if ((p->flags & CPY_CFRAME) && (cur == 0 || cpy_read(&cur, sizeof(cur), cur + p->cframe_frame)))
 			goto fail;
 		s->rt_data[0] = cur;
+		s->rt_data[2] = cur;
 	}
 	cur = s->rt_data[0];
 	fsize = p->frame_size;
@@ -280,6 +285,9 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 			goto fail;
 		next = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_back);
 		entry = CPY_LOAD(b->frame, CPY_FRAME_READ, __u8, p->f_entry);
+		err = CPY_ERR_LOOP;
+		if (next == cur || next == s->rt_data[2])
+			goto fail;
 		if (p->layout == CPY_ENTRY_SHIM && entry == p->entry_val) {
 			/* The shim below this eval call's frames. */
 			s->rt_data[0] = next;

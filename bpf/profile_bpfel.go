@@ -32,7 +32,7 @@ type ProfileCpythonCounters struct {
 	_      structs.HostLayout
 	Walks  uint64
 	Frames uint64
-	Errors [8]uint64
+	Errors [9]uint64
 }
 
 type ProfileCpythonError uint32
@@ -46,7 +46,8 @@ const (
 	ProfileCpythonErrorCPY_ERR_READ_CODE    ProfileCpythonError = 5
 	ProfileCpythonErrorCPY_ERR_NOT_CODE     ProfileCpythonError = 6
 	ProfileCpythonErrorCPY_ERR_CHAIN_END    ProfileCpythonError = 7
-	ProfileCpythonErrorCPY_ERRORS           ProfileCpythonError = 8
+	ProfileCpythonErrorCPY_ERR_LOOP         ProfileCpythonError = 8
+	ProfileCpythonErrorCPY_ERRORS           ProfileCpythonError = 9
 )
 
 type ProfileCpythonFlags uint32

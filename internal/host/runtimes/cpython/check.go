@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/profsym/profsym/bpf"
-	"github.com/profsym/profsym/internal/host/runtimes"
 )
 
 // addrs are an interpreter's objects in one process.
@@ -32,7 +31,7 @@ const (
 
 // members reads the names and offsets a type lists in tp_members: the
 // interpreter's own account of where its objects' fields are.
-func members(m *runtimes.Mem, l *layout, typ uint64) (map[string]uint64, error) {
+func members(m memory, l *layout, typ uint64) (map[string]uint64, error) {
 	arr, err := m.U64(typ + l.typeMembers)
 	if err != nil {
 		return nil, err
@@ -63,7 +62,7 @@ func members(m *runtimes.Mem, l *layout, typ uint64) (map[string]uint64, error) 
 // fromMembers completes l with the code object's (and 3.9's frame
 // object's) field offsets as the interpreter's types list them, and checks
 // those the layout already has against them.
-func fromMembers(m *runtimes.Mem, l *layout, a addrs) error {
+func fromMembers(m memory, l *layout, a addrs) error {
 	code, err := members(m, l, a.codeType)
 	if err != nil {
 		return fmt.Errorf("PyCode_Type members: %w", err)
@@ -131,7 +130,7 @@ func take(ms map[string]uint64, fields map[string]*uint64, onlyCheck bool) error
 // every frame of (up to maxCheckThreads) threads' chains runs a code object
 // whose name and file are strings. It returns errNotReady when there is
 // nothing to check yet.
-func checkLive(m *runtimes.Mem, l *layout, a addrs) error {
+func checkLive(m memory, l *layout, a addrs) error {
 	interp, err := m.U64(a.runtime + l.interpHead)
 	if err != nil {
 		return err
@@ -189,7 +188,7 @@ func checkLive(m *runtimes.Mem, l *layout, a addrs) error {
 
 // checkChain follows one thread's frame chain and returns how many code
 // objects it checked.
-func checkChain(m *runtimes.Mem, l *layout, a addrs, ts uint64) (int, error) {
+func checkChain(m memory, l *layout, a addrs, ts uint64) (int, error) {
 	f, err := m.U64(ts + l.tsFrame)
 	if err != nil {
 		return 0, err
@@ -200,7 +199,12 @@ func checkChain(m *runtimes.Mem, l *layout, a addrs, ts uint64) (int, error) {
 		}
 	}
 	n := 0
+	seen := map[uint64]bool{}
 	for i := 0; f != 0 && i < maxCheckFrames; i++ {
+		if seen[f] {
+			return n, fmt.Errorf("frame chain of thread state %#x loops at %#x: %w", ts, f, errLayout)
+		}
+		seen[f] = true
 		var b [bpf.ProfileCpythonLimitsCPY_FRAME_READ]byte
 		buf := b[:l.frameSize()]
 		if err := m.Read(f, buf); err != nil {
@@ -223,7 +227,7 @@ func checkChain(m *runtimes.Mem, l *layout, a addrs, ts uint64) (int, error) {
 
 // checkCode checks that code is a code object whose name and file are
 // strings.
-func checkCode(m *runtimes.Mem, l *layout, a addrs, code uint64) error {
+func checkCode(m memory, l *layout, a addrs, code uint64) error {
 	typ, err := m.U64(code + 8)
 	if err != nil {
 		return err

@@ -15,6 +15,14 @@ import (
 // below (a 10,000-line module body: ~20 KiB of 3.11 location entries).
 const maxLineTable = 256 << 10
 
+// memory is a process's memory (runtimes.Mem; a fake one in fuzz tests).
+// What it returns is whatever the process put there.
+type memory interface {
+	Read(addr uint64, p []byte) error
+	U64(addr uint64) (uint64, error)
+	CString(addr uint64, max int) (string, error)
+}
+
 // codeInfo is what naming one code object's frames needs.
 type codeInfo struct {
 	name, file string
@@ -44,7 +52,7 @@ func codeID(filename, name uint64, first uint32) uint32 {
 // readCode reads the code object at addr. want is the code id the walker
 // recorded (0: none): a code object with another id is not the one that
 // ran (it was freed and its memory reused), and fails with ErrBadFrame.
-func readCode(m *runtimes.Mem, l *layout, a addrs, addr uint64, want uint32, maxName int) (*codeInfo, error) {
+func readCode(m memory, l *layout, a addrs, addr uint64, want uint32, maxName int) (*codeInfo, error) {
 	var hdr [256]byte
 	n := max(l.codeSize(), l.coQualname+8, l.coLines+8)
 	if n > uint64(len(hdr)) {
@@ -86,7 +94,7 @@ const (
 
 // readString reads a str object as UTF-8, cut at maxBytes (the cut is
 // reported with frame.ErrLimitExceeded beside the string).
-func readString(m *runtimes.Mem, l *layout, a addrs, addr uint64, maxBytes int) (string, error) {
+func readString(m memory, l *layout, a addrs, addr uint64, maxBytes int) (string, error) {
 	var hdr [40]byte
 	if err := m.Read(addr, hdr[:]); err != nil {
 		return "", err
@@ -138,7 +146,7 @@ func readString(m *runtimes.Mem, l *layout, a addrs, addr uint64, maxBytes int) 
 }
 
 // readBytes reads a bytes object (a line table), at most maxLineTable.
-func readBytes(m *runtimes.Mem, a addrs, l *layout, addr uint64) ([]byte, error) {
+func readBytes(m memory, a addrs, l *layout, addr uint64) ([]byte, error) {
 	var hdr [24]byte
 	if l.bytesSize+8 > uint64(len(hdr)) {
 		return nil, errLayout

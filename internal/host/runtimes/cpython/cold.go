@@ -211,7 +211,7 @@ func cieEncoding(eh []byte, off uint64) (byte, bool) {
 		return 0, false
 	}
 	length := uint64(binary.LittleEndian.Uint32(eh[off:]))
-	if length == 0xffffffff || off+4+length > uint64(len(eh)) || binary.LittleEndian.Uint32(eh[off+4:]) != 0 {
+	if length < 6 || length == 0xffffffff || off+4+length > uint64(len(eh)) || binary.LittleEndian.Uint32(eh[off+4:]) != 0 {
 		return 0, false
 	}
 	b := eh[off+9 : off+4+length] // after length, CIE id and version
