@@ -96,7 +96,8 @@ struct cpython_proc {
 	__u16 f_code;
 	__u16 f_instr;      /* f_lasti (int) up to 3.10, else the instruction pointer */
 	__u16 f_entry;      /* is_entry (3.11) or owner (3.12+), one byte */
-	__u16 entry_val;    /* its value at an eval call's entry */
+	__u16 entry_val;    /* is_entry's value at an eval call's entry; the
+			     * least owner value of a shim */
 	__u16 frame_size;   /* bytes of a frame to read: <= CPY_FRAME_READ */
 	__u16 co_code;      /* PyCodeObject: first code unit (3.11+) */
 	__u16 co_filename;  /* PyCodeObject.co_filename; co_name follows */
@@ -288,8 +289,9 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 		err = CPY_ERR_LOOP;
 		if (next == cur || next == s->rt_data[2])
 			goto fail;
-		if (p->layout == CPY_ENTRY_SHIM && entry == p->entry_val) {
-			/* The shim below this eval call's frames. */
+		if (p->layout == CPY_ENTRY_SHIM && entry >= p->entry_val) {
+			/* The shim below this eval call's frames (3.14: owned by
+			 * the interpreter, 3, or the C stack, 4). */
 			s->rt_data[0] = next;
 			goto done;
 		}

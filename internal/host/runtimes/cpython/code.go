@@ -49,6 +49,16 @@ func codeID(filename, name uint64, first uint32) uint32 {
 	return id
 }
 
+// freed reports whether an object's first word, its reference count,
+// says the object was freed: pymalloc keeps its free list there (a pointer
+// into an arena, mmapped high, or 0 at the end; glibc's free lists
+// overwrite ob_type as well). A live count stays below 2^32, immortal ones
+// too (3.12, 3.13); 3.14 keeps flags in the top 16 bits, never in bits
+// 32-47.
+func freed(refcnt uint64) bool {
+	return refcnt == 0 || refcnt>>32&0xffff != 0
+}
+
 // readCode reads the code object at addr. want is the code id the walker
 // recorded (0: none): a code object with another id is not the one that
 // ran (it was freed and its memory reused), and fails with ErrBadFrame.
@@ -61,8 +71,8 @@ func readCode(m memory, l *layout, a addrs, addr uint64, want uint32, maxName in
 	if err := m.Read(addr, hdr[:n]); err != nil {
 		return nil, err
 	}
-	if typ := le64(hdr[:], 8); typ != a.codeType {
-		return nil, fmt.Errorf("%#x is no code object (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
+	if typ := le64(hdr[:], 8); typ != a.codeType || freed(le64(hdr[:], 0)) {
+		return nil, fmt.Errorf("%#x is no (live) code object (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
 	}
 	fileP, nameP := le64(hdr[:], l.coFilename), le64(hdr[:], l.coName)
 	first := binary.LittleEndian.Uint32(hdr[l.coFirstline:])
@@ -99,8 +109,8 @@ func readString(m memory, l *layout, a addrs, addr uint64, maxBytes int) (string
 	if err := m.Read(addr, hdr[:]); err != nil {
 		return "", err
 	}
-	if typ := le64(hdr[:], 8); typ != a.unicodeType {
-		return "", fmt.Errorf("%#x is no str (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
+	if typ := le64(hdr[:], 8); typ != a.unicodeType || freed(le64(hdr[:], 0)) {
+		return "", fmt.Errorf("%#x is no (live) str (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
 	}
 	length := le64(hdr[:], strLength)
 	state := binary.LittleEndian.Uint32(hdr[strState:])
@@ -154,8 +164,8 @@ func readBytes(m memory, a addrs, l *layout, addr uint64) ([]byte, error) {
 	if err := m.Read(addr, hdr[:]); err != nil {
 		return nil, err
 	}
-	if typ := le64(hdr[:], 8); typ != a.bytesType {
-		return nil, fmt.Errorf("line table %#x is no bytes object (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
+	if typ := le64(hdr[:], 8); typ != a.bytesType || freed(le64(hdr[:], 0)) {
+		return nil, fmt.Errorf("line table %#x is no (live) bytes object (type %#x): %w", addr, typ, runtimes.ErrBadFrame)
 	}
 	size := le64(hdr[:], l.bytesSize)
 	if size > maxLineTable {

@@ -175,11 +175,14 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.procs[p.PID] != st {
-		return ranges, true, errors.New("process forgotten while attaching")
+		return nil, false, nil // exited (forgotten) meanwhile
 	}
 	st.fi, st.lay, st.a, st.ranges, st.tries = fi, lay, a, ranges, st.tries+1
 	switch {
 	case errors.Is(err, errNotReady) && st.tries < maxAttachTry:
+		if st.tries == 1 {
+			r.log.Debug("python interpreter not ready", zap.Int("pid", p.PID), zap.Error(err))
+		}
 		// No walker entry: the walker asks again (PROC_REMAP), and the
 		// next snapshot retries, at most once a second.
 		st.next = now.Add(retryInterval)
@@ -222,14 +225,24 @@ func (r *Runtime) probe(pid int, l *layout, a addrs) error {
 	}
 	defer m.Close()
 	if err := fromMembers(m, l, a); err != nil {
-		return err
+		return notReady(err)
 	}
 	for try := 0; ; try++ {
 		err = checkLive(m, l, a)
 		if err == nil || errors.Is(err, errNotReady) || try == 2 {
-			return err
+			return notReady(err)
 		}
 	}
+}
+
+// notReady turns a failed read into errNotReady: a process that is still
+// mapping its libraries, or frames that went away while read, are looked
+// at again (maxAttachTry times) before they are refused.
+func notReady(err error) error {
+	if err == nil || errors.Is(err, errLayout) || errors.Is(err, errUnsupported) || errors.Is(err, errNotReady) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errNotReady, err)
 }
 
 // bpf is the walker's entry for a process with layout l.

@@ -57,22 +57,25 @@ var fuzzAddrs = addrs{runtime: fuzzBase, codeType: fuzzBase + 0x100, frameType: 
 func seedMem() []byte {
 	b := make([]byte, 0x2000)
 	put := func(off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
-	put(40, fuzzBase+0x800)                // interpreters.head
-	put(0x800+16, fuzzBase+0x900)          // threads.head
-	put(0x900+16, fuzzBase+0x800)          // interp
-	put(0x900+56, fuzzBase+0xa00)          // cframe
-	put(0x900+152, 0x7f0000001000)         // thread_id
-	put(0xa00+8, fuzzBase+0xb00)           // current_frame
-	put(0xb00+32, fuzzBase+0xc00)          // f_code
-	put(0xc00+8, fuzzAddrs.codeType)       // code: ob_type
-	put(0xc00+112, fuzzBase+0xd00)         // co_filename
-	put(0xc00+120, fuzzBase+0xd00)         // co_name
-	put(0xc00+128, fuzzBase+0xd00)         // co_qualname
-	put(0xc00+136, fuzzBase+0xe00)         // co_linetable
-	put(0xd00+8, fuzzAddrs.unicodeType)    // str
-	put(0xd00+16, 4)                       // length
-	put(0xd00+32, 1<<2|1<<5|1<<6)          // compact ASCII
-	copy(b[0xd00+48:], "leaf")             // data
+	put(40, fuzzBase+0x800)        // interpreters.head
+	put(0x800+16, fuzzBase+0x900)  // threads.head
+	put(0x900+16, fuzzBase+0x800)  // interp
+	put(0x900+56, fuzzBase+0xa00)  // cframe
+	put(0x900+152, 0x7f0000001000) // thread_id
+	put(0xa00+8, fuzzBase+0xb00)   // current_frame
+	put(0xb00+32, fuzzBase+0xc00)  // f_code
+	put(0xc00, 1)
+	put(0xc00+8, fuzzAddrs.codeType) // code: ob_type
+	put(0xc00+112, fuzzBase+0xd00)   // co_filename
+	put(0xc00+120, fuzzBase+0xd00)   // co_name
+	put(0xc00+128, fuzzBase+0xd00)   // co_qualname
+	put(0xc00+136, fuzzBase+0xe00)   // co_linetable
+	put(0xd00, 3)
+	put(0xd00+8, fuzzAddrs.unicodeType) // str
+	put(0xd00+16, 4)                    // length
+	put(0xd00+32, 1<<2|1<<5|1<<6)       // compact ASCII
+	copy(b[0xd00+48:], "leaf")          // data
+	put(0xe00, 1)
 	put(0xe00+8, fuzzAddrs.bytesType)      // bytes
 	put(0xe00+16, 2)                       // ob_size
 	copy(b[0xe00+32:], []byte{0x80, 0x00}) // one entry
@@ -115,6 +118,14 @@ func TestSeedMemory(t *testing.T) {
 	// A code id other than the object's: replaced since sampled.
 	if _, err := readCode(m, &l, fuzzAddrs, fuzzBase+0xc00, 12345, 64); !errors.Is(err, runtimes.ErrBadFrame) {
 		t.Fatalf("code id mismatch: %v", err)
+	}
+	// Freed, its memory not reused yet: pymalloc's free list in its first
+	// word.
+	for _, rc := range []uint64{0, 0x7f12345678f0} {
+		binary.LittleEndian.PutUint64(m.b[0xc00:], rc)
+		if _, err := readCode(m, &l, fuzzAddrs, fuzzBase+0xc00, 0, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+			t.Fatalf("freed code object (refcount %#x) named: %v", rc, err)
+		}
 	}
 }
 

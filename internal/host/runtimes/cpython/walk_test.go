@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -80,9 +81,40 @@ type fixture struct {
 	marks  map[string][]int // lines marked "# L:NAME" in the source
 	stdout *bufio.Reader
 	kill   func()
+	// gofile, once it exists, starts the measured work (the path inside
+	// the fixture's root and on the host).
+	gofile, gofileHost string
 }
 
-var markRE = regexp.MustCompile(`# L:([a-z-]+)$`)
+// warm waits until the sampler walks the fixture's Python frames (the
+// process is attached, its files' tables are built), then lets it go.
+func (f *fixture) warm(t *testing.T, h *harness) {
+	t.Helper()
+	f.expect(t, "warm")
+	deadline := time.Now().Add(25 * time.Second)
+	for {
+		time.Sleep(300 * time.Millisecond)
+		r := h.collect(t)
+		var py, notReady int64
+		for _, s := range samplesOf(t, r, f.pid, "", nil) {
+			if len(s.py) > 0 && s.py[0].err == "" {
+				py += s.count
+			}
+			if s.stop == "not_ready" {
+				notReady += s.count
+			}
+		}
+		if py >= 5 && notReady == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err := os.WriteFile(f.gofileHost, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.expect(t, "go")
+}
+
+var markRE = regexp.MustCompile(`L:([a-z-]+)`)
 
 func startFixture(t *testing.T, v cpython.Interpreter, root, mode string, seconds int) *fixture {
 	t.Helper()
@@ -94,11 +126,16 @@ func startFixture(t *testing.T, v cpython.Interpreter, root, mode string, second
 	}
 	f := &fixture{file: paths[0], marks: map[string][]int{}}
 	for i, l := range strings.Split(string(b), "\n") {
-		if m := markRE.FindStringSubmatch(l); m != nil {
-			f.marks[m[1]] = append(f.marks[m[1]], i+1)
+		if _, comment, ok := strings.Cut(l, "# "); ok {
+			for _, m := range markRE.FindAllStringSubmatch(comment, -1) {
+				f.marks[m[1]] = append(f.marks[m[1]], i+1)
+			}
 		}
 	}
-	cmd := v.Command(root, paths[0], mode, fmt.Sprint(seconds))
+	f.gofile = filepath.Join(filepath.Dir(paths[0]), fmt.Sprintf("go-%s-%d", mode, time.Now().UnixNano()))
+	cmd := v.Command(root, paths[0], mode, fmt.Sprint(seconds), f.gofile)
+	f.gofileHost = testfixture.ChrootFile(root, f.gofile)
+	t.Cleanup(func() { os.Remove(f.gofileHost) })
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +154,7 @@ func startFixture(t *testing.T, v cpython.Interpreter, root, mode string, second
 	}
 	for name, marked := range f.marks {
 		fn, _, _ := strings.Cut(name, "-")
-		if fn == "module" {
+		if fn == "module" || f.lines[fn] == nil {
 			continue
 		}
 		for _, l := range marked {
@@ -155,6 +192,7 @@ func contains(s []int, v int) bool {
 // pyFrame is one Python frame of a sample.
 type pyFrame struct {
 	name, file string
+	err        string // why it is unnamed
 	line       int
 	nativeIn   int // native frames between the previous (inner) Python frame and this one
 }
@@ -168,7 +206,7 @@ type sampleView struct {
 	native   int
 }
 
-func samplesOf(t *testing.T, r profbuild.Report, pid int, binName string, eval [][2]uint64) []sampleView {
+func samplesOf(t testing.TB, r profbuild.Report, pid int, binName string, eval [][2]uint64) []sampleView {
 	t.Helper()
 	dict := r.Profiles.Dictionary()
 	str := func(i int32) string { return dict.StringTable().At(int(i)) }
@@ -196,7 +234,9 @@ func samplesOf(t *testing.T, r profbuild.Report, pid int, binName string, eval [
 						a := attrs(l.AttributeIndices().AsRaw())
 						switch a[pframe.AttrFrameType] {
 						case pframe.TypeCPython:
-							sv.py = append(sv.py, pyFrameOf(dict, str, l, native))
+							p := pyFrameOf(dict, str, l, native)
+							p.err, _ = a[pframe.AttrError].(string)
+							sv.py = append(sv.py, p)
 							native = 0
 						case pframe.TypeKernel:
 						default:
@@ -242,7 +282,7 @@ func inRanges(rs [][2]uint64, a uint64) bool {
 // and its caller where C calls back into Python.
 func TestPythonChains(t *testing.T) {
 	h := newHarness(t)
-	const seconds = 3
+	const seconds = 2
 	for _, v := range cpython.Interpreters() {
 		t.Run(v.Name, func(t *testing.T) {
 			root := v.Root(t)
@@ -251,76 +291,165 @@ func TestPythonChains(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, mode := range []string{"chain", "sorted", "ctypes"} {
+			for _, mode := range []string{"chain", "sorted", "ctypes", "deep", "threads", "dynamic"} {
 				t.Run(mode, func(t *testing.T) {
-					inner := map[string]string{"chain": "leaf", "sorted": "key", "ctypes": "cmp"}[mode]
 					f := startFixture(t, v, root, mode, seconds)
-					f.expect(t, "go")
+					f.warm(t, h)
 					h.collect(t) // before the work: left out
 					cpu0 := cpuTime(t, f.pid)
 					f.expect(t, "done")
 					cpu := cpuTime(t, f.pid) - cpu0
 					r := h.collect(t)
 					f.kill()
-					want := []struct {
-						name  string
-						lines []int
-					}{{inner, f.marks[inner]}, {"mid", f.marks["mid-"+mode]}, {"top", f.marks["top"]}, {"<module>", f.marks["module"]}}
-					var total, whole, inC int64
-					stops := map[string]int64{}
-					bad := map[string]int64{}
+					c := checker{mode: mode, minor: v.Minor, f: f}
 					for _, s := range samplesOf(t, r, f.pid, path.Base(mapped), eval) {
-						total += s.count
-						stops[s.stop] += s.count
-						why := ""
-						want := want
-						if mode != "chain" && len(s.py) == len(want)-1 && len(s.py) > 0 && s.py[0].nativeIn > 0 {
-							// In the C code between two callbacks (sorted's
-							// or qsort's own work): mid's chain is whole.
-							want = want[1:]
-							inC += s.count
-						}
-						switch {
-						case len(s.py) != len(want):
-							why = fmt.Sprintf("python frames %v", s.py)
-						case s.evalLeft > 0:
-							why = "eval loop frames left"
-						}
-						for i := 0; why == "" && i < len(want); i++ {
-							p := s.py[i]
-							switch {
-							case p.name != want[i].name:
-								why = fmt.Sprintf("frame %d is %s", i, p.name)
-							case p.file != f.file:
-								why = fmt.Sprintf("frame %d in %s", i, p.file)
-							case !contains(want[i].lines, p.line):
-								why = fmt.Sprintf("%s at line %d, want %v", p.name, p.line, want[i].lines)
-							case p.name == "mid" && mode != "chain" && p.nativeIn == 0:
-								why = "no native frame between the callback and mid"
-							}
-						}
-						if why == "" {
-							whole += s.count
-						} else {
-							bad[why] += s.count
-						}
+						c.add(s)
 					}
-					ws := h.s.Runtimes().Stats()
-					t.Logf("walker: %s", walkerStats(t))
-					t.Logf("pid %d: %v of CPU, %d samples, %d (%.2f%%) whole chains (%d in C below mid); stops %v; other %v; failures %v; set %+v",
-						f.pid, cpu.Round(time.Millisecond), total, whole, 100*float64(whole)/float64(max(total, 1)), inC, stops, top(bad, 5), r.Failures, ws)
-					if float64(total) < 0.5*99*cpu.Seconds() || total < 20 {
-						t.Fatalf("only %d samples for %v of CPU", total, cpu)
+					t.Logf("pid %d: %v of CPU, %d samples, %d (%.2f%%) whole chains (%d in the callee's caller, %d with a freed code object unnamed); stops %v; other %v; failures %v; set %+v; walker %s",
+						f.pid, cpu.Round(time.Millisecond), c.total, c.whole, 100*float64(c.whole)/float64(max(c.total, 1)),
+						c.inC, c.freed, c.stops, top(c.bad, 5), r.Failures, h.s.Runtimes().Stats(), walkerStats(t))
+					if float64(c.total) < 0.5*99*cpu.Seconds() || c.total < 20 {
+						t.Fatalf("only %d samples for %v of CPU", c.total, cpu)
 					}
-					if float64(whole) < 0.99*float64(total) {
-						t.Errorf("%d/%d samples with the whole chain, want >= 99%%", whole, total)
+					if float64(c.whole+c.freed) < 0.99*float64(c.total) {
+						t.Errorf("%d/%d samples with the whole chain, want >= 99%%", c.whole+c.freed, c.total)
 					}
-					if 2*inC > total {
-						t.Errorf("%d/%d samples in C below mid: the callbacks' frames are missing", inC, total)
+					if 2*c.inC > c.total && mode != "dynamic" {
+						t.Errorf("%d/%d samples in the caller: the callees' frames are missing", c.inC, c.total)
+					}
+					if 2*c.inC > c.total && mode == "dynamic" {
+						t.Errorf("%d/%d samples in dynamic's own code: its callees' frames are missing", c.inC, c.total)
 					}
 				})
 			}
 		})
+	}
+}
+
+// checker sorts a fixture's samples into whole chains and the rest.
+type checker struct {
+	mode                     string
+	minor                    int
+	f                        *fixture
+	total, whole, inC, freed int64
+	stops                    map[string]int64
+	bad                      map[string]int64
+}
+
+type frameWant struct {
+	name  string
+	lines []int
+}
+
+// chain is the Python chain a sample of the mode should have, innermost
+// first; rest is what may follow it (threads: threading's frames).
+func (c *checker) chain() []frameWant {
+	m := c.f.marks
+	inner := map[string]string{"sorted": "key", "ctypes": "cmp", "dynamic": "dyn_"}[c.mode]
+	var w []frameWant
+	switch inner {
+	case "":
+		w = append(w, frameWant{"leaf", m["leaf"]})
+	case "dyn_":
+		w = append(w, frameWant{"dyn_", nil}, frameWant{"dynamic", m["dynamic"]})
+	default:
+		w = append(w, frameWant{inner, m[inner]})
+	}
+	if c.mode == "deep" {
+		for range 40 {
+			w = append(w, frameWant{"rec", m["rec"]})
+		}
+	}
+	w = append(w, frameWant{"mid", m["mid-"+c.mode]}, frameWant{"top", m["top"]})
+	if c.mode != "threads" {
+		w = append(w, frameWant{"run", m["run"]}, frameWant{"<module>", m["module"]})
+	}
+	return w
+}
+
+var dynName = regexp.MustCompile(`^dyn_(\d+)$`)
+
+func (c *checker) add(s sampleView) {
+	if c.stops == nil {
+		c.stops, c.bad = map[string]int64{}, map[string]int64{}
+	}
+	c.total += s.count
+	c.stops[s.stop] += s.count
+	want := c.chain()
+	py := s.py
+	freed := false
+	if (c.mode == "sorted" || c.mode == "ctypes" || c.mode == "dynamic") && len(py) == len(want)-1 && len(py) > 0 {
+		// In the caller's own code, or in C it runs between two calls
+		// of the callee (sorted's or qsort's own work, compile): the
+		// caller's chain is whole.
+		want = want[1:]
+		c.inC += s.count
+	}
+	if c.mode == "threads" && len(py) > len(want) {
+		// Then threading's frames, down to the thread's first.
+		for _, p := range py[len(want):] {
+			if !strings.HasSuffix(p.file, "threading.py") {
+				c.bad["frame after top outside threading.py: "+p.name] += s.count
+				return
+			}
+		}
+		if last := py[len(py)-1].name; !strings.HasSuffix(last, "_bootstrap") {
+			c.bad["thread chain ends in "+last] += s.count
+			return
+		}
+		py = py[:len(want)]
+	}
+	if c.mode == "deep" && c.minor <= 10 && s.stop == "depth_limit" && len(py) >= 10 && len(py) < len(want) {
+		// One eval call per Python call up to 3.10: the tail calls run
+		// out first. The frames before the cut must be right.
+		want = want[:len(py)]
+	}
+	if len(py) != len(want) {
+		names := make([]string, len(py))
+		for i, p := range py {
+			names[i] = p.name
+		}
+		c.bad[fmt.Sprintf("python frames %v", names)] += s.count
+		return
+	}
+	if s.evalLeft > 0 {
+		c.bad["eval loop frames left"] += s.count
+		return
+	}
+	for i, w := range want {
+		p := py[i]
+		why := ""
+		switch {
+		case w.name == "dyn_" && p.err != "":
+			// Freed and replaced before the report named it.
+			freed = true
+		case w.name == "dyn_":
+			m := dynName.FindStringSubmatch(p.name)
+			n := -1
+			if m != nil {
+				fmt.Sscan(m[1], &n)
+			}
+			if n < 0 || p.file != fmt.Sprintf("<dyn-%d>", n) || p.line != n+3 && p.line != n+4 {
+				why = fmt.Sprintf("dynamic frame %s in %s at line %d", p.name, p.file, p.line)
+			}
+		case p.name != w.name:
+			why = fmt.Sprintf("frame %d is %s (%s)", i, p.name, p.err)
+		case p.file != c.f.file:
+			why = fmt.Sprintf("frame %d in %s", i, p.file)
+		case !contains(w.lines, p.line):
+			why = fmt.Sprintf("%s at line %d, want %v", p.name, p.line, w.lines)
+		case p.name == "mid" && (c.mode == "sorted" || c.mode == "ctypes") && p.nativeIn == 0:
+			why = "no native frame between the callback and mid"
+		}
+		if why != "" {
+			c.bad[why] += s.count
+			return
+		}
+	}
+	if freed {
+		c.freed += s.count
+	} else {
+		c.whole += s.count
 	}
 }
 
