@@ -65,6 +65,35 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		return nil, fmt.Errorf("no file: %w", frame.ErrNotFound)
 	}
 
+	// The symbol tables and pclntab are built while the DWARF is indexed
+	// (decompressing and indexing it is most of an open).
+	var wg sync.WaitGroup
+	if o.bin != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if t, gerr := gopclntab.New(o.bin); gerr == nil {
+				o.gopcln = t
+			}
+			// Like llvm-symbolizer, the outermost frame is named from the
+			// binary's own table (a stripped binary: .dynsym only); the
+			// debug file's complete .symtab is only a fallback for
+			// addresses nothing else names, where llvm would answer "??".
+			if t, serr := symtab.New(o.bin); serr == nil {
+				o.syms = t
+			}
+		}()
+	}
+	var dbgSyms *symtab.Table
+	if o.dbg != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if t, serr := symtab.New(o.dbg); serr == nil {
+				dbgSyms = t
+			}
+		}()
+	}
 	// DWARF: from the debug file when there is one, else the binary.
 	for _, f := range []*elfx.File{o.dbg, o.bin} {
 		if f == nil || !f.HasSection(".debug_info") {
@@ -84,28 +113,11 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 			o.why = derr
 		}
 	}
-	if o.bin != nil {
-		if t, gerr := gopclntab.New(o.bin); gerr == nil {
-			o.gopcln = t
-		}
-	}
-	// Symbol tables. Like llvm-symbolizer, the outermost frame is named from
-	// the binary's own table (a stripped binary: .dynsym only); the debug
-	// file's complete .symtab is only a fallback for addresses nothing else
-	// names, where llvm would answer "??".
-	if o.bin != nil {
-		if t, serr := symtab.New(o.bin); serr == nil {
-			o.syms = t
-		}
-	}
-	if o.dbg != nil {
-		if t, serr := symtab.New(o.dbg); serr == nil {
-			if o.bin == nil {
-				o.syms = t
-			} else {
-				o.dbgSyms = t
-			}
-		}
+	wg.Wait()
+	if o.bin == nil {
+		o.syms = dbgSyms
+	} else {
+		o.dbgSyms = dbgSyms
 	}
 	if o.why == nil && o.dwarf == nil {
 		o.why = frame.ErrNoDebugInfo

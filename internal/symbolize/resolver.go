@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -300,6 +301,23 @@ func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
 		dst = append(dst, Frame{Frame: f, Function: name})
 	}
 	return dst, err
+}
+
+// Prefetch starts parsing, in the background on up to workers goroutines
+// (0: one per CPU), the DWARF units that hold addrs, so that Lookups of
+// those addresses that follow find them parsed, or wait only for the unit
+// in progress. It returns at once and the object stays pinned until the
+// work is done; answers are the same with or without it.
+func (h *Handle) Prefetch(addrs []uint64, workers int) {
+	if h.obj.dwarf == nil || len(addrs) == 0 {
+		return
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	o := h.obj
+	o.acquire()
+	o.dwarf.Prefetch(addrs, workers, o.release)
 }
 
 // Close releases the handle and lets the cache account for what it parsed.

@@ -49,52 +49,65 @@ type sections struct {
 // New indexes f's DWARF. It returns an error wrapping frame.ErrNoDebugInfo
 // if f has no .debug_info or no unit covers any code.
 func New(f *elfx.File) (*Table, error) {
+	// Decompression dominates opening a compressed file: every section
+	// decodes on its own goroutine (elfx reserves each one's share of the
+	// file's budget), and the index is built while .debug_line, which only
+	// unit parses need, is still decoding.
 	var s sections
-	var firstErr error
-	get := func(name string, dst *[]byte) {
-		d, err := f.SectionData(name)
-		if err != nil {
-			if !errors.Is(err, elfx.ErrNoSection) && firstErr == nil {
-				firstErr = err
-			}
-			return
-		}
-		*dst = d
+	need := []struct {
+		name string
+		dst  *[]byte
+	}{
+		{".debug_info", &s.info}, {".debug_abbrev", &s.abbrev}, {".debug_str", &s.str},
+		{".debug_line_str", &s.lineStr}, {".debug_str_offsets", &s.strOffsets}, {".debug_addr", &s.addr},
+		{".debug_ranges", &s.ranges}, {".debug_rnglists", &s.rnglists}, {".debug_aranges", &s.aranges},
 	}
-	// Decompression dominates opening a compressed file, and .debug_info
-	// and .debug_line are the big ones, so inflate those two in parallel.
+	errs := make([]error, len(need))
 	var wg sync.WaitGroup
+	for i, n := range need {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			*n.dst, errs[i] = sectionData(f, n.name)
+		}()
+	}
+	var line []byte
 	var lineErr error
-	wg.Add(1)
+	lineDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		d, err := f.SectionData(".debug_line")
-		if err != nil && !errors.Is(err, elfx.ErrNoSection) {
-			lineErr = err
-		}
-		s.line = d
+		defer close(lineDone)
+		line, lineErr = sectionData(f, ".debug_line")
 	}()
-	get(".debug_info", &s.info)
-	get(".debug_abbrev", &s.abbrev)
-	get(".debug_str", &s.str)
-	get(".debug_line_str", &s.lineStr)
-	get(".debug_str_offsets", &s.strOffsets)
-	get(".debug_addr", &s.addr)
-	get(".debug_ranges", &s.ranges)
-	get(".debug_rnglists", &s.rnglists)
-	get(".debug_aranges", &s.aranges)
 	wg.Wait()
-	if firstErr == nil {
-		firstErr = lineErr
+	var err error
+	for _, e := range errs {
+		if e != nil {
+			err = e
+			break
+		}
 	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, firstErr)
+	var t *Table
+	if err == nil {
+		t, err = newTable(s)
 	}
-	t, err := newTable(s)
+	<-lineDone
+	if err == nil && lineErr != nil {
+		err = lineErr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
 	}
+	t.sec.line = line
 	return t, nil
+}
+
+// sectionData is f's section name, or nil when f has none.
+func sectionData(f *elfx.File, name string) ([]byte, error) {
+	d, err := f.SectionData(name)
+	if errors.Is(err, elfx.ErrNoSection) {
+		return nil, nil
+	}
+	return d, err
 }
 
 // newTable indexes already-loaded sections.

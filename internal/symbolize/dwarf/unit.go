@@ -2,6 +2,7 @@ package dwarf
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // unit is one unit header of .debug_info. Headers are read by New; the
@@ -25,7 +26,10 @@ type unit struct {
 	lines     *lineHeader
 	filesErr  error
 
-	fullOnce sync.Once
+	// The full parse is once per unit, under fullMu; Prefetch skips a unit
+	// whose parse another goroutine holds (TryLock) rather than wait.
+	fullMu   sync.Mutex
+	fullDone atomic.Bool
 	full     *unitData
 	fullErr  error
 }

@@ -54,23 +54,34 @@ var recoverPanics = true
 
 // fullOf parses u's line program and DIE tree once.
 func (t *Table) fullOf(u *unit) (*unitData, error) {
-	u.fullOnce.Do(func() {
-		defer func() {
-			// Belt and braces: the parser bounds-checks every read, but a
-			// bug must cost one unit's answers, not the process.
-			if !recoverPanics {
-				return
-			}
-			if r := recover(); r != nil {
-				u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r)
-			}
-		}()
-		u.full, u.fullErr = t.parseFull(u)
-		if u.fullErr == nil {
-			t.parsed.Add(u.full.size())
-		}
-	})
+	if !u.fullDone.Load() {
+		u.fullMu.Lock()
+		t.parseFullLocked(u)
+		u.fullMu.Unlock()
+	}
 	return u.full, u.fullErr
+}
+
+// parseFullLocked parses u unless that is done; u.fullMu is held.
+func (t *Table) parseFullLocked(u *unit) {
+	if u.fullDone.Load() {
+		return
+	}
+	defer u.fullDone.Store(true)
+	defer func() {
+		// Belt and braces: the parser bounds-checks every read, but a
+		// bug must cost one unit's answers, not the process.
+		if !recoverPanics {
+			return
+		}
+		if r := recover(); r != nil {
+			u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r)
+		}
+	}()
+	u.full, u.fullErr = t.parseFull(u)
+	if u.fullErr == nil {
+		t.parsed.Add(u.full.size())
+	}
 }
 
 type nodeRange struct {
