@@ -64,11 +64,11 @@ func New(f *elfx.File) (*Table, error) {
 	}
 	errs := make([]error, len(need))
 	var wg sync.WaitGroup
-	for i, n := range need {
+	for i, n := range need[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			*n.dst, errs[i] = sectionData(f, n.name)
+			*n.dst, errs[i+1] = sectionData(f, n.name)
 		}()
 	}
 	var line []byte
@@ -78,6 +78,9 @@ func New(f *elfx.File) (*Table, error) {
 		defer close(lineDone)
 		line, lineErr = sectionData(f, ".debug_line")
 	}()
+	// .debug_info, the largest, decodes here: it is the critical path,
+	// and a new goroutine would queue behind the others.
+	s.info, errs[0] = sectionData(f, ".debug_info")
 	wg.Wait()
 	var err error
 	for _, e := range errs {
