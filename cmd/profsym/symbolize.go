@@ -72,9 +72,13 @@ type pathID struct {
 const maxPathIDs = 4096
 
 func newObjects(opt symbolize.Options, debugDirs []string) *objects {
+	chain := locate.New(locate.Options{Sources: []locate.Source{locate.Local{}, locate.DebugDirs{Dirs: debugDirs}}})
+	opt.Supplementary = func(ctx context.Context, r symbolize.SupRequest) (string, error) {
+		return chain.LocateSup(ctx, r.BuildID, r.Name, r.From, r.ByName)
+	}
 	return &objects{
 		r:     symbolize.New(opt),
-		chain: locate.New(locate.Options{Sources: []locate.Source{locate.Local{}, locate.DebugDirs{Dirs: debugDirs}}}),
+		chain: chain,
 		ids:   lru.New[string, pathID](0, maxPathIDs, nil, nil),
 	}
 }

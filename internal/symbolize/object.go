@@ -26,6 +26,8 @@ type object struct {
 	buildID []byte
 
 	dwarf   *dwarf.Table
+	sup     *supFile // the dwz common file its DWARF points into, or nil
+	supErr  error    // why that file is missing, if it is
 	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
@@ -33,6 +35,7 @@ type object struct {
 	// why explains the missing DWARF (no_debug_info, build_id_mismatch, ...).
 	why error
 
+	sups    *supCache
 	refs    atomic.Int32
 	retired atomic.Bool
 	close   sync.Once
@@ -42,8 +45,9 @@ type object struct {
 // (either may be empty) within lim and ctx, and attaches every source they
 // hold. It searches for nothing: internal/locate chose the files.
 func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
-	open func(context.Context, string, elfx.Limits) (*elfx.File, error)) (*object, error) {
-	o := &object{}
+	open func(context.Context, string, elfx.Limits) (*elfx.File, error),
+	sups *supCache) (*object, error) {
+	o := &object{sups: sups}
 	var err error
 	if binPath != "" {
 		if o.bin, err = open(ctx, binPath, lim); err != nil {
@@ -99,12 +103,16 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		if f == nil || !f.HasSection(".debug_info") {
 			continue
 		}
-		t, derr := dwarf.New(f)
+		var x dwarf.Extra
+		x.Sup, o.sup, o.supErr = sups.forFile(ctx, f, lim, open)
+		t, derr := dwarf.NewExtra(f, x)
 		if derr == nil {
 			o.dwarf = t
 			o.why = nil
 			break
 		}
+		sups.release(o.sup)
+		o.sup, o.supErr = nil, nil
 		// Whatever was inflated for the DWARF that failed is useless: give
 		// it back now rather than keep it as long as the object is cached
 		// (a bomb that inflates to just within the limit, then fails).
@@ -162,6 +170,9 @@ func (o *object) sizeBytes() int64 {
 	if o.dwarf != nil {
 		n += o.dwarf.SizeBytes()
 	}
+	if o.sup != nil {
+		n += o.sup.sizeBytes()
+	}
 	if o.gopcln != nil {
 		n += o.gopcln.SizeBytes()
 	}
@@ -180,6 +191,9 @@ func (o *object) heldBytes() int64 {
 		if f != nil {
 			n += f.HeldBytes()
 		}
+	}
+	if o.sup != nil {
+		n += o.sup.f.HeldBytes()
 	}
 	return n
 }
@@ -210,6 +224,7 @@ func (o *object) closeFiles() {
 		if o.dbg != nil {
 			o.dbg.Close()
 		}
+		o.sups.release(o.sup)
 	})
 }
 
@@ -238,6 +253,10 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.F
 				err = gerr
 			}
 		}
+	}
+	if len(dst) > base && o.supErr != nil {
+		// DWARF answered without the dwz common file its names may live in.
+		missing = o.supErr
 	}
 	if len(dst) == base {
 		// Lines can come from nowhere else: say why, if the reason is a

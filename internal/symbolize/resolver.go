@@ -64,6 +64,12 @@ type Options struct {
 	// MaxLoads bounds the loads running at once (0: no bound); more wait
 	// for a place, within their load's context.
 	MaxLoads int
+	// Supplementary finds the dwz common file an object's DWARF points
+	// into (.gnu_debugaltlink, .debug_sup): the engine searches for
+	// nothing itself, internal/locate does. Nil, or a file not found: that
+	// DWARF answers without it (names that live there read as absent, as
+	// with llvm-symbolizer) and Handle.Missing says why.
+	Supplementary func(ctx context.Context, req SupRequest) (string, error)
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -86,6 +92,7 @@ type Resolver struct {
 	cache *lru.Cache[string, *entry]
 	group singleflight.Group
 	pool  *elfx.Pool
+	sups  *supCache
 	loads chan struct{} // a place per load running (MaxLoads)
 
 	closed atomic.Bool
@@ -112,6 +119,7 @@ func New(opt Options) *Resolver {
 		opt.Limits.Pool.SetReclaim(r.reclaim)
 	}
 	r.opt, r.pool = opt, opt.Limits.Pool
+	r.sups = newSupCache(opt.Supplementary)
 	if opt.MaxLoads > 0 {
 		r.loads = make(chan struct{}, opt.MaxLoads)
 	}
@@ -197,7 +205,7 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 					return nil, e.err
 				}
 				r.cache.Remove(key)
-			case e != loaded && frame.Transient(e.obj.why):
+			case e != loaded && (frame.Transient(e.obj.why) || frame.Transient(e.obj.supErr)):
 				// Opened without its DWARF while memory was busy: the
 				// callers of that load use it, later ones try again.
 				r.cache.Remove(key)
@@ -278,7 +286,7 @@ func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
 	if open == nil {
 		open = elfx.OpenContext
 	}
-	o, err := openObject(ctx, bin, debug, r.opt.Limits, open)
+	o, err := openObject(ctx, bin, debug, r.opt.Limits, open, r.sups)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}

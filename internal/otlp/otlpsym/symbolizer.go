@@ -97,6 +97,9 @@ func New(opt Options) (*Symbolizer, error) {
 			}
 			return elfx.OpenContext(ctx, path, lim)
 		},
+		Supplementary: func(ctx context.Context, r symbolize.SupRequest) (string, error) {
+			return chain.LocateSup(ctx, r.BuildID, r.Name, r.From, r.ByName)
+		},
 	})
 	lc.FileLimits = engine.Options().Limits
 	chain, err := locate.NewFromConfig(lc)

@@ -418,7 +418,7 @@ func TestCorruptUnit(t *testing.T) {
 			s.info[i] = 0xff
 		}
 	}
-	tab, err := newTable(s)
+	tab, err := newTable(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func FuzzLookup(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which, sec uint8, data []byte) {
 		s := bases[int(which)%len(bases)]
 		*sectionPtr(&s, int(sec)%len(fuzzSections)) = data
-		tab, err := newTable(s)
+		tab, err := newTable(s, nil)
 		if err != nil {
 			if !errors.Is(err, frame.ErrCorruptFile) && !errors.Is(err, frame.ErrNoDebugInfo) {
 				t.Fatalf("newTable: unclassified error %v", err)
@@ -89,5 +89,27 @@ func FuzzLookup(f *testing.F) {
 			}
 		}
 		tab.SizeBytes()
+	})
+}
+
+// FuzzSupLink holds the .gnu_debugaltlink and .debug_sup parsers to their
+// bounds: no panic, and a link they accept has a name and a build id of a
+// sane length.
+func FuzzSupLink(f *testing.F) {
+	f.Add([]byte("/usr/lib/debug/.dwz/x86_64-linux-gnu/libc6.debug\x00\x7b\x1d\x67\x90\xac\xa4\xd6\x72\xbb\xa5\xb0\xd7\x22\x3c\x8b\x87\xd9\xf5\xdf\x10"))
+	f.Add([]byte("\x05\x00\x00common.debug\x00\x14\x7b\x1d\x67\x90\xac\xa4\xd6\x72\xbb\xa5\xb0\xd7\x22\x3c\x8b\x87\xd9\xf5\xdf\x10"))
+	f.Add([]byte("\x05\x00\x01\x00\x00"))
+	check := func(t *testing.T, l SupLink) {
+		if l.Name == "" || len(l.Name) > maxSupName || len(l.BuildID) < frame.MinBuildIDBytes || len(l.BuildID) > frame.MaxBuildIDBytes {
+			t.Fatalf("accepted %+v", l)
+		}
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		if l, err := ParseAltLink(d); err == nil {
+			check(t, l)
+		}
+		if l, isSup, err := ParseDebugSup(d); err == nil && !isSup {
+			check(t, l)
+		}
 	})
 }

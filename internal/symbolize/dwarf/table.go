@@ -32,6 +32,7 @@ import (
 // copied out of the file, so frames stay valid after the file is closed.
 type Table struct {
 	sec   sections
+	sup   *Table // the supplementary (dwz common) file's, or nil
 	units []*unit
 	index []cuRange // disjoint, sorted by lo
 
@@ -46,13 +47,57 @@ type sections struct {
 	info, abbrev, line, str, lineStr, strOffsets, addr, ranges, rnglists, aranges []byte
 }
 
+// Extra are the other files a file's DWARF points into.
+type Extra struct {
+	// Sup is the supplementary file's table (NewSup): the dwz common file
+	// that .gnu_debugaltlink or .debug_sup names. Without it, what lives
+	// there (names and declarations shared by several binaries) reads as
+	// absent, as it does for llvm-symbolizer.
+	Sup *Table
+}
+
 // New indexes f's DWARF. It returns an error wrapping frame.ErrNoDebugInfo
 // if f has no .debug_info or no unit covers any code.
-func New(f *elfx.File) (*Table, error) {
-	// Decompression dominates opening a compressed file: every section
-	// decodes on its own goroutine (elfx reserves each one's share of the
-	// file's budget), and the index is built while .debug_line, which only
-	// unit parses need, is still decoding.
+func New(f *elfx.File) (*Table, error) { return NewExtra(f, Extra{}) }
+
+// NewExtra is New for DWARF that points into other files.
+func NewExtra(f *elfx.File, x Extra) (*Table, error) {
+	var t *Table
+	_, err := decodeSections(f, func(s sections) (err error) {
+		t, err = newTable(s, x.Sup)
+		return err
+	}, func(line []byte) { t.sec.line = line })
+	if err != nil {
+		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+	}
+	return t, nil
+}
+
+// NewSup reads a supplementary file (a dwz common file): partial units
+// that the DWARF of other files refers to, with no code of their own.
+func NewSup(f *elfx.File) (*Table, error) {
+	s, err := decodeSections(f, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+	}
+	if len(s.info) == 0 {
+		return nil, fmt.Errorf("dwarf: %s: no .debug_info: %w", f.Path, frame.ErrNoDebugInfo)
+	}
+	t := &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
+	units, err := scanUnits(s.info)
+	if err != nil && len(units) == 0 {
+		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+	}
+	t.units = units
+	return t, nil
+}
+
+// decodeSections decodes f's DWARF sections. Decompression dominates
+// opening a compressed file: every section decodes on its own goroutine
+// (elfx reserves each one's share of the file's budget), .debug_info, the
+// largest, on the calling one, and build (if set) runs while .debug_line,
+// which only unit parses need, is still decoding; setLine then gets it.
+func decodeSections(f *elfx.File, build func(sections) error, setLine func([]byte)) (sections, error) {
 	var s sections
 	need := []struct {
 		name string
@@ -78,8 +123,8 @@ func New(f *elfx.File) (*Table, error) {
 		defer close(lineDone)
 		line, lineErr = sectionData(f, ".debug_line")
 	}()
-	// .debug_info, the largest, decodes here: it is the critical path,
-	// and a new goroutine would queue behind the others.
+	// A new goroutine would queue behind the others: .debug_info, the
+	// critical path, decodes here.
 	s.info, errs[0] = sectionData(f, ".debug_info")
 	wg.Wait()
 	var err error
@@ -89,19 +134,21 @@ func New(f *elfx.File) (*Table, error) {
 			break
 		}
 	}
-	var t *Table
-	if err == nil {
-		t, err = newTable(s)
+	if err == nil && build != nil {
+		err = build(s)
 	}
 	<-lineDone
 	if err == nil && lineErr != nil {
 		err = lineErr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+		return s, err
 	}
-	t.sec.line = line
-	return t, nil
+	s.line = line
+	if setLine != nil {
+		setLine(line)
+	}
+	return s, nil
 }
 
 // sectionData is f's section name, or nil when f has none.
@@ -114,7 +161,7 @@ func sectionData(f *elfx.File, name string) ([]byte, error) {
 }
 
 // newTable indexes already-loaded sections.
-func newTable(s sections) (t *Table, err error) {
+func newTable(s sections, sup *Table) (t *Table, err error) {
 	defer func() {
 		if !recoverPanics {
 			return
@@ -126,7 +173,7 @@ func newTable(s sections) (t *Table, err error) {
 	if len(s.info) == 0 {
 		return nil, fmt.Errorf("no .debug_info: %w", frame.ErrNoDebugInfo)
 	}
-	t = &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
+	t = &Table{sec: s, sup: sup, abbrevs: map[abbrevKey]*abbrevTable{}}
 	units, err := scanUnits(s.info)
 	if err != nil && len(units) == 0 {
 		return nil, err

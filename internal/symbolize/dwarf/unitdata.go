@@ -116,7 +116,7 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 	var (
 		b       = buf{data: t.sec.info[:u.end]}
 		stack   = make([]int32, 1, 64) // nearest enclosing node per open DIE
-		memo    = map[uint64]*origin{}
+		memo    = map[originKey]*origin{}
 		attrs   dieAttrs
 		ranges  []addrRange
 		nrs     []nodeRange
@@ -178,7 +178,7 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 	return d, nil
 }
 
-func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32, memo map[uint64]*origin) node {
+func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32, memo map[originKey]*origin) node {
 	var o origin
 	t.inherit(&o, u, a, memo, 0)
 	n := node{
