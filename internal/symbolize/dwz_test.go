@@ -2,12 +2,14 @@ package symbolize
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -152,5 +154,39 @@ func TestDWZ(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDWZWrongCommonFile: a common file of another build where the link
+// points is never used; the program's own DWARF still answers, every
+// answer marked with the reason (build_id_mismatch).
+func TestDWZWrongCommonFile(t *testing.T) {
+	set4, set5 := dwzSet(t, dwzVariants[0]), dwzSet(t, dwzVariants[1])
+	debugDir := t.TempDir()
+	dst := filepath.Join(debugDir, ".dwz", filepath.Base(dwzVariants[0].recorded))
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	if err := os.Symlink(set5.Common, dst); err != nil {
+		t.Fatal(err)
+	}
+	r := supResolver([]string{debugDir})
+	defer r.Close()
+	h, err := r.Open(context.Background(), set4.Bins[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	named := 0
+	for _, a := range sampleAddresses(t, set4.Bins[0], 300) {
+		fr, err := h.Lookup(a, nil)
+		if err != nil || len(fr) == 0 || fr[0].Line == 0 {
+			continue
+		}
+		named++
+		if m := h.Missing(); !errors.Is(m, frame.ErrBuildIDMismatch) {
+			t.Fatalf("%#x: answered with reason %v, want build_id_mismatch", a, m)
+		}
+	}
+	if named < 100 {
+		t.Fatalf("only %d addresses answered from the program's own DWARF", named)
 	}
 }

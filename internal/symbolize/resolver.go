@@ -368,13 +368,14 @@ func (r *Resolver) Symbolize(ctx context.Context, bin, debug string, addrs []uin
 	return out
 }
 
-// Missing says why the frames the last Lookup returned have no lines
-// although the object has debug info: they were named from a symbol table
-// because its DWARF could not be used (frame.ErrLimitExceeded when
-// decompressing it would pass Limits.MaxDecompressedBytes,
-// frame.ErrCorruptFile, a debug file of another build, ...). It is nil when
-// the frames have lines, when nothing named the address, and when the
-// object simply has no debug info.
+// Missing says why the frames the last Lookup returned lack what the
+// object's debug info holds: they were named from a symbol table because
+// its DWARF could not be used (frame.ErrLimitExceeded when decompressing
+// it would pass Limits.MaxDecompressedBytes, frame.ErrCorruptFile, a debug
+// file of another build, ...), or its DWARF answered without the dwz
+// common file it points into (not found, pending, of another build). It
+// is nil when the answer is whole, when nothing named the address, and
+// when the object simply has no debug info.
 func (h *Handle) Missing() error { return h.missing }
 
 // IsUnresolved reports whether err only says that nothing names the address
