@@ -76,6 +76,9 @@ func newObjects(opt symbolize.Options, debugDirs []string) *objects {
 	opt.Supplementary = func(ctx context.Context, r symbolize.SupRequest) (string, error) {
 		return chain.LocateSup(ctx, r.BuildID, r.Name, r.From, r.ByName)
 	}
+	opt.Split = func(ctx context.Context, r symbolize.SplitRequest) (string, error) {
+		return chain.LocateSplit(ctx, r.Files, r.DWOName, r.CompDir)
+	}
 	return &objects{
 		r:     symbolize.New(opt),
 		chain: chain,

@@ -28,6 +28,7 @@ type object struct {
 	dwarf   *dwarf.Table
 	sup     *supFile // the dwz common file its DWARF points into, or nil
 	supErr  error    // why that file is missing, if it is
+	split   *splitFiles
 	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
@@ -46,7 +47,7 @@ type object struct {
 // hold. It searches for nothing: internal/locate chose the files.
 func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 	open func(context.Context, string, elfx.Limits) (*elfx.File, error),
-	sups *supCache) (*object, error) {
+	sups *supCache, findSplit func(context.Context, SplitRequest) (string, error)) (*object, error) {
 	o := &object{sups: sups}
 	var err error
 	if binPath != "" {
@@ -105,6 +106,10 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		}
 		var x dwarf.Extra
 		x.Sup, o.sup, o.supErr = sups.forFile(ctx, f, lim, open)
+		if findSplit != nil {
+			o.split = &splitFiles{find: findSplit, files: []string{binPath, debugPath}, lim: lim, open: open}
+			x.Split = o.split.unit
+		}
 		t, derr := dwarf.NewExtra(f, x)
 		if derr == nil {
 			o.dwarf = t
@@ -195,7 +200,7 @@ func (o *object) heldBytes() int64 {
 	if o.sup != nil {
 		n += o.sup.f.HeldBytes()
 	}
-	return n
+	return n + o.split.heldBytes()
 }
 
 // acquire pins the object against closing while a lookup uses it.
@@ -225,6 +230,7 @@ func (o *object) closeFiles() {
 			o.dbg.Close()
 		}
 		o.sups.release(o.sup)
+		o.split.close()
 	})
 }
 
@@ -238,8 +244,9 @@ func (o *object) closeFiles() {
 // debug info the object has could not be used (see Handle.Missing).
 func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	base := len(dst)
+	var partial error // why the DWARF answer lacks what it points to elsewhere
 	if o.dwarf != nil {
-		dst, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
+		dst, partial, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
 		if err != nil {
 			dst = dst[:base]
 		}
@@ -254,7 +261,12 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.F
 			}
 		}
 	}
-	if len(dst) > base && o.supErr != nil {
+	switch {
+	case len(dst) == base:
+	case partial != nil:
+		// A skeleton unit answered without its split unit (.dwo, .dwp).
+		missing = partial
+	case o.supErr != nil:
 		// DWARF answered without the dwz common file its names may live in.
 		missing = o.supErr
 	}

@@ -70,6 +70,11 @@ type Options struct {
 	// DWARF answers without it (names that live there read as absent, as
 	// with llvm-symbolizer) and Handle.Missing says why.
 	Supplementary func(ctx context.Context, req SupRequest) (string, error)
+	// Split finds the .dwp package or .dwo files holding the functions of
+	// an object built with -gsplit-dwarf (internal/locate, by name). Nil,
+	// or a file not found: its skeleton units answer lines without
+	// functions (as llvm-symbolizer does) and Handle.Missing says why.
+	Split func(ctx context.Context, req SplitRequest) (string, error)
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -286,7 +291,7 @@ func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
 	if open == nil {
 		open = elfx.OpenContext
 	}
-	o, err := openObject(ctx, bin, debug, r.opt.Limits, open, r.sups)
+	o, err := openObject(ctx, bin, debug, r.opt.Limits, open, r.sups, r.opt.Split)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}

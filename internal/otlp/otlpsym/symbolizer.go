@@ -100,6 +100,9 @@ func New(opt Options) (*Symbolizer, error) {
 		Supplementary: func(ctx context.Context, r symbolize.SupRequest) (string, error) {
 			return chain.LocateSup(ctx, r.BuildID, r.Name, r.From, r.ByName)
 		},
+		Split: func(ctx context.Context, r symbolize.SplitRequest) (string, error) {
+			return chain.LocateSplit(ctx, r.Files, r.DWOName, r.CompDir)
+		},
 	})
 	lc.FileLimits = engine.Options().Limits
 	chain, err := locate.NewFromConfig(lc)

@@ -26,7 +26,10 @@ const (
 	atStrOffsetsBase   = 0x72
 	atAddrBase         = 0x73
 	atRnglistsBase     = 0x74
+	atDWOName          = 0x76
 	atMIPSLinkageName  = 0x2007
+	atGNUDWOName       = 0x2130
+	atGNUDWOID         = 0x2131
 	atGNURangesBase    = 0x2132
 	atGNUAddrBase      = 0x2133
 	atGNUDiscriminator = 0x2136

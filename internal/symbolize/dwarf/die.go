@@ -26,6 +26,8 @@ type dieAttrs struct {
 
 	compDir    []byte
 	hasCompDir bool
+	dwoName    []byte
+	hasDWOName bool
 	stmtList   uint64
 	hasStmt    bool
 }
@@ -93,6 +95,8 @@ func (t *Table) decodeAttrs(b *buf, a *abbrev, u *unit, h *unitHead, d *dieAttrs
 			d.disc = t.readUnsigned(b, u.shape, form, s.implicit)
 		case atCompDir:
 			d.compDir, d.hasCompDir = t.readString(b, u.shape, h, form)
+		case atDWOName, atGNUDWOName:
+			d.dwoName, d.hasDWOName = t.readString(b, u.shape, h, form)
 		case atStmtList:
 			d.stmtList, d.hasStmt = t.readUnsigned(b, u.shape, form, s.implicit), true
 		default:

@@ -72,6 +72,11 @@ func (t *Table) linesOf(u *unit) (*lineHeader, error) {
 		}
 		if !h.hasStmt {
 			u.lines = &lineHeader{}
+			if t.link != nil {
+				// A split unit without a line table of its own: its
+				// skeleton's names its files, as llvm reads them.
+				u.lines, u.filesErr = t.link.skelT.linesOf(t.link.skelU)
+			}
 			return
 		}
 		u.lines, u.filesErr = t.parseLineHeader(u, h)

@@ -32,7 +32,9 @@ import (
 // copied out of the file, so frames stay valid after the file is closed.
 type Table struct {
 	sec   sections
-	sup   *Table // the supplementary (dwz common) file's, or nil
+	sup   *Table      // the supplementary (dwz common) file's, or nil
+	split SplitFinder // finds skeleton units' split units, or nil
+	link  *splitLink  // set in a split unit's table
 	units []*unit
 	index []cuRange // disjoint, sorted by lo
 
@@ -54,6 +56,11 @@ type Extra struct {
 	// there (names and declarations shared by several binaries) reads as
 	// absent, as it does for llvm-symbolizer.
 	Sup *Table
+	// Split finds the split units of skeleton units (-gsplit-dwarf: .dwo
+	// and .dwp files), when the unit is first parsed. Without it, or
+	// without the file, a skeleton answers lines without functions, as
+	// llvm-symbolizer does.
+	Split SplitFinder
 }
 
 // New indexes f's DWARF. It returns an error wrapping frame.ErrNoDebugInfo
@@ -64,7 +71,7 @@ func New(f *elfx.File) (*Table, error) { return NewExtra(f, Extra{}) }
 func NewExtra(f *elfx.File, x Extra) (*Table, error) {
 	var t *Table
 	_, err := decodeSections(f, func(s sections) (err error) {
-		t, err = newTable(s, x.Sup)
+		t, err = newTable(s, x)
 		return err
 	}, func(line []byte) { t.sec.line = line })
 	if err != nil {
@@ -161,7 +168,7 @@ func sectionData(f *elfx.File, name string) ([]byte, error) {
 }
 
 // newTable indexes already-loaded sections.
-func newTable(s sections, sup *Table) (t *Table, err error) {
+func newTable(s sections, x Extra) (t *Table, err error) {
 	defer func() {
 		if !recoverPanics {
 			return
@@ -173,7 +180,7 @@ func newTable(s sections, sup *Table) (t *Table, err error) {
 	if len(s.info) == 0 {
 		return nil, fmt.Errorf("no .debug_info: %w", frame.ErrNoDebugInfo)
 	}
-	t = &Table{sec: s, sup: sup, abbrevs: map[abbrevKey]*abbrevTable{}}
+	t = &Table{sec: s, sup: x.Sup, split: x.Split, abbrevs: map[abbrevKey]*abbrevTable{}}
 	units, err := scanUnits(s.info)
 	if err != nil && len(units) == 0 {
 		return nil, err
@@ -244,17 +251,19 @@ func (t *Table) unitFor(pc uint64) *unit {
 // Lookup appends the frames for pc to dst, innermost first, and returns
 // it. With inlines false only the outermost function frame is returned,
 // located at pc by the line table. An address no unit covers returns dst
-// unchanged and a nil error.
-func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) ([]frame.Frame, error) {
+// unchanged and a nil error. missing says why the frames lack what the
+// unit describes elsewhere (a skeleton unit whose split unit could not be
+// read: lines without functions).
+func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	u := t.unitFor(pc)
 	if u == nil {
-		return dst, nil
+		return dst, nil, nil
 	}
 	d, err := t.fullOf(u)
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
-	return d.lookup(pc, inlines, dst), nil
+	return d.lookup(pc, inlines, dst), d.missing, nil
 }
 
 // SizeBytes estimates the memory held by the index and the parsed units.

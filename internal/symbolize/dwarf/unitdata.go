@@ -28,11 +28,14 @@ type span struct {
 
 // unitData is one unit, fully parsed.
 type unitData struct {
-	files []string
-	rows  []row
-	seqs  []sequence // sorted by hi, as llvm searches them
-	nodes []node
-	spans []span
+	// missing says why the unit answers without its functions: the split
+	// unit of a skeleton could not be read.
+	missing error
+	files   []string
+	rows    []row
+	seqs    []sequence // sorted by hi, as llvm searches them
+	nodes   []node
+	spans   []span
 }
 
 func (d *unitData) size() int64 {
@@ -113,14 +116,40 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		return 0
 	})
 
+	// A skeleton's functions are in its split unit (.dwo, .dwp); its
+	// lines are here.
+	wt, wu, wh := t, u, h
+	if h.hasDWO {
+		st, su, sh, release, err := t.splitUnit(u, h)
+		defer release()
+		if err == nil {
+			wt, wu, wh = st, su, sh
+		} else {
+			d.missing = err
+		}
+	}
+	var nrs []nodeRange
+	d.nodes, nrs, err = wt.walkDIEs(wu, wh)
+	if err != nil {
+		return nil, err
+	}
+	d.spans = buildSpans(nrs)
+	return d, nil
+}
+
+// walkDIEs reads u's subprogram and inlined_subroutine tree into nodes
+// (parents before children) and the address ranges of each.
+func (t *Table) walkDIEs(u *unit, h *unitHead) ([]node, []nodeRange, error) {
 	var (
 		b       = buf{data: t.sec.info[:u.end]}
 		stack   = make([]int32, 1, 64) // nearest enclosing node per open DIE
 		memo    = map[originKey]*origin{}
 		attrs   dieAttrs
 		ranges  []addrRange
+		nodes   []node
 		nrs     []nodeRange
 		abbrevs = h.abbrevs
+		err     error
 	)
 	stack[0] = -1
 	b.seek(u.dieOff)
@@ -134,7 +163,7 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		}
 		a := abbrevs.get(code)
 		if a == nil {
-			return nil, corruptf("unit at %#x: unknown abbreviation %d at %#x", u.off, code, b.off)
+			return nil, nil, corruptf("unit at %#x: unknown abbreviation %d at %#x", u.off, code, b.off)
 		}
 		cur := stack[len(stack)-1]
 		if !a.wanted {
@@ -148,20 +177,20 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 				}
 			}
 			if b.err != nil {
-				return nil, corruptf("unit at %#x: DIE runs off the unit", u.off)
+				return nil, nil, corruptf("unit at %#x: DIE runs off the unit", u.off)
 			}
 		} else {
 			if err := t.decodeAttrs(&b, a, u, h, &attrs); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ranges, err = t.dieRanges(u, h, &attrs, ranges[:0])
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if a.tag == tagInlinedSubroutine || len(ranges) > 0 {
 				n := t.makeNode(u, &attrs, ranges, cur, memo)
-				cur = int32(len(d.nodes))
-				d.nodes = append(d.nodes, n)
+				cur = int32(len(nodes))
+				nodes = append(nodes, n)
 				for _, r := range ranges {
 					nrs = append(nrs, nodeRange{r.lo, r.hi, cur})
 				}
@@ -172,10 +201,9 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		}
 	}
 	if b.err != nil {
-		return nil, corruptf("unit at %#x: DIE tree runs off the unit", u.off)
+		return nil, nil, corruptf("unit at %#x: DIE tree runs off the unit", u.off)
 	}
-	d.spans = buildSpans(nrs)
-	return d, nil
+	return nodes, nrs, nil
 }
 
 func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32, memo map[originKey]*origin) node {
