@@ -106,8 +106,8 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		}
 		var x dwarf.Extra
 		x.Sup, o.sup, o.supErr = sups.forFile(ctx, f, lim, open)
-		if findSplit != nil {
-			o.split = &splitFiles{find: findSplit, files: []string{binPath, debugPath}, lim: lim, open: open}
+		if findSplit != nil || f.HasSection(".debug_cu_index") {
+			o.split = &splitFiles{find: findSplit, files: []string{binPath, debugPath}, lim: lim, open: open, self: f}
 			x.Split = o.split.unit
 		}
 		t, derr := dwarf.NewExtra(f, x)

@@ -2,10 +2,12 @@ package symbolize
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/symbolize/dwarf"
 )
 
@@ -30,6 +32,10 @@ type splitFiles struct {
 	lim   elfx.Limits
 	open  func(context.Context, string, elfx.Limits) (*elfx.File, error)
 
+	// self is the file holding the skeletons: its own package when it
+	// carries one (an uploaded debug file with its split units packed in).
+	self *elfx.File
+
 	once sync.Once
 	dwpF *elfx.File
 	dwp  *dwarf.DWP
@@ -37,8 +43,17 @@ type splitFiles struct {
 
 func (s *splitFiles) package_() *dwarf.DWP {
 	s.once.Do(func() {
+		if s.self != nil && s.self.HasSection(".debug_cu_index") {
+			if d, err := dwarf.OpenDWP(s.self); err == nil {
+				s.dwp = d
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), splitTimeout)
 		defer cancel()
+		if s.find == nil {
+			return
+		}
 		p, err := s.find(ctx, SplitRequest{Files: s.files})
 		if err != nil {
 			return
@@ -66,6 +81,12 @@ func (s *splitFiles) unit(sk dwarf.Skeleton) (dwarf.SplitSections, func(), error
 			return ss, nil, nil
 		}
 		pkgErr = err
+	}
+	if s.find == nil {
+		if pkgErr == nil {
+			pkgErr = fmt.Errorf("split unit %.200q: no package and no way to find its file: %w", sk.DWOName, frame.ErrNotFound)
+		}
+		return dwarf.SplitSections{}, nil, pkgErr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), splitTimeout)
 	defer cancel()
