@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -260,6 +261,9 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.F
 				err = gerr
 			}
 		}
+		for i := base; i < len(dst); i++ {
+			dst[i].Name = goSymbolName(dst[i].Name)
+		}
 	}
 	switch {
 	case len(dst) == base:
@@ -318,4 +322,16 @@ func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {
 	}
 	name, start, _, ok := t.Lookup(pc)
 	return name, start, ok
+}
+
+// goSymbolName spells a pclntab function name as the Go linker writes the
+// same function's name in DWARF and the ELF symbol table: the middle dot
+// the compiler puts in generated names ("type:.eq.T·7") becomes a dot, so
+// a function has one name whether a binary is stripped or not (Go source
+// identifiers cannot hold U+00B7: every one is the toolchain's).
+func goSymbolName(s string) string {
+	if !strings.Contains(s, "\u00b7") {
+		return s
+	}
+	return strings.ReplaceAll(s, "\u00b7", ".")
 }
