@@ -2,11 +2,11 @@ package symbolize
 
 import (
 	"bytes"
-	"strings"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
 
