@@ -59,7 +59,7 @@ func (s *Symbolizer) stamp() stamp {
 }
 
 type rline struct {
-	fn        *funcTuple
+	fn        *function
 	line, col uint32
 }
 
@@ -69,7 +69,16 @@ type funcTuple struct {
 	startLine          int64
 }
 
-func (f *funcTuple) bytes() int64 { return int64(len(f.name)+len(f.system)+len(f.file)) + 80 }
+// function is an interned funcTuple and its number: numbers are never
+// reused (the table starts over with new ones), so a batch maps the
+// functions of its answers to its dictionary through a slice by number
+// rather than a map (funcIndex).
+type function struct {
+	funcTuple
+	id uint64
+}
+
+func (f *funcTuple) bytes() int64 { return int64(len(f.name)+len(f.system)+len(f.file)) + 88 }
 
 // resultCost is what a cached result holds: the slot and index entry, the
 // result and its lines. The functions its lines point at are counted once,
@@ -106,7 +115,7 @@ func (s *Symbolizer) number(o *objRef) {
 	o.num, o.gen = n.num, n.gen
 }
 
-func (s *Symbolizer) intern(f funcTuple) *funcTuple {
+func (s *Symbolizer) intern(f funcTuple) *function {
 	f.name = frame.Truncate(f.name, s.opt.Limits.MaxNameBytes)
 	f.system = frame.Truncate(f.system, s.opt.Limits.MaxNameBytes)
 	f.file = frame.Truncate(f.file, s.opt.Limits.MaxNameBytes)
@@ -122,34 +131,80 @@ func (s *Symbolizer) intern(f funcTuple) *funcTuple {
 			s.results.Purge()
 			s.partial.Purge()
 		}
-		s.funcs = map[funcTuple]*funcTuple{}
+		s.funcs = map[funcTuple]*function{}
 		s.internBytes = 0
+		s.funcBase = s.nextFunc
 	}
-	p := &f
+	p := &function{funcTuple: f, id: s.nextFunc}
+	s.nextFunc++
 	s.funcs[f] = p
 	s.internBytes += p.bytes() + 64
 	return p
 }
 
-// cachedLocked returns a live cached answer; s.genMu is held for reading.
-func (s *Symbolizer) cachedLocked(o *objRef, addr uint64, at stamp) (*result, bool) {
-	k, ok := keyOf(o.num, addr)
-	if !ok || o.gen != s.gen || o.num == 0 {
-		return nil, false
-	}
-	if r, ok := s.results.Get(k); ok {
-		return r, true
-	}
-	if p, ok := s.partial.Get(k); ok && at.now < p.expires && p.gen == at.gen {
-		return p.r, true
-	}
-	return nil, false
+// funcIndex maps a batch's interned functions to its dictionary's
+// function indexes: a slice by function number from the table's first
+// (base), each entry stamped with the batch's epoch, reused across batches
+// (no clearing: an entry of another batch carries another epoch). Numbers
+// below base (a table started over during the batch) go to a map.
+type funcIndex struct {
+	epoch uint64
+	base  uint64
+	slots []uint64 // epoch<<32 | index
+	other map[*function]int32
 }
 
-func (s *Symbolizer) cached(o *objRef, addr uint64, at stamp) (*result, bool) {
-	s.genMu.RLock()
-	defer s.genMu.RUnlock()
-	return s.cachedLocked(o, addr, at)
+// maxFuncSlots bounds a funcIndex's slice; the interning table's byte
+// bound keeps it far below.
+const maxFuncSlots = 1 << 22
+
+// funcIndexFor returns a funcIndex for one batch; put it back with
+// putFuncIndex.
+func (s *Symbolizer) funcIndexFor() *funcIndex {
+	fi, _ := s.funcIdx.Get().(*funcIndex)
+	if fi == nil {
+		fi = &funcIndex{}
+	}
+	fi.epoch++
+	if fi.epoch == 1<<32 { // stamps wrap: start clean
+		fi.epoch = 1
+		clear(fi.slots)
+	}
+	s.mu.Lock()
+	fi.base = s.funcBase
+	s.mu.Unlock()
+	fi.other = nil
+	return fi
+}
+
+func (s *Symbolizer) putFuncIndex(fi *funcIndex) { s.funcIdx.Put(fi) }
+
+// get returns fn's index, adding it to the batch's dictionary through add
+// the first time. With add nil (lines written in parallel, after every
+// function was added) it only reads.
+func (fi *funcIndex) get(fn *function, add func(*function) int32) int32 {
+	if fn.id >= fi.base && fn.id-fi.base < maxFuncSlots {
+		off := fn.id - fi.base
+		if off < uint64(len(fi.slots)) {
+			if v := fi.slots[off]; v>>32 == fi.epoch {
+				return int32(uint32(v))
+			}
+		} else {
+			fi.slots = append(fi.slots, make([]uint64, off+1-uint64(len(fi.slots)))...)
+		}
+		idx := add(fn)
+		fi.slots[off] = fi.epoch<<32 | uint64(uint32(idx))
+		return idx
+	}
+	if idx, ok := fi.other[fn]; ok {
+		return idx
+	}
+	if fi.other == nil {
+		fi.other = map[*function]int32{}
+	}
+	idx := add(fn)
+	fi.other[fn] = idx
+	return idx
 }
 
 // lookup asks the engine (the result cache missed) and caches the answer.

@@ -3,6 +3,8 @@ package otlpsym
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
@@ -68,8 +70,12 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	}
 
 	answers := s.resolve(ctx, b, todo, &st)
-	touched := map[int32]*mappingFlags{}
-	fnIdx := map[*funcTuple]int32{}
+	touched := make([]mappingFlags, maps.Len()) // by mapping index
+	fi := s.funcIndexFor()
+	defer s.putFuncIndex(fi)
+	addFn := func(f *function) int32 { return d.Function(f.name, f.system, f.file, f.startLine) }
+	// First, one pass for all that writes the batch's dictionary (the
+	// answers' functions, the reasons) and the mappings' flags.
 	for i, w := range todo {
 		r := answers[i]
 		loc := locs.At(int(w.loc))
@@ -82,29 +88,62 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 			}
 			continue
 		}
-		setLines(d, loc, r.lines, fnIdx)
+		for _, l := range r.lines {
+			fi.get(l.fn, addFn)
+		}
 		if r.missing != "" {
 			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
 				loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
 			}
 		}
-		f := touched[loc.MappingIndex()]
-		if f == nil {
-			f = &mappingFlags{}
-			touched[loc.MappingIndex()] = f
-		}
-		f.add(r.lines)
-	}
-	for mi, f := range touched {
-		if mi > 0 && int(mi) < maps.Len() {
-			f.apply(d, maps.At(int(mi)))
+		if mi := loc.MappingIndex(); mi > 0 && int(mi) < len(touched) {
+			touched[mi].add(r.lines)
 		}
 	}
+	for mi := range touched {
+		if f := &touched[mi]; f.seen {
+			f.apply(d, maps.At(mi))
+		}
+	}
+	// Then the lines, each location's own (allocating them is most of a
+	// warm batch's work), a share of the locations per core: they touch
+	// nothing shared but the function indexes, now read only.
+	parallel(len(todo), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if r := answers[i]; r.err == nil {
+				setLines(locs.At(int(todo[i].loc)), r.lines, fi)
+			}
+		}
+	})
 	return st
 }
 
-// setLines writes a result (innermost first) as the location's lines.
-func setLines(d *pdict.Dict, loc pprofile.Location, lines []rline, fnIdx map[*funcTuple]int32) {
+// minShare is the fewest items worth a goroutine of their own.
+const minShare = 16 << 10
+
+// parallel runs fn over [0, n) in shares of at least minShare items, one
+// goroutine per share, at most one per CPU.
+func parallel(n int, fn func(lo, hi int)) {
+	workers := max(1, min(runtime.GOMAXPROCS(0), n/minShare))
+	if workers == 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range workers {
+		lo, hi := n*k/workers, n*(k+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// setLines writes a result (innermost first) as the location's lines;
+// every function of lines is in fi already.
+func setLines(loc pprofile.Location, lines []rline, fi *funcIndex) {
 	ls := loc.Lines()
 	if ls.Len() > 0 { // a remote frame's placeholder line
 		ls.RemoveIf(func(pprofile.Line) bool { return true })
@@ -113,13 +152,8 @@ func setLines(d *pdict.Dict, loc pprofile.Location, lines []rline, fnIdx map[*fu
 		ls.EnsureCapacity(len(lines))
 	}
 	for _, l := range lines {
-		fi, ok := fnIdx[l.fn]
-		if !ok {
-			fi = d.Function(l.fn.name, l.fn.system, l.fn.file, l.fn.startLine)
-			fnIdx[l.fn] = fi
-		}
 		pl := ls.AppendEmpty()
-		pl.SetFunctionIndex(fi)
+		pl.SetFunctionIndex(fi.get(l.fn, nil))
 		pl.SetLine(int64(l.line))
 		pl.SetColumn(int64(l.col))
 	}
@@ -127,10 +161,11 @@ func setLines(d *pdict.Dict, loc pprofile.Location, lines []rline, fnIdx map[*fu
 
 // mappingFlags accumulates what symbolization found for one mapping.
 type mappingFlags struct {
-	funcs, files, lines, inlines bool
+	funcs, files, lines, inlines, seen bool
 }
 
 func (f *mappingFlags) add(lines []rline) {
+	f.seen = true
 	for _, l := range lines {
 		f.funcs = f.funcs || l.fn.name != ""
 		f.files = f.files || l.fn.file != ""

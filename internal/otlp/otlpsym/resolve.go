@@ -2,6 +2,7 @@ package otlpsym
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/symbolize"
@@ -22,7 +23,17 @@ func (s *Symbolizer) resolve(ctx context.Context, b *batch, todo []work, st *Sta
 		s.number(o)
 	}
 	var need map[*objRef]bool
+	miss := func(w *work) {
+		if need == nil {
+			need = map[*objRef]bool{}
+		}
+		need[w.obj] = true
+	}
 	at := s.stamp()
+	// The cache's keys for what needs no translation, looked up in one
+	// pass (lru.Clock.GetMany), then the partial answers for the misses.
+	keys := make([]uint64, 0, len(todo))
+	which := make([]int32, 0, len(todo))
 	s.genMu.RLock()
 	for i := range todo {
 		w := &todo[i]
@@ -30,17 +41,31 @@ func (s *Symbolizer) resolve(ctx context.Context, b *batch, todo []work, st *Sta
 			answers[i] = w.obj.fail
 			continue
 		}
-		if w.tr.kind == asIs {
-			if r, ok := s.cachedLocked(w.obj, w.addr, at); ok {
-				answers[i] = r
-				st.CacheHits++
-				continue
-			}
-		} // else the translation is only known once the object is open
-		if need == nil {
-			need = map[*objRef]bool{}
+		k, ok := keyOf(w.obj.num, w.addr)
+		if w.tr.kind != asIs || !ok || w.obj.gen != s.gen || w.obj.num == 0 {
+			miss(w) // a translation is only known once the object is open
+			continue
 		}
-		need[w.obj] = true
+		keys = append(keys, k)
+		which = append(which, int32(i))
+	}
+	vals, found := make([]*result, len(keys)), make([]bool, len(keys))
+	var hits atomic.Int64
+	parallel(len(keys), func(lo, hi int) {
+		hits.Add(int64(s.results.GetMany(keys[lo:hi], vals[lo:hi], found[lo:hi])))
+	})
+	st.CacheHits += hits.Load()
+	for j, i := range which {
+		if found[j] {
+			answers[i] = vals[j]
+			continue
+		}
+		if p, ok := s.partial.Get(keys[j]); ok && at.now < p.expires && p.gen == at.gen {
+			answers[i] = p.r
+			st.CacheHits++
+			continue
+		}
+		miss(&todo[i])
 	}
 	s.genMu.RUnlock()
 	if len(need) > 0 {

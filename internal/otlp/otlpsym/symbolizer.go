@@ -51,8 +51,11 @@ type Symbolizer struct {
 	gen     uint64
 
 	mu          sync.Mutex
-	funcs       map[funcTuple]*funcTuple
+	funcs       map[funcTuple]*function
 	internBytes int64
+	nextFunc    uint64    // the next function's number
+	funcBase    uint64    // the first number of the current table
+	funcIdx     sync.Pool // *funcIndex
 }
 
 // New builds a Symbolizer.
