@@ -71,6 +71,17 @@ func (s *Symbolizer) resolve(ctx context.Context, b *batch, todo []work, st *Sta
 	if len(need) > 0 {
 		b.hints(need)
 		s.openAll(ctx, need)
+		// Parse the units the misses fall in on every core, ahead of the
+		// lookups below, which take them in the batch's order.
+		ahead := map[*objRef][]uint64{}
+		for i := range todo {
+			if w := &todo[i]; answers[i] == nil && w.obj.h != nil && w.tr.kind == asIs {
+				ahead[w.obj] = append(ahead[w.obj], w.addr)
+			}
+		}
+		for o, addrs := range ahead {
+			o.h.Prefetch(addrs, 0)
+		}
 		var buf []symbolize.Frame
 		for i := range todo {
 			if answers[i] == nil {
