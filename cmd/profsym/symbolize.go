@@ -79,6 +79,14 @@ func newObjects(opt symbolize.Options, debugDirs []string) *objects {
 	opt.Split = func(ctx context.Context, r symbolize.SplitRequest) (string, error) {
 		return chain.LocateSplit(ctx, r.Files, r.DWOName, r.CompDir)
 	}
+	// The files the chain opened to check them are handed to the engine,
+	// as the processor does: a cold object is mapped once.
+	opt.Open = func(ctx context.Context, path string, lim elfx.Limits) (*elfx.File, error) {
+		if f := chain.TakeOpened(path); f != nil {
+			return f, nil
+		}
+		return elfx.OpenContext(ctx, path, lim)
+	}
 	return &objects{
 		r:     symbolize.New(opt),
 		chain: chain,
