@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sync/singleflight"
 
@@ -185,7 +186,16 @@ type Handle struct {
 	obj     *object
 	scratch []frame.Frame
 	missing error // of the last Lookup
+	// recent holds the handle's last demangled names, by where the raw
+	// name's bytes are: the frames of one object's addresses repeat a few
+	// functions (a unit's names are one string each), so most of them are
+	// found here without the shared cache's lock and list.
+	recent *[recentNames]demangled
 }
+
+type demangled struct{ raw, name string }
+
+const recentNames = 64
 
 // Open returns a handle on the object held by bin (the binary: code,
 // symbol tables, pclntab) and debug (a separate debug file: DWARF); either
@@ -308,12 +318,27 @@ func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
 	h.scratch, h.missing = raw, missing
 	for _, f := range raw {
 		name := f.Name
-		if h.r.opt.Demangle {
-			name = h.r.dm.Name(name)
+		if h.r.opt.Demangle && demangle.Mangled(name) {
+			name = h.demangle(name)
 		}
 		dst = append(dst, Frame{Frame: f, Function: name})
 	}
 	return dst, err
+}
+
+// demangle is the resolver's demangled-name cache behind the handle's
+// recent names.
+func (h *Handle) demangle(raw string) string {
+	if h.recent == nil {
+		h.recent = new([recentNames]demangled)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	d := &h.recent[(p>>3^p>>11^uintptr(len(raw)))%recentNames]
+	if d.raw == raw && d.raw != "" {
+		return d.name
+	}
+	d.raw, d.name = raw, h.r.dm.Name(raw)
+	return d.name
 }
 
 // Prefetch starts parsing, in the background on up to workers goroutines
