@@ -45,6 +45,7 @@ bench: bench-symbolize bench-processor bench-sampler bench-jfr
 # per-address cost and peak RSS over >=10,000 addresses of Go's compile
 # binary (with DWARF) and of libc with its libc6-dbg debug file.
 bench-symbolize:
+	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench 'BenchmarkSymbolize' -benchtime=$(BENCHTIME) -timeout 30m ./internal/symbolize/ | tee $(BIN)/bench-symbolize.txt
 
 # 10,000 samples / 200,000 locations over 50 binaries through the processor:
