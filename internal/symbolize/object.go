@@ -10,11 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/profsym/profsym/internal/dwarf"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/gopclntab"
-	"github.com/profsym/profsym/internal/symbolize/dwarf"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/profsym/profsym/internal/dwarf"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/symbolize/dwarf"
 )
 
 // SplitRequest asks for the file holding an object's split units

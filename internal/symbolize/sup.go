@@ -9,10 +9,10 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/profsym/profsym/internal/dwarf"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/symbolize/dwarf"
 )
 
 // SupRequest asks for the supplementary file (the `dwz -m` common file)

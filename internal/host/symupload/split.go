@@ -4,9 +4,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/profsym/profsym/internal/dwarf"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
-	"github.com/profsym/profsym/internal/symbolize/dwarf"
 )
 
 // A binary built with -gsplit-dwarf keeps only skeleton units: its
