@@ -6,4 +6,4 @@
 // the build machine's kernel, so the output does not depend on that kernel.
 package bpf
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_value -type rb_sample -type stats -type proc_event -type unwind_row -type unwind_table -type unwind_mapping -type unwind_proc -type user_stack Profile profile.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 -type sample_key -type sample_value -type rb_sample -type stats -type proc_event -type unwind_row -type unwind_table -type unwind_mapping -type unwind_proc -type user_stack Profile profile.c

@@ -220,6 +220,7 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
 }
 
+#include "compat.h"
 #include "unwind.h"
 
 /* Anchors for bpf2go's -type (see above). */
@@ -357,7 +358,6 @@ int unwind_step(struct bpf_perf_event_data *ctx)
 static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct stats *st,
 				      __u32 tgid, __u32 tid)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_state *s;
 	struct unwind_proc *p;
 	struct pt_regs *regs;
@@ -384,31 +384,17 @@ static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct st
 		s->kstack = id;
 	}
 	/* Kernel threads have no user stack. */
-	if (!BPF_CORE_READ(task, mm))
+	if (!BPF_CORE_READ(current_task(), mm))
 		return finish_walk(s, st);
 	/* The user registers: the sample's own when it hit user mode, else
-	 * those saved on kernel entry. */
-	s->regs_valid = 0;
-	if (ctx->regs.cs & 3) {
-		s->pc = ctx->regs.ip;
-		s->sp = ctx->regs.sp;
-		s->fp = ctx->regs.bp;
-		/* For CFA-from-register rows (bpf/unwind.h): plain loads. */
-		s->regs[1] = ctx->regs.ax;
-		s->regs[2] = ctx->regs.dx;
-		s->regs[3] = ctx->regs.si;
-		s->regs[4] = ctx->regs.di;
-		s->regs[5] = ctx->regs.r9;
-		s->regs[6] = ctx->regs.r10;
-		s->regs[7] = ctx->regs.r11;
-		s->regs_valid = REGS_USER;
-	} else {
-		regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		s->pc = BPF_CORE_READ(regs, ip);
-		s->sp = BPF_CORE_READ(regs, sp);
-		s->fp = BPF_CORE_READ(regs, bp);
-		/* The rest are read from there only if a register row needs
-		 * one (each read is a helper call; most samples need none). */
+	 * those saved on kernel entry (arch.h, compat.h). */
+	s->regs_valid = REGS_USER;
+	if (!arch_sample_regs(ctx, s)) {
+		regs = current_entry_regs();
+		if (!regs || !arch_entry_regs(regs, s))
+			return finish_walk(s, st);
+		/* The rest are read from there only if a row needs one (each
+		 * read is a helper call; most samples need none). */
 		s->entry_regs = (__u64)regs;
 		s->regs_valid = REGS_ENTRY;
 	}

@@ -154,11 +154,13 @@ func TestCheckMessages(t *testing.T) {
 		{host{capEff: 0, release: "6.1.0", paranoid: 2}, []string{"CAP_BPF and CAP_PERFMON"}},
 		{host{capEff: 1 << capBPF, release: "6.1.0", paranoid: 2}, []string{"CAP_PERFMON"}},
 		{host{capEff: 1 << capSysAdmin, release: "6.1.0", paranoid: 3}, nil},
-		{host{capEff: all, release: "5.10.0-28-amd64", paranoid: 2}, []string{"kernel >= 5.15 (running 5.10.0-28-amd64)"}},
+		{host{capEff: all, release: "5.10.0-28-amd64", paranoid: 2}, nil},
+		{host{capEff: all, release: "5.4.0-1", paranoid: 2, features: []string{"BPF ring buffers (Linux 5.8)"}},
+			[]string{"kernel features BPF ring buffers (Linux 5.8) (Linux 5.10 or newer has them all; running 5.4.0-1)"}},
 		{host{capEff: all, release: "6.1.0", btfErr: &os.PathError{Op: "open", Path: btfPath, Err: os.ErrNotExist}, paranoid: 2},
 			[]string{"kernel BTF /sys/kernel/btf/vmlinux"}},
 		{host{capEff: all, release: "6.1.0", paranoid: 3}, []string{"perf_event_paranoid=3 needs CAP_SYS_ADMIN"}},
-		{host{capEff: 0, release: "4.19.0", paranoid: 3}, []string{"CAP_BPF", "kernel >= 5.15", "perf_event_paranoid=3"}},
+		{host{capEff: 0, release: "4.19.0", paranoid: 3, features: []string{"x"}}, []string{"CAP_BPF", "kernel features x", "perf_event_paranoid=3"}},
 	} {
 		err := tc.h.check()
 		if tc.want == nil {

@@ -1,3 +1,5 @@
+//go:build amd64 || arm64
+
 package unwind
 
 import (
@@ -29,10 +31,6 @@ const (
 	// k != 0 make a deref row: CFA = *(SP or FP + int16(CfaOff)) + 8k.
 	regShift = 5
 
-	// RowBytes is the size of one row in the kernel.
-	RowBytes = 8
-	// MappingBytes is the size of one mapping entry in the kernel.
-	MappingBytes = 32
 	// MaxRowsPerTable is what the BPF binary search reaches (22 steps).
 	MaxRowsPerTable = 1<<22 - 1
 	// MaxMappingsPerProcess is what the BPF mapping search reaches (10 steps).

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 // Package unwind keeps the eBPF sampler's unwind tables: one table per
 // executable file (built from .eh_frame, .debug_frame or Go's pcsp by package
