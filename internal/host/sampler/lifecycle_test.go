@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,13 +203,32 @@ func TestNewWithoutCapabilities(t *testing.T) {
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
-	setpriv := testfixture.NeedTool(t, "setpriv")
+	// The child is this binary run as an unprivileged user: the kernel
+	// clears the capabilities of a process that leaves uid 0. The copy sits
+	// where that user may run it (go test's own directory is private).
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(setpriv, "--bounding-set=-bpf,-perfmon,-sys_admin", "--inh-caps=-bpf,-perfmon,-sys_admin",
-		exe, "-test.run=^TestNewWithoutCapabilities$")
+	dir, err := os.MkdirTemp("", "sampler-nocaps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(dir, "sampler.test")
+	if err := os.WriteFile(child, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(child, "-test.run=^TestNewWithoutCapabilities$")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Env = append(os.Environ(), "PROFSYM_SAMPLER_CHILD=nocaps")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

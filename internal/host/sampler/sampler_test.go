@@ -93,7 +93,10 @@ func TestGoFixture(t *testing.T) {
 	bin := buildGo(t)
 	s := newSampler(t, Config{SampleRate: 99})
 	w := watch(s)
-	pid, cpu := runFixture(t, bin, fixtureSeconds)
+	// Without async preemption: main.hot never yields, so the runtime
+	// signals it every 10 ms, which in an emulated VM (test/kernels) costs
+	// a third of the fixture's CPU in the signal path.
+	pid, cpu := runFixtureEnv(t, []string{"GODEBUG=asyncpreemptoff=1"}, bin, fixtureSeconds)
 	b, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,13 @@
 // The chain in Rust, built in release mode (no frame pointers).
-use std::hint::black_box;
 use std::time::Instant;
+
+// std::hint::black_box is Rust 1.66+; a volatile read keeps the value
+// opaque to the optimizer on the older rustc that cross-builds the arm64
+// fixture (Debian's, with its packaged arm64 standard library).
+#[inline(always)]
+fn black_box<T: Copy>(x: T) -> T {
+    unsafe { std::ptr::read_volatile(&x) }
+}
 
 #[inline(never)]
 #[no_mangle]
