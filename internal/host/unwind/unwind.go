@@ -187,6 +187,9 @@ func (m *Manager) Track(p *normalize.Process) error {
 		}
 		mp := &p.Mappings[i]
 		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
+		if mp.Path == "[vdso]" {
+			e.Table = tableVDSO
+		}
 		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
 			if bias, ok := loadBias(fi.Loads, mp); ok {
 				f := m.fileFor(fi, p.PID, mp)
