@@ -159,6 +159,24 @@ func loadSymbols(t testing.TB, paths ...string) *symbols {
 	return s
 }
 
+// inFiles reports whether one of pcs lies in a file of s.
+func (s *symbols) inFiles(p *normalize.Process, pcs []uint64) bool {
+	for _, pc := range pcs {
+		m, _, ok := p.Normalize(pc)
+		if !ok {
+			continue
+		}
+		rp, err := filepath.EvalSymlinks(m.Path)
+		if err != nil {
+			rp = m.Path
+		}
+		if _, ok := s.files[rp]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // names symbolizes a stack of p, leaf first.
 func (s *symbols) names(p *normalize.Process, pcs []uint64) []string {
 	out := make([]string, len(pcs))
@@ -226,6 +244,27 @@ func (c chain) whole(names []string) bool {
 		return suffix(got, c.want[c.sig+1:])
 	}
 	return suffix(got, c.want)
+}
+
+// handlerOutside reports whether names is the signal handler's chain,
+// whole, interrupting code outside the chain (a timer signal delivered in
+// the exit path after main returned).
+func (c chain) handlerOutside(names []string) bool {
+	if c.sig < 0 {
+		return false
+	}
+	for i, n := range names {
+		if c.want[c.sig].MatchString(n) {
+			var got []string
+			for _, m := range names[:i+1] {
+				if m != "?" {
+					got = append(got, m)
+				}
+			}
+			return suffix(got, c.want[:c.sig+1]) && !(chain{want: c.want[c.sig+1:]}).any(names[i+1:])
+		}
+	}
+	return false
 }
 
 // any reports whether a function of the chain is among names.
@@ -310,13 +349,16 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 			continue
 		}
 		names := syms.names(p, s.UserPCs)
-		if s.Stop == sampler.StopOK && !c.any(names) {
+		if s.Stop == sampler.StopOK && !c.any(names) && !syms.inFiles(p, s.UserPCs[:min(1, len(s.UserPCs))]) {
+			// A leaf outside the fixture's files, a stack ending cleanly
+			// without any function of the chain: the loader or the exit
+			// path.
 			r.outside += s.Count
 			continue
 		}
 		r.samples += s.Count
 		r.stops[s.Stop] += s.Count
-		if c.whole(names) {
+		if c.whole(names) || s.Stop == sampler.StopOK && c.handlerOutside(names) {
 			r.whole += s.Count
 		} else {
 			k := fmt.Sprintf("%v %v", s.Stop, strings.Join(names, " <- "))
