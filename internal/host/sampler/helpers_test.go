@@ -185,12 +185,18 @@ func runFixtureEnv(t testing.TB, env []string, bin string, args ...string) (uint
 }
 
 // checkSampleCount fails unless n samples at hz are at least half of what
-// cpu time should have produced.
+// cpu time should have produced; a quarter in an emulated VM
+// (PROFSYM_TEST_TIME_SCALE > 1, test/kernels), whose timer interrupts
+// coalesce while the host runs something else.
 func checkSampleCount(t testing.TB, n uint64, cpu time.Duration, hz int) {
 	t.Helper()
 	want := cpu.Seconds() * float64(hz)
 	t.Logf("%d samples for %v of CPU (%.0f expected at %d Hz)", n, cpu.Round(time.Millisecond), want, hz)
-	if n < 10 || float64(n) < 0.5*want {
+	floor := 0.5
+	if os.Getenv("PROFSYM_TEST_TIME_SCALE") > "1" {
+		floor = 0.25
+	}
+	if n < 10 || float64(n) < floor*want {
 		t.Fatalf("only %d samples for %v of CPU at %d Hz", n, cpu, hz)
 	}
 }

@@ -316,10 +316,11 @@ type result struct {
 	// outside counts whole stacks (ended at an outermost frame) with no
 	// function of the chain: the loader before main, exit handlers after
 	// it. Not in samples either.
-	outside uint64
-	stops   map[sampler.StopReason]uint64
-	bad     map[string]uint64 // symbolized stacks that were not whole
-	example map[string]string // one stack's raw PCs per bad key
+	outside   uint64
+	outsideEx []string // examples: the leaf's file and the PCs
+	stops     map[sampler.StopReason]uint64
+	bad       map[string]uint64 // symbolized stacks that were not whole
+	example   map[string]string // one stack's raw PCs per bad key
 }
 
 func (r result) fraction() float64 {
@@ -354,6 +355,13 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 			// without any function of the chain: the loader or the exit
 			// path.
 			r.outside += s.Count
+			if len(r.outsideEx) < 3 && len(s.UserPCs) > 0 {
+				where := "no mapping"
+				if m, _, ok := p.Normalize(s.UserPCs[0]); ok {
+					where = m.Path
+				}
+				r.outsideEx = append(r.outsideEx, fmt.Sprintf("%s %#x", where, s.UserPCs))
+			}
 			continue
 		}
 		r.samples += s.Count
@@ -386,6 +394,9 @@ func checkWhole(t testing.TB, name string, r result) {
 		bad = append(bad, kv{k, n})
 	}
 	sort.Slice(bad, func(i, j int) bool { return bad[i].n > bad[j].n })
+	for _, e := range r.outsideEx {
+		t.Logf("  outside main: %s", e)
+	}
 	for i, b := range bad {
 		if i == 10 {
 			break
