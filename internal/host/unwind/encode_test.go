@@ -175,12 +175,12 @@ func TestEncodeRegisterAndDeref(t *testing.T) {
 // FP saved apart from the RA fall back.
 func TestEncodeARM64(t *testing.T) {
 	tb := &table.Table{Arch: elf.EM_AARCH64, Rows: []table.Row{
-		{PC: 0x1000, CFA: table.CFASP},                                                             // entry: RA in LR
+		{PC: 0x1000, CFA: table.CFASP}, // entry: RA in LR
 		{PC: 0x1004, CFA: table.CFASP, CFAOffset: 32, RAOffset: -24, FPSaved: true, FPOffset: -32}, // stp x29, x30, [sp, #-32]!
 		{PC: 0x1010, CFA: table.CFAFP, CFAOffset: 16, RAOffset: -8, FPSaved: true, FPOffset: -16},  // mov x29, sp
 		{PC: 0x1020, CFA: table.CFASP, CFAOffset: 16, RAOffset: -16},                               // str x30, [sp, #-16]!
 		{PC: 0x1030, CFA: table.CFASP, CFAOffset: 32, RAOffset: -8, FPSaved: true, FPOffset: -32},  // apart: fallback
-		{PC: 0x1040, CFA: table.CFAPLT},                                                            // x86-64 only: fallback
+		{PC: 0x1040, CFA: table.CFAPLT}, // x86-64 only: fallback
 		{PC: 0x1050, Kind: table.KindFallback},
 	}}
 	enc := encode(tb)
