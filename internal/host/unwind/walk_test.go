@@ -344,8 +344,13 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 		}
 	}
 	for _, s := range samples {
-		if (s.Stop == sampler.StopNotReady || s.Stop == sampler.StopUnknownMapping) &&
-			s.LastNs-first < int64(startupWindow) {
+		// Start-up: marked samples before the tables were loaded, and
+		// any stack that did not end cleanly with its leaf in the loader
+		// or libc (ld.so's lazy binding resolver realigns the stack and
+		// keeps its CFA in rbx, which the walker does not track).
+		early := s.LastNs-first < int64(startupWindow)
+		if early && (s.Stop == sampler.StopNotReady || s.Stop == sampler.StopUnknownMapping ||
+			s.Stop != sampler.StopOK && len(s.UserPCs) > 0 && !syms.inFiles(p, s.UserPCs[:1])) {
 			r.startup += s.Count
 			continue
 		}
