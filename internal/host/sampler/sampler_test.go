@@ -22,6 +22,9 @@ func checkHotLeaf(t *testing.T, w *procWatcher, b Batch, pid uint32, cpu time.Du
 	bin = realPath(t, bin)
 	hotLo, hotHi := funcRange(t, bin, hot)
 	mainLo, mainHi := funcRange(t, bin, caller)
+	// The watcher reads the maps on ProcessNew, in its own goroutine,
+	// which an emulated VM may run late.
+	waitFor(2*time.Second, func() bool { return w.mapsOf(pid) != nil })
 	maps := w.mapsOf(pid)
 	if maps == nil {
 		t.Fatalf("no ProcessNew event (and so no maps) for pid %d", pid)

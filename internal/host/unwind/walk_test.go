@@ -177,11 +177,12 @@ func (s *symbols) inFiles(p *normalize.Process, pcs []uint64) bool {
 	return false
 }
 
-// names symbolizes a stack of p, leaf first.
-func (s *symbols) names(p *normalize.Process, pcs []uint64) []string {
+// names symbolizes a stack of p, leaf first; the PCs at the indexes in
+// exact (Sample.UserExact) are not return addresses.
+func (s *symbols) names(p *normalize.Process, pcs []uint64, exact ...uint8) []string {
 	out := make([]string, len(pcs))
 	for i, pc := range pcs {
-		if i > 0 {
+		if i > 0 && !slices.Contains(exact, uint8(i)) {
 			pc = addrmap.ReturnAddressAdjust(pc)
 		}
 		out[i] = "?"
@@ -265,6 +266,12 @@ func (c chain) handlerOutside(names []string) bool {
 		}
 	}
 	return false
+}
+
+// inner reports whether a function of the chain other than its outermost
+// (main) is among names.
+func (c chain) inner(names []string) bool {
+	return chain{want: c.want[:len(c.want)-1]}.any(names)
 }
 
 // any reports whether a function of the chain is among names.
@@ -354,7 +361,13 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 			r.startup += s.Count
 			continue
 		}
-		names := syms.names(p, s.UserPCs)
+		names := syms.names(p, s.UserPCs, s.UserExact...)
+		if early && !c.inner(names) {
+			// Start-up code before the chain runs (Rust's runtime
+			// init, the loader), walked whole or not.
+			r.startup += s.Count
+			continue
+		}
 		if s.Stop == sampler.StopOK && !c.any(names) && !syms.inFiles(p, s.UserPCs[:min(1, len(s.UserPCs))]) {
 			// A leaf outside the fixture's files, a stack ending cleanly
 			// without any function of the chain: the loader or the exit
@@ -689,9 +702,9 @@ func checkExactAfterSignal(t *testing.T, p *normalize.Process, syms *symbols, sa
 	t.Helper()
 	var through, marked int
 	for _, s := range samples {
-		names := syms.names(p, s.UserPCs)
+		names := syms.names(p, s.UserPCs, s.UserExact...)
 		h := slices.Index(names, "handler")
-		if h < 0 && len(names) > 1 && names[0] == "?" && names[1] == "c" && slices.Equal(s.UserExact, []uint8{1}) {
+		if h < 0 && len(names) > 1 && names[0] == "?" && slices.Equal(s.UserExact, []uint8{1}) {
 			// The sample hit the trampoline itself (libc's __restore_rt,
 			// the handler done): the interrupted PC follows it.
 			continue
