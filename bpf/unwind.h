@@ -289,6 +289,27 @@ static __always_inline int fp_step(struct unwind_state *s)
 	return 0;
 }
 
+/* Frame pointers nothing vouches for must look like a frame record: above
+ * SP, within a stack's reach, aligned. */
+#define MAX_FP_SPAN (8u << 20)
+
+/* An FP step through code nothing vouches for: the process or its file's
+ * table not loaded yet (a new process's first samples), a PC in no known
+ * mapping, a file without a table. In code built without frame pointers
+ * the FP register holds data, and following it made up a caller: a leaf
+ * "called" from 0x23111b55. So the step is taken only if FP looks like a
+ * frame record and the return address lies in a known mapping of the
+ * process; before its mappings are loaded nothing can check it, and the
+ * walk ends at the leaf. Either way the stack is marked with the reason. */
+static __always_inline int untrusted_fp_step(struct unwind_state *s)
+{
+	if (!s->have_proc || s->fp <= s->sp || s->fp - s->sp > MAX_FP_SPAN || (s->fp & 7))
+		return 1;
+	if (fp_step(s))
+		return 1;
+	return find_mapping(s, s->pc - 1) == NULL;
+}
+
 /* An FP step where frame pointers are expected (JIT, fallback rows). */
 static __always_inline int expected_fp_step(struct unwind_state *s)
 {
@@ -332,13 +353,13 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 
 	if (!s->have_proc) {
 		set_reason(s, STOP_NOT_READY);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	m = find_mapping(s, lookup);
 	if (!m) {
 		signal_remap(s, st);
 		set_reason(s, STOP_UNKNOWN_MAPPING);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	slot = m->table;
 	off = lookup - m->bias;
@@ -355,17 +376,17 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	}
 	if (!t || t->state != TABLE_READY) {
 		set_reason(s, t && t->state == TABLE_PENDING ? STOP_NOT_READY : STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	off -= t->base;
 	if (off >> 32) {
 		set_reason(s, STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	r = find_row(t, (__u32)off);
 	if (!r) {
 		set_reason(s, STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	kind = r->info & 3;
 	rule = (r->info >> 2) & 3;

@@ -159,6 +159,16 @@ func loadSymbols(t testing.TB, paths ...string) *symbols {
 	return s
 }
 
+// inMapping reports whether pc lies in a mapping of p.
+func inMapping(p *normalize.Process, pc uint64) bool {
+	for _, m := range p.Mappings {
+		if pc >= m.Start && pc < m.End {
+			return true
+		}
+	}
+	return false
+}
+
 // inFiles reports whether one of pcs lies in a file of s.
 func (s *symbols) inFiles(p *normalize.Process, pcs []uint64) bool {
 	for _, pc := range pcs {
@@ -325,6 +335,11 @@ type result struct {
 	// it. Not in samples either.
 	outside   uint64
 	outsideEx []string // examples: the leaf's file and the PCs
+	// invented counts samples, start-up ones included, with a caller in
+	// no mapping of the process: a frame made up by following a frame
+	// pointer register that held data.
+	invented   uint64
+	inventedEx []string
 	stops     map[sampler.StopReason]uint64
 	bad       map[string]uint64 // symbolized stacks that were not whole
 	example   map[string]string // one stack's raw PCs per bad key
@@ -351,6 +366,15 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 		}
 	}
 	for _, s := range samples {
+		for i, pc := range s.UserPCs {
+			if i > 0 && !inMapping(p, pc) {
+				r.invented += s.Count
+				if len(r.inventedEx) < 3 {
+					r.inventedEx = append(r.inventedEx, fmt.Sprintf("%v %#x", s.Stop, s.UserPCs))
+				}
+				break
+			}
+		}
 		// Start-up: marked samples before the tables were loaded, and
 		// any stack that did not end cleanly with its leaf in the loader
 		// or libc (ld.so's lazy binding resolver realigns the stack and
@@ -414,6 +438,12 @@ func checkWhole(t testing.TB, name string, r result) {
 	sort.Slice(bad, func(i, j int) bool { return bad[i].n > bad[j].n })
 	for _, e := range r.outsideEx {
 		t.Logf("  outside main: %s", e)
+	}
+	for _, e := range r.inventedEx {
+		t.Logf("  caller in no mapping: %s", e)
+	}
+	if r.invented > 0 {
+		t.Errorf("%s: %d samples have a caller in no mapping of the process (made up from a frame pointer register holding data)", name, r.invented)
 	}
 	for i, b := range bad {
 		if i == 10 {
