@@ -28,6 +28,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
+#include "types.h"
+
 #define MAX_STACK_DEPTH 127 /* kernel's sysctl_perf_event_max_stack default */
 #define EEXIST 17
 #define ENOMEM 12
@@ -52,7 +54,7 @@ struct sample_key {
 	__u32 cpu;
 	__s32 kstack; /* stack id, -1 when none */
 	__s32 ustack; /* stack id, -1 when none, -2: walked, see uhash */
-	__u32 pad;
+	__u32 origin; /* enum sample_origin */
 	__u64 uhash;  /* key of the walked user stack in ustacks0/1 */
 };
 
@@ -87,7 +89,7 @@ struct stats {
 	__u64 truncated;       /* a stack reached max_depth (ring buffer mode) */
 	__u64 unwind_frames;   /* frames walked with unwind tables or FP fallback */
 	__u64 unwind_tail_fail;/* a tail call into the walker failed */
-	__u64 stops[8];        /* walked stacks by enum stop_reason */
+	__u64 stops[STOP_SLOTS]; /* walked stacks by enum stop_reason */
 };
 
 enum proc_event_kind {
@@ -229,6 +231,18 @@ struct unwind_table *unused_unwind_table __attribute__((unused));
 struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
 struct unwind_proc *unused_unwind_proc __attribute__((unused));
 struct user_stack *unused_user_stack __attribute__((unused));
+enum stop_reason *unused_stop_reason __attribute__((unused));
+enum sample_origin *unused_sample_origin __attribute__((unused));
+enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
+enum table_state *unused_table_state __attribute__((unused));
+enum row_kind *unused_row_kind __attribute__((unused));
+enum cfa_rule *unused_cfa_rule __attribute__((unused));
+enum stack_word_bits *unused_stack_word_bits __attribute__((unused));
+enum runtime_kind *unused_runtime_kind __attribute__((unused));
+enum walk_prog *unused_walk_prog __attribute__((unused));
+enum frame_kind *unused_frame_kind __attribute__((unused));
+enum unwind_limits *unused_unwind_limits __attribute__((unused));
+enum row_bits *unused_row_bits __attribute__((unused));
 
 /* Returns the stack id, -1 for "no stack" (user stack of a kernel thread,
  * kernel stack of a sample taken in user mode), or -2 when the sample must
@@ -291,125 +305,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 	return count_sample(counts, &key, st);
 }
 
-/* Counts one sample whose user stack the walker left in s->stack. */
-static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
-{
-	struct sample_key key = {};
-	void *counts = s->buf ? (void *)&counts1 : (void *)&counts0;
-	void *ustacks = s->buf ? (void *)&ustacks1 : (void *)&ustacks0;
-	__u64 h;
-	__u32 reason = s->stack.reason & 7;
-	long err;
-
-	st->stops[reason]++;
-	key.pid = s->tgid;
-	key.tid = s->tid;
-	key.cpu = bpf_get_smp_processor_id();
-	key.kstack = s->kstack;
-	key.ustack = -1;
-	if (s->stack.len > 0) {
-		h = mix(s->hash, ((__u64)s->stack.len << 8) | reason);
-		key.ustack = -2;
-		key.uhash = h;
-		err = bpf_map_update_elem(ustacks, &h, &s->stack, BPF_NOEXIST);
-		if (err && err != -EEXIST) {
-			st->lost_stack++;
-			return 0;
-		}
-	}
-	return count_sample(counts, &key, st);
-}
-
-/* Walks FRAMES_PER_PROG frames, then tail-calls itself. */
-SEC("perf_event")
-int unwind_step(struct bpf_perf_event_data *ctx)
-{
-	__u32 zero = 0, n;
-	struct unwind_state *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
-	struct stats *st = get_stats();
-
-	if (!s || !st)
-		return 0;
-	for (int i = 0; i < FRAMES_PER_PROG; i++) {
-		n = s->stack.len;
-		if (n >= s->max_frames || n >= MAX_USER_FRAMES) {
-			set_reason(s, STOP_DEPTH);
-			return finish_walk(s, st);
-		}
-		s->stack.pcs[n & (MAX_USER_FRAMES - 1)] = s->pc | (n && s->pc_exact ? PC_EXACT : 0);
-		s->stack.len = n + 1;
-		s->hash = mix(s->hash, s->pc);
-		st->unwind_frames++;
-		if (unwind_frame(s, st))
-			return finish_walk(s, st);
-		if (s->pc == 0)
-			return finish_walk(s, st);
-	}
-	if (s->tail_calls < MAX_TAIL_CALLS) {
-		s->tail_calls++;
-		bpf_tail_call(ctx, &unwind_progs, 0);
-		st->unwind_tail_fail++;
-	}
-	set_reason(s, STOP_DEPTH);
-	return finish_walk(s, st);
-}
-
-/* Sets up a walk of the interrupted task's user stack and starts it. */
-static __always_inline int start_walk(struct bpf_perf_event_data *ctx, struct stats *st,
-				      __u32 tgid, __u32 tid)
-{
-	struct unwind_state *s;
-	struct unwind_proc *p;
-	struct pt_regs *regs;
-	__u32 zero = 0;
-	long id = -1;
-
-	s = bpf_map_lookup_elem(&unwind_scratch, &zero);
-	if (!s)
-		return 0;
-	s->buf = active_buf & 1;
-	s->tgid = tgid;
-	s->tid = tid;
-	s->hash = 0xcbf29ce484222325ull;
-	s->tail_calls = 0;
-	s->remapped = 0;
-	s->max_frames = max_depth;
-	s->stack.len = 0;
-	s->stack.reason = STOP_OK;
-	s->kstack = -1;
-	if (kernel_stacks) {
-		id = stack_id(ctx, s->buf ? (void *)&stacks1 : (void *)&stacks0, 0, st);
-		if (id == -2)
-			return 0;
-		s->kstack = id;
-	}
-	/* Kernel threads have no user stack. */
-	if (!BPF_CORE_READ(current_task(), mm))
-		return finish_walk(s, st);
-	/* The user registers: the sample's own when it hit user mode, else
-	 * those saved on kernel entry (arch.h, compat.h). */
-	s->regs_valid = REGS_USER;
-	if (!arch_sample_regs(ctx, s)) {
-		regs = current_entry_regs();
-		if (!regs || !arch_entry_regs(regs, s))
-			return finish_walk(s, st);
-		/* The rest are read from there only if a row needs one (each
-		 * read is a helper call; most samples need none). */
-		s->entry_regs = (__u64)regs;
-		s->regs_valid = REGS_ENTRY;
-	}
-	s->pc_exact = 1;
-	s->trusted = 1;
-	if (s->pc == 0)
-		return finish_walk(s, st);
-	p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	s->have_proc = p != NULL;
-	s->map_first = p ? p->first : 0;
-	s->map_count = p ? p->count : 0;
-	bpf_tail_call(ctx, &unwind_progs, 0);
-	st->unwind_tail_fail++;
-	return finish_walk(s, st);
-}
+#include "walk.h"
 
 SEC("perf_event")
 int profile_agg(struct bpf_perf_event_data *ctx)
@@ -426,7 +322,7 @@ int profile_agg(struct bpf_perf_event_data *ctx)
 	st->samples++;
 	announce(st, tgid);
 	if (unwind_cfi)
-		return start_walk(ctx, st, tgid, tid);
+		return start_walk(ctx, st, tgid, tid, ORIGIN_CPU, &unwind_progs);
 
 	/* Two call sites so the verifier sees one constant map per call. */
 	if (active_buf & 1)

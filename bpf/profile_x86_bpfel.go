@@ -13,6 +13,23 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ProfileCfaRule uint32
+
+const (
+	ProfileCfaRuleCFA_UNDEF ProfileCfaRule = 0
+	ProfileCfaRuleCFA_SP    ProfileCfaRule = 1
+	ProfileCfaRuleCFA_FP    ProfileCfaRule = 2
+	ProfileCfaRuleCFA_PLT   ProfileCfaRule = 3
+)
+
+type ProfileFrameKind uint32
+
+const (
+	ProfileFrameKindFRAME_HOTSPOT_FIRST ProfileFrameKind = 1
+	ProfileFrameKindFRAME_CPYTHON_FIRST ProfileFrameKind = 16
+	ProfileFrameKindFRAME_KINDS         ProfileFrameKind = 64
+)
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -21,6 +38,16 @@ type ProfileProcEvent struct {
 	HasMm uint32
 	Pad   uint32
 }
+
+type ProfileProcEventKind uint32
+
+const (
+	ProfileProcEventKindPROC_NEW   ProfileProcEventKind = 1
+	ProfileProcEventKindPROC_EXEC  ProfileProcEventKind = 2
+	ProfileProcEventKindPROC_EXIT  ProfileProcEventKind = 3
+	ProfileProcEventKindPROC_REMAP ProfileProcEventKind = 4
+	ProfileProcEventKindPROC_TABLE ProfileProcEventKind = 5
+)
 
 type ProfileRbSample struct {
 	_         structs.HostLayout
@@ -35,6 +62,31 @@ type ProfileRbSample struct {
 	Frames    [254]uint64
 }
 
+type ProfileRowBits uint32
+
+const (
+	ProfileRowBitsROW_FP_SAVED  ProfileRowBits = 16
+	ProfileRowBitsROW_REG_SHIFT ProfileRowBits = 5
+)
+
+type ProfileRowKind uint32
+
+const (
+	ProfileRowKindROW_NORMAL   ProfileRowKind = 0
+	ProfileRowKindROW_END      ProfileRowKind = 1
+	ProfileRowKindROW_SIGNAL   ProfileRowKind = 2
+	ProfileRowKindROW_FALLBACK ProfileRowKind = 3
+)
+
+type ProfileRuntimeKind uint32
+
+const (
+	ProfileRuntimeKindRUNTIME_NONE    ProfileRuntimeKind = 0
+	ProfileRuntimeKindRUNTIME_HOTSPOT ProfileRuntimeKind = 1
+	ProfileRuntimeKindRUNTIME_CPYTHON ProfileRuntimeKind = 2
+	ProfileRuntimeKindRUNTIME_KINDS   ProfileRuntimeKind = 3
+)
+
 type ProfileSampleKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -42,9 +94,15 @@ type ProfileSampleKey struct {
 	Cpu    uint32
 	Kstack int32
 	Ustack int32
-	Pad    uint32
+	Origin uint32
 	Uhash  uint64
 }
+
+type ProfileSampleOrigin uint32
+
+const (
+	ProfileSampleOriginORIGIN_CPU ProfileSampleOrigin = 0
+)
 
 type ProfileSampleValue struct {
 	_       structs.HostLayout
@@ -53,6 +111,15 @@ type ProfileSampleValue struct {
 	LastNs  uint64
 	Comm    [16]int8
 }
+
+type ProfileStackWordBits uint32
+
+const (
+	ProfileStackWordBitsPC_EXACT_BIT  ProfileStackWordBits = 63
+	ProfileStackWordBitsRT_FRAME_BIT  ProfileStackWordBits = 62
+	ProfileStackWordBitsRT_KIND_SHIFT ProfileStackWordBits = 56
+	ProfileStackWordBitsRT_KIND_BITS  ProfileStackWordBits = 6
+)
 
 type ProfileStats struct {
 	_              structs.HostLayout
@@ -64,8 +131,44 @@ type ProfileStats struct {
 	Truncated      uint64
 	UnwindFrames   uint64
 	UnwindTailFail uint64
-	Stops          [8]uint64
+	Stops          [16]uint64
 }
+
+type ProfileStopReason uint32
+
+const (
+	ProfileStopReasonSTOP_OK              ProfileStopReason = 0
+	ProfileStopReasonSTOP_NOT_READY       ProfileStopReason = 1
+	ProfileStopReasonSTOP_UNKNOWN_MAPPING ProfileStopReason = 2
+	ProfileStopReasonSTOP_NO_TABLE        ProfileStopReason = 3
+	ProfileStopReasonSTOP_READ_FAULT      ProfileStopReason = 4
+	ProfileStopReasonSTOP_DEPTH           ProfileStopReason = 5
+	ProfileStopReasonSTOP_BAD_FRAME       ProfileStopReason = 6
+	ProfileStopReasonSTOP_FP_ONLY         ProfileStopReason = 7
+	ProfileStopReasonSTOP_JIT             ProfileStopReason = 8
+	ProfileStopReasonSTOP_RUNTIME         ProfileStopReason = 9
+	ProfileStopReasonSTOP_REASONS         ProfileStopReason = 10
+	ProfileStopReasonSTOP_SLOTS           ProfileStopReason = 16
+)
+
+type ProfileTableState uint32
+
+const (
+	ProfileTableStateTABLE_PENDING ProfileTableState = 0
+	ProfileTableStateTABLE_READY   ProfileTableState = 1
+	ProfileTableStateTABLE_NONE    ProfileTableState = 2
+	ProfileTableStateTABLE_LAZY    ProfileTableState = 3
+)
+
+type ProfileUnwindLimits uint32
+
+const (
+	ProfileUnwindLimitsMAX_USER_FRAMES  ProfileUnwindLimits = 128
+	ProfileUnwindLimitsFRAMES_PER_PROG  ProfileUnwindLimits = 6
+	ProfileUnwindLimitsROW_SEARCH_STEPS ProfileUnwindLimits = 22
+	ProfileUnwindLimitsMAP_SEARCH_STEPS ProfileUnwindLimits = 10
+	ProfileUnwindLimitsMAX_TAIL_CALLS   ProfileUnwindLimits = 30
+)
 
 type ProfileUnwindMapping struct {
 	_     structs.HostLayout
@@ -81,6 +184,13 @@ type ProfileUnwindProc struct {
 	First   uint32
 	Count   uint32
 	RemapNs uint64
+	RtKind  uint32
+	RtPad   uint32
+	Rt      [2]struct {
+		_  structs.HostLayout
+		Lo uint64
+		Hi uint64
+	}
 }
 
 type ProfileUnwindRow struct {
@@ -113,7 +223,17 @@ type ProfileUnwindState struct {
 	Pad       uint32
 	Regs      [8]uint64
 	EntryRegs uint64
-	Stack     ProfileUserStack
+	Origin    uint32
+	RtKind    uint32
+	RtHandled uint32
+	RtPad     uint32
+	Rt        [2]struct {
+		_  structs.HostLayout
+		Lo uint64
+		Hi uint64
+	}
+	RtData [4]uint64
+	Stack  ProfileUserStack
 }
 
 type ProfileUnwindTable struct {
@@ -131,6 +251,15 @@ type ProfileUserStack struct {
 	Reason uint32
 	Pcs    [128]uint64
 }
+
+type ProfileWalkProg uint32
+
+const (
+	ProfileWalkProgWALK_NATIVE  ProfileWalkProg = 0
+	ProfileWalkProgWALK_HOTSPOT ProfileWalkProg = 1
+	ProfileWalkProgWALK_CPYTHON ProfileWalkProg = 2
+	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 3
+)
 
 // Names of all BPF objects in the ELF.
 //
@@ -165,13 +294,25 @@ const (
 	ProfileVarKernelStacks        = "kernel_stacks"
 	ProfileVarKernelThreadSize    = "kernel_thread_size"
 	ProfileVarMaxDepth            = "max_depth"
+	ProfileVarUnusedCfaRule       = "unused_cfa_rule"
+	ProfileVarUnusedFrameKind     = "unused_frame_kind"
 	ProfileVarUnusedProcEvent     = "unused_proc_event"
+	ProfileVarUnusedProcEventKind = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample      = "unused_rb_sample"
+	ProfileVarUnusedRowBits       = "unused_row_bits"
+	ProfileVarUnusedRowKind       = "unused_row_kind"
+	ProfileVarUnusedRuntimeKind   = "unused_runtime_kind"
+	ProfileVarUnusedSampleOrigin  = "unused_sample_origin"
+	ProfileVarUnusedStackWordBits = "unused_stack_word_bits"
+	ProfileVarUnusedStopReason    = "unused_stop_reason"
+	ProfileVarUnusedTableState    = "unused_table_state"
+	ProfileVarUnusedUnwindLimits  = "unused_unwind_limits"
 	ProfileVarUnusedUnwindMapping = "unused_unwind_mapping"
 	ProfileVarUnusedUnwindProc    = "unused_unwind_proc"
 	ProfileVarUnusedUnwindRow     = "unused_unwind_row"
 	ProfileVarUnusedUnwindTable   = "unused_unwind_table"
 	ProfileVarUnusedUserStack     = "unused_user_stack"
+	ProfileVarUnusedWalkProg      = "unused_walk_prog"
 	ProfileVarUnwindCfi           = "unwind_cfi"
 )
 
@@ -258,13 +399,25 @@ type ProfileVariableSpecs struct {
 	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	KernelThreadSize    *ebpf.VariableSpec `ebpf:"kernel_thread_size"`
 	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
+	UnusedCfaRule       *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedFrameKind     *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
 	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample      *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
+	UnusedRowBits       *ebpf.VariableSpec `ebpf:"unused_row_bits"`
+	UnusedRowKind       *ebpf.VariableSpec `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind   *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin  *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason    *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
+	UnusedTableState    *ebpf.VariableSpec `ebpf:"unused_table_state"`
+	UnusedUnwindLimits  *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
 	UnusedUnwindMapping *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
 	UnusedUnwindProc    *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
 	UnusedUnwindRow     *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 	UnusedUnwindTable   *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
 	UnusedUserStack     *ebpf.VariableSpec `ebpf:"unused_user_stack"`
+	UnusedWalkProg      *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
 	UnwindCfi           *ebpf.VariableSpec `ebpf:"unwind_cfi"`
 }
 
@@ -342,13 +495,25 @@ type ProfileVariables struct {
 	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
 	KernelThreadSize    *ebpf.Variable `ebpf:"kernel_thread_size"`
 	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
+	UnusedCfaRule       *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedFrameKind     *ebpf.Variable `ebpf:"unused_frame_kind"`
 	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample      *ebpf.Variable `ebpf:"unused_rb_sample"`
+	UnusedRowBits       *ebpf.Variable `ebpf:"unused_row_bits"`
+	UnusedRowKind       *ebpf.Variable `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind   *ebpf.Variable `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin  *ebpf.Variable `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits *ebpf.Variable `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason    *ebpf.Variable `ebpf:"unused_stop_reason"`
+	UnusedTableState    *ebpf.Variable `ebpf:"unused_table_state"`
+	UnusedUnwindLimits  *ebpf.Variable `ebpf:"unused_unwind_limits"`
 	UnusedUnwindMapping *ebpf.Variable `ebpf:"unused_unwind_mapping"`
 	UnusedUnwindProc    *ebpf.Variable `ebpf:"unused_unwind_proc"`
 	UnusedUnwindRow     *ebpf.Variable `ebpf:"unused_unwind_row"`
 	UnusedUnwindTable   *ebpf.Variable `ebpf:"unused_unwind_table"`
 	UnusedUserStack     *ebpf.Variable `ebpf:"unused_user_stack"`
+	UnusedWalkProg      *ebpf.Variable `ebpf:"unused_walk_prog"`
 	UnwindCfi           *ebpf.Variable `ebpf:"unwind_cfi"`
 }
 

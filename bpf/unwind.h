@@ -22,11 +22,17 @@
 #ifndef PROFSYM_UNWIND_H
 #define PROFSYM_UNWIND_H
 
-#define MAX_USER_FRAMES 128   /* power of two: the frame index is masked */
-#define FRAMES_PER_PROG 6     /* frames per program; 22 tail calls reach 128 */
-#define ROW_SEARCH_STEPS 22   /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
-#define MAP_SEARCH_STEPS 10   /* up to 1023 executable mappings per process */
-#define MAX_TAIL_CALLS 30     /* the kernel allows 33 */
+#include "types.h"
+#include "runtime.h"
+
+/* Limits of the walk (an enum: bpf2go exports them to Go). */
+enum unwind_limits {
+	MAX_USER_FRAMES = 128,  /* words of a walked stack; a power of two: indexes are masked */
+	FRAMES_PER_PROG = 6,    /* frames per program; 22 tail calls reach 128 */
+	ROW_SEARCH_STEPS = 22,  /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
+	MAP_SEARCH_STEPS = 10,  /* up to 1023 executable mappings per process */
+	MAX_TAIL_CALLS = 30,    /* the kernel allows 33 */
+};
 
 /* unwind_mapping.table values that are not slots. */
 #define TABLE_FP 0xffffffffu  /* JIT, anonymous code: frame pointers */
@@ -60,8 +66,10 @@ enum cfa_rule {
 	CFA_FP = 2,
 	CFA_PLT = 3,   /* SP + 8, + 8 more past the PLT entry's push */
 };
-#define ROW_FP_SAVED (1 << 4)
-#define ROW_REG_SHIFT 5
+enum row_bits {
+	ROW_FP_SAVED = 1 << 4,
+	ROW_REG_SHIFT = 5,
+};
 /* Register codes 1-7, as internal/host/unwind regCodes:
  * rax, rdx, rsi, rdi, r9, r10, r11. */
 #define CFA_REGS 8
@@ -72,20 +80,6 @@ enum regs_source {
 	REGS_NONE = 0,
 	REGS_USER = 1,  /* the sample hit user mode: every register is exact */
 	REGS_ENTRY = 2, /* saved on kernel entry: rax and r11 not after a syscall */
-};
-
-/* Why a user stack ended, or the first thing that made it less than exact.
- * Numbered as sampler.StopReason. */
-enum stop_reason {
-	STOP_OK = 0,              /* outermost frame reached */
-	STOP_NOT_READY = 1,       /* process or table not loaded yet: frame pointers */
-	STOP_UNKNOWN_MAPPING = 2, /* PC in no known mapping of the process */
-	STOP_NO_TABLE = 3,        /* file without CFI, or evicted, or PC outside its rows */
-	STOP_READ_FAULT = 4,      /* reading the stack failed */
-	STOP_DEPTH = 5,           /* max depth reached */
-	STOP_BAD_FRAME = 6,       /* stack pointer went backwards, or zero PC */
-	STOP_FP_ONLY = 7,         /* unwinding.mode frame_pointers: no walk here */
-	STOP_REASONS = 8,
 };
 
 struct unwind_row {
@@ -115,11 +109,10 @@ struct unwind_proc {
 	__u32 first; /* index of the first mapping in unwind_mappings */
 	__u32 count;
 	__u64 remap_ns; /* last "PC in no known mapping" event */
+	__u32 rt_kind;  /* enum runtime_kind (runtime.h) */
+	__u32 rt_pad;
+	struct rt_range rt[RT_RANGES]; /* code the runtime's walker takes */
 };
-
-/* In a walked stack, marks a PC that is not a return address (the
- * interrupted PC after a signal frame): user addresses never have bit 63. */
-#define PC_EXACT (1ull << 63)
 
 /* A walked stack, the value of the ustacks maps. */
 struct user_stack {
@@ -147,6 +140,14 @@ struct unwind_state {
 	__u32 pad;
 	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
+	__u32 origin;         /* enum sample_origin: what finish_walk records */
+	__u32 rt_kind;        /* the process's enum runtime_kind; NONE once its walker failed */
+	__u32 rt_handled;     /* the runtime walker pushed s->pc's frames: step it, push nothing */
+	__u32 rt_pad;
+	struct rt_range rt[RT_RANGES];
+	/* The runtime walkers' own state between their runs in one walk (a
+	 * cursor in the interpreter's frame chain, ...); zero at the start. */
+	__u64 rt_data[4];
 	struct user_stack stack;
 };
 
@@ -195,9 +196,11 @@ struct {
 	__type(value, struct user_stack);
 } ustacks0 SEC(".maps"), ustacks1 SEC(".maps");
 
+/* The walker's programs for perf_event samples, by enum walk_prog. Another
+ * program type (kprobe) needs its own array: a tail call stays within one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WALK_PROGS);
 	__type(key, __u32);
 	__type(value, __u32);
 } unwind_progs SEC(".maps");
@@ -365,8 +368,15 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	off = lookup - m->bias;
 	if (slot == TABLE_VDSO && arch_vdso_sigreturn(pc))
 		goto signal;
-	if (slot == TABLE_FP || slot == TABLE_VDSO)
-		return expected_fp_step(s);
+	if (slot == TABLE_FP || slot == TABLE_VDSO) {
+		/* JIT or anonymous code: if frame pointers lead nowhere the
+		 * stack is cut short, not whole. */
+		if (expected_fp_step(s)) {
+			set_reason(s, STOP_JIT);
+			return 1;
+		}
+		return 0;
+	}
 	t = bpf_map_lookup_elem(&unwind_tables, &slot);
 	if (t && t->state == TABLE_LAZY) {
 		/* Tables are built for sampled files only. A race sends two

@@ -14,10 +14,11 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/internal/debugdirs"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
@@ -37,16 +38,17 @@ func (p *pidList) Set(s string) error {
 }
 
 type recordOpts struct {
-	duration  time.Duration
-	pids      pidList
-	comm      string
-	rate      int
-	symbolize bool
-	output    string
-	format    string
-	kernel    bool
-	unwinding unwind.Mode
-	filter    *profbuild.Filter
+	duration     time.Duration
+	pids         pidList
+	comm         string
+	rate         int
+	symbolize    bool
+	output       string
+	format       string
+	kernel       bool
+	unwinding    unwind.Mode
+	interpreters bool
+	filter       *profbuild.Filter
 }
 
 func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
@@ -65,6 +67,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.StringVar(&o.output, "output", "", "file to write (required)")
 	fs.StringVar(&o.format, "format", "otlp-json", "otlp-json (OTLP profiles JSON) or pprof (gzipped profile.proto)")
 	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
+	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot) and Python (CPython) frames in user stacks (needs -unwinding auto)")
 	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -145,7 +148,8 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 // record samples for o.duration (or until ctx ends) and builds one report.
 func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
 	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel,
-		Unwinding: unwind.Config{Mode: o.unwinding}})
+		Unwinding: unwind.Config{Mode: o.unwinding},
+		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters}})
 	if err != nil {
 		return profbuild.Report{}, err
 	}
@@ -154,8 +158,12 @@ func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
 	if u := s.Unwinder(); u != nil {
 		unwinder = u
 	}
+	var rts profbuild.Runtimes
+	if rs := s.Runtimes(); rs != nil {
+		rts = rs
+	}
 	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true,
-		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder})
+		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

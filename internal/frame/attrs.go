@@ -69,12 +69,13 @@ const (
 
 // Values of AttrFrameType (semconv's profile.frame.type enumeration).
 const (
-	TypeNative = "native"
-	TypeKernel = "kernel"
-	TypeGo     = "go"
-	TypeJVM    = "jvm"
-	TypeV8JS   = "v8js"
-	TypeDotnet = "dotnet"
+	TypeNative  = "native"
+	TypeKernel  = "kernel"
+	TypeGo      = "go"
+	TypeJVM     = "jvm"
+	TypeCPython = "cpython"
+	TypeV8JS    = "v8js"
+	TypeDotnet  = "dotnet"
 )
 
 // Pseudo file names of mappings without a file.

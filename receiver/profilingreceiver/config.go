@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
@@ -36,6 +39,9 @@ type Config struct {
 	Targets []TargetConfig `mapstructure:"targets"`
 	// Unwinding selects how user stacks are walked.
 	Unwinding UnwindingConfig `mapstructure:"unwinding"`
+	// Interpreters selects the language runtimes whose frames the walker
+	// follows and names on this host (docs/runtimes.md).
+	Interpreters InterpretersConfig `mapstructure:"interpreters"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -57,6 +63,30 @@ type UnwindingConfig struct {
 
 	// prevent unkeyed literal initialization
 	_ struct{}
+}
+
+// InterpretersConfig selects the language runtimes whose frames the
+// walker follows (unwinding.mode auto only) and bounds what naming them
+// keeps (docs/runtimes.md).
+type InterpretersConfig struct {
+	// HotSpot walks Java stacks of HotSpot JVMs (OpenJDK 11 and later).
+	HotSpot bool `mapstructure:"hotspot"`
+	// CPython walks Python stacks of CPython 3.9 and later.
+	CPython bool `mapstructure:"cpython"`
+	// MaxCachedNames bounds the names cached per runtime (methods, code
+	// objects).
+	MaxCachedNames int `mapstructure:"max_cached_names"`
+	// MaxNameLength cuts every name and file name read from a process.
+	MaxNameLength int `mapstructure:"max_name_length"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// sampler turns the configuration into the sampler's.
+func (c InterpretersConfig) sampler() (runtimes.Config, error) {
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	return rc, rc.Validate()
 }
 
 // sampler turns the configuration into the sampler's.
@@ -100,8 +130,16 @@ func createDefaultConfig() *Config {
 			MaxMappings:   unwind.DefaultMaxMappings,
 			MaxProcesses:  unwind.DefaultMaxProcesses,
 		},
+		Interpreters: InterpretersConfig{
+			HotSpot:        true,
+			CPython:        true,
+			MaxCachedNames: runtimes.DefaultMaxNames,
+			MaxNameLength:  runtimes.DefaultMaxNameBytes,
+		},
 	}
 }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -120,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.Unwinding.sampler(); err != nil {
 		errs = append(errs, fmt.Errorf("unwinding: %w", err))
+	}
+	if _, err := c.Interpreters.sampler(); err != nil {
+		errs = append(errs, fmt.Errorf("interpreters: %w", err))
 	}
 	return errors.Join(errs...)
 }

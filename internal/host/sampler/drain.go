@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/runtimes"
 )
 
 // bootToUnix returns the offset that turns CLOCK_BOOTTIME (what the BPF side
@@ -188,14 +189,7 @@ func (d *drain) run() Batch {
 		if err := d.ustacks.Lookup(h, &ubuf); err != nil {
 			return userStack{}, fmt.Errorf("sampler: user stack %x: %w", h, err)
 		}
-		n := min(int(ubuf.Len), len(ubuf.Pcs))
-		w := userStack{pcs: append([]uint64(nil), ubuf.Pcs[:n]...), stop: StopReason(ubuf.Reason)}
-		for i, pc := range w.pcs {
-			if pc&pcExact != 0 {
-				w.pcs[i] = pc &^ pcExact
-				w.exact = append(w.exact, uint8(i))
-			}
-		}
+		w := decodeWalked(&ubuf)
 		walked[h] = w
 		return w, nil
 	}
@@ -229,13 +223,14 @@ func (d *drain) run() Batch {
 		ks, err := lookup(k.Kstack)
 		var us []uint64
 		var exact []uint8
+		var rt []runtimes.Frame
 		stop := StopFramePointers
 		switch {
 		case err != nil:
 		case k.Ustack == -2:
 			var w userStack
 			if w, err = lookupWalked(k.Uhash); err == nil {
-				us, stop, exact = w.pcs, w.stop, w.exact
+				us, stop, exact, rt = w.pcs, w.stop, w.exact, w.runtime
 			}
 		default:
 			if us, err = lookup(k.Ustack); err == nil && d.walking {
@@ -249,7 +244,7 @@ func (d *drain) run() Batch {
 		}
 		smp := Sample{
 			Pid: k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
-			UserPCs: us, UserExact: exact, KernelPCs: ks, Count: v.Count,
+			UserPCs: us, UserExact: exact, Runtime: rt, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
 			Truncated: len(us) >= d.depth || len(ks) == d.depth || stop == StopDepth,
 			Stop:      stop,
@@ -281,15 +276,47 @@ func (d *drain) run() Batch {
 }
 
 type userStack struct {
-	pcs   []uint64
-	stop  StopReason
-	exact []uint8 // see Sample.UserExact
+	pcs     []uint64
+	stop    StopReason
+	exact   []uint8 // see Sample.UserExact
+	runtime []runtimes.Frame
 }
 
-// pcExact marks, in a walked stack, a PC that is not a return address
-// (bpf/unwind.h: the interrupted PC after a signal frame). User addresses
-// never have the top bit.
-const pcExact = 1 << 63
+// Bits of a walked stack's words (bpf/runtime.h).
+const (
+	pcExact    = 1 << bpf.ProfileStackWordBitsPC_EXACT_BIT
+	rtFrame    = 1 << bpf.ProfileStackWordBitsRT_FRAME_BIT
+	rtKindMask = 1<<bpf.ProfileStackWordBitsRT_KIND_BITS - 1
+	rtPtrMask  = 1<<bpf.ProfileStackWordBitsRT_KIND_SHIFT - 1
+)
+
+// decodeWalked turns the walker's words into a userStack: native PCs
+// (marked exact where they are no return address) and runtime frames,
+// which take two words each and one entry of pcs.
+func decodeWalked(u *bpf.ProfileUserStack) userStack {
+	n := min(int(u.Len), len(u.Pcs))
+	w := userStack{pcs: make([]uint64, 0, n), stop: StopReason(u.Reason)}
+	for i := 0; i < n; i++ {
+		word := u.Pcs[i]
+		switch {
+		case word&pcExact != 0:
+			w.exact = append(w.exact, uint8(len(w.pcs)))
+			w.pcs = append(w.pcs, word&^pcExact)
+		case word&rtFrame != 0:
+			if i+1 == n {
+				return w // cut between its two words: no frame
+			}
+			w.pcs = append(w.pcs, RuntimeMark|uint64(len(w.runtime)))
+			w.runtime = append(w.runtime, runtimes.Frame{
+				Kind: uint8(word >> bpf.ProfileStackWordBitsRT_KIND_SHIFT & rtKindMask),
+				Ptr:  word & rtPtrMask, Aux: u.Pcs[i+1]})
+			i++
+		default:
+			w.pcs = append(w.pcs, word)
+		}
+	}
+	return w
+}
 
 // sweep deletes every key left in m. A key that cannot be deleted is
 // counted once and ends the sweep, which is bounded by the map's size

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
@@ -58,6 +59,7 @@ type Sampler struct {
 	paths          kernelPaths     // code paths chosen for this kernel
 	perfIoctl      bool            // programs attached by PERF_EVENT_IOC_SET_BPF, not links
 	unwinder       *unwind.Manager // nil unless walking with unwind tables
+	runtimes       *runtimes.Set   // nil unless walking, with a runtime enabled
 	agg            *rbAggregator   // ModeRingBuffer only
 	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
@@ -197,6 +199,10 @@ func (c *Config) setDefaults() error {
 		c.Unwinding.Logger = c.Logger
 	}
 	c.Unwinding.SetDefaults()
+	c.Runtimes.SetDefaults()
+	if err := c.Runtimes.Validate(); err != nil {
+		return err
+	}
 	return c.Unwinding.Validate()
 }
 
@@ -246,6 +252,13 @@ func New(cfg Config) (s *Sampler, err error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sampler: %w", err)
+		}
+		if cfg.Runtimes.Enabled() {
+			rts, err := s.newRuntimes()
+			if err != nil {
+				return nil, fmt.Errorf("sampler: %w", err)
+			}
+			s.runtimes = runtimes.NewSet(s.log, s.unwinder, rts...)
 		}
 	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
@@ -372,6 +385,11 @@ func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
 // with frame pointers. Callers feed it process snapshots (Track) on
 // ProcessNew, ProcessExec and ProcessMapsChanged, and Forget on ProcessExit.
 func (s *Sampler) Unwinder() *unwind.Manager { return s.unwinder }
+
+// Runtimes returns the language runtimes the walker follows, nil when
+// none: callers give it every process snapshot (Attach) and exit (Forget),
+// and have it name runtime frames (Sample.Runtime).
+func (s *Sampler) Runtimes() *runtimes.Set { return s.runtimes }
 
 // sync returns after an RCU grace period: an ARRAY_OF_MAPS update waits for
 // every BPF program that might still read what was replaced.

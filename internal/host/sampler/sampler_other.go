@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
@@ -35,6 +36,9 @@ func (*Sampler) Close() error          { return nil }
 
 // Unwinder is nil: there is no unwinder without the sampler.
 func (*Sampler) Unwinder() *unwind.Manager { return nil }
+
+// Runtimes is nil: no walker, no runtimes.
+func (*Sampler) Runtimes() *runtimes.Set { return nil }
 
 // ProgramStats fails with ErrNotSupported.
 func (*Sampler) ProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }

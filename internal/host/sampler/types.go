@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
@@ -64,6 +66,10 @@ type Config struct {
 	// tables. ModeAuto (the default) walks with unwind tables in kernel
 	// aggregation mode; ModeRingBuffer always uses frame pointers.
 	Unwinding unwind.Config
+	// Runtimes selects the language runtimes whose frames the walker
+	// follows (HotSpot, CPython; unwind tables mode only) and bounds
+	// their names.
+	Runtimes runtimes.Config
 	// OnEvent, when set, is given the process events in the sampler's
 	// reader goroutine, one at a time and in order, instead of Events: a
 	// hand-off to another goroutine costs a wake-up per event. It must not
@@ -73,30 +79,36 @@ type Config struct {
 }
 
 // StopReason says why a walked user stack ended, or what first made it
-// less than exact (numbered as enum stop_reason in bpf/unwind.h).
+// less than exact: enum stop_reason of bpf/types.h, generated into package bpf.
 type StopReason uint8
 
 // Stop reasons.
 const (
-	StopOK             StopReason = iota // an outermost frame was reached
-	StopNotReady                         // process or table not loaded yet: frame pointers
-	StopUnknownMapping                   // a PC in no known mapping of the process
-	StopNoTable                          // a file without usable unwind table: frame pointers
-	StopReadFault                        // reading the stack failed
-	StopDepth                            // MaxStackDepth reached
-	StopBadFrame                         // the stack pointer went backwards
-	StopFramePointers                    // walked by bpf_get_stackid (frame pointers mode)
-	NumStopReasons
+	StopOK             = StopReason(bpf.ProfileStopReasonSTOP_OK)              // an outermost frame was reached
+	StopNotReady       = StopReason(bpf.ProfileStopReasonSTOP_NOT_READY)       // process or table not loaded yet: frame pointers
+	StopUnknownMapping = StopReason(bpf.ProfileStopReasonSTOP_UNKNOWN_MAPPING) // a PC in no known mapping of the process
+	StopNoTable        = StopReason(bpf.ProfileStopReasonSTOP_NO_TABLE)        // a file without usable unwind table: frame pointers
+	StopReadFault      = StopReason(bpf.ProfileStopReasonSTOP_READ_FAULT)      // reading the stack failed
+	StopDepth          = StopReason(bpf.ProfileStopReasonSTOP_DEPTH)           // MaxStackDepth reached
+	StopBadFrame       = StopReason(bpf.ProfileStopReasonSTOP_BAD_FRAME)       // the stack pointer went backwards
+	StopFramePointers  = StopReason(bpf.ProfileStopReasonSTOP_FP_ONLY)         // walked by bpf_get_stackid (frame pointers mode)
+	StopJIT            = StopReason(bpf.ProfileStopReasonSTOP_JIT)             // ended in code without unwind info (JIT, anonymous memory)
+	StopRuntime        = StopReason(bpf.ProfileStopReasonSTOP_RUNTIME)         // a runtime's walker gave up: its native frames only
+	NumStopReasons     = StopReason(bpf.ProfileStopReasonSTOP_REASONS)
 )
 
-var stopNames = [...]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers"}
+var stopNames = [NumStopReasons]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers", "jit", "runtime"}
 
 func (r StopReason) String() string {
-	if int(r) < len(stopNames) {
+	if r < NumStopReasons {
 		return stopNames[r]
 	}
 	return fmt.Sprintf("StopReason(%d)", uint8(r))
 }
+
+// RuntimeMark marks an entry of Sample.UserPCs that is no PC: the rest of
+// the entry indexes Sample.Runtime.
+const RuntimeMark = 1 << bpf.ProfileStackWordBitsRT_FRAME_BIT
 
 // Sample is one aggregated row: every sample of one thread on one CPU with
 // the same stacks since the previous Drain.
@@ -104,7 +116,12 @@ type Sample struct {
 	Pid, Tid uint32
 	Comm     string // thread name at the first sample
 	CPU      uint32
-	UserPCs  []uint64 // leaf first; PCs after the first are return addresses, but see UserExact
+	// UserPCs is the user stack, leaf first; PCs after the first are
+	// return addresses, but see UserExact. An entry with RuntimeMark set
+	// is a runtime frame, Runtime[entry&^RuntimeMark], in its place in
+	// the call order.
+	UserPCs []uint64
+	Runtime []runtimes.Frame
 	// UserExact lists the indexes (> 0) of UserPCs that are not return
 	// addresses: the interrupted PC after a signal frame, which must not be
 	// stepped back into a call. Nil for almost every stack.
@@ -150,18 +167,18 @@ type Stats struct {
 // EventKind says what happened to a process.
 type EventKind uint32
 
-// Event kinds, as numbered by the BPF program.
+// Event kinds: enum proc_event_kind of bpf/profile.c.
 const (
-	ProcessNew  EventKind = 1 // first sample of this pid since it was last seen
-	ProcessExec EventKind = 2 // a sampled process called execve: its maps changed
-	ProcessExit EventKind = 3 // a sampled process's last thread is exiting
+	ProcessNew  = EventKind(bpf.ProfileProcEventKindPROC_NEW)  // first sample of this pid since it was last seen
+	ProcessExec = EventKind(bpf.ProfileProcEventKindPROC_EXEC) // a sampled process called execve: its maps changed
+	ProcessExit = EventKind(bpf.ProfileProcEventKindPROC_EXIT) // a sampled process's last thread is exiting
 	// ProcessMapsChanged: a PC fell in no known mapping (dlopen, mmap after
 	// the last snapshot); at most one per process and second.
-	ProcessMapsChanged EventKind = 4
+	ProcessMapsChanged = EventKind(bpf.ProfileProcEventKindPROC_REMAP)
 
 	// tableWanted is handled inside the sampler: a sample needed a table
 	// that was not built yet.
-	tableWanted EventKind = 5
+	tableWanted = EventKind(bpf.ProfileProcEventKindPROC_TABLE)
 )
 
 func (k EventKind) String() string {

@@ -7,41 +7,49 @@ import (
 	"encoding/binary"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/unwind/table"
 )
 
-// Row encoding shared with bpf/unwind.h: 8 bytes per row.
+// Row encoding shared with bpf/unwind.h (its enums, generated into package
+// bpf): 8 bytes per row.
 const (
-	rowNormal   = 0
-	rowEnd      = 1
-	rowSignal   = 2
-	rowFallback = 3
+	rowNormal   = uint8(bpf.ProfileRowKindROW_NORMAL)
+	rowEnd      = uint8(bpf.ProfileRowKindROW_END)
+	rowSignal   = uint8(bpf.ProfileRowKindROW_SIGNAL)
+	rowFallback = uint8(bpf.ProfileRowKindROW_FALLBACK)
 
-	cfaUndef = 0
-	cfaSP    = 1
-	cfaFP    = 2
-	cfaPLT   = 3
+	cfaUndef = uint8(bpf.ProfileCfaRuleCFA_UNDEF)
+	cfaSP    = uint8(bpf.ProfileCfaRuleCFA_SP)
+	cfaFP    = uint8(bpf.ProfileCfaRuleCFA_FP)
+	cfaPLT   = uint8(bpf.ProfileCfaRuleCFA_PLT)
 
-	rowFPSaved = 1 << 4
+	rowFPSaved = uint8(bpf.ProfileRowBitsROW_FP_SAVED)
 	// A CFAReg row is rowNormal with cfaUndef and the register's code in
 	// bits 5-7 (table.X86CFARegCode); on any frame but the innermost it steps with
 	// frame pointers, as a fallback row does. With cfaSP or cfaFP, bits 5-7
 	// k != 0 make a deref row: CFA = *(SP or FP + int16(CfaOff)) + 8k.
-	regShift = 5
+	regShift = uint8(bpf.ProfileRowBitsROW_REG_SHIFT)
 
-	// MaxRowsPerTable is what the BPF binary search reaches (22 steps).
-	MaxRowsPerTable = 1<<22 - 1
-	// MaxMappingsPerProcess is what the BPF mapping search reaches (10 steps).
-	MaxMappingsPerProcess = 1<<10 - 1
+	// MaxRowsPerTable is what the BPF binary search reaches.
+	MaxRowsPerTable = 1<<bpf.ProfileUnwindLimitsROW_SEARCH_STEPS - 1
+	// MaxMappingsPerProcess is what the BPF mapping search reaches.
+	MaxMappingsPerProcess = 1<<bpf.ProfileUnwindLimitsMAP_SEARCH_STEPS - 1
 
-	tableFP      = math.MaxUint32     // mapping without table: frame pointers
-	tableVDSO    = math.MaxUint32 - 1 // [vdso]: frame pointers, or the kernel's signal trampoline (arm64)
-	statePending = 0
-	stateReady   = 1
-	stateNone    = 2
-	stateLazy    = 3
+	tableFP      = math.MaxUint32     // mapping without table: frame pointers (TABLE_FP)
+	tableVDSO    = math.MaxUint32 - 1 // [vdso]: frame pointers, or the kernel's signal trampoline (TABLE_VDSO, arm64)
+	statePending = uint32(bpf.ProfileTableStateTABLE_PENDING)
+	stateReady   = uint32(bpf.ProfileTableStateTABLE_READY)
+	stateNone    = uint32(bpf.ProfileTableStateTABLE_NONE)
+	stateLazy    = uint32(bpf.ProfileTableStateTABLE_LAZY)
+)
+
+// The sizes above are the generated structs' (a compile error otherwise).
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(bpf.ProfileUnwindRow{})-RowBytes]
+	_ = [1]struct{}{}[unsafe.Sizeof(bpf.ProfileUnwindMapping{})-MappingBytes]
 )
 
 // encoded is a table ready for the kernel.

@@ -14,3 +14,4 @@ func (*Manager) Poll()                          {}
 func (*Manager) Tracked(int) bool               { return false }
 func (*Manager) Stats() Stats                   { return Stats{} }
 func (*Manager) Close()                         {}
+func (*Manager) SetRuntime(int, Runtime) error  { return nil }

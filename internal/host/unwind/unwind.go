@@ -105,6 +105,45 @@ type Manager struct {
 	workers  sync.WaitGroup
 	stats    Stats
 	closed   bool
+	runtimes map[int]Runtime // by pid, kept across Track
+}
+
+func (m *Manager) procValue(pid int, sp span) bpf.ProfileUnwindProc {
+	val := bpf.ProfileUnwindProc{First: sp.off, Count: sp.n}
+	if rt, ok := m.runtimes[pid]; ok {
+		val.RtKind = rt.Kind
+		for i, r := range rt.Ranges[:min(len(rt.Ranges), MaxRuntimeRanges)] {
+			val.Rt[i].Lo, val.Rt[i].Hi = r[0], r[1]
+		}
+	}
+	return val
+}
+
+// SetRuntime tells the walker which runtime pid runs (a zero Runtime:
+// none). It lasts until Forget, across Track.
+func (m *Manager) SetRuntime(pid int, rt Runtime) error {
+	if len(rt.Ranges) > MaxRuntimeRanges {
+		return fmt.Errorf("unwind: %d runtime code ranges, at most %d", len(rt.Ranges), MaxRuntimeRanges)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	if rt.Kind == 0 {
+		delete(m.runtimes, pid)
+	} else {
+		m.runtimes[pid] = rt
+	}
+	pr := m.procs[pid]
+	if pr == nil {
+		return nil // Track writes it
+	}
+	if err := m.maps.Procs.Update(uint32(pid), m.procValue(pid, pr.maps), ebpf.UpdateExist); err != nil &&
+		!errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwind: pid %d: %w", pid, err)
+	}
+	return nil
 }
 
 // New starts a Manager over maps sized by cfg (the sampler sizes them).
@@ -115,7 +154,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, maps: maps, log: cfg.Logger, maxRows: min(MaxRowsPerTable, int(cfg.Rows())),
-		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{},
+		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{}, runtimes: map[int]Runtime{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
@@ -221,8 +260,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 		m.unref(pr.files)
 		return err
 	}
-	val := bpf.ProfileUnwindProc{First: sp.off, Count: sp.n}
-	if err := m.maps.Procs.Put(uint32(p.PID), val); err != nil {
+	if err := m.maps.Procs.Put(uint32(p.PID), m.procValue(p.PID, sp)); err != nil {
 		m.mapSlot.release(sp)
 		m.unref(pr.files)
 		if errors.Is(err, errE2BIG) {
@@ -263,6 +301,7 @@ func loadBias(loads []elfx.Segment, mp *normalize.Mapping) (uint64, bool) {
 func (m *Manager) Forget(pid int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.runtimes, pid)
 	pr := m.procs[pid]
 	if pr == nil {
 		return

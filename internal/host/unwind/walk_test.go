@@ -340,9 +340,9 @@ type result struct {
 	// pointer register that held data.
 	invented   uint64
 	inventedEx []string
-	stops     map[sampler.StopReason]uint64
-	bad       map[string]uint64 // symbolized stacks that were not whole
-	example   map[string]string // one stack's raw PCs per bad key
+	stops      map[sampler.StopReason]uint64
+	bad        map[string]uint64 // symbolized stacks that were not whole
+	example    map[string]string // one stack's raw PCs per bad key
 }
 
 func (r result) fraction() float64 {

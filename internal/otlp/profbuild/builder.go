@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
 	"github.com/profsym/profsym/internal/symbolize/perfmap"
@@ -52,6 +53,17 @@ type Options struct {
 	// (sampler.Unwinder), is given every process snapshot the Builder takes
 	// and told when a process exits.
 	Unwinder Unwinder
+	// Runtimes, when the walker follows language runtimes
+	// (sampler.Runtimes), is given every process snapshot and exit too,
+	// and names the runtime frames of samples.
+	Runtimes Runtimes
+}
+
+// Runtimes is the part of runtimes.Set the Builder drives.
+type Runtimes interface {
+	Attach(p *normalize.Process)
+	Forget(pid int)
+	Name(pid int, f runtimes.Frame) (runtimes.Symbol, error)
 }
 
 // Unwinder is the part of unwind.Manager the Builder drives.
@@ -89,6 +101,7 @@ const (
 	ReasonNoLoadSegment  = "no_load_segment" // no PT_LOAD segment holds the file offset
 	ReasonKernelUnnamed  = "kernel_unnamed"  // kallsyms has no symbol for a kernel address
 	ReasonJITUnnamed     = "jit_unnamed"     // anonymous executable memory without a perf map entry
+	ReasonRuntimeUnnamed = "runtime_unnamed" // a runtime frame (Java, Python) that could not be named
 )
 
 // sweepAfter is how many reports a snapshot may go unused before the
@@ -111,6 +124,7 @@ type Builder struct {
 	kern KernelSymbols
 	jit  *perfmap.Reader // nil unless PerfMaps
 	log  *zap.Logger
+	vdso vdsoImages
 
 	mu       sync.Mutex
 	exited   map[int]struct{}
@@ -192,6 +206,9 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 				b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
 			}
 		}
+		if b.opt.Runtimes != nil {
+			b.opt.Runtimes.Attach(p)
+		}
 	case sampler.ProcessExit:
 		// Last chance for a process whose New event was lost or late.
 		if ev.MMAlive && b.norm.Cached(pid) == nil && b.targeted(pid) {
@@ -265,6 +282,11 @@ func (b *Builder) Collect(d Drainer, start time.Time) (Report, error) {
 
 func (b *Builder) forget(pid int) {
 	b.norm.Forget(pid)
+	if b.opt.Runtimes != nil {
+		// After the drain that held its last samples: their frames are
+		// named by now.
+		b.opt.Runtimes.Forget(pid)
+	}
 	if b.jit != nil {
 		b.jit.Forget(pid)
 	}

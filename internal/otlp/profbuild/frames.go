@@ -1,12 +1,14 @@
 package profbuild
 
 import (
+	"cmp"
 	"path/filepath"
 	"strings"
 
 	"github.com/profsym/profsym/internal/addrmap"
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
 )
@@ -43,8 +45,10 @@ func (r *run) normalizeUser(po *procOut, addr uint64) frame {
 		return r.rawFrame(0, addr, "", pframe.TypeNative)
 	case m.Anonymous:
 		return r.jitFrame(po, m, addr)
+	case m.File == nil && m.Path == "[vdso]":
+		return r.vdsoFrame(po, m, addr)
 	case m.File == nil:
-		// [vdso], [vsyscall]: the image's own addresses start at 0.
+		// [vsyscall]: the image's own addresses start at 0.
 		return r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, pframe.TypeNative)
 	case !ok:
 		if m.File.Err != nil || len(m.File.Loads) == 0 {
@@ -153,6 +157,44 @@ func jitType(po *procOut) string {
 		return pframe.TypeDotnet
 	}
 	return pframe.TypeNative
+}
+
+// runtimeFrame names a frame of a language runtime (a Java method, a
+// Python function) from the process's memory, through the runtime that
+// walked it. It has no mapping: nothing later could name it from a file.
+func (r *run) runtimeFrame(po *procOut, rf runtimes.Frame) frame {
+	k := frameKey{pid: po.pid, addr: rf.Ptr, aux: rf.Aux, rtKind: rf.Kind}
+	if f, ok := r.frames[k]; ok {
+		return f
+	}
+	var sym runtimes.Symbol
+	err := runtimes.ErrNotAttached
+	if r.b.opt.Runtimes != nil {
+		sym, err = r.b.opt.Runtimes.Name(po.pid, rf)
+	}
+	typ := runtimes.FrameType(rf.Kind)
+	var f frame
+	if err != nil || len(sym.Frames) == 0 {
+		r.fail(ReasonRuntimeUnnamed)
+		loc := r.dict.Location(pdict.Location{Address: rf.Ptr, Attrs: []int32{
+			r.dict.AttrStr(pframe.AttrFrameType, typ),
+			r.dict.AttrStr(pframe.AttrError, runtimes.Reason(err))}})
+		f = frame{loc: loc, addr: rf.Ptr, typ: typ}
+	} else {
+		if sym.Type != "" {
+			typ = sym.Type
+		}
+		lines := make([]pdict.Line, len(sym.Frames))
+		for i, sf := range sym.Frames {
+			file := cmp.Or(sf.File, sf.StartFile)
+			lines[i] = pdict.Line{Function: r.dict.Function(sf.Name, sf.Name, file, int64(sf.StartLine)), Line: int64(sf.Line)}
+		}
+		loc := r.dict.Location(pdict.Location{Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)}, Lines: lines})
+		outer := sym.Frames[len(sym.Frames)-1]
+		f = frame{loc: loc, file: outer.File, typ: typ, fn: outer.Name}
+	}
+	r.frames[k] = f
+	return f
 }
 
 // kernelFrame builds a kernel frame: its address is the kernel's own,

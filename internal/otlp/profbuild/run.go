@@ -29,6 +29,7 @@ type run struct {
 	mappings   map[*normalize.Mapping]int32
 	kernMaps   map[string]int32 // module ("" for vmlinux) -> mapping
 	refreshed  map[int]bool
+	vdso       map[*normalize.Mapping]*vdsoImage // nil: unreadable
 	kinfo      kernel.Info
 	kinfoRead  bool
 	rep        Report
@@ -39,6 +40,8 @@ type frameKey struct {
 	pid    int // 0 for kernel frames
 	addr   uint64
 	kernel bool
+	rtKind uint8 // a runtime frame: its kind, addr its Ptr and aux its Aux
+	aux    uint64
 }
 
 // frame is a built location plus what the logs say about it.
@@ -82,7 +85,7 @@ func newRun(b *Builder, start, end time.Time) *run {
 	prof := pprofile.NewProfiles()
 	return &run{b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
 		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
-		kernMaps: map[string]int32{}, refreshed: map[int]bool{},
+		kernMaps: map[string]int32{}, refreshed: map[int]bool{}, vdso: map[*normalize.Mapping]*vdsoImage{},
 		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}}}
 }
 
@@ -104,7 +107,16 @@ func (r *run) add(s *sampler.Sample) {
 		frames = append(frames, f)
 	}
 	for i, pc := range s.UserPCs {
-		f := r.userFrame(po, pc, i > 0 && !slices.Contains(s.UserExact, uint8(i)))
+		var f frame
+		if pc&sampler.RuntimeMark != 0 {
+			if j := pc &^ sampler.RuntimeMark; j < uint64(len(s.Runtime)) {
+				f = r.runtimeFrame(po, s.Runtime[j])
+			} else {
+				continue // not from a drain
+			}
+		} else {
+			f = r.userFrame(po, pc, i > 0 && !slices.Contains(s.UserExact, uint8(i)))
+		}
 		locs = append(locs, f.loc)
 		frames = append(frames, f)
 	}

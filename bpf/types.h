@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Enumerations shared by the programs and userspace. bpf2go exports them
+ * (-type), so the Go side uses these values instead of copies.
+ */
+#ifndef PROFSYM_TYPES_H
+#define PROFSYM_TYPES_H
+
+/* Why a user stack ended, or the first thing that made it less than exact.
+ * Generated into Go (bpf2go -type) as sampler.StopReason. */
+enum stop_reason {
+	STOP_OK = 0,              /* outermost frame reached */
+	STOP_NOT_READY = 1,       /* process or table not loaded yet: frame pointers */
+	STOP_UNKNOWN_MAPPING = 2, /* PC in no known mapping of the process */
+	STOP_NO_TABLE = 3,        /* file without CFI, or evicted, or PC outside its rows */
+	STOP_READ_FAULT = 4,      /* reading the stack failed */
+	STOP_DEPTH = 5,           /* max depth reached */
+	STOP_BAD_FRAME = 6,       /* stack pointer went backwards, or zero PC */
+	STOP_FP_ONLY = 7,         /* unwinding.mode frame_pointers: no walk here */
+	STOP_JIT = 8,             /* ended in code without unwind info (JIT, anonymous memory) */
+	STOP_RUNTIME = 9,         /* a runtime's walker gave up (unknown layout, bad pointer) */
+	STOP_REASONS = 10,
+	STOP_SLOTS = 16,          /* room in stats.stops: a power of two */
+};
+
+/* What a walked stack is recorded for (sample_key.origin). */
+enum sample_origin {
+	ORIGIN_CPU = 0, /* a CPU-clock sample */
+};
+
+#endif /* PROFSYM_TYPES_H */

@@ -1,0 +1,45 @@
+package runtimes
+
+import "fmt"
+
+// Config selects the runtimes the sampler walks and bounds what naming
+// their frames keeps.
+type Config struct {
+	HotSpot bool // Java: HotSpot JVMs (OpenJDK 11+)
+	CPython bool // Python: CPython 3.9+
+	// MaxNames bounds the names cached per runtime (methods, code
+	// objects); the least recently used go first.
+	MaxNames int
+	// MaxNameBytes cuts every name and file name read from a process.
+	MaxNameBytes int
+}
+
+// Defaults.
+const (
+	DefaultMaxNames     = 65536
+	DefaultMaxNameBytes = 1024
+)
+
+// SetDefaults fills zero bounds.
+func (c *Config) SetDefaults() {
+	if c.MaxNames == 0 {
+		c.MaxNames = DefaultMaxNames
+	}
+	if c.MaxNameBytes == 0 {
+		c.MaxNameBytes = DefaultMaxNameBytes
+	}
+}
+
+// Validate checks the bounds.
+func (c *Config) Validate() error {
+	if c.MaxNames < 1 || c.MaxNames > 1<<24 {
+		return fmt.Errorf("runtimes: max names %d outside 1..%d", c.MaxNames, 1<<24)
+	}
+	if c.MaxNameBytes < 16 || c.MaxNameBytes > 1<<16 {
+		return fmt.Errorf("runtimes: max name length %d outside 16..%d", c.MaxNameBytes, 1<<16)
+	}
+	return nil
+}
+
+// Enabled reports whether any runtime is walked.
+func (c *Config) Enabled() bool { return c.HotSpot || c.CPython }

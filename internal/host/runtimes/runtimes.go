@@ -1,0 +1,110 @@
+// Package runtimes names the frames of language runtimes that the eBPF
+// walker finds in user stacks: HotSpot's interpreted and compiled Java
+// methods, CPython's code objects (docs/runtimes.md).
+//
+// The walker records what it finds as it finds it, a pointer into the
+// process and a number beside it (bpf/runtime.h); what they mean lives in
+// that process's memory, so these frames are named here, on the host that
+// sampled them, not later from a build id. Each runtime is a package below
+// this one (hotspot, cpython) implementing Runtime; a Set holds them,
+// decides per process which one runs there, tells the BPF walker which code
+// that runtime's walker takes (unwind.Manager.SetRuntime), and routes each
+// frame to its runtime for a name.
+package runtimes
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/normalize"
+)
+
+// Kind is a runtime (enum runtime_kind of bpf/runtime.h).
+type Kind uint32
+
+// Runtimes the walker knows.
+const (
+	KindNone    = Kind(bpf.ProfileRuntimeKindRUNTIME_NONE)
+	KindHotSpot = Kind(bpf.ProfileRuntimeKindRUNTIME_HOTSPOT)
+	KindCPython = Kind(bpf.ProfileRuntimeKindRUNTIME_CPYTHON)
+)
+
+// First frame kind of each runtime's block (enum frame_kind): a runtime
+// numbers its frame kinds from there, 16 at most.
+const (
+	FrameHotSpotFirst = uint8(bpf.ProfileFrameKindFRAME_HOTSPOT_FIRST)
+	FrameCPythonFirst = uint8(bpf.ProfileFrameKindFRAME_CPYTHON_FIRST)
+	FrameKinds        = uint8(bpf.ProfileFrameKindFRAME_KINDS)
+)
+
+// Frame is one runtime frame as the walker recorded it.
+type Frame struct {
+	Kind uint8  // enum frame_kind: what Ptr and Aux are
+	Ptr  uint64 // an address in the process (a method, a code object)
+	Aux  uint64 // a bytecode index, a PC offset, ... as Kind says
+}
+
+// Symbol is what a runtime frame is called: one frame, or several when
+// the runtime inlined methods into it (innermost first, as frame.Frame
+// slices always are), and the profile.frame.type of them all.
+type Symbol struct {
+	Frames []frame.Frame
+	Type   string
+}
+
+// Runtime is one runtime's host half.
+type Runtime interface {
+	// Kind says which runtime this is; its walker has that walk_progs slot.
+	Kind() Kind
+	// Owns reports whether a frame kind is this runtime's.
+	Owns(kind uint8) bool
+	// Attach inspects a process snapshot. found is false when the process
+	// does not run this runtime. Otherwise Attach loads what the BPF
+	// walker needs for the process and returns the code ranges (process
+	// addresses [lo, hi)) whose frames the walker hands to this runtime's
+	// walker; an error says why the process, although it runs this
+	// runtime, cannot be walked (its stacks keep their native frames).
+	Attach(p *normalize.Process) (ranges [][2]uint64, found bool, err error)
+	// Forget drops what Attach loaded for pid (the process exited).
+	Forget(pid int)
+	// Name names one frame of pid.
+	Name(pid int, f Frame) (Symbol, error)
+}
+
+// Errors a frame can stay unnamed with, counted by reason.
+var (
+	// ErrProcessGone: the process exited before its frames were named.
+	ErrProcessGone = errors.New("process_gone")
+	// ErrBadFrame: what the frame points at failed the runtime's checks
+	// (freed, moved, or never what it seemed).
+	ErrBadFrame = errors.New("bad_runtime_frame")
+	// ErrNotAttached: the frame's process or runtime is not known here.
+	ErrNotAttached = errors.New("runtime_not_attached")
+)
+
+// Reason maps an error from Name to the reason a frame stays raw.
+func Reason(err error) string {
+	for _, r := range []error{ErrProcessGone, ErrBadFrame, ErrNotAttached, frame.ErrLimitExceeded} {
+		if errors.Is(err, r) {
+			return r.Error()
+		}
+	}
+	return "runtime_error"
+}
+
+// FrameType is the profile.frame.type of a frame kind.
+func FrameType(kind uint8) string {
+	switch {
+	case kind >= FrameHotSpotFirst && kind < FrameHotSpotFirst+16:
+		return frame.TypeJVM
+	case kind >= FrameCPythonFirst && kind < FrameCPythonFirst+16:
+		return frame.TypeCPython
+	}
+	return frame.TypeNative
+}
+
+func kindError(f Frame) error {
+	return fmt.Errorf("runtime frame of kind %d: %w", f.Kind, ErrNotAttached)
+}

@@ -1,0 +1,158 @@
+package runtimes
+
+import (
+	"maps"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/unwind"
+)
+
+// Unwinder is the part of unwind.Manager a Set drives.
+type Unwinder interface {
+	SetRuntime(pid int, rt unwind.Runtime) error
+}
+
+// Set holds the runtimes a sampler walks. Safe for concurrent use.
+type Set struct {
+	rts []Runtime
+	unw Unwinder
+	log *zap.Logger
+
+	mu    sync.Mutex
+	procs map[int]Runtime // which runtime each attached process runs
+	stats Stats
+}
+
+// Stats count what a Set did, cumulatively.
+type Stats struct {
+	Attached uint64            // processes whose runtime the walker takes
+	Failed   map[string]uint64 // processes running a runtime that cannot be walked, by runtime
+	Named    uint64            // frames named
+	Unnamed  map[string]uint64 // frames left unnamed, by reason
+}
+
+// NewSet makes a Set over rts (nil entries are skipped), telling unw which
+// process runs which.
+func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
+	s := &Set{unw: unw, log: log, procs: map[int]Runtime{},
+		stats: Stats{Failed: map[string]uint64{}, Unnamed: map[string]uint64{}}}
+	for _, r := range rts {
+		if r != nil {
+			s.rts = append(s.rts, r)
+		}
+	}
+	return s
+}
+
+// Attach finds the runtime p runs, if any, and hands its code to that
+// runtime's walker. Called on every snapshot of p (new process, exec,
+// mappings changed).
+func (s *Set) Attach(p *normalize.Process) {
+	if s == nil || p == nil {
+		return
+	}
+	for _, r := range s.rts {
+		ranges, found, err := r.Attach(p)
+		if !found {
+			continue
+		}
+		s.mu.Lock()
+		_, again := s.procs[p.PID]
+		s.mu.Unlock()
+		if err != nil {
+			if !again {
+				s.log.Info("runtime found but cannot be walked: native frames only",
+					zap.Int("pid", p.PID), zap.Stringer("runtime", r.Kind()), zap.Error(err))
+			}
+			s.mu.Lock()
+			s.stats.Failed[r.Kind().String()]++
+			s.mu.Unlock()
+			ranges = nil
+		}
+		rt := unwind.Runtime{Kind: uint32(r.Kind()), Ranges: ranges}
+		if len(ranges) == 0 {
+			rt = unwind.Runtime{}
+		}
+		if err := s.unw.SetRuntime(p.PID, rt); err != nil {
+			s.log.Warn("handing a runtime to the walker failed", zap.Int("pid", p.PID), zap.Error(err))
+		}
+		s.mu.Lock()
+		if !again && len(ranges) > 0 {
+			s.stats.Attached++
+		}
+		s.procs[p.PID] = r
+		s.mu.Unlock()
+		return
+	}
+	// Not (or no longer, after exec) a runtime we walk.
+	s.mu.Lock()
+	r := s.procs[p.PID]
+	delete(s.procs, p.PID)
+	s.mu.Unlock()
+	if r != nil {
+		r.Forget(p.PID)
+		_ = s.unw.SetRuntime(p.PID, unwind.Runtime{})
+	}
+}
+
+// Forget drops pid (it exited).
+func (s *Set) Forget(pid int) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	r := s.procs[pid]
+	delete(s.procs, pid)
+	s.mu.Unlock()
+	if r != nil {
+		r.Forget(pid)
+	}
+}
+
+// Name names one runtime frame of pid.
+func (s *Set) Name(pid int, f Frame) (Symbol, error) {
+	var sym Symbol
+	err := kindError(f)
+	if s != nil {
+		for _, r := range s.rts {
+			if r.Owns(f.Kind) {
+				sym, err = r.Name(pid, f)
+				break
+			}
+		}
+		s.mu.Lock()
+		if err != nil {
+			s.stats.Unnamed[Reason(err)]++
+		} else {
+			s.stats.Named++
+		}
+		s.mu.Unlock()
+	}
+	return sym, err
+}
+
+// Stats returns a copy of the counters.
+func (s *Set) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Failed = maps.Clone(st.Failed)
+	st.Unnamed = maps.Clone(st.Unnamed)
+	return st
+}
+
+func (k Kind) String() string {
+	switch k {
+	case KindHotSpot:
+		return "hotspot"
+	case KindCPython:
+		return "cpython"
+	case KindNone:
+		return "none"
+	}
+	return "runtime(" + strconv.FormatUint(uint64(k), 10) + ")"
+}
