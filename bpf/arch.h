@@ -117,6 +117,25 @@ static __always_inline bool arch_vdso_sigreturn(__u64 pc)
 	return false;
 }
 
+/* Whether ra follows a call instruction, as a return address does: call
+ * rel32 (e8) ending at ra, or an indirect call (ff /2) of 2 to 7 bytes.
+ * Loose (a lucky byte passes one time in a few hundred), it keeps a frame
+ * pointer register that holds data from making up callers. */
+static __always_inline bool arch_ra_after_call(__u64 ra)
+{
+	__u8 b[8];
+
+	if (ra < 8 || bpf_probe_read_user(b, sizeof(b), (void *)(ra - 8)))
+		return false;
+	if (b[3] == 0xe8)
+		return true;
+	for (int k = 2; k <= 7; k++) {
+		if (k != 5 && b[8 - k] == 0xff && ((b[9 - k] >> 3) & 7) == 2)
+			return true;
+	}
+	return false;
+}
+
 #elif defined(__TARGET_ARCH_arm64)
 
 /* PSTATE.M: EL0 with AArch64 (a 32-bit task has bit 4 set: not walked). */
@@ -192,6 +211,18 @@ static __always_inline int arch_signal_frame(struct unwind_state *s)
 	s->regs[1] = regs[1];
 	s->regs_valid = REGS_USER;
 	return 0;
+}
+
+/* Whether the instruction before ra is a call: BL, BLR, or the pointer
+ * authenticating BLRAA/BLRAB(Z). */
+static __always_inline bool arch_ra_after_call(__u64 ra)
+{
+	__u32 insn;
+
+	if (ra < 4 || (ra & 3) || bpf_probe_read_user(&insn, sizeof(insn), (void *)(ra - 4)))
+		return false;
+	return (insn & 0xfc000000) == 0x94000000 || (insn & 0xfffffc1f) == 0xd63f0000 ||
+	       (insn & 0xfefff800) == 0xd63f0800;
 }
 
 /* The kernel's trampoline, __kernel_rt_sigreturn in the vdso, where a

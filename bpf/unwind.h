@@ -301,16 +301,18 @@ static __always_inline int fp_step(struct unwind_state *s)
  * mapping, a file without a table. In code built without frame pointers
  * the FP register holds data, and following it made up a caller: a leaf
  * "called" from 0x23111b55. So the step is taken only if FP looks like a
- * frame record and the return address lies in a known mapping of the
- * process; before its mappings are loaded nothing can check it, and the
- * walk ends at the leaf. Either way the stack is marked with the reason. */
+ * frame record, the return address follows a call instruction and, once
+ * the process's mappings are known, lies in one of them; otherwise the
+ * walk ends here. Either way the stack is marked with the reason. */
 static __always_inline int untrusted_fp_step(struct unwind_state *s)
 {
-	if (!s->have_proc || s->fp <= s->sp || s->fp - s->sp > MAX_FP_SPAN || (s->fp & 7))
+	if (s->fp < s->sp || s->fp - s->sp > MAX_FP_SPAN || (s->fp & 7))
 		return 1;
 	if (fp_step(s))
 		return 1;
-	return find_mapping(s, s->pc - 1) == NULL;
+	if (s->have_proc && !find_mapping(s, s->pc - 1))
+		return 1;
+	return !arch_ra_after_call(s->pc);
 }
 
 /* An FP step where frame pointers are expected (JIT, fallback rows). */
