@@ -366,8 +366,10 @@ func evaluate(p *normalize.Process, syms *symbols, c chain, samples []sampler.Sa
 		}
 	}
 	for _, s := range samples {
+		// (A leaf in no mapping is a sample of the image before exec, which
+		// the snapshot does not describe: a vfork child of the test.)
 		for i, pc := range s.UserPCs {
-			if i > 0 && !inMapping(p, pc) {
+			if i > 0 && inMapping(p, s.UserPCs[0]) && !inMapping(p, pc) {
 				r.invented += s.Count
 				if len(r.inventedEx) < 3 {
 					r.inventedEx = append(r.inventedEx, fmt.Sprintf("%v %#x", s.Stop, s.UserPCs))
@@ -442,8 +444,11 @@ func checkWhole(t testing.TB, name string, r result) {
 	for _, e := range r.inventedEx {
 		t.Logf("  caller in no mapping: %s", e)
 	}
-	if r.invented > 0 {
-		t.Errorf("%s: %d samples have a caller in no mapping of the process (made up from a frame pointer register holding data)", name, r.invented)
+	// Made-up callers were 3.5-5.4% of a new FP-less process's samples in
+	// a slow VM (docs/kernels.md, the 6.1 bug); a stray one remains
+	// possible (a stale mapping list), more is a regression.
+	if r.invented*200 > r.samples+r.startup+r.outside {
+		t.Errorf("%s: %d samples have a caller in no mapping of the process (made up from a frame pointer register holding data), want at most 0.5%%", name, r.invented)
 	}
 	for i, b := range bad {
 		if i == 10 {
