@@ -427,6 +427,9 @@ func checkWhole(t testing.TB, name string, r result) {
 	t.Helper()
 	t.Logf("%s: %v", name, r)
 	if r.samples < 20 {
+		for _, e := range r.outsideEx {
+			t.Logf("  outside main: %s", e)
+		}
 		t.Fatalf("%s: only %d samples", name, r.samples)
 	}
 	type kv struct {
@@ -569,7 +572,13 @@ func TestWholeChains(t *testing.T) {
 				}
 			}
 			syms := loadSymbols(t, bin)
-			checkWhole(t, tc.name, evaluate(p, syms, tc.chain, samples))
+			r := evaluate(p, syms, tc.chain, samples)
+			if r.samples == 0 {
+				for _, m := range p.Mappings {
+					t.Logf("  snapshot of %d: %#x-%#x %s", pid, m.Start, m.End, m.Path)
+				}
+			}
+			checkWhole(t, tc.name, r)
 			if tc.name == "signal" {
 				checkExactAfterSignal(t, p, syms, samples)
 			}
