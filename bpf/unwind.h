@@ -292,8 +292,9 @@ static __always_inline int fp_step(struct unwind_state *s)
 	return 0;
 }
 
-/* Frame pointers nothing vouches for must look like a frame record: above
- * SP, within a stack's reach, aligned. */
+/* Frame pointers nothing vouches for must look like a frame record: at
+ * most 16 bytes below SP (Go on arm64 keeps x29 at SP-8), within a stack's
+ * reach above it, aligned. */
 #define MAX_FP_SPAN (8u << 20)
 
 /* An FP step through code nothing vouches for: the process or its file's
@@ -306,7 +307,7 @@ static __always_inline int fp_step(struct unwind_state *s)
  * walk ends here. Either way the stack is marked with the reason. */
 static __always_inline int untrusted_fp_step(struct unwind_state *s)
 {
-	if (s->fp < s->sp || s->fp - s->sp > MAX_FP_SPAN || (s->fp & 7))
+	if (s->fp + 16 < s->sp || s->fp > s->sp + MAX_FP_SPAN || (s->fp & 7))
 		return 1;
 	if (fp_step(s))
 		return 1;
