@@ -204,7 +204,9 @@ func TestExecEvent(t *testing.T) {
 	s := newSampler(t, Config{SampleRate: 99})
 	w := watch(s)
 	// The shell spins long enough to be sampled, then becomes the fixture.
-	script := `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec "$0" 1`
+	// The exec'd image runs fixtureSeconds: the watcher reads its maps
+	// when the exec event comes, which an emulated VM may deliver late.
+	script := `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exec "$0" ` + fixtureSeconds
 	pid, cpu := runFixture(t, "/bin/sh", "-c", script, bin)
 	b, err := s.Drain()
 	if err != nil {
