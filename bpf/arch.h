@@ -19,11 +19,16 @@
 #ifndef PROFSYM_ARCH_H
 #define PROFSYM_ARCH_H
 
-/* Frame record at FP: [FP] = caller's FP, [FP+8] = RA; caller's SP = FP+16
- * (x86-64's push rbp; mov rsp,rbp and arm64's stp x29,x30 alike). */
+/* Frame record at FP: [FP] = caller's FP, [FP+8] = RA (x86-64's push rbp;
+ * mov rsp,rbp and arm64's stp x29,x30 alike). On x86-64 the caller's SP is
+ * FP+16; arm64 compilers put the record anywhere in the frame (gcc at its
+ * bottom, Go below SP), so after an FP step SP is unknown there and only
+ * FP-based rows or further FP steps may follow (unwind.h). */
 #define FP_STEP_SP 16
 
 #if defined(__TARGET_ARCH_x86)
+
+#define FP_STEP_SP_EXACT 1
 
 /* rt_sigframe at SP in __restore_rt (pretcode already popped): ucontext
  * (uc_flags, uc_link, uc_stack = 40 bytes), then sigcontext's rbp, rsp, rip. */
@@ -137,6 +142,8 @@ static __always_inline bool arch_ra_after_call(__u64 ra)
 }
 
 #elif defined(__TARGET_ARCH_arm64)
+
+#define FP_STEP_SP_EXACT 0
 
 /* PSTATE.M: EL0 with AArch64 (a 32-bit task has bit 4 set: not walked). */
 #define PSR_MODE_MASK 0x1f

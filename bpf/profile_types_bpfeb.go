@@ -220,7 +220,7 @@ type ProfileUnwindState struct {
 	MaxFrames uint32
 	Trusted   uint32
 	RegsValid uint32
-	Pad       uint32
+	SpUnknown uint32
 	Regs      [8]uint64
 	EntryRegs uint64
 	Origin    uint32

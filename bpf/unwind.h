@@ -137,7 +137,7 @@ struct unwind_state {
 	__u32 trusted;  /* this PC was reached by registers, a table row or an
 			 * expected FP step, not by FP through code without FP */
 	__u32 regs_valid; /* enum regs_source: regs hold the innermost frame's */
-	__u32 pad;
+	__u32 sp_unknown; /* an FP step left SP unknown (arch.h): no SP rules */
 	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
@@ -285,6 +285,7 @@ static __always_inline int fp_step(struct unwind_state *s)
 		return 1;
 	}
 	s->sp = s->fp + FP_STEP_SP;
+	s->sp_unknown = !FP_STEP_SP_EXACT;
 	s->fp = rec[0];
 	s->pc = arch_strip_ra(rec[1]);
 	s->pc_exact = 0;
@@ -412,6 +413,9 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		goto signal;
 	}
 	code = r->info >> ROW_REG_SHIFT;
+	/* After an FP step that could not tell SP, only FP rules apply. */
+	if (s->sp_unknown && rule != CFA_FP)
+		return expected_fp_step(s);
 	switch (rule) {
 	case CFA_SP:
 	case CFA_FP:
@@ -478,6 +482,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	if (v == 0)
 		return 1; /* undefined RA: outermost frame */
 	s->sp = cfa;
+	s->sp_unknown = 0;
 	s->pc = v;
 	s->pc_exact = 0;
 	s->trusted = 1;
@@ -485,6 +490,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 signal:
 	if (arch_signal_frame(s))
 		return 1;
+	s->sp_unknown = 0;
 	s->pc_exact = 1;
 	s->trusted = 1;
 	return 0;

@@ -180,6 +180,7 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	s->max_frames = max_depth;
 	s->stack.len = 0;
 	s->stack.reason = STOP_OK;
+	s->sp_unknown = 0;
 	s->kstack = -1;
 	s->rt_kind = RUNTIME_NONE;
 	s->rt_handled = 0;
