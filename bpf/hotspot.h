@@ -118,9 +118,32 @@ struct {
 #define HS_NAME_VTABLE 0x62617476  /* "vtable chunks" (vtable and itable stubs) */
 #define HS_NAME_INTERP 0x65746e49  /* "Interpreter" */
 
-/* x86-64: the interpreter keeps the bytecode pointer in r13 while it runs
- * (templateInterpreterGenerator_x86.cpp); arm64 would read x22. */
+/* What is x86-64's: the interpreter keeps the bytecode pointer in r13
+ * while it runs (templateInterpreterGenerator_x86.cpp), the frame layouts
+ * and prologue heuristics below, a ret is c3. On arm64 (x22, the return
+ * address in lr for frameless code, C2's breadcrumbs) the walker is not
+ * written yet: it marks a JVM's stacks runtime, and userspace refuses to
+ * attach one. */
+#if defined(__TARGET_ARCH_x86)
+#define HS_WALKS 1
 #define HS_RET_INSN 0xc3
+
+/* The live bytecode pointer saved on kernel entry. */
+static __always_inline __u64 hs_entry_bcp(struct unwind_state *s)
+{
+	struct pt_regs *regs = (struct pt_regs *)s->entry_regs;
+
+	return BPF_CORE_READ(regs, r13);
+}
+#else
+#define HS_WALKS 0
+#define HS_RET_INSN 0xc3
+
+static __always_inline __u64 hs_entry_bcp(struct unwind_state *s)
+{
+	return 0;
+}
+#endif
 
 static __always_inline void hs_error(__u32 e)
 {
@@ -246,10 +269,8 @@ static __always_inline int hs_interpreted(struct hotspot_proc *p, struct unwind_
 	start = cm + p->cm_size;
 	if (leaf == REGS_USER)
 		bcp = s->rt_reg;
-	else if (leaf == REGS_ENTRY) {
-		struct pt_regs *regs = (struct pt_regs *)s->entry_regs;
-		bcp = BPF_CORE_READ(regs, r13);
-	}
+	else if (leaf == REGS_ENTRY)
+		bcp = hs_entry_bcp(s);
 	if (bcp < start || bcp >= start + code_size) {
 		if (bpf_probe_read_user(&bcp, sizeof(bcp), (void *)(s->fp + p->if_bcp)))
 			bcp = 0;
@@ -409,7 +430,7 @@ static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struc
 	int r;
 
 	b = bpf_map_lookup_elem(&hotspot_scratch, &zero);
-	if (!p || p->broken || !b) {
+	if (!HS_WALKS || !p || p->broken || !b) {
 		/* Known to run HotSpot, but not walkable: its native frames,
 		 * marked. A JVM still starting up (no entry yet) gets walked
 		 * once userspace looks again: ask it to (at most once a

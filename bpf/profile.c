@@ -222,6 +222,7 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
 }
 
+#include "compat.h"
 #include "unwind.h"
 
 /* Anchors for bpf2go's -type (see above). */
@@ -306,6 +307,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 
 #include "walk.h"
 #include "hotspot.h"
+#include "cpython.h"
 
 SEC("perf_event")
 int profile_agg(struct bpf_perf_event_data *ctx)

@@ -16,6 +16,7 @@ package hotspot
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"go.uber.org/zap"
@@ -201,6 +202,10 @@ func (r *Runtime) broken(p *normalize.Process, pr *proc) [][2]uint64 {
 }
 
 func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) error {
+	if runtime.GOARCH != "amd64" {
+		// The walker's frame layouts are x86-64's (bpf/hotspot.h).
+		return layoutErr("HotSpot is walked on x86-64 only, not %s", runtime.GOARCH)
+	}
 	bias, ok := loadBias(m)
 	if !ok {
 		return layoutErr("no load segment maps libjvm's offset %#x", m.Offset)
