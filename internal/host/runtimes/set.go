@@ -22,9 +22,10 @@ type Set struct {
 	unw Unwinder
 	log *zap.Logger
 
-	mu    sync.Mutex
-	procs map[int]Runtime // which runtime each attached process runs
-	stats Stats
+	mu     sync.Mutex
+	procs  map[int]Runtime // which runtime each attached process runs
+	failed map[int]bool    // processes whose failure was logged and counted
+	stats  Stats
 }
 
 // Stats count what a Set did, cumulatively.
@@ -38,7 +39,7 @@ type Stats struct {
 // NewSet makes a Set over rts (nil entries are skipped), telling unw which
 // process runs which.
 func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
-	s := &Set{unw: unw, log: log, procs: map[int]Runtime{},
+	s := &Set{unw: unw, log: log, procs: map[int]Runtime{}, failed: map[int]bool{},
 		stats: Stats{Failed: map[string]uint64{}, Unnamed: map[string]uint64{}}}
 	for _, r := range rts {
 		if r != nil {
@@ -62,8 +63,14 @@ func (s *Set) Attach(p *normalize.Process) {
 		}
 		s.mu.Lock()
 		_, again := s.procs[p.PID]
+		// Once per process, even one that was first seen still
+		// starting (not failed yet).
+		logged := s.failed[p.PID]
+		if err != nil {
+			s.failed[p.PID] = true
+		}
 		s.mu.Unlock()
-		if err != nil && !again {
+		if err != nil && !logged {
 			s.log.Info("runtime found but cannot be walked: native frames only",
 				zap.Int("pid", p.PID), zap.Stringer("runtime", r.Kind()), zap.Error(err))
 			s.mu.Lock()
@@ -91,6 +98,7 @@ func (s *Set) Attach(p *normalize.Process) {
 	s.mu.Lock()
 	r := s.procs[p.PID]
 	delete(s.procs, p.PID)
+	delete(s.failed, p.PID)
 	s.mu.Unlock()
 	if r != nil {
 		r.Forget(p.PID)
@@ -106,6 +114,7 @@ func (s *Set) Forget(pid int) {
 	s.mu.Lock()
 	r := s.procs[pid]
 	delete(s.procs, pid)
+	delete(s.failed, pid)
 	s.mu.Unlock()
 	if r != nil {
 		r.Forget(pid)
