@@ -489,6 +489,9 @@ agent: {enabled: false}
 # test here, and its scratch path is the pod's, not this test's tree.
 symbols: {enabled: false}
 gateway:
+  # The hostile agent here holds the intake token (a compromised agent
+  # does): what is under test is what it sends, so the intake is open.
+  auth: {enabled: false}
   listen: 127.0.0.1:%d
   httpListen: 127.0.0.1:%d
   cache: {mountPath: %q}
