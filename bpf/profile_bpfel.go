@@ -30,6 +30,85 @@ const (
 	ProfileFrameKindFRAME_KINDS         ProfileFrameKind = 64
 )
 
+type ProfileKernelStack struct {
+	_    structs.HostLayout
+	Len  uint32
+	Skip uint32
+	Pcs  [64]uint64
+}
+
+type ProfileOffcpuFlags uint32
+
+const (
+	ProfileOffcpuFlagsOFFCPU_RUNNABLE ProfileOffcpuFlags = 1
+)
+
+type ProfileOffcpuKey struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Tid   uint32
+	Cpu   uint32
+	Flags uint32
+	Khash uint64
+	Uhash uint64
+}
+
+type ProfileOffcpuLimits uint32
+
+const (
+	ProfileOffcpuLimitsOFFCPU_ONE       ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_SLOTS     ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_KFRAMES   ProfileOffcpuLimits = 64
+	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
+	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
+)
+
+type ProfileOffcpuScratch struct {
+	_ structs.HostLayout
+	W ProfileOffcpuWait
+	K ProfileKernelStack
+}
+
+type ProfileOffcpuStats struct {
+	_           structs.HostLayout
+	Seen        uint64
+	Chosen      uint64
+	Kept        uint64
+	ShortWaits  uint64
+	Undecided   uint64
+	WaitsFull   uint64
+	StacksFull  uint64
+	Stale       uint64
+	LostMapFull uint64
+	LostStack   uint64
+	Rnd         uint64
+}
+
+type ProfileOffcpuValue struct {
+	_       structs.HostLayout
+	Waits   uint64
+	Ns      uint64
+	VarUs2  uint64
+	FirstNs uint64
+	LastNs  uint64
+	Comm    [16]int8
+}
+
+type ProfileOffcpuWait struct {
+	_         structs.HostLayout
+	Ts        uint64
+	TaskStart uint64
+	Gen       uint64
+	Khash     uint64
+	Uhash     uint64
+	Tgid      uint32
+	K         uint32
+	Flags     uint32
+	Pad       uint32
+	Comm      [16]int8
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -101,7 +180,8 @@ type ProfileSampleKey struct {
 type ProfileSampleOrigin uint32
 
 const (
-	ProfileSampleOriginORIGIN_CPU ProfileSampleOrigin = 0
+	ProfileSampleOriginORIGIN_CPU     ProfileSampleOrigin = 0
+	ProfileSampleOriginORIGIN_OFF_CPU ProfileSampleOrigin = 1
 )
 
 type ProfileSampleValue struct {
@@ -270,6 +350,18 @@ const (
 	ProfileMapCounts0             = "counts0"
 	ProfileMapCounts1             = "counts1"
 	ProfileMapEvents              = "events"
+	ProfileMapOffcpuCounts0       = "offcpu_counts0"
+	ProfileMapOffcpuCounts1       = "offcpu_counts1"
+	ProfileMapOffcpuKstacks0      = "offcpu_kstacks0"
+	ProfileMapOffcpuKstacks1      = "offcpu_kstacks1"
+	ProfileMapOffcpuKstore        = "offcpu_kstore"
+	ProfileMapOffcpuProcs         = "offcpu_procs"
+	ProfileMapOffcpuProgs         = "offcpu_progs"
+	ProfileMapOffcpuScratchMap    = "offcpu_scratch_map"
+	ProfileMapOffcpuSlots         = "offcpu_slots"
+	ProfileMapOffcpuStatsMap      = "offcpu_stats_map"
+	ProfileMapOffcpuUstore        = "offcpu_ustore"
+	ProfileMapOffcpuWaits         = "offcpu_waits"
 	ProfileMapSamples             = "samples"
 	ProfileMapScratch             = "scratch"
 	ProfileMapSeen                = "seen"
@@ -286,14 +378,29 @@ const (
 	ProfileMapUstacks1            = "ustacks1"
 	ProfileProgHandleExec         = "handle_exec"
 	ProfileProgHandleExit         = "handle_exit"
+	ProfileProgOffcpuSwitch       = "offcpu_switch"
+	ProfileProgOffcpuWalkNative   = "offcpu_walk_native"
 	ProfileProgProfileAgg         = "profile_agg"
 	ProfileProgProfileRb          = "profile_rb"
 	ProfileProgUnwindStep         = "unwind_step"
 	ProfileVarActiveBuf           = "active_buf"
 	ProfileVarKernelStacks        = "kernel_stacks"
 	ProfileVarMaxDepth            = "max_depth"
+	ProfileVarOffcpuFloor         = "offcpu_floor"
+	ProfileVarOffcpuGen           = "offcpu_gen"
+	ProfileVarOffcpuMinNs         = "offcpu_min_ns"
+	ProfileVarOffcpuSchedHi       = "offcpu_sched_hi"
+	ProfileVarOffcpuSchedLo       = "offcpu_sched_lo"
+	ProfileVarOffcpuSelect        = "offcpu_select"
 	ProfileVarUnusedCfaRule       = "unused_cfa_rule"
 	ProfileVarUnusedFrameKind     = "unused_frame_kind"
+	ProfileVarUnusedKernelStack   = "unused_kernel_stack"
+	ProfileVarUnusedOffcpuFlags   = "unused_offcpu_flags"
+	ProfileVarUnusedOffcpuKey     = "unused_offcpu_key"
+	ProfileVarUnusedOffcpuLimits  = "unused_offcpu_limits"
+	ProfileVarUnusedOffcpuStats   = "unused_offcpu_stats"
+	ProfileVarUnusedOffcpuValue   = "unused_offcpu_value"
+	ProfileVarUnusedOffcpuWait    = "unused_offcpu_wait"
 	ProfileVarUnusedProcEvent     = "unused_proc_event"
 	ProfileVarUnusedProcEventKind = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample      = "unused_rb_sample"
@@ -356,36 +463,50 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	HandleExec *ebpf.ProgramSpec `ebpf:"handle_exec"`
-	HandleExit *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	ProfileAgg *ebpf.ProgramSpec `ebpf:"profile_agg"`
-	ProfileRb  *ebpf.ProgramSpec `ebpf:"profile_rb"`
-	UnwindStep *ebpf.ProgramSpec `ebpf:"unwind_step"`
+	HandleExec       *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit       *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	OffcpuSwitch     *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuWalkNative *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
+	ProfileAgg       *ebpf.ProgramSpec `ebpf:"profile_agg"`
+	ProfileRb        *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindStep       *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Barrier        *ebpf.MapSpec `ebpf:"barrier"`
-	BarrierInner   *ebpf.MapSpec `ebpf:"barrier_inner"`
-	Counts0        *ebpf.MapSpec `ebpf:"counts0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts1"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	Samples        *ebpf.MapSpec `ebpf:"samples"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	Seen           *ebpf.MapSpec `ebpf:"seen"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks1"`
-	StatsMap       *ebpf.MapSpec `ebpf:"stats_map"`
-	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindProcs    *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindProgs    *ebpf.MapSpec `ebpf:"unwind_progs"`
-	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
-	UnwindScratch  *ebpf.MapSpec `ebpf:"unwind_scratch"`
-	UnwindTables   *ebpf.MapSpec `ebpf:"unwind_tables"`
-	Ustacks0       *ebpf.MapSpec `ebpf:"ustacks0"`
-	Ustacks1       *ebpf.MapSpec `ebpf:"ustacks1"`
+	Barrier          *ebpf.MapSpec `ebpf:"barrier"`
+	BarrierInner     *ebpf.MapSpec `ebpf:"barrier_inner"`
+	Counts0          *ebpf.MapSpec `ebpf:"counts0"`
+	Counts1          *ebpf.MapSpec `ebpf:"counts1"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	OffcpuCounts0    *ebpf.MapSpec `ebpf:"offcpu_counts0"`
+	OffcpuCounts1    *ebpf.MapSpec `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0   *ebpf.MapSpec `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1   *ebpf.MapSpec `ebpf:"offcpu_kstacks1"`
+	OffcpuKstore     *ebpf.MapSpec `ebpf:"offcpu_kstore"`
+	OffcpuProcs      *ebpf.MapSpec `ebpf:"offcpu_procs"`
+	OffcpuProgs      *ebpf.MapSpec `ebpf:"offcpu_progs"`
+	OffcpuScratchMap *ebpf.MapSpec `ebpf:"offcpu_scratch_map"`
+	OffcpuSlots      *ebpf.MapSpec `ebpf:"offcpu_slots"`
+	OffcpuStatsMap   *ebpf.MapSpec `ebpf:"offcpu_stats_map"`
+	OffcpuUstore     *ebpf.MapSpec `ebpf:"offcpu_ustore"`
+	OffcpuWaits      *ebpf.MapSpec `ebpf:"offcpu_waits"`
+	Samples          *ebpf.MapSpec `ebpf:"samples"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	Seen             *ebpf.MapSpec `ebpf:"seen"`
+	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
+	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
+	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
+	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindProgs      *ebpf.MapSpec `ebpf:"unwind_progs"`
+	UnwindRows       *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch    *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	Ustacks0         *ebpf.MapSpec `ebpf:"ustacks0"`
+	Ustacks1         *ebpf.MapSpec `ebpf:"ustacks1"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -395,8 +516,21 @@ type ProfileVariableSpecs struct {
 	ActiveBuf           *ebpf.VariableSpec `ebpf:"active_buf"`
 	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
+	OffcpuFloor         *ebpf.VariableSpec `ebpf:"offcpu_floor"`
+	OffcpuGen           *ebpf.VariableSpec `ebpf:"offcpu_gen"`
+	OffcpuMinNs         *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi       *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo       *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect        *ebpf.VariableSpec `ebpf:"offcpu_select"`
 	UnusedCfaRule       *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedFrameKind     *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
+	UnusedKernelStack   *ebpf.VariableSpec `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags   *ebpf.VariableSpec `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey     *ebpf.VariableSpec `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits  *ebpf.VariableSpec `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats   *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue   *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait    *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
 	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample      *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
@@ -437,25 +571,37 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Barrier        *ebpf.Map `ebpf:"barrier"`
-	BarrierInner   *ebpf.Map `ebpf:"barrier_inner"`
-	Counts0        *ebpf.Map `ebpf:"counts0"`
-	Counts1        *ebpf.Map `ebpf:"counts1"`
-	Events         *ebpf.Map `ebpf:"events"`
-	Samples        *ebpf.Map `ebpf:"samples"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	Seen           *ebpf.Map `ebpf:"seen"`
-	Stacks0        *ebpf.Map `ebpf:"stacks0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks1"`
-	StatsMap       *ebpf.Map `ebpf:"stats_map"`
-	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindProcs    *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindProgs    *ebpf.Map `ebpf:"unwind_progs"`
-	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
-	UnwindScratch  *ebpf.Map `ebpf:"unwind_scratch"`
-	UnwindTables   *ebpf.Map `ebpf:"unwind_tables"`
-	Ustacks0       *ebpf.Map `ebpf:"ustacks0"`
-	Ustacks1       *ebpf.Map `ebpf:"ustacks1"`
+	Barrier          *ebpf.Map `ebpf:"barrier"`
+	BarrierInner     *ebpf.Map `ebpf:"barrier_inner"`
+	Counts0          *ebpf.Map `ebpf:"counts0"`
+	Counts1          *ebpf.Map `ebpf:"counts1"`
+	Events           *ebpf.Map `ebpf:"events"`
+	OffcpuCounts0    *ebpf.Map `ebpf:"offcpu_counts0"`
+	OffcpuCounts1    *ebpf.Map `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0   *ebpf.Map `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1   *ebpf.Map `ebpf:"offcpu_kstacks1"`
+	OffcpuKstore     *ebpf.Map `ebpf:"offcpu_kstore"`
+	OffcpuProcs      *ebpf.Map `ebpf:"offcpu_procs"`
+	OffcpuProgs      *ebpf.Map `ebpf:"offcpu_progs"`
+	OffcpuScratchMap *ebpf.Map `ebpf:"offcpu_scratch_map"`
+	OffcpuSlots      *ebpf.Map `ebpf:"offcpu_slots"`
+	OffcpuStatsMap   *ebpf.Map `ebpf:"offcpu_stats_map"`
+	OffcpuUstore     *ebpf.Map `ebpf:"offcpu_ustore"`
+	OffcpuWaits      *ebpf.Map `ebpf:"offcpu_waits"`
+	Samples          *ebpf.Map `ebpf:"samples"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	Seen             *ebpf.Map `ebpf:"seen"`
+	Stacks0          *ebpf.Map `ebpf:"stacks0"`
+	Stacks1          *ebpf.Map `ebpf:"stacks1"`
+	StatsMap         *ebpf.Map `ebpf:"stats_map"`
+	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindProgs      *ebpf.Map `ebpf:"unwind_progs"`
+	UnwindRows       *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch    *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	Ustacks0         *ebpf.Map `ebpf:"ustacks0"`
+	Ustacks1         *ebpf.Map `ebpf:"ustacks1"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -465,6 +611,18 @@ func (m *ProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Events,
+		m.OffcpuCounts0,
+		m.OffcpuCounts1,
+		m.OffcpuKstacks0,
+		m.OffcpuKstacks1,
+		m.OffcpuKstore,
+		m.OffcpuProcs,
+		m.OffcpuProgs,
+		m.OffcpuScratchMap,
+		m.OffcpuSlots,
+		m.OffcpuStatsMap,
+		m.OffcpuUstore,
+		m.OffcpuWaits,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -489,8 +647,21 @@ type ProfileVariables struct {
 	ActiveBuf           *ebpf.Variable `ebpf:"active_buf"`
 	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
 	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
+	OffcpuFloor         *ebpf.Variable `ebpf:"offcpu_floor"`
+	OffcpuGen           *ebpf.Variable `ebpf:"offcpu_gen"`
+	OffcpuMinNs         *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi       *ebpf.Variable `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo       *ebpf.Variable `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect        *ebpf.Variable `ebpf:"offcpu_select"`
 	UnusedCfaRule       *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedFrameKind     *ebpf.Variable `ebpf:"unused_frame_kind"`
+	UnusedKernelStack   *ebpf.Variable `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags   *ebpf.Variable `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey     *ebpf.Variable `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits  *ebpf.Variable `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats   *ebpf.Variable `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue   *ebpf.Variable `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait    *ebpf.Variable `ebpf:"unused_offcpu_wait"`
 	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
 	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample      *ebpf.Variable `ebpf:"unused_rb_sample"`
@@ -515,17 +686,21 @@ type ProfileVariables struct {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	HandleExec *ebpf.Program `ebpf:"handle_exec"`
-	HandleExit *ebpf.Program `ebpf:"handle_exit"`
-	ProfileAgg *ebpf.Program `ebpf:"profile_agg"`
-	ProfileRb  *ebpf.Program `ebpf:"profile_rb"`
-	UnwindStep *ebpf.Program `ebpf:"unwind_step"`
+	HandleExec       *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit       *ebpf.Program `ebpf:"handle_exit"`
+	OffcpuSwitch     *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuWalkNative *ebpf.Program `ebpf:"offcpu_walk_native"`
+	ProfileAgg       *ebpf.Program `ebpf:"profile_agg"`
+	ProfileRb        *ebpf.Program `ebpf:"profile_rb"`
+	UnwindStep       *ebpf.Program `ebpf:"unwind_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
 		p.HandleExec,
 		p.HandleExit,
+		p.OffcpuSwitch,
+		p.OffcpuWalkNative,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,

@@ -1,0 +1,596 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Off-CPU samples: where threads wait, and for how long (docs/off-cpu.md).
+ *
+ * One tracepoint, sched_switch, does all the work, in the two threads it
+ * switches between:
+ *
+ *  - prev leaves the CPU (offcpu_out). This runs in prev's own context, so
+ *    its user memory is readable. Whether to record this wait is decided
+ *    now, before its length is known, with a probability that depends only
+ *    on the thread's past (offcpu_pick): 1 after a wait that outlasted a
+ *    scheduler tick, then 0.8 of that for each shorter wait since, never
+ *    less than offcpu_floor / OFFCPU_ONE. A chosen wait's kernel stack
+ *    is taken now (scheduler frames included, which the kernel's walker of
+ *    a parked task would leave out) and its user stack walked by the CFI
+ *    walker (walk.h; instances below); offcpu_park puts both in the
+ *    aggregation buffer of the current generation (offcpu_gen), as a CPU
+ *    sample's, and the wait in offcpu_waits.
+ *  - next comes back (offcpu_in). A chosen wait of next ends: its length
+ *    divided by its probability is added to its row of offcpu_counts0/1 in
+ *    the same buffer, so that the sums estimate the true off-CPU time
+ *    without bias (Horvitz-Thompson). A wait that began before the last
+ *    drain has its stacks in offcpu_ustore and offcpu_kstore, where that
+ *    drain carried them, or still in the buffer being drained; they are
+ *    copied into the current one.
+ *
+ * What a thread's recent waits were comes from offcpu_slots, one 64-bit
+ * word per thread (indexed by tid: threads whose tids differ by a multiple
+ * of OFFCPU_SLOTS share one, and then only lose the prediction, never a
+ * wait), read and written with jiffies, not the clock: reading the clock
+ * costs more than all the rest on some virtual machines, and only chosen
+ * waits need it.
+ *
+ * Needs BTF (tp_btf), no kprobe (kernels built without CONFIG_KPROBES have
+ * none) and no tracefs; helpers of 5.10, but those start_walk uses.
+ */
+#ifndef PROFSYM_OFFCPU_H
+#define PROFSYM_OFFCPU_H
+
+/* The drain's generation: userspace increments it when it flips
+ * active_buf (before the barrier), and off-CPU samples use buffer gen & 1,
+ * so that a wait knows whether a drain went by since it began. */
+__u64 offcpu_gen = 0;
+
+/* Set by the loader before load. */
+/* Waits shorter than this (ns) are not recorded. */
+volatile const __u64 offcpu_min_ns = 0;
+/* The least probability of choosing a wait, x OFFCPU_ONE. */
+volatile const __u32 offcpu_floor = 66;
+/* Only processes userspace marked in offcpu_procs. */
+volatile const bool offcpu_select = false;
+/* [__sched_text_start, __sched_text_end): where a blocked task's kernel
+ * stack begins; frames before it are the tracepoint's own call path. */
+volatile const __u64 offcpu_sched_lo = 0;
+volatile const __u64 offcpu_sched_hi = 0;
+
+enum offcpu_limits {
+	OFFCPU_ONE = 65536,     /* probability 1; probabilities are k / OFFCPU_ONE */
+	OFFCPU_SLOTS = 65536,   /* offcpu_slots entries, a power of two */
+	OFFCPU_KFRAMES = 64,    /* kernel frames kept per wait */
+	OFFCPU_SKIP_MAX = 8,    /* tracepoint frames looked past, at most */
+	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
+	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
+};
+
+/* offcpu_key.flags */
+enum offcpu_flags {
+	OFFCPU_RUNNABLE = 1, /* switched out runnable (preempted, yield): waited for a CPU */
+};
+
+/* The probability of choosing a thread's wait after L waits shorter than a
+ * tick since its last longer one: 0.8^L, x OFFCPU_ONE. A
+ * thread whose waits are long has all of them recorded; one that waits a
+ * long time after a few short waits still has a good chance; one whose
+ * waits are all short (a context-switch storm) costs a walk now and then. */
+static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
+	65536, 52429, 41943, 33554, 26844, 21475, 17180, 13744, 10995, 8796, 7037, 5629, 4504, 3603, 2882, 2306,
+	1845, 1476, 1181, 944, 756, 604, 484, 387, 309, 248, 198, 158, 127, 101, 81, 65,
+};
+
+/* A slot of offcpu_slots: tid (22 bits: PID_MAX_LIMIT is 2^22), whether
+ * the thread is off CPU, whether this wait was chosen, whether it left
+ * runnable, its level (short waits since its last long one, 7 bits), and
+ * the jiffies when it left the CPU. */
+#define SLOT_TID_SHIFT 42
+#define SLOT_OFF (1ull << 41)
+#define SLOT_CHOSEN (1ull << 40)
+#define SLOT_RUNNABLE (1ull << 39)
+#define SLOT_LEVEL_SHIFT 32
+#define SLOT_LEVEL_MAX 127
+#define SLOT_TID(v) ((__u32)((v) >> SLOT_TID_SHIFT))
+#define SLOT_LEVEL(v) ((__u32)((v) >> SLOT_LEVEL_SHIFT) & SLOT_LEVEL_MAX)
+
+#define PF_EXITING 0x00000004 /* include/linux/sched.h */
+
+/* Key of offcpu_counts0/1: one row per thread, stacks and flags. */
+struct offcpu_key {
+	__u32 pid; /* tgid */
+	__u32 tid;
+	__u32 cpu;   /* where the thread ran again: no two CPUs update one row */
+	__u32 flags; /* enum offcpu_flags */
+	__u64 khash; /* kernel stack in offcpu_kstacks0/1, 0 when none */
+	__u64 uhash; /* user stack in ustacks0/1, 0 when none */
+};
+
+struct offcpu_value {
+	__u64 waits;    /* waits recorded */
+	__u64 ns;       /* sum of length / probability: the estimate of their time */
+	__u64 var_us2;  /* sum of (1 - p) (length / p)^2 in us^2: its variance */
+	__u64 first_ns; /* CLOCK_BOOTTIME: start of the first wait */
+	__u64 last_ns;  /* end of the last */
+	char comm[16];
+};
+
+struct kernel_stack {
+	__u32 len;  /* frames in pcs */
+	__u32 skip; /* leading frames before the scheduler's: the tracepoint's */
+	__u64 pcs[OFFCPU_KFRAMES];
+};
+
+/* A chosen wait, from its start to the thread's return. */
+struct offcpu_wait {
+	__u64 ts;         /* CLOCK_BOOTTIME when the thread left the CPU */
+	__u64 task_start; /* its task's start_time: a reused tid is another thread */
+	__u64 gen;        /* offcpu_gen when it began: its stacks are in buffer gen & 1 */
+	__u64 khash;      /* its kernel stack, 0 when none */
+	__u64 uhash;      /* its user stack, 0 when none */
+	__u32 tgid;
+	__u32 k;     /* probability of having chosen it, x OFFCPU_ONE */
+	__u32 flags; /* enum offcpu_flags */
+	__u32 pad;
+	char comm[16];
+};
+
+/* Per-CPU counters and state; userspace sums the counters. */
+struct offcpu_stats {
+	__u64 seen;        /* waits of targeted user threads */
+	__u64 chosen;      /* of those, chosen: stacks taken */
+	__u64 kept;        /* recorded, weighted, in the counts */
+	__u64 short_waits; /* chosen but shorter than offcpu_min_ns */
+	__u64 undecided;   /* waits of a process the filter had no answer for yet */
+	__u64 waits_full;  /* offcpu_waits full: a chosen wait dropped */
+	__u64 stacks_full; /* a stack map full: a chosen wait dropped */
+	__u64 stale;       /* a reused tid, or the stacks of a wait across drains were gone */
+	__u64 lost_map_full; /* counts full: a finished wait dropped */
+	__u64 lost_stack;  /* its stacks could not be copied for the drain */
+	__u64 rnd;         /* xorshift state: cheaper than a helper call per switch */
+};
+
+/* Scratch: a chosen wait and its kernel stack while its user stack is
+ * walked. */
+struct offcpu_scratch {
+	struct offcpu_wait w;
+	struct kernel_stack k;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_stats);
+} offcpu_stats_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_scratch);
+} offcpu_scratch_map SEC(".maps");
+
+/* Sizes below are placeholders; the loader sets them from the config (one
+ * entry each while off-CPU sampling is off). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OFFCPU_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32); /* tid */
+	__type(value, struct offcpu_wait);
+} offcpu_waits SEC(".maps");
+
+/* Stacks of waits that span a drain, by their keys in the aggregation
+ * buffers' maps: the drain carries them here from the buffer it empties,
+ * and deletes those no such wait uses any more. Only userspace writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct user_stack);
+} offcpu_ustore SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct kernel_stack);
+} offcpu_kstore SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct offcpu_key);
+	__type(value, struct offcpu_value);
+} offcpu_counts0 SEC(".maps"), offcpu_counts1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct kernel_stack);
+} offcpu_kstacks0 SEC(".maps"), offcpu_kstacks1 SEC(".maps");
+
+/* The per-process filter (offcpu_select): two bits per tgid, 32 tgids a
+ * word: bit 2n says userspace decided, bit 2n+1 that the process is
+ * targeted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_procs SEC(".maps");
+
+/* The walker's programs for off-CPU walks, by enum walk_prog: a tail call
+ * stays within one program type and, for tp_btf, one tracepoint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, WALK_PROGS);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_progs SEC(".maps");
+
+/* The walker instances for off-CPU walks. A runtime's walker adds its own
+ * here, next to the native one, and the sampler installs it in its slot of
+ * offcpu_progs (offCPUWalkers in internal/host/sampler/offcpu.go):
+ *   WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_hotspot, offcpu_progs, hotspot_step)
+ *   WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_cpython, offcpu_progs, cpython_step)
+ */
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_native, offcpu_progs, native_step)
+
+static __always_inline struct offcpu_stats *offcpu_get_stats(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&offcpu_stats_map, &zero);
+}
+
+/* 1: targeted, 0: not, -1: userspace has not decided yet. */
+static __always_inline int offcpu_targeted(__u32 tgid)
+{
+	__u32 i = tgid >> 5;
+	__u64 *w = bpf_map_lookup_elem(&offcpu_procs, &i), b;
+
+	if (!w)
+		return -1;
+	b = *w >> ((tgid & 31) * 2);
+	if (!(b & 1))
+		return -1;
+	return (b >> 1) & 1;
+}
+
+/* prev was still runnable: preempted, or it yielded. */
+static __always_inline bool offcpu_runnable(bool preempt, struct task_struct *t)
+{
+	if (preempt)
+		return true;
+	if (bpf_core_field_exists(t->__state))
+		return t->__state == 0;
+	return ((struct task_struct___pre514 *)t)->state == 0;
+}
+
+static __always_inline __u64 *offcpu_slot(__u32 tid)
+{
+	__u32 i = tid & (OFFCPU_SLOTS - 1);
+	return bpf_map_lookup_elem(&offcpu_slots, &i);
+}
+
+/* A uniform 16-bit draw from a per-CPU xorshift64 state. */
+static __always_inline __u32 offcpu_rand16(struct offcpu_stats *os)
+{
+	__u64 x = os->rnd;
+
+	if (!x)
+		x = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32() | 1;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	os->rnd = x;
+	return (x >> 24) & (OFFCPU_ONE - 1);
+}
+
+/* offcpu_pick: the probability (x OFFCPU_ONE) of choosing the wait a
+ * thread begins, from its slot. A thread new here may wait long. */
+static __always_inline __u32 offcpu_pick(__u64 old, __u32 tid)
+{
+	__u32 level, k;
+
+	if (SLOT_TID(old) != tid || (old & SLOT_OFF))
+		return OFFCPU_ONE;
+	level = SLOT_LEVEL(old);
+	k = level < OFFCPU_LEVELS ? offcpu_decay[level & (OFFCPU_LEVELS - 1)] : 0;
+	return k > offcpu_floor ? k : offcpu_floor;
+}
+
+/* Takes prev's kernel stack into sc->k (ctx is the tracepoint's), and its
+ * key. */
+static __always_inline __u64 offcpu_kernel_stack(void *ctx, struct offcpu_scratch *sc)
+{
+	struct kernel_stack *k = &sc->k;
+	long n = bpf_get_stack(ctx, k->pcs, sizeof(k->pcs), 0);
+	__u64 h = 0x9e3779b97f4a7c15ull; /* not ustacks' seed: the two kinds never share a key */
+	__u32 skip = 0;
+
+	k->len = n > 0 ? n / sizeof(__u64) : 0;
+	if (k->len > OFFCPU_KFRAMES)
+		k->len = OFFCPU_KFRAMES;
+	if (offcpu_sched_hi) {
+		for (int i = 0; i < OFFCPU_SKIP_MAX; i++) {
+			if (i >= k->len)
+				break;
+			if (k->pcs[i] >= offcpu_sched_lo && k->pcs[i] < offcpu_sched_hi) {
+				skip = i;
+				break;
+			}
+		}
+	}
+	k->skip = skip;
+	for (int i = 0; i < OFFCPU_KFRAMES; i++) {
+		if (i >= k->len)
+			break;
+		if (i >= skip)
+			h = mix(h, k->pcs[i]);
+	}
+	return k->len > skip ? mix(h, k->len - skip) : 0;
+}
+
+/* finish_walk of an off-CPU walk: keeps the chosen wait until its thread
+ * runs again. */
+static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
+{
+	__u32 zero = 0;
+	struct offcpu_scratch *sc = bpf_map_lookup_elem(&offcpu_scratch_map, &zero);
+	struct offcpu_stats *os = offcpu_get_stats();
+	long err;
+	__u64 gen = offcpu_gen;
+	void *ustacks = gen & 1 ? (void *)&ustacks1 : (void *)&ustacks0;
+	void *kstacks = gen & 1 ? (void *)&offcpu_kstacks1 : (void *)&offcpu_kstacks0;
+
+	if (!sc || !os)
+		return 0;
+	sc->w.gen = gen;
+	sc->w.uhash = 0;
+	if (s->stack.len > 0) {
+		sc->w.uhash = walked_hash(s);
+		err = bpf_map_update_elem(ustacks, &sc->w.uhash, &s->stack, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			os->stacks_full++;
+			return 0;
+		}
+	}
+	if (sc->w.khash) {
+		err = bpf_map_update_elem(kstacks, &sc->w.khash, &sc->k, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			os->stacks_full++;
+			return 0;
+		}
+	}
+	if (bpf_map_update_elem(&offcpu_waits, &s->tid, &sc->w, BPF_ANY))
+		os->waits_full++;
+	return 0;
+}
+
+/* prev leaves the CPU: choose the wait, and if chosen take its stacks. */
+static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool preempt, __u64 jiffies,
+				      struct offcpu_stats *os)
+{
+	__u32 tid = prev->pid, tgid, k, zero = 0;
+	struct offcpu_scratch *sc;
+	struct stats *st;
+	__u64 *slot, old, bits;
+	bool chosen, runnable;
+
+	if (!tid || !prev->mm || (prev->flags & PF_EXITING))
+		return 0; /* idle, kernel thread, or its last switch */
+	if (offcpu_select) {
+		int t = offcpu_targeted(prev->tgid);
+		if (t < 0) {
+			/* Have userspace decide: announce the process. */
+			os->undecided++;
+			st = get_stats();
+			if (st)
+				announce(st, prev->tgid);
+			return 0;
+		}
+		if (!t)
+			return 0;
+	}
+	os->seen++;
+	slot = offcpu_slot(tid);
+	if (!slot)
+		return 0;
+	old = *slot;
+	k = offcpu_pick(old, tid);
+	chosen = k >= OFFCPU_ONE || offcpu_rand16(os) < k;
+	runnable = offcpu_runnable(preempt, prev);
+	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0);
+	if (SLOT_TID(old) == tid)
+		bits |= old & ((__u64)SLOT_LEVEL_MAX << SLOT_LEVEL_SHIFT);
+	*slot = ((__u64)tid << SLOT_TID_SHIFT) | bits | (__u32)jiffies;
+	if (!chosen)
+		return 0;
+	os->chosen++;
+	st = get_stats();
+	sc = bpf_map_lookup_elem(&offcpu_scratch_map, &zero);
+	if (!st || !sc)
+		return 0;
+	tgid = prev->tgid;
+	sc->w.ts = bpf_ktime_get_boot_ns();
+	sc->w.task_start = prev->start_time;
+	sc->w.tgid = tgid;
+	sc->w.k = k;
+	sc->w.flags = runnable ? OFFCPU_RUNNABLE : 0;
+	sc->w.pad = 0;
+	bpf_get_current_comm(sc->w.comm, sizeof(sc->w.comm));
+	sc->w.khash = offcpu_kernel_stack(ctx, sc);
+	announce(st, tgid);
+	return start_walk(ctx, st, tgid, tid, ORIGIN_OFF_CPU, &offcpu_progs);
+}
+
+/* Brings the stacks of a wait that began before the last drain into the
+ * current buffer: from the store the drain carried them to, or still from
+ * the buffer it is emptying. Returns 0, or 1 when they are gone. */
+static __always_inline int offcpu_carry(struct offcpu_wait *w, __u64 gen, struct offcpu_stats *os)
+{
+	void *ustacks = gen & 1 ? (void *)&ustacks1 : (void *)&ustacks0;
+	void *kstacks = gen & 1 ? (void *)&offcpu_kstacks1 : (void *)&offcpu_kstacks0;
+	void *uprev = gen & 1 ? (void *)&ustacks0 : (void *)&ustacks1;
+	void *kprev = gen & 1 ? (void *)&offcpu_kstacks0 : (void *)&offcpu_kstacks1;
+	bool prev = w->gen + 1 == gen; /* that buffer is not reused before the next drain */
+	struct user_stack *us;
+	struct kernel_stack *ks;
+	long err;
+
+	if (w->uhash) {
+		us = bpf_map_lookup_elem(&offcpu_ustore, &w->uhash);
+		if (!us && prev)
+			us = bpf_map_lookup_elem(uprev, &w->uhash);
+		if (!us)
+			return 1;
+		err = bpf_map_update_elem(ustacks, &w->uhash, us, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			os->lost_stack++;
+			return 1;
+		}
+	}
+	if (w->khash) {
+		ks = bpf_map_lookup_elem(&offcpu_kstore, &w->khash);
+		if (!ks && prev)
+			ks = bpf_map_lookup_elem(kprev, &w->khash);
+		if (!ks)
+			return 1;
+		err = bpf_map_update_elem(kstacks, &w->khash, ks, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			os->lost_stack++;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Adds a finished wait to its row in the current buffer. */
+static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64 now, __u64 d, struct offcpu_stats *os)
+{
+	__u64 gen = offcpu_gen;
+	void *counts = gen & 1 ? (void *)&offcpu_counts1 : (void *)&offcpu_counts0;
+	struct offcpu_key key = {};
+	struct offcpu_value *v;
+	__u64 wns, wus, var = 0;
+
+	if (w->gen != gen && offcpu_carry(w, gen, os)) {
+		os->stale++;
+		return;
+	}
+	if (d >> OFFCPU_MAX_SHIFT)
+		d = 1ull << OFFCPU_MAX_SHIFT;
+	wns = d * OFFCPU_ONE / (w->k ? w->k : 1);
+	if (w->k < OFFCPU_ONE) {
+		wus = wns / 1000;
+		if (wus >> 31)
+			wus = 1ull << 31;
+		var = (wus * wus / OFFCPU_ONE) * (OFFCPU_ONE - w->k);
+	}
+	key.pid = w->tgid;
+	key.tid = tid;
+	key.cpu = bpf_get_smp_processor_id();
+	key.flags = w->flags;
+	key.khash = w->khash;
+	key.uhash = w->uhash;
+	v = bpf_map_lookup_elem(counts, &key);
+	if (v) {
+		v->waits++;
+		v->ns += wns;
+		v->var_us2 += var;
+		v->last_ns = now;
+	} else {
+		struct offcpu_value nv = {};
+		nv.waits = 1;
+		nv.ns = wns;
+		nv.var_us2 = var;
+		nv.first_ns = w->ts;
+		nv.last_ns = now;
+		__builtin_memcpy(nv.comm, w->comm, sizeof(nv.comm));
+		if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST)) {
+			os->lost_map_full++;
+			return;
+		}
+	}
+	os->kept++;
+}
+
+/* next runs again: end its wait, and count it if it was chosen. */
+static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, struct offcpu_stats *os)
+{
+	__u32 tid = next->pid, level;
+	struct offcpu_wait *w;
+	__u64 *slot, old, now, d;
+
+	if (!tid)
+		return; /* idle */
+	slot = offcpu_slot(tid);
+	if (!slot)
+		return;
+	old = *slot;
+	if (SLOT_TID(old) == tid && (old & SLOT_OFF)) {
+		/* Left by this very thread: it is a user thread, targeted. */
+		level = SLOT_LEVEL(old);
+		if (old & SLOT_RUNNABLE)
+			; /* waited for a CPU: says nothing of how it blocks */
+		else if ((__u32)jiffies != (__u32)old)
+			level = 0; /* a tick went by: this wait was long */
+		else if (level < SLOT_LEVEL_MAX)
+			level++;
+		*slot = ((__u64)tid << SLOT_TID_SHIFT) | ((__u64)level << SLOT_LEVEL_SHIFT);
+		if (!(old & SLOT_CHOSEN))
+			return;
+	} else if (!next->mm || (offcpu_select && offcpu_targeted(next->tgid) != 1)) {
+		return;
+	}
+	/* Chosen, or the slot was another thread's: look the wait up. */
+	w = bpf_map_lookup_elem(&offcpu_waits, &tid);
+	if (!w)
+		return;
+	if (w->task_start != next->start_time) {
+		os->stale++;
+		goto done;
+	}
+	now = bpf_ktime_get_boot_ns();
+	d = now - w->ts;
+	if (d < offcpu_min_ns) {
+		os->short_waits++;
+		goto done;
+	}
+	offcpu_count(w, tid, now, d, os);
+done:
+	/* Last: a deleted entry may be reused by another CPU at once. */
+	bpf_map_delete_elem(&offcpu_waits, &tid);
+}
+
+SEC("tp_btf/sched_switch")
+int offcpu_switch(__u64 *ctx)
+{
+	bool preempt = ctx[0];
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	__u64 jiffies = bpf_jiffies64();
+	struct offcpu_stats *os = offcpu_get_stats();
+
+	if (!os)
+		return 0;
+	/* next first: offcpu_out may end in the walker's tail calls. */
+	offcpu_in(next, jiffies, os);
+	return offcpu_out(ctx, prev, preempt, jiffies, os);
+}
+
+/* Anchors for bpf2go's -type. */
+struct offcpu_key *unused_offcpu_key __attribute__((unused));
+struct offcpu_value *unused_offcpu_value __attribute__((unused));
+struct offcpu_wait *unused_offcpu_wait __attribute__((unused));
+struct kernel_stack *unused_kernel_stack __attribute__((unused));
+struct offcpu_stats *unused_offcpu_stats __attribute__((unused));
+enum offcpu_limits *unused_offcpu_limits __attribute__((unused));
+enum offcpu_flags *unused_offcpu_flags __attribute__((unused));
+
+#endif /* PROFSYM_OFFCPU_H */
