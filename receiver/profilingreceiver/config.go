@@ -81,8 +81,7 @@ type OffCPUConfig struct {
 func (c OffCPUConfig) sampler() (offcpu.Config, error) {
 	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, MinWait: c.MinWait,
 		MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
-	oc.SetDefaults()
-	return oc, oc.Validate()
+	return oc, oc.Validate() // no defaults here: the default config has them, a 0 was written
 }
 
 // UnwindingConfig selects how user stacks are walked and bounds the kernel
