@@ -37,6 +37,7 @@ type offcpuObjs struct {
 	OffcpuKstacks0   *ebpf.Map      `ebpf:"offcpu_kstacks0"`
 	OffcpuKstacks1   *ebpf.Map      `ebpf:"offcpu_kstacks1"`
 	OffcpuProcs      *ebpf.Map      `ebpf:"offcpu_procs"`
+	OffcpuSlots      *ebpf.Map      `ebpf:"offcpu_slots"`
 	OffcpuGen        *ebpf.Variable `ebpf:"offcpu_gen"`
 }
 
@@ -48,7 +49,7 @@ func (o *offcpuObjs) close() []error {
 		}
 	}
 	for _, m := range []*ebpf.Map{o.OffcpuProgs, o.OffcpuStatsMap, o.OffcpuWaits, o.OffcpuUstore, o.OffcpuKstore, o.OffcpuCounts0,
-		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs} {
+		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

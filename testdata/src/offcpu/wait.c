@@ -6,6 +6,7 @@
  *   wait mutex SECS        two threads contend a mutex, each holding it
  *                          5 ms (asleep) at a time
  *   wait fsync SECS FILE   write 256 KiB to FILE and fsync, in a loop
+ *   wait threads SECS N    N threads nanosleep 20 ms in a loop
  *
  * Built -O2 -fomit-frame-pointer: the chain main -> loop_X -> wait_X -> libc
  * comes out whole only through unwind tables. At exit it prints one line
@@ -40,7 +41,7 @@ struct truth {
 	long long ns, calls;
 };
 
-static struct truth truths[8];
+static struct truth truths[256];
 static int ntruths;
 static pthread_mutex_t truths_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -54,6 +55,8 @@ static struct truth *truth_of(const char *call)
 			return &truths[i];
 		}
 	}
+	if (ntruths == sizeof(truths) / sizeof(truths[0]))
+		exit(1);
 	struct truth *t = &truths[ntruths++];
 	t->call = call;
 	t->tid = tid;
@@ -181,10 +184,27 @@ NOINLINE long loop_fsync(const char *path)
 	return sink;
 }
 
+NOINLINE long nap_thread(struct truth *t)
+{
+	struct timespec d = {0, 20 * 1000 * 1000};
+	long long t0 = now_ns();
+	return account(t, t0, nanosleep(&d, NULL));
+}
+
+static void *napper(void *arg)
+{
+	struct truth *t = truth_of("nanosleep");
+	long long end = deadline();
+	(void)arg;
+	while (now_ns() < end)
+		sink += nap_thread(t) + 1;
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: wait sleep|pipe|mutex|fsync SECS [FILE]\n");
+		fprintf(stderr, "usage: wait sleep|pipe|mutex|fsync|threads SECS [FILE|N]\n");
 		return 2;
 	}
 	secs = atof(argv[2]);
@@ -203,6 +223,15 @@ int main(int argc, char **argv)
 		pthread_join(th, NULL);
 	} else if (strcmp(argv[1], "fsync") == 0 && argc > 3) {
 		sink += loop_fsync(argv[3]);
+	} else if (strcmp(argv[1], "threads") == 0 && argc > 3) {
+		int n = atoi(argv[3]);
+		pthread_t th[200];
+		if (n < 1 || n > 200)
+			return 2;
+		for (int i = 0; i < n; i++)
+			pthread_create(&th[i], NULL, napper, NULL);
+		for (int i = 0; i < n; i++)
+			pthread_join(th[i], NULL);
 	} else {
 		return 2;
 	}
