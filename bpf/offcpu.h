@@ -9,8 +9,12 @@
  *    its user memory is readable. Whether to record this wait is decided
  *    now, before its length is known, with a probability that depends only
  *    on the thread's past (offcpu_pick): 1 after a wait that outlasted a
- *    scheduler tick, then 0.8 of that for each shorter wait since, never
- *    less than offcpu_floor / OFFCPU_ONE. A chosen wait's kernel stack
+ *    scheduler tick, for as many shorter waits since as the thread has
+ *    between such waits (four times that, plus four; none when it has more
+ *    than OFFCPU_GAP), then 0.8 of that for each further one, never less than
+ *    offcpu_floor / OFFCPU_ONE (offcpu_floor_d for an uninterruptible wait:
+ *    disk I/O and page faults, rarer than a storm's waits and often long,
+ *    so a lucky one never counts a thousand times its length). A chosen wait's kernel stack
  *    is taken now (scheduler frames included, which the kernel's walker of
  *    a parked task would leave out) and its user stack walked by the CFI
  *    walker (walk.h; instances below); offcpu_park puts both in the
@@ -45,8 +49,10 @@ __u64 offcpu_gen = 0;
 /* Set by the loader before load. */
 /* Waits shorter than this (ns) are not recorded. */
 volatile const __u64 offcpu_min_ns = 0;
-/* The least probability of choosing a wait, x OFFCPU_ONE. */
+/* The least probability of choosing a wait, x OFFCPU_ONE; of an
+ * uninterruptible one (TASK_UNINTERRUPTIBLE: I/O, page faults). */
 volatile const __u32 offcpu_floor = 66;
+volatile const __u32 offcpu_floor_d = 32768;
 /* Only processes userspace marked in offcpu_procs. */
 volatile const bool offcpu_select = false;
 /* [__sched_text_start, __sched_text_end): where a blocked task's kernel
@@ -61,6 +67,7 @@ enum offcpu_limits {
 	OFFCPU_SKIP_MAX = 8,    /* tracepoint frames looked past, at most */
 	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
 	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
+	OFFCPU_GAP = 8,         /* a thread with at most this many short waits between long ones has them all */
 };
 
 /* offcpu_key.flags */
@@ -68,11 +75,13 @@ enum offcpu_flags {
 	OFFCPU_RUNNABLE = 1, /* switched out runnable (preempted, yield): waited for a CPU */
 };
 
-/* The probability of choosing a thread's wait after L waits shorter than a
- * tick since its last longer one: 0.8^L, x OFFCPU_ONE. A
- * thread whose waits are long has all of them recorded; one that waits a
- * long time after a few short waits still has a good chance; one whose
- * waits are all short (a context-switch storm) costs a walk now and then. */
+/* The probability of choosing a thread's wait L waits past its window:
+ * 0.8^L, x OFFCPU_ONE. A thread whose waits are long, or long every few
+ * waits (an fsync: short waits for the pages, a long one for the disk),
+ * has all of them recorded; one that waits long after many short waits
+ * still has a fair chance; one whose waits are all short (a context-switch
+ * storm, where a tick only now and then falls in a wait) costs a walk now
+ * and then. */
 static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 	65536, 52429, 41943, 33554, 26844, 21475, 17180, 13744, 10995, 8796, 7037, 5629, 4504, 3603, 2882, 2306,
 	1845, 1476, 1181, 944, 756, 604, 484, 387, 309, 248, 198, 158, 127, 101, 81, 65,
@@ -80,16 +89,21 @@ static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 
 /* A slot of offcpu_slots: tid (22 bits: PID_MAX_LIMIT is 2^22), whether
  * the thread is off CPU, whether this wait was chosen, whether it left
- * runnable, its level (short waits since its last long one, 7 bits), and
- * the jiffies when it left the CPU. */
+ * runnable, its level (short waits since its last long one, 7 bits), its
+ * gap (short waits between its last two long ones, 7 bits), and the low 16
+ * bits of the jiffies when it left the CPU (a wait of exactly 2^16 ticks
+ * looks short: only the prediction suffers). */
 #define SLOT_TID_SHIFT 42
 #define SLOT_OFF (1ull << 41)
 #define SLOT_CHOSEN (1ull << 40)
 #define SLOT_RUNNABLE (1ull << 39)
 #define SLOT_LEVEL_SHIFT 32
-#define SLOT_LEVEL_MAX 127
+#define SLOT_GAP_SHIFT 16
+#define SLOT_COUNT_MAX 127
 #define SLOT_TID(v) ((__u32)((v) >> SLOT_TID_SHIFT))
-#define SLOT_LEVEL(v) ((__u32)((v) >> SLOT_LEVEL_SHIFT) & SLOT_LEVEL_MAX)
+#define SLOT_LEVEL(v) ((__u32)((v) >> SLOT_LEVEL_SHIFT) & SLOT_COUNT_MAX)
+#define SLOT_GAP(v) ((__u32)((v) >> SLOT_GAP_SHIFT) & SLOT_COUNT_MAX)
+#define SLOT_HISTORY(v) ((v) & (((__u64)SLOT_COUNT_MAX << SLOT_LEVEL_SHIFT) | ((__u64)SLOT_COUNT_MAX << SLOT_GAP_SHIFT)))
 
 #define PF_EXITING 0x00000004 /* include/linux/sched.h */
 
@@ -97,7 +111,7 @@ static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 struct offcpu_key {
 	__u32 pid; /* tgid */
 	__u32 tid;
-	__u32 cpu;   /* where the thread ran again: no two CPUs update one row */
+	__u32 cpu;   /* 0: rows are added to atomically, not kept per CPU */
 	__u32 flags; /* enum offcpu_flags */
 	__u64 khash; /* kernel stack in offcpu_kstacks0/1, 0 when none */
 	__u64 uhash; /* user stack in ustacks0/1, 0 when none */
@@ -262,14 +276,17 @@ static __always_inline int offcpu_targeted(__u32 tgid)
 	return (b >> 1) & 1;
 }
 
-/* prev was still runnable: preempted, or it yielded. */
-static __always_inline bool offcpu_runnable(bool preempt, struct task_struct *t)
+#define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
+
+/* prev's state as it leaves the CPU: 0 when still runnable (preempted, or
+ * it yielded). */
+static __always_inline __u32 offcpu_state(bool preempt, struct task_struct *t)
 {
 	if (preempt)
-		return true;
+		return 0;
 	if (bpf_core_field_exists(t->__state))
-		return t->__state == 0;
-	return ((struct task_struct___pre514 *)t)->state == 0;
+		return t->__state;
+	return ((struct task_struct___pre514 *)t)->state;
 }
 
 static __always_inline __u64 *offcpu_slot(__u32 tid)
@@ -296,11 +313,17 @@ static __always_inline __u32 offcpu_rand16(struct offcpu_stats *os)
  * thread begins, from its slot. A thread new here may wait long. */
 static __always_inline __u32 offcpu_pick(__u64 old, __u32 tid)
 {
-	__u32 level, k;
+	__u32 level, gap, k;
 
 	if (SLOT_TID(old) != tid || (old & SLOT_OFF))
 		return OFFCPU_ONE;
 	level = SLOT_LEVEL(old);
+	gap = SLOT_GAP(old);
+	if (gap <= OFFCPU_GAP) {
+		if (level <= 4 * gap + 4)
+			return OFFCPU_ONE;
+		level -= 4 * gap + 4;
+	}
 	k = level < OFFCPU_LEVELS ? offcpu_decay[level & (OFFCPU_LEVELS - 1)] : 0;
 	return k > offcpu_floor ? k : offcpu_floor;
 }
@@ -377,7 +400,7 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool preempt, __u64 jiffies,
 				      struct offcpu_stats *os)
 {
-	__u32 tid = prev->pid, tgid, k, zero = 0;
+	__u32 tid = prev->pid, tgid, k, state, zero = 0;
 	struct offcpu_scratch *sc;
 	struct stats *st;
 	__u64 *slot, old, bits;
@@ -404,12 +427,17 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 		return 0;
 	old = *slot;
 	k = offcpu_pick(old, tid);
+	state = offcpu_state(preempt, prev);
+	runnable = state == 0;
+	if ((state & TASK_UNINTERRUPTIBLE) && k < offcpu_floor_d)
+		k = offcpu_floor_d;
 	chosen = k >= OFFCPU_ONE || offcpu_rand16(os) < k;
-	runnable = offcpu_runnable(preempt, prev);
 	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0);
 	if (SLOT_TID(old) == tid)
-		bits |= old & ((__u64)SLOT_LEVEL_MAX << SLOT_LEVEL_SHIFT);
-	*slot = ((__u64)tid << SLOT_TID_SHIFT) | bits | (__u32)jiffies;
+		bits |= SLOT_HISTORY(old);
+	else
+		bits |= (__u64)SLOT_COUNT_MAX << SLOT_GAP_SHIFT; /* no rhythm known */
+	*slot = ((__u64)tid << SLOT_TID_SHIFT) | bits | (__u16)jiffies;
 	if (!chosen)
 		return 0;
 	os->chosen++;
@@ -479,6 +507,7 @@ static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64
 	struct offcpu_key key = {};
 	struct offcpu_value *v;
 	__u64 wns, wus, var = 0;
+	long err;
 
 	if (w->gen != gen && offcpu_carry(w, gen, os)) {
 		os->stale++;
@@ -495,17 +524,11 @@ static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64
 	}
 	key.pid = w->tgid;
 	key.tid = tid;
-	key.cpu = bpf_get_smp_processor_id();
 	key.flags = w->flags;
 	key.khash = w->khash;
 	key.uhash = w->uhash;
 	v = bpf_map_lookup_elem(counts, &key);
-	if (v) {
-		v->waits++;
-		v->ns += wns;
-		v->var_us2 += var;
-		v->last_ns = now;
-	} else {
+	if (!v) {
 		struct offcpu_value nv = {};
 		nv.waits = 1;
 		nv.ns = wns;
@@ -513,18 +536,31 @@ static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64
 		nv.first_ns = w->ts;
 		nv.last_ns = now;
 		__builtin_memcpy(nv.comm, w->comm, sizeof(nv.comm));
-		if (bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST)) {
+		err = bpf_map_update_elem(counts, &key, &nv, BPF_NOEXIST);
+		if (!err) {
+			os->kept++;
+			return;
+		}
+		/* Another CPU added the row first: add to it. */
+		v = err == -EEXIST ? bpf_map_lookup_elem(counts, &key) : NULL;
+		if (!v) {
 			os->lost_map_full++;
 			return;
 		}
 	}
+	/* One row for every CPU the thread may run again on. */
+	__sync_fetch_and_add(&v->waits, 1);
+	__sync_fetch_and_add(&v->ns, wns);
+	__sync_fetch_and_add(&v->var_us2, var);
+	if (now > v->last_ns)
+		v->last_ns = now; /* a race loses a few ns of a timestamp, no more */
 	os->kept++;
 }
 
 /* next runs again: end its wait, and count it if it was chosen. */
 static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, struct offcpu_stats *os)
 {
-	__u32 tid = next->pid, level;
+	__u32 tid = next->pid, level, gap;
 	struct offcpu_wait *w;
 	__u64 *slot, old, now, d;
 
@@ -537,13 +573,16 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 	if (SLOT_TID(old) == tid && (old & SLOT_OFF)) {
 		/* Left by this very thread: it is a user thread, targeted. */
 		level = SLOT_LEVEL(old);
-		if (old & SLOT_RUNNABLE)
-			; /* waited for a CPU: says nothing of how it blocks */
-		else if ((__u32)jiffies != (__u32)old)
-			level = 0; /* a tick went by: this wait was long */
-		else if (level < SLOT_LEVEL_MAX)
+		gap = SLOT_GAP(old);
+		if (old & SLOT_RUNNABLE) {
+			/* waited for a CPU: says nothing of how it blocks */
+		} else if ((__u16)jiffies != (__u16)old) {
+			gap = level; /* a tick went by: this wait was long */
+			level = 0;
+		} else if (level < SLOT_COUNT_MAX) {
 			level++;
-		*slot = ((__u64)tid << SLOT_TID_SHIFT) | ((__u64)level << SLOT_LEVEL_SHIFT);
+		}
+		*slot = ((__u64)tid << SLOT_TID_SHIFT) | ((__u64)level << SLOT_LEVEL_SHIFT) | ((__u64)gap << SLOT_GAP_SHIFT);
 		if (!(old & SLOT_CHOSEN))
 			return;
 	} else if (!next->mm || (offcpu_select && offcpu_targeted(next->tgid) != 1)) {

@@ -62,6 +62,7 @@ const (
 	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
 	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
 	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
+	ProfileOffcpuLimitsOFFCPU_GAP       ProfileOffcpuLimits = 8
 )
 
 type ProfileOffcpuScratch struct {
@@ -387,6 +388,7 @@ const (
 	ProfileVarKernelStacks        = "kernel_stacks"
 	ProfileVarMaxDepth            = "max_depth"
 	ProfileVarOffcpuFloor         = "offcpu_floor"
+	ProfileVarOffcpuFloorD        = "offcpu_floor_d"
 	ProfileVarOffcpuGen           = "offcpu_gen"
 	ProfileVarOffcpuMinNs         = "offcpu_min_ns"
 	ProfileVarOffcpuSchedHi       = "offcpu_sched_hi"
@@ -517,6 +519,7 @@ type ProfileVariableSpecs struct {
 	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
 	OffcpuFloor         *ebpf.VariableSpec `ebpf:"offcpu_floor"`
+	OffcpuFloorD        *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
 	OffcpuGen           *ebpf.VariableSpec `ebpf:"offcpu_gen"`
 	OffcpuMinNs         *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuSchedHi       *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
@@ -648,6 +651,7 @@ type ProfileVariables struct {
 	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
 	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
 	OffcpuFloor         *ebpf.Variable `ebpf:"offcpu_floor"`
+	OffcpuFloorD        *ebpf.Variable `ebpf:"offcpu_floor_d"`
 	OffcpuGen           *ebpf.Variable `ebpf:"offcpu_gen"`
 	OffcpuMinNs         *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuSchedHi       *ebpf.Variable `ebpf:"offcpu_sched_hi"`

@@ -55,10 +55,13 @@ type OffCPUConfig struct {
 	// Enabled adds an off_cpu profile (nanoseconds waited, by stack,
 	// thread and reason) next to each process's CPU profile.
 	Enabled bool `mapstructure:"enabled"`
-	// Probability is the chance of recording a wait nothing says will be
-	// long; each recorded wait counts its length divided by the chance
-	// it had, so totals stay unbiased.
+	// Probability is the least chance a wait has of being recorded; each
+	// recorded wait counts its length divided by the chance it had, so
+	// totals stay unbiased.
 	Probability float64 `mapstructure:"probability"`
+	// UninterruptibleProbability is the least chance of a wait in
+	// uninterruptible sleep (disk I/O, page faults).
+	UninterruptibleProbability float64 `mapstructure:"uninterruptible_probability"`
 	// MinWait leaves out shorter waits.
 	MinWait time.Duration `mapstructure:"min_wait"`
 	// MaxWaits bounds the waits being recorded at once, MaxStacks their
@@ -79,8 +82,8 @@ type OffCPUConfig struct {
 // sampler turns the configuration into the sampler's (Select is set by the
 // receiver).
 func (c OffCPUConfig) sampler() (offcpu.Config, error) {
-	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, MinWait: c.MinWait,
-		MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
+	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, Uninterruptible: c.UninterruptibleProbability,
+		MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
 	return oc, oc.Validate() // no defaults here: the default config has them, a 0 was written
 }
 
@@ -174,9 +177,10 @@ func createDefaultConfig() *Config {
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},
 		OffCPU: OffCPUConfig{
-			Probability: offcpu.DefaultProbability,
-			MaxWaits:    offcpu.DefaultMaxWaits,
-			MaxStacks:   offcpu.DefaultMaxStacks,
+			Probability:                offcpu.DefaultProbability,
+			UninterruptibleProbability: offcpu.DefaultUninterruptible,
+			MaxWaits:                   offcpu.DefaultMaxWaits,
+			MaxStacks:                  offcpu.DefaultMaxStacks,
 		},
 	}
 }

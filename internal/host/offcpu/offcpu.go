@@ -8,8 +8,11 @@
 // When it leaves the CPU the eBPF program decides whether to record the
 // wait, before its length d is known, with a probability p_i that depends
 // only on that thread's past: 1 after a wait of the thread that outlasted a
-// scheduler tick (and for a thread new to the sampler), then 0.8 of that
-// for each shorter wait since, never less than Config.Probability. A
+// scheduler tick (and for a thread new to the sampler), then, past a
+// window as long as the thread's usual run of short waits between long
+// ones, 0.8 of that for each shorter wait, never less than
+// Config.Probability (Config.Uninterruptible for a wait in uninterruptible
+// sleep: disk I/O, page faults). A
 // recorded wait counts d / p_i. Since p_i is fixed before d is drawn, the
 // sum over recorded waits is an unbiased estimate of the true off-CPU time
 // (the Horvitz-Thompson estimator), per stack as in total, and its variance
@@ -33,6 +36,13 @@ type Config struct {
 	// of a thread whose recent waits were all shorter than a scheduler
 	// tick, 1/65536 to 1. Zero means DefaultProbability.
 	Probability float64
+	// Uninterruptible is the least chance of a wait in uninterruptible
+	// sleep (disk I/O, page faults, some kernel locks): such waits are
+	// fewer than a context-switch storm's and often long, and a long wait
+	// recorded with chance p counts 1/p times its length; it is what
+	// makes an estimate's error large (docs/off-cpu.md). Zero means
+	// DefaultUninterruptible; never less than Probability.
+	Uninterruptible float64
 	// MinWait leaves out waits shorter than this: they count nowhere.
 	MinWait time.Duration
 	// MaxWaits bounds the waits being recorded at once (threads off CPU
@@ -47,9 +57,10 @@ type Config struct {
 
 // Defaults and bounds.
 const (
-	DefaultProbability = 0.001
-	DefaultMaxWaits    = 65536
-	DefaultMaxStacks   = 4096
+	DefaultProbability     = 0.001
+	DefaultUninterruptible = 0.5
+	DefaultMaxWaits        = 65536
+	DefaultMaxStacks       = 4096
 	// One is probability 1 in the eBPF side's fixed point: a probability
 	// is k / One with k in 1..One, and the weight of a wait is d * One / k.
 	One = 65536
@@ -61,6 +72,9 @@ const (
 func (c *Config) SetDefaults() {
 	if c.Probability == 0 {
 		c.Probability = DefaultProbability
+	}
+	if c.Uninterruptible == 0 {
+		c.Uninterruptible = DefaultUninterruptible
 	}
 	if c.MaxWaits == 0 {
 		c.MaxWaits = DefaultMaxWaits
@@ -75,6 +89,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if math.IsNaN(c.Probability) || c.Probability < 1.0/One || c.Probability > 1 {
 		errs = append(errs, fmt.Errorf("off_cpu: probability %v outside %v..1", c.Probability, 1.0/One))
+	}
+	if math.IsNaN(c.Uninterruptible) || c.Uninterruptible < 1.0/One || c.Uninterruptible > 1 {
+		errs = append(errs, fmt.Errorf("off_cpu: uninterruptible_probability %v outside %v..1", c.Uninterruptible, 1.0/One))
 	}
 	if c.MinWait < 0 || c.MinWait > MaxMinWait {
 		errs = append(errs, fmt.Errorf("off_cpu: min_wait %v outside 0..%v", c.MinWait, MaxMinWait))
@@ -92,6 +109,15 @@ func (c *Config) Validate() error {
 // nearest representable probability (at least 1/One). The weights use the
 // same k, so the rounding never biases the estimate.
 func (c *Config) FloorK() uint32 {
-	k := math.Round(c.Probability * One)
+	return fixedPoint(c.Probability)
+}
+
+// FloorUninterruptibleK is Uninterruptible likewise, at least FloorK.
+func (c *Config) FloorUninterruptibleK() uint32 {
+	return max(fixedPoint(c.Uninterruptible), c.FloorK())
+}
+
+func fixedPoint(p float64) uint32 {
+	k := math.Round(p * One)
 	return uint32(min(max(k, 1), One))
 }

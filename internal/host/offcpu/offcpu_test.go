@@ -54,17 +54,18 @@ func TestConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.Probability != DefaultProbability || c.MaxWaits != DefaultMaxWaits || c.MaxStacks != DefaultMaxStacks {
+	if c.Probability != DefaultProbability || c.Uninterruptible != DefaultUninterruptible || c.MaxWaits != DefaultMaxWaits || c.MaxStacks != DefaultMaxStacks {
 		t.Fatalf("defaults %+v", c)
 	}
 	for _, bad := range []Config{
-		{Probability: 0, MaxWaits: 100, MaxStacks: 100},
-		{Probability: math.NaN(), MaxWaits: 100, MaxStacks: 100},
-		{Probability: 1.01, MaxWaits: 100, MaxStacks: 100},
-		{Probability: 0.5, MinWait: -time.Second, MaxWaits: 100, MaxStacks: 100},
-		{Probability: 0.5, MinWait: 2 * time.Hour, MaxWaits: 100, MaxStacks: 100},
-		{Probability: 0.5, MaxWaits: 1, MaxStacks: 100},
-		{Probability: 0.5, MaxWaits: 100, MaxStacks: 1 << 21},
+		{Probability: 0, Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
+		{Probability: math.NaN(), Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 1.01, Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, MinWait: -time.Second, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, MinWait: 2 * time.Hour, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, MaxWaits: 1, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 1 << 21},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v validated", bad)
@@ -76,5 +77,9 @@ func TestConfig(t *testing.T) {
 		if got := c.FloorK(); got != k {
 			t.Errorf("FloorK(%v) = %d, want %d", p, got, k)
 		}
+	}
+	c = Config{Probability: 0.8, Uninterruptible: 0.5}
+	if got := c.FloorUninterruptibleK(); got != c.FloorK() {
+		t.Errorf("uninterruptible floor %d under the floor %d", got, c.FloorK())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +63,25 @@ var waitCases = map[string][]waitCase{
 // where the kernel has headers and kprobes) runs on the same fixture run,
 // and its figures are logged beside.
 func TestOffCPUAccuracy(t *testing.T) {
-	bin := buildWait(t)
-	h := newHarness(t, sampler.Config{SampleRate: 99, KernelStacks: true, OffCPU: offcpu.Config{Enabled: true}},
+	built := buildWait(t)
+	// A copy of its own, selected by name (off_cpu.targets): the limits of
+	// a whole busy host's waits are TestOffCPULimits', not this test's.
+	data, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm := fmt.Sprintf("acc%08x", rand.Uint32())
+	bin := filepath.Join(t.TempDir(), comm)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target, err := CompileTarget(nil, "^"+comm+"$", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Filter{Targets: []Target{target}}
+	oc := offcpu.Config{Enabled: true, Select: func(pid int) bool { return f.MatchPID("", pid) }}
+	h := newHarness(t, sampler.Config{SampleRate: 99, KernelStacks: true, OffCPU: oc},
 		Options{SampleRate: 99, KernelSymbols: true})
 	for _, mode := range []string{"sleep", "pipe", "mutex", "fsync"} {
 		t.Run(mode, func(t *testing.T) {

@@ -10,7 +10,8 @@
  *
  * Built -O2 -fomit-frame-pointer: the chain main -> loop_X -> wait_X -> libc
  * comes out whole only through unwind tables. At exit it prints one line
- * per thread and blocking call: "truth CALL TID NS CALLS". With
+ * per thread and blocking call: "truth CALL TID NS CALLS", NS the time in
+ * the call less the thread's CPU time in it: its time off CPU. With
  * WAIT_STOPPED set it stops itself first, until SIGCONT. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -33,6 +34,24 @@ static long long now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static long long cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* When a call began: wall and thread CPU time. */
+struct mark {
+	long long wall, cpu;
+};
+
+static struct mark mark(void)
+{
+	struct mark m = {now_ns(), cpu_ns()};
+	return m;
 }
 
 struct truth {
@@ -64,11 +83,12 @@ static struct truth *truth_of(const char *call)
 	return t;
 }
 
-/* Adds the time since t0 to call's truth; the result keeps the call from
- * being a tail call. */
-static long account(struct truth *t, long long t0, long r)
+/* Adds the time off CPU since m to call's truth; the result keeps the
+ * call from being a tail call. */
+static long account(struct truth *t, struct mark m, long r)
 {
-	t->ns += now_ns() - t0;
+	long long cpu = cpu_ns();
+	t->ns += now_ns() - m.wall - (cpu - m.cpu);
 	t->calls++;
 	return r;
 }
@@ -78,8 +98,8 @@ static long long deadline(void) { return now_ns() + (long long)(secs * 1e9); }
 NOINLINE long wait_sleep(struct truth *t)
 {
 	struct timespec d = {0, 10 * 1000 * 1000};
-	long long t0 = now_ns();
-	return account(t, t0, nanosleep(&d, NULL));
+	struct mark m = mark();
+	return account(t, m, nanosleep(&d, NULL));
 }
 
 NOINLINE long loop_sleep(void)
@@ -94,8 +114,8 @@ NOINLINE long loop_sleep(void)
 NOINLINE long wait_pipe(struct truth *t, int fd)
 {
 	char c;
-	long long t0 = now_ns();
-	return account(t, t0, read(fd, &c, 1));
+	struct mark m = mark();
+	return account(t, m, read(fd, &c, 1));
 }
 
 NOINLINE long loop_pipe(void)
@@ -128,15 +148,15 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 NOINLINE long wait_mutex(struct truth *t)
 {
-	long long t0 = now_ns();
-	return account(t, t0, pthread_mutex_lock(&mu));
+	struct mark m = mark();
+	return account(t, m, pthread_mutex_lock(&mu));
 }
 
 NOINLINE long hold_mutex(struct truth *t)
 {
 	struct timespec d = {0, 5 * 1000 * 1000};
-	long long t0 = now_ns();
-	return account(t, t0, nanosleep(&d, NULL));
+	struct mark m = mark();
+	return account(t, m, nanosleep(&d, NULL));
 }
 
 NOINLINE long loop_mutex(void)
@@ -162,8 +182,8 @@ static char block[256 << 10];
 
 NOINLINE long wait_fsync(struct truth *t, int fd)
 {
-	long long t0 = now_ns();
-	return account(t, t0, fsync(fd));
+	struct mark m = mark();
+	return account(t, m, fsync(fd));
 }
 
 NOINLINE long loop_fsync(const char *path)
@@ -187,8 +207,8 @@ NOINLINE long loop_fsync(const char *path)
 NOINLINE long nap_thread(struct truth *t)
 {
 	struct timespec d = {0, 20 * 1000 * 1000};
-	long long t0 = now_ns();
-	return account(t, t0, nanosleep(&d, NULL));
+	struct mark m = mark();
+	return account(t, m, nanosleep(&d, NULL));
 }
 
 static void *napper(void *arg)
