@@ -11,7 +11,7 @@ GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
 export PROFSYM_OUTPUT
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol generate check-generate clean
 
 all: build otelcol
 
@@ -33,7 +33,7 @@ check-cross:
 test: vet check-cross build otelcol
 	$(GO) test -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler bench-jfr
+bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
@@ -55,6 +55,15 @@ bench-processor:
 bench-sampler:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkSamplerOverhead -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-sampler.txt
+
+# Off-CPU profiles under a context-switch storm: `perf bench sched pipe`
+# pinned on every CPU, in interleaved rounds alone, beside the CPU-only
+# receiver and beside it with off_cpu on (PROFSYM_BENCH_ROUNDS, default 6,
+# of PROFSYM_BENCH_LOOPS round trips): the storm's throughput and CPU per
+# round trip, the receiver's CPU, the sched_switch program's ns per run.
+bench-offcpu:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkOffCPUStorm -benchtime 1x -timeout 30m ./receiver/profilingreceiver | tee $(BIN)/bench-offcpu.txt
 
 # Unwinding side by side with `perf record --call-graph dwarf` on the same
 # fixtures: whole-chain fraction, CPU, BPF time per sample

@@ -64,8 +64,9 @@ type OffCPUConfig struct {
 	UninterruptibleProbability float64 `mapstructure:"uninterruptible_probability"`
 	// MinWait leaves out shorter waits.
 	MinWait time.Duration `mapstructure:"min_wait"`
-	// MaxWaits bounds the waits being recorded at once, MaxStacks their
-	// distinct stacks (kernel memory: 48 bytes and 1.6 KiB each).
+	// MaxWaits bounds the waits being recorded at once, MaxStacks the
+	// distinct stacks of those that span a report (kernel memory: about
+	// 120 bytes and 1.5 KiB each).
 	MaxWaits  int `mapstructure:"max_waits"`
 	MaxStacks int `mapstructure:"max_stacks"`
 	// Targets selects the processes whose waits are recorded, among those

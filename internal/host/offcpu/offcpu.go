@@ -46,9 +46,10 @@ type Config struct {
 	// MinWait leaves out waits shorter than this: they count nowhere.
 	MinWait time.Duration
 	// MaxWaits bounds the waits being recorded at once (threads off CPU
-	// whose wait was chosen), 48 bytes each in kernel memory.
+	// whose wait was chosen), about 120 bytes each in kernel memory.
 	MaxWaits int
-	// MaxStacks bounds the distinct stacks of those waits, 1.6 KiB each.
+	// MaxStacks bounds the distinct stacks of the waits that span a drain
+	// (user and kernel: 1 KiB and 0.5 KiB each).
 	MaxStacks int
 	// Select, when set, says which processes to record (it is asked once
 	// per process, and again after an exec); nil records every process.
