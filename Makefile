@@ -6,12 +6,15 @@ BENCHTIME ?= 1x
 CLANG     ?= clang-19
 
 OTELCOL   := $(BIN)/otelcol-profsym
+TESTSUMMARY := $(BIN)/testsummary
 BUILDER   := $(BIN)/builder
 GATES     := --feature-gates=service.profilesSupport
 PROFSYM_OUTPUT ?= ./out/profiles.json
-export PROFSYM_OUTPUT
+PROFSYM_OUTPUT_MAX_MB ?= 100
+PROFSYM_OUTPUT_BACKUPS ?= 3
+export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr fuzz run otelcol generate check-generate clean
+.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -28,10 +31,12 @@ check-cross:
 	GOOS=darwin GOARCH=amd64 $(GO) build ./...
 	GOOS=windows GOARCH=amd64 $(GO) build ./...
 
-# Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests. Under
-# CI=true, tests that lack a tool or privilege fail instead of skipping.
-test: vet check-cross build otelcol
-	$(GO) test -count=1 -timeout 75m ./...
+# Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests, and the
+# image run in podman (deploy/helmtest). Under CI=true, tests that lack a
+# tool or privilege fail instead of skipping. testsummary prints what go
+# test would, then every skipped test and why.
+test: vet check-cross build otelcol image $(TESTSUMMARY)
+	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
 
 bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
@@ -72,6 +77,13 @@ bench-offcpu:
 bench-unwind:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench WholeChainVsPerf -benchtime 1x -timeout 15m ./internal/host/unwind | tee $(BIN)/bench-unwind.txt
+
+# What walking Python costs the agent, beside the native-only walk of the
+# same busy Python processes on both cores (Debian's 3.9, 3.11, 3.13):
+# agent CPU, BPF time per sample, RSS (PROFSYM_BENCH_SECONDS, default 30).
+bench-cpython:
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-30} $(GO) test -run '^$$' -bench BenchmarkPythonCost -benchtime 1x -timeout 30m ./internal/host/runtimes/cpython | tee $(BIN)/bench-cpython.txt
 
 # What a table build and a new process cost the agent, in figures the
 # machine's load does not move: CPU-seconds, bytes allocated, heap and RSS
@@ -120,16 +132,74 @@ otelcol: $(OTELCOL)
 $(BUILDER): internal/tools/go.mod internal/tools/go.sum
 	cd internal/tools && $(GO) build -o $(abspath $(BUILDER)) go.opentelemetry.io/collector/cmd/builder
 
-$(OTELCOL): $(BUILDER) builder-config.yaml go.mod go.sum $(shell git ls-files '*.go' 2>/dev/null | grep -v '_test.go$$')
+GO_SOURCES := go.mod go.sum $(shell git ls-files '*.go' 2>/dev/null | grep -v '_test.go$$')
+
+$(OTELCOL): $(BUILDER) builder-config.yaml $(GO_SOURCES)
 	$(BUILDER) --config builder-config.yaml
-	cp $(BIN)/otelcol-profsym-src/otelcol-profsym $(OTELCOL)
+	cp $(BIN)/otelcol-profsym-src/otelcol-profsym $(OTELCOL).tmp && mv -f $(OTELCOL).tmp $(OTELCOL)
+
+# The container image: static (CGO_ENABLED=0) binaries of the distribution
+# and the CLI for every IMAGE_ARCHES, on an empty base with CA certificates
+# (deploy/image), written as one multi-architecture OCI archive with no
+# network and no container engine, then loaded into podman (or docker) when
+# one is installed. The same commit gives the same digests. Push it with
+# `podman manifest push` or `skopeo copy --all` (docs/deployment.md).
+VERSION      := $(shell sed -n 's/^  version: *//p' builder-config.yaml)
+IMAGE        ?= profsym/otelcol-profsym
+IMAGE_TAG    ?= $(VERSION)
+IMAGE_ARCHES ?= amd64 arm64
+IMAGE_DIR    := $(BIN)/image
+IMAGE_OCI    := $(IMAGE_DIR)/otelcol-profsym-$(IMAGE_TAG).oci.tar
+HOST_ARCH    := $(shell $(GO) env GOARCH)
+# The builder's own flags (-trimpath, -s -w, CGO_ENABLED=0), so the host
+# architecture's binary is the one `make otelcol` built.
+STATIC       := CGO_ENABLED=0 GOOS=linux
+STATIC_FLAGS := -trimpath -ldflags='-s -w'
+
+image: $(IMAGE_OCI)
+	@if command -v podman >/dev/null; then podman load -q -i $(IMAGE_OCI); \
+	elif command -v docker >/dev/null; then docker load -i $(IMAGE_OCI); \
+	else echo "no podman or docker: $(IMAGE_OCI) not loaded"; fi
+	@echo "image $(IMAGE):$(IMAGE_TAG) ($(IMAGE_ARCHES)): $(IMAGE_OCI)"
+
+# Push every architecture of the archive as one multi-architecture image:
+#   make image-push PUSH=docker://registry.example.com/profsym/otelcol-profsym:0.1.0
+# (podman login to the registry first; any containers-transport works, e.g.
+# oci:DIR:TAG). skopeo copy --all oci-archive:ARCHIVE docker://... does the same.
+PUSH_LIST := localhost/profsym-image-push:$(IMAGE_TAG)
+image-push: $(IMAGE_OCI)
+	@test -n "$(PUSH)" || (echo "set PUSH, e.g. PUSH=docker://registry.example.com/profsym/otelcol-profsym:$(IMAGE_TAG)"; exit 1)
+	-@podman manifest rm $(PUSH_LIST) >/dev/null 2>&1
+	podman manifest create $(PUSH_LIST) >/dev/null
+	podman manifest add --all $(PUSH_LIST) oci-archive:$(abspath $(IMAGE_OCI)) >/dev/null
+	podman manifest push --all $(PUSH_LIST) $(PUSH); status=$$?; podman manifest rm $(PUSH_LIST) >/dev/null; exit $$status
+
+$(IMAGE_OCI): deploy/image/*.go $(foreach a,$(IMAGE_ARCHES),$(IMAGE_DIR)/$(a)/otelcol-profsym $(IMAGE_DIR)/$(a)/profsym)
+	$(GO) run ./deploy/image -o $@ -ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) \
+	  -revision "$$(git rev-parse HEAD 2>/dev/null)" -created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)" \
+	  $(foreach a,$(IMAGE_ARCHES),-arch $(a)=$(IMAGE_DIR)/$(a))
+
+$(IMAGE_DIR)/$(HOST_ARCH)/otelcol-profsym: $(OTELCOL)
+	@mkdir -p $(dir $@)
+	cp $(OTELCOL) $@.tmp && mv -f $@.tmp $@
+
+# Other architectures: the builder's generated sources, cross-compiled.
+$(IMAGE_DIR)/%/otelcol-profsym: $(OTELCOL)
+	@mkdir -p $(dir $@)
+	cd $(BIN)/otelcol-profsym-src && $(STATIC) GOARCH=$* $(GO) build $(STATIC_FLAGS) -o $(abspath $@) .
+
+$(IMAGE_DIR)/%/profsym: $(GO_SOURCES)
+	@mkdir -p $(dir $@)
+	$(STATIC) GOARCH=$* $(GO) build $(STATIC_FLAGS) -o $@ ./cmd/profsym
 
 # Profile this host: sample every CPU, symbolize, print a summary every
-# report interval and write OTLP JSON profiles to $(PROFSYM_OUTPUT).
+# report interval and write OTLP JSON profiles to $(PROFSYM_OUTPUT), rotated
+# at PROFSYM_OUTPUT_MAX_MB with PROFSYM_OUTPUT_BACKUPS old files kept.
 run: build otelcol
 	@mkdir -p $(dir $(PROFSYM_OUTPUT))
 	@echo "profsym: profiling this host (Ctrl-C to stop)."
-	@echo "  profiles (OTLP JSON) go to $(PROFSYM_OUTPUT)"
+	@echo "  profiles (OTLP JSON) go to $(abspath $(PROFSYM_OUTPUT)), rotated at $(PROFSYM_OUTPUT_MAX_MB) MB:"
+	@echo "  $(PROFSYM_OUTPUT_BACKUPS) older files kept beside it ($(basename $(notdir $(PROFSYM_OUTPUT)))-<time>$(suffix $(PROFSYM_OUTPUT)))"
 	@echo "  hottest functions:   $(BIN)/profsym top $(PROFSYM_OUTPUT)"
 	@echo "  flame graph:         $(BIN)/profsym convert $(PROFSYM_OUTPUT) --to pprof -o out/profile.pb.gz && go tool pprof -http=: out/profile.pb.gz"
 	$(OTELCOL) --config config/default.yaml $(GATES)
@@ -140,6 +210,9 @@ MDATAGEN := $(BIN)/mdatagen
 # never mix with the distribution's.
 $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
 	cd internal/tools && $(GO) build -o $(abspath $(MDATAGEN)) go.opentelemetry.io/collector/cmd/mdatagen
+
+$(TESTSUMMARY): $(wildcard internal/tools/testsummary/*.go) internal/tools/go.mod
+	cd internal/tools && $(GO) build -o $(abspath $(TESTSUMMARY)) ./testsummary
 
 # Regenerate eBPF objects and bindings (needs clang-19, llvm-strip-19 and
 # libbpf-dev) and the components' metadata code (mdatagen).

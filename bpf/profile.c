@@ -305,6 +305,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 }
 
 #include "walk.h"
+#include "cpython.h"
 #include "offcpu.h"
 
 SEC("perf_event")

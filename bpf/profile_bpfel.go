@@ -22,6 +22,94 @@ const (
 	ProfileCfaRuleCFA_PLT   ProfileCfaRule = 3
 )
 
+type ProfileCpythonBufs struct {
+	_     structs.HostLayout
+	Frame [128]uint8
+	Code  [256]uint8
+}
+
+type ProfileCpythonCounters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Errors [9]uint64
+}
+
+type ProfileCpythonError uint32
+
+const (
+	ProfileCpythonErrorCPY_ERR_NOT_ATTACHED ProfileCpythonError = 0
+	ProfileCpythonErrorCPY_ERR_REFUSED      ProfileCpythonError = 1
+	ProfileCpythonErrorCPY_ERR_NO_THREAD    ProfileCpythonError = 2
+	ProfileCpythonErrorCPY_ERR_READ         ProfileCpythonError = 3
+	ProfileCpythonErrorCPY_ERR_READ_FRAME   ProfileCpythonError = 4
+	ProfileCpythonErrorCPY_ERR_READ_CODE    ProfileCpythonError = 5
+	ProfileCpythonErrorCPY_ERR_NOT_CODE     ProfileCpythonError = 6
+	ProfileCpythonErrorCPY_ERR_CHAIN_END    ProfileCpythonError = 7
+	ProfileCpythonErrorCPY_ERR_LOOP         ProfileCpythonError = 8
+	ProfileCpythonErrorCPY_ERRORS           ProfileCpythonError = 9
+)
+
+type ProfileCpythonFlags uint32
+
+const (
+	ProfileCpythonFlagsCPY_CFRAME ProfileCpythonFlags = 1
+)
+
+type ProfileCpythonFrameKind uint32
+
+const (
+	ProfileCpythonFrameKindFRAME_CPYTHON ProfileCpythonFrameKind = 16
+)
+
+type ProfileCpythonLayout uint32
+
+const (
+	ProfileCpythonLayoutCPY_REFUSED       ProfileCpythonLayout = 0
+	ProfileCpythonLayoutCPY_FRAME_OBJECTS ProfileCpythonLayout = 1
+	ProfileCpythonLayoutCPY_ENTRY_FLAG    ProfileCpythonLayout = 2
+	ProfileCpythonLayoutCPY_ENTRY_SHIM    ProfileCpythonLayout = 3
+)
+
+type ProfileCpythonLimits uint32
+
+const (
+	ProfileCpythonLimitsCPY_FRAMES_PER_PROG ProfileCpythonLimits = 16
+	ProfileCpythonLimitsCPY_THREAD_SCAN     ProfileCpythonLimits = 96
+	ProfileCpythonLimitsCPY_FRAME_READ      ProfileCpythonLimits = 128
+	ProfileCpythonLimitsCPY_CODE_READ       ProfileCpythonLimits = 256
+	ProfileCpythonLimitsCPY_MAX_PROCS       ProfileCpythonLimits = 4096
+	ProfileCpythonLimitsCPY_MAX_THREADS     ProfileCpythonLimits = 4096
+)
+
+type ProfileCpythonProc struct {
+	_             structs.HostLayout
+	Runtime       uint64
+	CodeType      uint64
+	CodeMask      uint64
+	Layout        uint32
+	Flags         uint32
+	InterpHead    uint16
+	InterpNext    uint16
+	ThreadsHead   uint16
+	TsNext        uint16
+	TsThreadId    uint16
+	TsFrame       uint16
+	CframeFrame   uint16
+	F_back        uint16
+	F_code        uint16
+	F_instr       uint16
+	F_entry       uint16
+	EntryVal      uint16
+	FrameSize     uint16
+	CoCode        uint16
+	CoFilename    uint16
+	CoName        uint16
+	CoFirstlineno uint16
+	CodeSize      uint16
+	_             [4]byte
+}
+
 type ProfileFrameKind uint32
 
 const (
@@ -346,81 +434,92 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfileMapBarrier             = "barrier"
-	ProfileMapBarrierInner        = "barrier_inner"
-	ProfileMapCounts0             = "counts0"
-	ProfileMapCounts1             = "counts1"
-	ProfileMapEvents              = "events"
-	ProfileMapOffcpuCounts0       = "offcpu_counts0"
-	ProfileMapOffcpuCounts1       = "offcpu_counts1"
-	ProfileMapOffcpuKstacks0      = "offcpu_kstacks0"
-	ProfileMapOffcpuKstacks1      = "offcpu_kstacks1"
-	ProfileMapOffcpuKstore        = "offcpu_kstore"
-	ProfileMapOffcpuProcs         = "offcpu_procs"
-	ProfileMapOffcpuProgs         = "offcpu_progs"
-	ProfileMapOffcpuScratchMap    = "offcpu_scratch_map"
-	ProfileMapOffcpuSlots         = "offcpu_slots"
-	ProfileMapOffcpuStatsMap      = "offcpu_stats_map"
-	ProfileMapOffcpuUstore        = "offcpu_ustore"
-	ProfileMapOffcpuWaits         = "offcpu_waits"
-	ProfileMapSamples             = "samples"
-	ProfileMapScratch             = "scratch"
-	ProfileMapSeen                = "seen"
-	ProfileMapStacks0             = "stacks0"
-	ProfileMapStacks1             = "stacks1"
-	ProfileMapStatsMap            = "stats_map"
-	ProfileMapUnwindMappings      = "unwind_mappings"
-	ProfileMapUnwindProcs         = "unwind_procs"
-	ProfileMapUnwindProgs         = "unwind_progs"
-	ProfileMapUnwindRows          = "unwind_rows"
-	ProfileMapUnwindScratch       = "unwind_scratch"
-	ProfileMapUnwindTables        = "unwind_tables"
-	ProfileMapUstacks0            = "ustacks0"
-	ProfileMapUstacks1            = "ustacks1"
-	ProfileProgHandleExec         = "handle_exec"
-	ProfileProgHandleExit         = "handle_exit"
-	ProfileProgOffcpuSwitch       = "offcpu_switch"
-	ProfileProgOffcpuWalkNative   = "offcpu_walk_native"
-	ProfileProgProfileAgg         = "profile_agg"
-	ProfileProgProfileRb          = "profile_rb"
-	ProfileProgUnwindStep         = "unwind_step"
-	ProfileVarActiveBuf           = "active_buf"
-	ProfileVarKernelStacks        = "kernel_stacks"
-	ProfileVarMaxDepth            = "max_depth"
-	ProfileVarOffcpuFloor         = "offcpu_floor"
-	ProfileVarOffcpuFloorD        = "offcpu_floor_d"
-	ProfileVarOffcpuGen           = "offcpu_gen"
-	ProfileVarOffcpuMinNs         = "offcpu_min_ns"
-	ProfileVarOffcpuSchedHi       = "offcpu_sched_hi"
-	ProfileVarOffcpuSchedLo       = "offcpu_sched_lo"
-	ProfileVarOffcpuSelect        = "offcpu_select"
-	ProfileVarUnusedCfaRule       = "unused_cfa_rule"
-	ProfileVarUnusedFrameKind     = "unused_frame_kind"
-	ProfileVarUnusedKernelStack   = "unused_kernel_stack"
-	ProfileVarUnusedOffcpuFlags   = "unused_offcpu_flags"
-	ProfileVarUnusedOffcpuKey     = "unused_offcpu_key"
-	ProfileVarUnusedOffcpuLimits  = "unused_offcpu_limits"
-	ProfileVarUnusedOffcpuStats   = "unused_offcpu_stats"
-	ProfileVarUnusedOffcpuValue   = "unused_offcpu_value"
-	ProfileVarUnusedOffcpuWait    = "unused_offcpu_wait"
-	ProfileVarUnusedProcEvent     = "unused_proc_event"
-	ProfileVarUnusedProcEventKind = "unused_proc_event_kind"
-	ProfileVarUnusedRbSample      = "unused_rb_sample"
-	ProfileVarUnusedRowBits       = "unused_row_bits"
-	ProfileVarUnusedRowKind       = "unused_row_kind"
-	ProfileVarUnusedRuntimeKind   = "unused_runtime_kind"
-	ProfileVarUnusedSampleOrigin  = "unused_sample_origin"
-	ProfileVarUnusedStackWordBits = "unused_stack_word_bits"
-	ProfileVarUnusedStopReason    = "unused_stop_reason"
-	ProfileVarUnusedTableState    = "unused_table_state"
-	ProfileVarUnusedUnwindLimits  = "unused_unwind_limits"
-	ProfileVarUnusedUnwindMapping = "unused_unwind_mapping"
-	ProfileVarUnusedUnwindProc    = "unused_unwind_proc"
-	ProfileVarUnusedUnwindRow     = "unused_unwind_row"
-	ProfileVarUnusedUnwindTable   = "unused_unwind_table"
-	ProfileVarUnusedUserStack     = "unused_user_stack"
-	ProfileVarUnusedWalkProg      = "unused_walk_prog"
-	ProfileVarUnwindCfi           = "unwind_cfi"
+	ProfileMapBarrier                = "barrier"
+	ProfileMapBarrierInner           = "barrier_inner"
+	ProfileMapCounts0                = "counts0"
+	ProfileMapCounts1                = "counts1"
+	ProfileMapCpythonProcs           = "cpython_procs"
+	ProfileMapCpythonScratch         = "cpython_scratch"
+	ProfileMapCpythonStats           = "cpython_stats"
+	ProfileMapCpythonThreads         = "cpython_threads"
+	ProfileMapEvents                 = "events"
+	ProfileMapOffcpuCounts0          = "offcpu_counts0"
+	ProfileMapOffcpuCounts1          = "offcpu_counts1"
+	ProfileMapOffcpuKstacks0         = "offcpu_kstacks0"
+	ProfileMapOffcpuKstacks1         = "offcpu_kstacks1"
+	ProfileMapOffcpuKstore           = "offcpu_kstore"
+	ProfileMapOffcpuProcs            = "offcpu_procs"
+	ProfileMapOffcpuProgs            = "offcpu_progs"
+	ProfileMapOffcpuScratchMap       = "offcpu_scratch_map"
+	ProfileMapOffcpuSlots            = "offcpu_slots"
+	ProfileMapOffcpuStatsMap         = "offcpu_stats_map"
+	ProfileMapOffcpuUstore           = "offcpu_ustore"
+	ProfileMapOffcpuWaits            = "offcpu_waits"
+	ProfileMapSamples                = "samples"
+	ProfileMapScratch                = "scratch"
+	ProfileMapSeen                   = "seen"
+	ProfileMapStacks0                = "stacks0"
+	ProfileMapStacks1                = "stacks1"
+	ProfileMapStatsMap               = "stats_map"
+	ProfileMapUnwindMappings         = "unwind_mappings"
+	ProfileMapUnwindProcs            = "unwind_procs"
+	ProfileMapUnwindProgs            = "unwind_progs"
+	ProfileMapUnwindRows             = "unwind_rows"
+	ProfileMapUnwindScratch          = "unwind_scratch"
+	ProfileMapUnwindTables           = "unwind_tables"
+	ProfileMapUstacks0               = "ustacks0"
+	ProfileMapUstacks1               = "ustacks1"
+	ProfileProgCpythonStep           = "cpython_step"
+	ProfileProgHandleExec            = "handle_exec"
+	ProfileProgHandleExit            = "handle_exit"
+	ProfileProgOffcpuSwitch          = "offcpu_switch"
+	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
+	ProfileProgProfileAgg            = "profile_agg"
+	ProfileProgProfileRb             = "profile_rb"
+	ProfileProgUnwindStep            = "unwind_step"
+	ProfileVarActiveBuf              = "active_buf"
+	ProfileVarKernelStacks           = "kernel_stacks"
+	ProfileVarMaxDepth               = "max_depth"
+	ProfileVarOffcpuFloor            = "offcpu_floor"
+	ProfileVarOffcpuFloorD           = "offcpu_floor_d"
+	ProfileVarOffcpuGen              = "offcpu_gen"
+	ProfileVarOffcpuMinNs            = "offcpu_min_ns"
+	ProfileVarOffcpuSchedHi          = "offcpu_sched_hi"
+	ProfileVarOffcpuSchedLo          = "offcpu_sched_lo"
+	ProfileVarOffcpuSelect           = "offcpu_select"
+	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
+	ProfileVarUnusedCpythonBufs      = "unused_cpython_bufs"
+	ProfileVarUnusedCpythonError     = "unused_cpython_error"
+	ProfileVarUnusedCpythonFlags     = "unused_cpython_flags"
+	ProfileVarUnusedCpythonFrameKind = "unused_cpython_frame_kind"
+	ProfileVarUnusedCpythonLayout    = "unused_cpython_layout"
+	ProfileVarUnusedCpythonLimits    = "unused_cpython_limits"
+	ProfileVarUnusedFrameKind        = "unused_frame_kind"
+	ProfileVarUnusedKernelStack      = "unused_kernel_stack"
+	ProfileVarUnusedOffcpuFlags      = "unused_offcpu_flags"
+	ProfileVarUnusedOffcpuKey        = "unused_offcpu_key"
+	ProfileVarUnusedOffcpuLimits     = "unused_offcpu_limits"
+	ProfileVarUnusedOffcpuStats      = "unused_offcpu_stats"
+	ProfileVarUnusedOffcpuValue      = "unused_offcpu_value"
+	ProfileVarUnusedOffcpuWait       = "unused_offcpu_wait"
+	ProfileVarUnusedProcEvent        = "unused_proc_event"
+	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
+	ProfileVarUnusedRbSample         = "unused_rb_sample"
+	ProfileVarUnusedRowBits          = "unused_row_bits"
+	ProfileVarUnusedRowKind          = "unused_row_kind"
+	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
+	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
+	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
+	ProfileVarUnusedStopReason       = "unused_stop_reason"
+	ProfileVarUnusedTableState       = "unused_table_state"
+	ProfileVarUnusedUnwindLimits     = "unused_unwind_limits"
+	ProfileVarUnusedUnwindMapping    = "unused_unwind_mapping"
+	ProfileVarUnusedUnwindProc       = "unused_unwind_proc"
+	ProfileVarUnusedUnwindRow        = "unused_unwind_row"
+	ProfileVarUnusedUnwindTable      = "unused_unwind_table"
+	ProfileVarUnusedUserStack        = "unused_user_stack"
+	ProfileVarUnusedWalkProg         = "unused_walk_prog"
+	ProfileVarUnwindCfi              = "unwind_cfi"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -465,6 +564,7 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
+	CpythonStep      *ebpf.ProgramSpec `ebpf:"cpython_step"`
 	HandleExec       *ebpf.ProgramSpec `ebpf:"handle_exec"`
 	HandleExit       *ebpf.ProgramSpec `ebpf:"handle_exit"`
 	OffcpuSwitch     *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
@@ -482,6 +582,10 @@ type ProfileMapSpecs struct {
 	BarrierInner     *ebpf.MapSpec `ebpf:"barrier_inner"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts1"`
+	CpythonProcs     *ebpf.MapSpec `ebpf:"cpython_procs"`
+	CpythonScratch   *ebpf.MapSpec `ebpf:"cpython_scratch"`
+	CpythonStats     *ebpf.MapSpec `ebpf:"cpython_stats"`
+	CpythonThreads   *ebpf.MapSpec `ebpf:"cpython_threads"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	OffcpuCounts0    *ebpf.MapSpec `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.MapSpec `ebpf:"offcpu_counts1"`
@@ -515,43 +619,49 @@ type ProfileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
-	ActiveBuf           *ebpf.VariableSpec `ebpf:"active_buf"`
-	KernelStacks        *ebpf.VariableSpec `ebpf:"kernel_stacks"`
-	MaxDepth            *ebpf.VariableSpec `ebpf:"max_depth"`
-	OffcpuFloor         *ebpf.VariableSpec `ebpf:"offcpu_floor"`
-	OffcpuFloorD        *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
-	OffcpuGen           *ebpf.VariableSpec `ebpf:"offcpu_gen"`
-	OffcpuMinNs         *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
-	OffcpuSchedHi       *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
-	OffcpuSchedLo       *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
-	OffcpuSelect        *ebpf.VariableSpec `ebpf:"offcpu_select"`
-	UnusedCfaRule       *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
-	UnusedFrameKind     *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
-	UnusedKernelStack   *ebpf.VariableSpec `ebpf:"unused_kernel_stack"`
-	UnusedOffcpuFlags   *ebpf.VariableSpec `ebpf:"unused_offcpu_flags"`
-	UnusedOffcpuKey     *ebpf.VariableSpec `ebpf:"unused_offcpu_key"`
-	UnusedOffcpuLimits  *ebpf.VariableSpec `ebpf:"unused_offcpu_limits"`
-	UnusedOffcpuStats   *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
-	UnusedOffcpuValue   *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
-	UnusedOffcpuWait    *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
-	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
-	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
-	UnusedRbSample      *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
-	UnusedRowBits       *ebpf.VariableSpec `ebpf:"unused_row_bits"`
-	UnusedRowKind       *ebpf.VariableSpec `ebpf:"unused_row_kind"`
-	UnusedRuntimeKind   *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
-	UnusedSampleOrigin  *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
-	UnusedStackWordBits *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
-	UnusedStopReason    *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
-	UnusedTableState    *ebpf.VariableSpec `ebpf:"unused_table_state"`
-	UnusedUnwindLimits  *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
-	UnusedUnwindMapping *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
-	UnusedUnwindProc    *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
-	UnusedUnwindRow     *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	UnusedUnwindTable   *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
-	UnusedUserStack     *ebpf.VariableSpec `ebpf:"unused_user_stack"`
-	UnusedWalkProg      *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
-	UnwindCfi           *ebpf.VariableSpec `ebpf:"unwind_cfi"`
+	ActiveBuf              *ebpf.VariableSpec `ebpf:"active_buf"`
+	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	MaxDepth               *ebpf.VariableSpec `ebpf:"max_depth"`
+	OffcpuFloor            *ebpf.VariableSpec `ebpf:"offcpu_floor"`
+	OffcpuFloorD           *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
+	OffcpuGen              *ebpf.VariableSpec `ebpf:"offcpu_gen"`
+	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi          *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo          *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect           *ebpf.VariableSpec `ebpf:"offcpu_select"`
+	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedCpythonBufs      *ebpf.VariableSpec `ebpf:"unused_cpython_bufs"`
+	UnusedCpythonError     *ebpf.VariableSpec `ebpf:"unused_cpython_error"`
+	UnusedCpythonFlags     *ebpf.VariableSpec `ebpf:"unused_cpython_flags"`
+	UnusedCpythonFrameKind *ebpf.VariableSpec `ebpf:"unused_cpython_frame_kind"`
+	UnusedCpythonLayout    *ebpf.VariableSpec `ebpf:"unused_cpython_layout"`
+	UnusedCpythonLimits    *ebpf.VariableSpec `ebpf:"unused_cpython_limits"`
+	UnusedFrameKind        *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
+	UnusedKernelStack      *ebpf.VariableSpec `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags      *ebpf.VariableSpec `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey        *ebpf.VariableSpec `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits     *ebpf.VariableSpec `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats      *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue      *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait       *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
+	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
+	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
+	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
+	UnusedRowKind          *ebpf.VariableSpec `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
+	UnusedTableState       *ebpf.VariableSpec `ebpf:"unused_table_state"`
+	UnusedUnwindLimits     *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
+	UnusedUnwindMapping    *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc       *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow        *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable      *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
+	UnusedUserStack        *ebpf.VariableSpec `ebpf:"unused_user_stack"`
+	UnusedWalkProg         *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
+	UnwindCfi              *ebpf.VariableSpec `ebpf:"unwind_cfi"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -578,6 +688,10 @@ type ProfileMaps struct {
 	BarrierInner     *ebpf.Map `ebpf:"barrier_inner"`
 	Counts0          *ebpf.Map `ebpf:"counts0"`
 	Counts1          *ebpf.Map `ebpf:"counts1"`
+	CpythonProcs     *ebpf.Map `ebpf:"cpython_procs"`
+	CpythonScratch   *ebpf.Map `ebpf:"cpython_scratch"`
+	CpythonStats     *ebpf.Map `ebpf:"cpython_stats"`
+	CpythonThreads   *ebpf.Map `ebpf:"cpython_threads"`
 	Events           *ebpf.Map `ebpf:"events"`
 	OffcpuCounts0    *ebpf.Map `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.Map `ebpf:"offcpu_counts1"`
@@ -613,6 +727,10 @@ func (m *ProfileMaps) Close() error {
 		m.BarrierInner,
 		m.Counts0,
 		m.Counts1,
+		m.CpythonProcs,
+		m.CpythonScratch,
+		m.CpythonStats,
+		m.CpythonThreads,
 		m.Events,
 		m.OffcpuCounts0,
 		m.OffcpuCounts1,
@@ -647,49 +765,56 @@ func (m *ProfileMaps) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
-	ActiveBuf           *ebpf.Variable `ebpf:"active_buf"`
-	KernelStacks        *ebpf.Variable `ebpf:"kernel_stacks"`
-	MaxDepth            *ebpf.Variable `ebpf:"max_depth"`
-	OffcpuFloor         *ebpf.Variable `ebpf:"offcpu_floor"`
-	OffcpuFloorD        *ebpf.Variable `ebpf:"offcpu_floor_d"`
-	OffcpuGen           *ebpf.Variable `ebpf:"offcpu_gen"`
-	OffcpuMinNs         *ebpf.Variable `ebpf:"offcpu_min_ns"`
-	OffcpuSchedHi       *ebpf.Variable `ebpf:"offcpu_sched_hi"`
-	OffcpuSchedLo       *ebpf.Variable `ebpf:"offcpu_sched_lo"`
-	OffcpuSelect        *ebpf.Variable `ebpf:"offcpu_select"`
-	UnusedCfaRule       *ebpf.Variable `ebpf:"unused_cfa_rule"`
-	UnusedFrameKind     *ebpf.Variable `ebpf:"unused_frame_kind"`
-	UnusedKernelStack   *ebpf.Variable `ebpf:"unused_kernel_stack"`
-	UnusedOffcpuFlags   *ebpf.Variable `ebpf:"unused_offcpu_flags"`
-	UnusedOffcpuKey     *ebpf.Variable `ebpf:"unused_offcpu_key"`
-	UnusedOffcpuLimits  *ebpf.Variable `ebpf:"unused_offcpu_limits"`
-	UnusedOffcpuStats   *ebpf.Variable `ebpf:"unused_offcpu_stats"`
-	UnusedOffcpuValue   *ebpf.Variable `ebpf:"unused_offcpu_value"`
-	UnusedOffcpuWait    *ebpf.Variable `ebpf:"unused_offcpu_wait"`
-	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
-	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
-	UnusedRbSample      *ebpf.Variable `ebpf:"unused_rb_sample"`
-	UnusedRowBits       *ebpf.Variable `ebpf:"unused_row_bits"`
-	UnusedRowKind       *ebpf.Variable `ebpf:"unused_row_kind"`
-	UnusedRuntimeKind   *ebpf.Variable `ebpf:"unused_runtime_kind"`
-	UnusedSampleOrigin  *ebpf.Variable `ebpf:"unused_sample_origin"`
-	UnusedStackWordBits *ebpf.Variable `ebpf:"unused_stack_word_bits"`
-	UnusedStopReason    *ebpf.Variable `ebpf:"unused_stop_reason"`
-	UnusedTableState    *ebpf.Variable `ebpf:"unused_table_state"`
-	UnusedUnwindLimits  *ebpf.Variable `ebpf:"unused_unwind_limits"`
-	UnusedUnwindMapping *ebpf.Variable `ebpf:"unused_unwind_mapping"`
-	UnusedUnwindProc    *ebpf.Variable `ebpf:"unused_unwind_proc"`
-	UnusedUnwindRow     *ebpf.Variable `ebpf:"unused_unwind_row"`
-	UnusedUnwindTable   *ebpf.Variable `ebpf:"unused_unwind_table"`
-	UnusedUserStack     *ebpf.Variable `ebpf:"unused_user_stack"`
-	UnusedWalkProg      *ebpf.Variable `ebpf:"unused_walk_prog"`
-	UnwindCfi           *ebpf.Variable `ebpf:"unwind_cfi"`
+	ActiveBuf              *ebpf.Variable `ebpf:"active_buf"`
+	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
+	MaxDepth               *ebpf.Variable `ebpf:"max_depth"`
+	OffcpuFloor            *ebpf.Variable `ebpf:"offcpu_floor"`
+	OffcpuFloorD           *ebpf.Variable `ebpf:"offcpu_floor_d"`
+	OffcpuGen              *ebpf.Variable `ebpf:"offcpu_gen"`
+	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi          *ebpf.Variable `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo          *ebpf.Variable `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect           *ebpf.Variable `ebpf:"offcpu_select"`
+	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedCpythonBufs      *ebpf.Variable `ebpf:"unused_cpython_bufs"`
+	UnusedCpythonError     *ebpf.Variable `ebpf:"unused_cpython_error"`
+	UnusedCpythonFlags     *ebpf.Variable `ebpf:"unused_cpython_flags"`
+	UnusedCpythonFrameKind *ebpf.Variable `ebpf:"unused_cpython_frame_kind"`
+	UnusedCpythonLayout    *ebpf.Variable `ebpf:"unused_cpython_layout"`
+	UnusedCpythonLimits    *ebpf.Variable `ebpf:"unused_cpython_limits"`
+	UnusedFrameKind        *ebpf.Variable `ebpf:"unused_frame_kind"`
+	UnusedKernelStack      *ebpf.Variable `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags      *ebpf.Variable `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey        *ebpf.Variable `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits     *ebpf.Variable `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats      *ebpf.Variable `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue      *ebpf.Variable `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait       *ebpf.Variable `ebpf:"unused_offcpu_wait"`
+	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
+	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
+	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
+	UnusedRowKind          *ebpf.Variable `ebpf:"unused_row_kind"`
+	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
+	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
+	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
+	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
+	UnusedTableState       *ebpf.Variable `ebpf:"unused_table_state"`
+	UnusedUnwindLimits     *ebpf.Variable `ebpf:"unused_unwind_limits"`
+	UnusedUnwindMapping    *ebpf.Variable `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindProc       *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnusedUnwindRow        *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedUnwindTable      *ebpf.Variable `ebpf:"unused_unwind_table"`
+	UnusedUserStack        *ebpf.Variable `ebpf:"unused_user_stack"`
+	UnusedWalkProg         *ebpf.Variable `ebpf:"unused_walk_prog"`
+	UnwindCfi              *ebpf.Variable `ebpf:"unwind_cfi"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
+	CpythonStep      *ebpf.Program `ebpf:"cpython_step"`
 	HandleExec       *ebpf.Program `ebpf:"handle_exec"`
 	HandleExit       *ebpf.Program `ebpf:"handle_exit"`
 	OffcpuSwitch     *ebpf.Program `ebpf:"offcpu_switch"`
@@ -701,6 +826,7 @@ type ProfilePrograms struct {
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
+		p.CpythonStep,
 		p.HandleExec,
 		p.HandleExit,
 		p.OffcpuSwitch,

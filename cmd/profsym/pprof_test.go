@@ -136,7 +136,7 @@ func runPprof(t *testing.T, pprof, target string, args ...string) string {
 // prints what it prints with llvm-symbolizer-19 itself.
 func TestPprofThroughSymlink(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("fixtures are Linux ELF")
+		testfixture.SkipOrFail(t, "fixtures are Linux ELF")
 	}
 	llvmTool := testfixture.NeedTool(t, "llvm-symbolizer-19")
 	pprof := pprofCLI(t)

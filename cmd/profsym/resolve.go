@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -45,6 +46,11 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profsym resolve: %v\n", err)
 		return 1
 	}
+	docs := splitDocuments(in)
+	if len(docs) == 0 {
+		fmt.Fprintf(stderr, "profsym resolve: %v\n", errNoProfiles(pos[0]))
+		return 1
+	}
 
 	sym, closeSym, err := sources.symbolizer()
 	if err != nil {
@@ -62,7 +68,7 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var total statsTotal
 	var um pprofile.JSONUnmarshaler
 	var mm pprofile.JSONMarshaler
-	for i, doc := range splitDocuments(in) {
+	for i, doc := range docs {
 		pd, err := um.UnmarshalProfiles(doc)
 		if err != nil {
 			fmt.Fprintf(stderr, "profsym resolve: document %d: %v\n", i+1, err)
@@ -81,7 +87,19 @@ func runResolve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// errNoProfiles says what an empty input should have held (an empty file
+// is not a corrupt ELF file, which is what opening it would say).
+func errNoProfiles(path string) error {
+	if path == "-" {
+		path = "standard input"
+	}
+	return fmt.Errorf("%s is empty: want OTLP profiles JSON (what profsym record and the collector's file exporter write) or a JFR recording", path)
+}
+
 func readBounded(path string, limit int64) ([]byte, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		return nil, errNoProfiles(path)
+	}
 	f, _, err := elfx.OpenRegular(path, limit)
 	if err != nil {
 		return nil, err

@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/debugdirs"
 	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 )

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/profsym/profsym/internal/debugdirs"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbolize"
 )

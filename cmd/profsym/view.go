@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +22,6 @@ import (
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/otlp/jfrconv"
 	"github.com/profsym/profsym/internal/otlp/pdict"
-	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
 
 // maxJFR bounds a compressed recording once expanded.
@@ -30,6 +31,9 @@ const maxJFR = 4 << 30
 // the file exporter's one document per line), or a JFR recording (plain,
 // or gzip/zstd/lz4 compressed), converted as the jfr receiver converts it.
 func readProfiles(path string) ([]pprofile.Profiles, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		return nil, errNoProfiles(path)
+	}
 	// Regular files only: a FIFO or device named on the command line must
 	// not block or be read.
 	f, size, err := elfx.OpenRegular(path, maxJFR)
@@ -63,7 +67,11 @@ func readProfiles(path string) ([]pprofile.Profiles, error) {
 	}
 	var um pprofile.JSONUnmarshaler
 	var out []pprofile.Profiles
-	for i, doc := range splitDocuments(b) {
+	docs := splitDocuments(b)
+	if len(docs) == 0 {
+		return nil, errNoProfiles(path)
+	}
+	for i, doc := range docs {
 		pd, err := um.UnmarshalProfiles(doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", path, i+1, err)
@@ -133,7 +141,7 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 20, "rows to show")
 	by := fs.String("by", "self", "sort by self (flat) or cumulative samples")
 	pid := fs.Int("pid", 0, "only this process")
-	typ := fs.String("type", "", "profile: cpu, off_cpu, wall, alloc, native (period or sample type; default cpu when present, else the first)")
+	typ := fs.String("type", "", "profile: cpu, off_cpu, wall, alloc, native (period or sample type, or the pprof name: cpu_samples...; default cpu when present, else the first)")
 	tag := fs.String("tag", "", "only samples with this attribute value, KEY=VALUE (e.g. profsym.off_cpu.reason=futex)")
 	stacksN := fs.Int("stacks", 5, "also show this many hottest stacks, leaf <- callers")
 	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
@@ -170,16 +178,12 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for _, s := range stats {
 		rows = append(rows, s)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
+	slices.SortFunc(rows, func(a, b *fnStat) int {
 		ka, kb := a.flat, b.flat
 		if *by == "cumulative" {
 			ka, kb = a.cum, b.cum
 		}
-		if ka != kb {
-			return ka > kb
-		}
-		return a.name < b.name
+		return cmp.Or(cmp.Compare(kb, ka), cmp.Compare(a.name, b.name))
 	})
 	if val.time() {
 		fmt.Fprintf(stdout, "Total: %s", val.str(total))
@@ -274,11 +278,9 @@ type selector struct {
 	tagKey, tagVal string // an attribute the sample must have, when tagKey is set
 }
 
-// matchType reports whether profile p is of type typ: "alloc" selects
-// alloc_space too.
+// matchType reports whether profile p is of type typ (isType).
 func matchType(d *pdict.Dict, p pprofile.Profile, typ string) bool {
-	st := d.Str(p.SampleType().TypeStrindex())
-	return d.Str(p.PeriodType().TypeStrindex()) == typ || st == typ || strings.HasPrefix(st, typ+"_")
+	return isType(d.Str(p.PeriodType().TypeStrindex()), d.Str(p.SampleType().TypeStrindex()), typ)
 }
 
 // unitOf is the sample unit of the first profile of type typ.
@@ -365,7 +367,7 @@ func topOf(pd pprofile.Profiles, sel selector, stats map[string]*fnStat, paths m
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
 				if !matchType(d, p, sel.typ) {
-					continue
+					continue // another profile
 				}
 				for _, s := range p.Samples().All() {
 					if sel.tagKey != "" && !hasTag(dict, d, s, sel.tagKey, sel.tagVal) {
@@ -406,6 +408,20 @@ func topOf(pd pprofile.Profiles, sel selector, stats map[string]*fnStat, paths m
 	return total
 }
 
+// isType reports whether a profile of that period and sample type is
+// typ: its period type ("cpu", "wall"), its sample type or a prefix of it
+// ("alloc" for alloc_space), or the name its pprof sample type gets
+// ("cpu_samples", "wall_samples": profsym convert --to pprof).
+func isType(period, sample, typ string) bool {
+	switch {
+	case typ == period, typ == sample, strings.HasPrefix(sample, typ+"_"):
+		return true
+	case period != "" && typ == period+"_"+sample:
+		return true
+	}
+	return false
+}
+
 // sampleValue is a sample's count: its first value, else its number of
 // timestamps, else one.
 func sampleValue(s pprofile.Sample) int64 {
@@ -416,82 +432,4 @@ func sampleValue(s pprofile.Sample) int64 {
 		return int64(n)
 	}
 	return 1
-}
-
-// runConvert implements `profsym convert FILE --to pprof|otlp -o OUT`: an
-// OTLP profiles JSON file or a JFR recording to pprof (go tool pprof opens
-// it) or to OTLP profiles JSON (what the file exporter writes).
-func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("profsym convert", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	to := fs.String("to", "pprof", "output format: pprof (gzipped profile.proto) or otlp (OTLP profiles JSON)")
-	out := fs.String("o", "", "output file (otlp: default standard output)")
-	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
-	sources := addSourceFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err == flag.ErrHelp {
-		return 0
-	}
-	if err != nil || len(pos) != 1 || (*to != "pprof" && *to != "otlp") || (*to == "pprof" && *out == "") {
-		fmt.Fprintln(stderr, "usage: profsym convert FILE --to pprof -o OUT.pb.gz | --to otlp [-o OUT.json] [--symbolize [resolve's source flags]]")
-		return 2
-	}
-	docs, err := readProfiles(pos[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	if len(docs) == 0 {
-		fmt.Fprintf(stderr, "profsym convert: %s holds no profiles\n", pos[0])
-		return 1
-	}
-	if !symbolizeAll(docs, *symbolize, sources, stderr, "convert") {
-		return 1
-	}
-	all := docs[0]
-	for _, pd := range docs[1:] {
-		if err := pd.MergeTo(all); err != nil {
-			fmt.Fprintf(stderr, "profsym convert: merging documents: %v\n", err)
-			return 1
-		}
-	}
-	if *to == "otlp" {
-		var m pprofile.JSONMarshaler
-		b, err := m.MarshalProfiles(all)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		w, closeOut, err := output(*out, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		defer closeOut()
-		if _, err := w.Write(append(b, '\n')); err != nil {
-			fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-			return 1
-		}
-		if *out != "" {
-			fmt.Fprintf(stderr, "wrote %s (%d samples)\n", *out, all.SampleCount())
-		}
-		return 0
-	}
-	p, err := profbuild.ToPprof(all)
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	f, err := os.Create(*out)
-	if err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	defer f.Close()
-	if err := p.Write(f); err != nil {
-		fmt.Fprintf(stderr, "profsym convert: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stderr, "wrote %s (%d samples); open with: go tool pprof -http=: %s\n", *out, len(p.Sample), *out)
-	return 0
 }

@@ -3,16 +3,11 @@ package helmtest
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/profsym/profsym/internal/jfr/jfrtest"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -79,10 +74,19 @@ func TestJFR(t *testing.T) {
 			wantEqual(t, "existing secret key", str(v, "secret", "items", "0", "key"), "api-key")
 		}
 	}
+	// No token of its own: the gateway's intake token (gateway.auth), as
+	// the OTLP receiver takes it; with gateway.auth off, none.
 	d = mustTemplate(t, "--set", "gateway.jfr.enabled=true")
 	cfg = collectorConfig(t, d.must(t, "ConfigMap", gatewayName))
-	if mapping(cfg, "receivers", "jfr", "auth") != nil || mapping(cfg, "extensions", "bearertokenauth/jfr") != nil {
-		t.Error("auth without a token")
+	wantEqual(t, "jfr auth without a token of its own", str(cfg, "receivers", "jfr", "auth", "authenticator"), "bearertokenauth/intake")
+	wantEqual(t, "otlp auth", str(cfg, "receivers", "otlp", "protocols", "grpc", "auth", "authenticator"), "bearertokenauth/intake")
+	if mapping(cfg, "extensions", "bearertokenauth/jfr") != nil {
+		t.Error("a jfr token extension without a jfr token")
+	}
+	d = mustTemplate(t, "--set", "gateway.jfr.enabled=true", "--set", "gateway.auth.enabled=false")
+	cfg = collectorConfig(t, d.must(t, "ConfigMap", gatewayName))
+	if mapping(cfg, "receivers", "jfr", "auth") != nil || mapping(cfg, "receivers", "otlp", "protocols", "grpc", "auth") != nil {
+		t.Error("auth with gateway.auth off and no jfr token")
 	}
 
 	for _, tc := range []struct{ set, want string }{
@@ -121,21 +125,30 @@ func TestJFRServes(t *testing.T) {
 	rec := jfrtest.New(1_700_000_000_000_000_000)
 	rec.Sample(jfrtest.DatadogExecutionSample, 10, 1, 1, jfrtest.JavaFrame("com/example/App", "run", 42))
 	recording := rec.Bytes()
+	datadog := func(base string, h http.Header) (int, error) {
+		body, ct := jfrtest.DatadogUpload("service:app,env:test", jfrtest.Zstd(recording))
+		return send(base+"/profiling/v1/input", ct, body, h)
+	}
+	pyroscope := func(base string, h http.Header) (int, error) {
+		return send(base+"/ingest?name=app&format=jfr", "application/octet-stream", bytes.NewReader(recording), h)
+	}
+	own := func(header, scheme string) []string {
+		return []string{"--set", "gateway.jfr.auth.value=s3cret", "--set", "gateway.jfr.auth.header=" + header, "--set", "gateway.jfr.auth.scheme=" + scheme}
+	}
 	for _, tc := range []struct {
 		name, header, scheme string
+		set                  []string
 		post                 func(base string, h http.Header) (int, error)
 	}{
-		{"datadog", "DD-API-KEY", "", func(base string, h http.Header) (int, error) {
-			body, ct := jfrtest.DatadogUpload("service:app,env:test", jfrtest.Zstd(recording))
-			return send(base+"/profiling/v1/input", ct, body, h)
-		}},
-		{"pyroscope", "Authorization", "Bearer", func(base string, h http.Header) (int, error) {
-			return send(base+"/ingest?name=app&format=jfr", "application/octet-stream", bytes.NewReader(recording), h)
-		}},
+		{"datadog", "DD-API-KEY", "", own("DD-API-KEY", ""), datadog},
+		{"pyroscope", "Authorization", "Bearer", own("Authorization", "Bearer"), pyroscope},
+		// No token of its own: the gateway's intake token, as the OTLP
+		// receiver takes it, on both intakes.
+		{"intake-token-pyroscope", "Authorization", "Bearer", []string{"--set", "gateway.auth.value=s3cret"}, pyroscope},
+		{"intake-token-datadog", "Authorization", "Bearer", []string{"--set", "gateway.auth.value=s3cret"}, datadog},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := mustTemplate(t, "--set", "gateway.jfr.enabled=true", "--set", "gateway.jfr.auth.value=s3cret",
-				"--set", "gateway.jfr.auth.header="+tc.header, "--set", "gateway.jfr.auth.scheme="+tc.scheme)
+			d := mustTemplate(t, append([]string{"--set", "gateway.jfr.enabled=true"}, tc.set...)...)
 			base := runGateway(t, bin, d)
 			token := "s3cret"
 			if tc.scheme != "" {
@@ -174,84 +187,9 @@ func send(url, ctype string, body interface{ Read([]byte) (int, error) }, h http
 }
 
 // runGateway runs the distribution with the rendered gateway configuration
-// and environment, on a loopback address of its own (127.x.y.z: the
-// chart's fixed ports cannot collide with other tests), the token Secret's
-// file where the chart mounts it, and returns the jfr receiver's base URL.
+// and environment (startRendered) and returns the jfr receiver's base URL.
 func runGateway(t *testing.T, bin string, d docs) string {
 	t.Helper()
-	dir := t.TempDir()
-	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(250), 1+rand.IntN(250))
-	text := str(d.must(t, "ConfigMap", gatewayName), "data", "config.yaml")
-	sec := d.must(t, "Secret", release+"-jfr-token")
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("s3cret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if str(sec, "data", "token") == "" {
-		t.Fatal("no token in the Secret")
-	}
-	text = strings.ReplaceAll(text, "/etc/profsym-jfr/token", token)
-	text = strings.ReplaceAll(text, "/var/cache/profsym", filepath.Join(dir, "cache"))
-	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := container(d.must(t, "Deployment", gatewayName))
-	var args []string
-	for _, a := range strs(c, "args") {
-		if strings.HasPrefix(a, "--config=") {
-			a = "--config=" + cfg
-		}
-		args = append(args, a)
-	}
-	environ := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "MY_POD_IP=" + ip}
-	for n, e := range env(c) {
-		v, ok := e["value"].(string)
-		if !ok {
-			continue
-		}
-		switch n {
-		case "PROFSYM_OUTPUT":
-			v = filepath.Join(dir, "out", "profiles.jsonl")
-		case "PROFSYM_GATEWAY_LISTEN", "PROFSYM_GATEWAY_HTTP_LISTEN", "PROFSYM_JFR_LISTEN":
-			v = strings.Replace(v, "0.0.0.0", ip, 1)
-		}
-		environ = append(environ, n+"="+v)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env, cmd.Dir = environ, dir
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	addr := net.JoinHostPort(ip, "4040")
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return "http://" + addr
-		}
-		select {
-		case <-exited:
-			t.Fatalf("the gateway exited:\n%s", log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the jfr receiver did not listen on %s:\n%s", addr, log.String())
-		}
-	}
+	ip, _ := startRendered(t, bin, d, "Deployment", gatewayName, renderedSecrets(d), 4040)
+	return "http://" + net.JoinHostPort(ip, "4040")
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/profsym/profsym/internal/symstore"
 )
@@ -40,6 +41,11 @@ type Config struct {
 	// 507 and agents retry later. Nothing is evicted.
 	MaxStoredBytes int64 `mapstructure:"max_stored_bytes"`
 	MaxObjects     int64 `mapstructure:"max_objects"`
+	// AllowUnauthenticatedUploads lets a store listening beyond loopback
+	// without auth take uploads (and upload leases) from anyone who reaches
+	// it. Off: such a store serves reads and refuses writes with 401, as
+	// accepted symbols name every gateway's frames.
+	AllowUnauthenticatedUploads bool `mapstructure:"allow_unauthenticated_uploads"`
 }
 
 // StorageConfig selects the backend: a directory (default); an
@@ -117,6 +123,8 @@ func remoteClientDefaults() confighttp.ClientConfig {
 
 // remote reports whether the store reads another over HTTP.
 func (c *Config) remote() bool { return c.Storage.Remote.ClientConfig.Endpoint != "" }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {

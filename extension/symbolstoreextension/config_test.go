@@ -1,33 +1,25 @@
 package symbolstoreextension
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/profsym/profsym/extension/symbolstoreextension/internal/metadata"
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
+// loadConfig reads testdata/config.yaml's configuration of that name over
+// the defaults, and validates it.
+func loadConfig(t *testing.T, name string) (*Config, error) {
+	cfg := createDefaultConfig()
+	err := testfixture.LoadConfig(t, cfg, component.NewIDWithName(metadata.Type, name).String())
+	return cfg, err
+}
+
 func TestLoadConfig(t *testing.T) {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string) (*Config, error) {
-		cfg := createDefaultConfig()
-		sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sub.Unmarshal(cfg); err != nil {
-			return nil, err
-		}
-		return cfg, confmap.Validate(cfg)
-	}
+	load := func(name string) (*Config, error) { return loadConfig(t, name) }
 	def, err := load("")
 	if err != nil {
 		t.Fatal(err)
@@ -56,9 +48,26 @@ func TestLoadConfig(t *testing.T) {
 		!rc.Auth.HasValue() || rc.Auth.Get().AuthenticatorID.String() != "bearertokenauth/symbols" || remote.Storage.Rescan != 10*time.Second {
 		t.Errorf("remote: %+v", remote.Storage)
 	}
-	for _, bad := range []string{"nostorage", "badsize", "badcapacity", "remotebad", "remoteands3"} {
-		if _, err := load(bad); err == nil {
-			t.Errorf("%s: no validation error", bad)
-		}
+}
+
+// Each bad configuration fails with the errors it should, and only those.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"nostorage", []string{"storage: set directory or s3.bucket"}},
+		{"badsize", []string{"max_upload_size: -1 must be positive"}},
+		{"badcapacity", []string{"max_stored_bytes and max_objects must be positive"}},
+		{"remotebad", []string{`storage.remote.endpoint: "ftp://x" is not an http(s) URL`}},
+		{"remoteands3", []string{"storage: set remote.endpoint or s3.bucket, not both"}},
+		{"s3noendpoint", []string{"storage.s3.endpoint: required with a bucket"}},
+		{"noendpoint", []string{"endpoint: required (host:port)"}},
+		{"badlease", []string{"lease_duration and max_query_ids must be positive"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadConfig(t, tc.name)
+			testfixture.WantErrors(t, err, tc.want...)
+		})
 	}
 }

@@ -131,16 +131,24 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 	if sc.MaxRequestBodySize <= 0 {
 		sc.MaxRequestBodySize = s.cfg.MaxUploadSize + 1<<20
 	}
+	handler := st.Handler()
 	if !sc.Auth.HasValue() && !isLoopback(sc.NetAddr.Endpoint) {
-		log.Warn("symbol store listens beyond loopback without authentication: anyone who reaches it can upload and read symbols; "+
-			"set PROFSYM_SYMBOLS_TOKEN (config/symbols-auth-gateway.yaml) or configure auth",
-			zap.String("endpoint", sc.NetAddr.Endpoint))
+		if s.cfg.AllowUnauthenticatedUploads {
+			log.Warn("symbol store listens beyond loopback without authentication and allow_unauthenticated_uploads: "+
+				"anyone who reaches it can upload and read symbols; set PROFSYM_SYMBOLS_TOKEN (config/symbols-auth-gateway.yaml) or configure auth",
+				zap.String("endpoint", sc.NetAddr.Endpoint))
+		} else {
+			log.Warn("symbol store listens beyond loopback without authentication: it serves symbols to anyone who reaches it and refuses "+
+				"uploads (401); set PROFSYM_SYMBOLS_TOKEN (config/symbols-auth-gateway.yaml) or configure auth",
+				zap.String("endpoint", sc.NetAddr.Endpoint))
+			handler = s.readOnly(handler)
+		}
 	}
 	ln, err := sc.ToListener(ctx)
 	if err != nil {
 		return err
 	}
-	srv, err := sc.ToServer(ctx, host.GetExtensions(), s.set.TelemetrySettings, st.Handler(),
+	srv, err := sc.ToServer(ctx, host.GetExtensions(), s.set.TelemetrySettings, handler,
 		confighttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, msg string, status int) {
 			reason := symstore.ReasonBadRequest
 			if status == http.StatusUnauthorized {
@@ -273,6 +281,22 @@ func (s *Store) Generation() uint64 {
 		return 0
 	}
 	return st.Generation()
+}
+
+// readOnly refuses every write (uploads, and missing queries, which hand
+// out upload leases) of a store nobody authenticates to: 401, counted as
+// unauthorized. Reads (the debuginfod protocol, status) are served.
+func (s *Store) readOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.tel.SymbolstoreUploadsRejected.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", symstore.ReasonUnauthorized)))
+		w.Header().Set("X-Profsym-Reason", symstore.ReasonUnauthorized)
+		http.Error(w, "this symbol store takes uploads only with authentication (auth: bearertokenauth, docs/symbol-upload.md), "+
+			"or with allow_unauthenticated_uploads", http.StatusUnauthorized)
+	})
 }
 
 // isLoopback reports whether host:port binds to loopback only.

@@ -135,29 +135,77 @@ func TestAuthAndLocate(t *testing.T) {
 	metadatatest.AssertEqualSymbolstoreFiles(t, tt, []metricdata.DataPoint[int64]{{Value: 1}}, metricdatatest.IgnoreTimestamp())
 }
 
-// Listening beyond loopback without auth is allowed but warned about.
-func TestWarnsWithoutAuth(t *testing.T) {
-	for endpoint, warn := range map[string]bool{
-		fmt.Sprintf("127.0.0.1:%d", testfixture.FreePort(t)): false,
-		fmt.Sprintf("0.0.0.0:%d", testfixture.FreePort(t)):   true,
+// Listening beyond loopback without auth, the store serves reads and
+// refuses writes (uploads and the missing query that hands out leases)
+// with 401, unless allow_unauthenticated_uploads; both are warned about.
+// On loopback only local processes reach it, and it takes uploads.
+func TestUnauthenticatedWrites(t *testing.T) {
+	id, path := debugFile(t)
+	for _, tc := range []struct {
+		name        string
+		host        string
+		allow, warn bool
+		wantUpload  int
+	}{
+		{"loopback", "127.0.0.1", false, false, http.StatusCreated},
+		{"beyond-loopback", "0.0.0.0", false, true, http.StatusUnauthorized},
+		{"beyond-loopback-allowed", "0.0.0.0", true, true, http.StatusCreated},
 	} {
-		core, logs := observer.New(zap.WarnLevel)
-		set := extensiontest.NewNopSettings(NewFactory().Type())
-		set.Logger = zap.New(core)
-		cfg := createDefaultConfig()
-		cfg.ServerConfig.NetAddr.Endpoint = endpoint
-		cfg.Storage.Directory = t.TempDir()
-		ext, err := newStore(set, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-			t.Fatal(err)
-		}
-		ext.Shutdown(context.Background())
-		if got := logs.FilterMessageSnippet("without authentication").Len() > 0; got != warn {
-			t.Errorf("%s: warned %v, want %v", endpoint, got, warn)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zap.WarnLevel)
+			tt := componenttest.NewTelemetry()
+			t.Cleanup(func() { tt.Shutdown(context.Background()) })
+			set := metadatatest.NewSettings(tt)
+			set.Logger = zap.New(core)
+			cfg := createDefaultConfig()
+			port := testfixture.FreePort(t)
+			cfg.ServerConfig.NetAddr.Endpoint = fmt.Sprintf("%s:%d", tc.host, port)
+			cfg.Storage.Directory = t.TempDir()
+			cfg.AllowUnauthenticatedUploads = tc.allow
+			ext, err := newStore(set, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+				t.Fatal(err)
+			}
+			defer ext.Shutdown(context.Background())
+			if got := logs.FilterMessageSnippet("without authentication").Len() > 0; got != tc.warn {
+				t.Errorf("warned %v, want %v", got, tc.warn)
+			}
+			url := fmt.Sprintf("http://127.0.0.1:%d", port)
+			data, _ := os.ReadFile(path)
+			do := func(method, p string, body []byte) int {
+				req, _ := http.NewRequest(method, url+p, bytes.NewReader(body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if tc.wantUpload == http.StatusUnauthorized {
+				if got := do(http.MethodPost, symstore.PathMissing, []byte(`{"build_ids":["`+id+`"],"lease":true}`)); got != http.StatusUnauthorized {
+					t.Errorf("missing query with lease: %d, want 401", got)
+				}
+			}
+			if got := do(http.MethodPut, "/buildid/"+id+"/debuginfo", data); got != tc.wantUpload {
+				t.Errorf("upload: %d, want %d", got, tc.wantUpload)
+			}
+			// Reads are served either way.
+			wantRead := http.StatusNotFound
+			if tc.wantUpload == http.StatusCreated {
+				wantRead = http.StatusOK
+			}
+			if got := do(http.MethodGet, "/buildid/"+id+"/debuginfo", nil); got != wantRead {
+				t.Errorf("read: %d, want %d", got, wantRead)
+			}
+			if tc.wantUpload == http.StatusUnauthorized {
+				metadatatest.AssertEqualSymbolstoreUploadsRejected(t, tt, []metricdata.DataPoint[int64]{
+					{Value: 2, Attributes: attribute.NewSet(attribute.String("reason", "unauthorized"))},
+				}, metricdatatest.IgnoreTimestamp())
+			}
+		})
 	}
 }
 

@@ -222,8 +222,7 @@ func TestRealProcess(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			if v.lld {
 				if _, err := os.Stat("/usr/lib/llvm-19/bin/ld.lld"); err != nil {
-					// lld is optional tooling (Debian package lld-19).
-					t.Skip("ld.lld (lld-19) not installed")
+					testfixture.SkipOrFail(t, "ld.lld (lld-19) not installed")
 				}
 			}
 			bin := testfixture.Build(t, testfixture.Spec{Name: "sleeper-" + v.name, Lang: "c", Sources: []string{"elf/sleeper.c"}, Args: v.args})
@@ -292,11 +291,11 @@ func FuzzParseMaps(f *testing.F) {
 // text lists last, is not reported.
 func TestQueryExec(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("Linux only")
+		testfixture.SkipOrFail(t, "PROCMAP_QUERY is Linux's")
 	}
 	cmd := exec.Command("sleep", "5")
 	if err := cmd.Start(); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	time.Sleep(50 * time.Millisecond) // past exec
@@ -310,7 +309,7 @@ func TestQueryExec(t *testing.T) {
 		err = QueryExec(f, func(m Mapping) error { got = append(got, m); return nil })
 		f.Close()
 		if errors.Is(err, ErrQueryUnsupported) {
-			t.Skipf("kernel without PROCMAP_QUERY: %v", err)
+			testfixture.SkipOrFail(t, "kernel without PROCMAP_QUERY (Linux 6.11+): %v", err)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/frame"
 )
 
@@ -87,12 +88,8 @@ func (f *File) Embedded(data []byte) (*File, error) {
 }
 
 func newFile(data []byte, path string, b *budget) (f *File, err error) {
-	defer func() {
-		// debug/elf is hardened but not guaranteed panic-free on hostile input.
-		if r := recover(); r != nil {
-			f, err = nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, r)
-		}
-	}()
+	// debug/elf is hardened but not guaranteed panic-free on hostile input.
+	defer contain.Panic(func(r any) { f, err = nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, r) })
 	ef, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)

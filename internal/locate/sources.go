@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/profsym/profsym/internal/debugdirs"
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 )
 
 // Source names, as the processor's `sources` list spells them.

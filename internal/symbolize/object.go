@@ -12,8 +12,8 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/gopclntab"
 	"github.com/profsym/profsym/internal/symbolize/dwarf"
-	"github.com/profsym/profsym/internal/symbolize/gopclntab"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 

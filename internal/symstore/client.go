@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/profsym/profsym/internal/clock"
 )
 
 // Client talks to a store over HTTP: the batch query and uploads. The agent
@@ -186,6 +188,7 @@ func (c *Client) Upload(ctx context.Context, rawKey string, kind Kind, path, lea
 type Limiter struct {
 	rate  float64 // bytes per second; <= 0: unlimited
 	burst float64
+	clk   clock.Clock
 
 	mu     sync.Mutex
 	tokens float64
@@ -197,7 +200,14 @@ func NewLimiter(bytesPerSec, burst int64) *Limiter {
 	if burst <= 0 {
 		burst = max(bytesPerSec/10, 32<<10)
 	}
-	return &Limiter{rate: float64(bytesPerSec), burst: float64(burst), tokens: float64(burst), last: time.Now()}
+	return &Limiter{rate: float64(bytesPerSec), burst: float64(burst), clk: clock.Real, tokens: float64(burst), last: time.Now()}
+}
+
+// WithClock makes l pace on clk (tests: a clock.Virtual, whose time is
+// then the pacing exactly); call it before l is used.
+func (l *Limiter) WithClock(clk clock.Clock) *Limiter {
+	l.clk, l.last = clk, clk.Now()
+	return l
 }
 
 // Wait blocks until n bytes may pass (at once for a nil or unlimited
@@ -207,7 +217,7 @@ func (l *Limiter) Wait(ctx context.Context, n int) error {
 		return nil
 	}
 	l.mu.Lock()
-	now := time.Now()
+	now := l.clk.Now()
 	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
 	l.last = now
 	l.tokens -= float64(n)
@@ -216,10 +226,10 @@ func (l *Limiter) Wait(ctx context.Context, n int) error {
 	if deficit <= 0 {
 		return nil
 	}
-	t := time.NewTimer(time.Duration(deficit / l.rate * float64(time.Second)))
+	t := l.clk.NewTimer(time.Duration(deficit / l.rate * float64(time.Second)))
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/clock"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
@@ -270,17 +271,18 @@ func TestLeases(t *testing.T) {
 	}
 }
 
-// The limiter holds a stream to its rate.
+// The limiter holds a stream to its rate: on a virtual clock, 1 MiB past a
+// 64 KiB burst at 1 MiB/s is made to wait one second, exactly.
 func TestLimiter(t *testing.T) {
-	l := NewLimiter(1<<20, 64<<10) // 1 MiB/s
-	start := time.Now()
+	clk := clock.NewVirtual(time.Unix(1_700_000_000, 0))
+	start := clk.Now()
+	l := NewLimiter(1<<20, 64<<10).WithClock(clk) // 1 MiB/s
 	n, err := io.Copy(io.Discard, l.Reader(context.Background(), bytes.NewReader(make([]byte, 1<<20+64<<10))))
-	el := time.Since(start)
 	if err != nil || n != 1<<20+64<<10 {
 		t.Fatal(n, err)
 	}
-	if el < 900*time.Millisecond || el > 3*time.Second {
-		t.Errorf("1 MiB past a 64 KiB burst at 1 MiB/s took %v", el)
+	if el := clk.Now().Sub(start); el < time.Second-time.Microsecond || el > time.Second+time.Microsecond {
+		t.Errorf("1 MiB past a 64 KiB burst at 1 MiB/s waited %v, want 1s", el)
 	}
 }
 

@@ -30,6 +30,18 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// SkipPart marks one part of t as not run (a build variant, a comparison
+// with one tool) while the rest of t goes on: a skipped subtest named name
+// on a developer machine, a failed one under CI. Coverage a missing tool
+// costs is then in the test's result, never silently gone.
+func SkipPart(t *testing.T, name, format string, args ...any) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Helper()
+		SkipOrFail(t, format, args...)
+	})
+}
+
 // NeedTool returns the path of an executable, trying each name in order, or
 // skips/fails the test.
 func NeedTool(t testing.TB, names ...string) string {

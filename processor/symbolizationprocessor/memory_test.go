@@ -190,9 +190,8 @@ func TestMemoryWorkload(t *testing.T) {
 }
 
 func sharedOf(h *harness) *sharedSym {
-	shared.Lock()
-	defer shared.Unlock()
-	return shared.m[h.cfg]
+	e, _, _ := symbolizers.Get(h.cfg)
+	return e
 }
 
 // idsProfile is one sample per build id, one raw frame each.

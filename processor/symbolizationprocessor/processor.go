@@ -19,6 +19,7 @@ import (
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/sharedcomponent"
 	"github.com/profsym/profsym/processor/symbolizationprocessor/internal/metadata"
 )
 
@@ -38,17 +39,13 @@ type symbolizer struct {
 type sharedSym struct {
 	sym    *otlpsym.Symbolizer
 	client *debuginfod.Client
-	users  int
 
 	mu        sync.Mutex
 	last      debuginfod.Stats  // for telemetry deltas
 	evictions map[string]uint64 // per cache, for telemetry deltas
 }
 
-var shared = struct {
-	sync.Mutex
-	m map[*Config]*sharedSym
-}{m: map[*Config]*sharedSym{}}
+var symbolizers = sharedcomponent.NewMap[*Config, *sharedSym]()
 
 func newSymbolizer(set processor.Settings, cfg *Config) (*symbolizer, error) {
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
@@ -156,41 +153,42 @@ func (c *Config) storeSource(host component.Host) (locate.Source, error) {
 }
 
 func (p *symbolizer) start(ctx context.Context, host component.Host) error {
-	shared.Lock()
-	defer shared.Unlock()
-	if e := shared.m[p.cfg]; e != nil {
-		e.users++
-		p.shared, p.sym, p.client = e, e.sym, e.client
-		return nil
-	}
-	opt := p.cfg.Options(p.log)
-	store, err := p.cfg.storeSource(host)
+	e, err := symbolizers.Acquire(p.cfg, func() (*sharedSym, error) { return p.cfg.newShared(ctx, host, p.set, p.log) })
 	if err != nil {
 		return err
+	}
+	p.shared, p.sym, p.client = e, e.sym, e.client
+	return nil
+}
+
+// newShared builds the symbolizer of one configuration: its options, the
+// symbol store and debuginfod sources, caches.
+func (c *Config) newShared(ctx context.Context, host component.Host, set component.TelemetrySettings, log *zap.Logger) (*sharedSym, error) {
+	opt := c.Options(log)
+	store, err := c.storeSource(host)
+	if err != nil {
+		return nil, err
 	}
 	if store != nil {
 		opt.Locate.Store = store
-		p.log.Info("symbol store source enabled", zap.Stringer("extension", p.cfg.SymbolStore))
+		log.Info("symbol store source enabled", zap.Stringer("extension", c.SymbolStore))
 	}
-	client, err := p.cfg.NewDebuginfod(ctx, host.GetExtensions(), p.set)
+	client, err := c.NewDebuginfod(ctx, host.GetExtensions(), set)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if client != nil {
 		opt.Locate.Debuginfod = client
-		p.log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
+		log.Info("debuginfod enabled", zap.Strings("urls", client.URLs()), zap.String("cache_dir", client.CacheDir()))
 	}
 	sym, err := otlpsym.New(opt)
 	if err != nil {
 		if client != nil {
 			client.Close()
 		}
-		return err
+		return nil, err
 	}
-	e := &sharedSym{sym: sym, client: client, users: 1, evictions: map[string]uint64{}}
-	shared.m[p.cfg] = e
-	p.shared, p.sym, p.client = e, e.sym, e.client
-	return nil
+	return &sharedSym{sym: sym, client: client, evictions: map[string]uint64{}}, nil
 }
 
 func (p *symbolizer) shutdown(context.Context) error {
@@ -198,14 +196,11 @@ func (p *symbolizer) shutdown(context.Context) error {
 	if p.shared == nil {
 		return nil
 	}
-	shared.Lock()
-	defer shared.Unlock()
-	e := p.shared
 	p.shared = nil
-	if e.users--; e.users > 0 {
+	e, last := symbolizers.Release(p.cfg)
+	if !last {
 		return nil
 	}
-	delete(shared.m, p.cfg)
 	var errs []error
 	errs = append(errs, e.sym.Close())
 	if e.client != nil {

@@ -368,17 +368,12 @@ func TestSharedAcrossPipelines(t *testing.T) {
 	if err := lp.Start(context.Background(), host); err != nil {
 		t.Fatal(err)
 	}
-	shared.Lock()
-	e := shared.m[cfg]
-	shared.Unlock()
-	if e == nil || e.users != 2 {
-		t.Fatalf("want one shared symbolizer with 2 users, got %+v", e)
+	if e, users, _ := symbolizers.Get(cfg); e == nil || users != 2 {
+		t.Fatalf("want one shared symbolizer with 2 users, got %+v (%d users)", e, users)
 	}
 	pp.Shutdown(context.Background())
 	lp.Shutdown(context.Background())
-	shared.Lock()
-	defer shared.Unlock()
-	if _, ok := shared.m[cfg]; ok {
+	if _, _, ok := symbolizers.Get(cfg); ok {
 		t.Fatal("shared symbolizer not released after the last shutdown")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/config/confighttp"
+	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/profsym/profsym/internal/host/symupload"
 )
@@ -90,6 +91,8 @@ func (c *Config) endpoint() (string, error) {
 	}
 	return "http://" + net.JoinHostPort(host, DefaultStorePort), nil
 }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {

@@ -1,33 +1,25 @@
 package symboluploadprocessor
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
+	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
 )
 
+// loadConfig reads testdata/config.yaml's configuration of that name over
+// the defaults, and validates it.
+func loadConfig(t *testing.T, name string) (*Config, error) {
+	cfg := createDefaultConfig()
+	err := testfixture.LoadConfig(t, cfg, component.NewIDWithName(metadata.Type, name).String())
+	return cfg, err
+}
+
 func TestLoadConfig(t *testing.T) {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string) (*Config, error) {
-		cfg := createDefaultConfig()
-		sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sub.Unmarshal(cfg); err != nil {
-			return nil, err
-		}
-		return cfg, confmap.Validate(cfg)
-	}
+	load := func(name string) (*Config, error) { return loadConfig(t, name) }
 	def, err := load("")
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +46,22 @@ func TestLoadConfig(t *testing.T) {
 	if off, err := load("off"); err != nil || off.Enabled {
 		t.Errorf("off: %v %v", off, err)
 	}
-	if _, err := load("bad"); err == nil {
-		t.Error("bad: no validation error")
+}
+
+// Each bad configuration fails with the errors it should, and only those.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"bad", []string{`endpoint: "ftp://x" is not an http(s) URL`, `compression: "lz4" is not zstd, zlib or none`}},
+		{"badbandwidth", []string{"max_bandwidth must not be negative"}},
+		{"badretry", []string{"(max_interval >= initial_interval)"}},
+		{"badexclude", []string{"exclude: empty pattern"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadConfig(t, tc.name)
+			testfixture.WantErrors(t, err, tc.want...)
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
@@ -25,6 +26,7 @@ import (
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/internal/testfixture"
 	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadata"
+	"github.com/profsym/profsym/processor/symboluploadprocessor/internal/metadatatest"
 )
 
 // profileOf builds a profile like the profiling receiver's: one resource per
@@ -80,7 +82,9 @@ func TestPassThroughAndUpload(t *testing.T) {
 
 	be, _ := symstore.NewDir(t.TempDir())
 	store, _ := symstore.New(context.Background(), symstore.Config{Backend: be})
-	srv := httptest.NewServer(store.Handler())
+	var requests atomic.Int64
+	h := store.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { requests.Add(1); h.ServeHTTP(w, r) }))
 	defer srv.Close()
 
 	for _, enabled := range []bool{false, true} {
@@ -114,13 +118,15 @@ func TestPassThroughAndUpload(t *testing.T) {
 		for enabled && !store.Has(id, symstore.DebugInfo) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if !enabled {
-			time.Sleep(300 * time.Millisecond)
-		}
+		// Shutdown waits for the processor's background work, so what has
+		// not reached the store by then never will.
+		p.Shutdown(context.Background())
 		if got := store.Has(id, symstore.DebugInfo); got != enabled {
 			t.Errorf("enabled=%v: stored=%v", enabled, got)
 		}
-		p.Shutdown(context.Background())
+		if n := requests.Load(); !enabled && n != 0 {
+			t.Errorf("disabled, yet %d requests reached the store", n)
+		}
 	}
 }
 
@@ -173,6 +179,21 @@ func TestUploadByGoBuildID(t *testing.T) {
 	if !store.Has(key.String(), symstore.DebugInfo) {
 		t.Fatalf("%s not stored", key)
 	}
+}
+
+// counter sums a counter of the processors' telemetry (0 before it counts).
+func counter(tel *componenttest.Telemetry, name string) int64 {
+	m, err := tel.GetMetric(name)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+		for _, dp := range sum.DataPoints {
+			n += dp.Value
+		}
+	}
+	return n
 }
 
 // BenchmarkSteadyState is the processor's cost on the agent's hot path once
@@ -228,12 +249,14 @@ func TestTenAgentsOneUpload(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	tel := componenttest.NewTelemetry()
+	defer tel.Shutdown(context.Background())
 	var procs []xprocessor.Profiles
 	for i := 0; i < 10; i++ {
 		cfg := createDefaultConfig()
 		cfg.ClientConfig.Endpoint = srv.URL
 		cfg.QueryInterval = 100 * time.Millisecond
-		p, err := NewFactory().CreateProfiles(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+		p, err := NewFactory().CreateProfiles(context.Background(), metadatatest.NewSettings(tel), cfg, consumertest.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,11 +275,15 @@ func TestTenAgentsOneUpload(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for !store.Has(id, symstore.DebugInfo) && time.Now().Before(deadline) {
+	// Done when every agent has settled the id: one stored it, the nine
+	// others learned the store has it. Nothing is left to upload then.
+	deadline := time.Now().Add(30 * time.Second)
+	for counter(tel, "otelcol_symbolupload_uploads_stored")+counter(tel, "otelcol_symbolupload_uploads_deduped") < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %d stored, %d deduped", counter(tel, "otelcol_symbolupload_uploads_stored"), counter(tel, "otelcol_symbolupload_uploads_deduped"))
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // the other agents' next rounds
 	t.Logf("%d missing queries, %d uploads", queries.Load(), puts.Load())
 	if !store.Has(id, symstore.DebugInfo) || puts.Load() != 1 {
 		t.Errorf("stored %v after %d uploads, want 1", store.Has(id, symstore.DebugInfo), puts.Load())

@@ -67,6 +67,8 @@ func createDefaultConfig() *Config {
 	}
 }
 
+var _ confmap.Validator = (*Config)(nil)
+
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error

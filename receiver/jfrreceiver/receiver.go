@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -51,6 +52,7 @@ type jfrReceiver struct {
 	set  receiver.Settings
 	log  *zap.Logger
 	tel  *metadata.TelemetryBuilder
+	obs  *receiverhelper.ObsReport
 	next xconsumer.Profiles
 	sem  chan struct{}
 
@@ -65,7 +67,12 @@ func newReceiver(cfg *Config, set receiver.Settings, next xconsumer.Profiles) (*
 	if err != nil {
 		return nil, err
 	}
-	return &jfrReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, next: next, sem: make(chan struct{}, maxConcurrency)}, nil
+	// The standard otelcol_receiver_accepted/refused_profile_samples.
+	obs, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{ReceiverID: set.ID, Transport: "http", ReceiverCreateSettings: set})
+	if err != nil {
+		return nil, err
+	}
+	return &jfrReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, obs: obs, next: next, sem: make(chan struct{}, maxConcurrency)}, nil
 }
 
 func (r *jfrReceiver) Start(ctx context.Context, host component.Host) error {
@@ -228,7 +235,10 @@ func (r *jfrReceiver) convert(ctx context.Context, up *upload, intake string) *h
 	if all.SampleCount() == 0 {
 		return nil // nothing sampled: accepted, nothing to send
 	}
-	if err := r.next.ConsumeProfiles(ctx, all); err != nil {
+	ctx = r.obs.StartProfilesOp(ctx)
+	err := r.next.ConsumeProfiles(ctx, all)
+	r.obs.EndProfilesOp(ctx, "jfr", all.SampleCount(), err)
+	if err != nil {
 		if consumererror.IsPermanent(err) {
 			return &httpError{http.StatusBadRequest, outcomeRefused, err}
 		}

@@ -10,7 +10,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/otel/attribute"
@@ -44,41 +42,6 @@ func recording() []byte {
 	r.Sample(jfrtest.DatadogMethodSample, 2000, 7, 2, java)
 	r.Sample(jfrtest.JDKExecutionSample, 3000, 8, 1, java)
 	return r.Bytes()
-}
-
-func TestLoadConfig(t *testing.T) {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	require.NoError(t, err)
-	f := NewFactory()
-	for _, tc := range []struct {
-		id   string
-		ok   bool
-		want func(*Config)
-	}{
-		{"jfr", true, func(c *Config) {}},
-		{"jfr/custom", true, func(c *Config) {
-			c.NetAddr.Endpoint = "0.0.0.0:8126"
-			c.MaxRequestBodySize = 1 << 20
-			c.MaxRecordingSize = 8 << 20
-			c.Pyroscope.Enabled = false
-		}},
-		{"jfr/nothing", false, nil},
-		{"jfr/typo", false, nil},
-		{"jfr/badpath", false, nil},
-	} {
-		cfg := f.CreateDefaultConfig().(*Config)
-		sub, err := cm.Sub(tc.id)
-		require.NoError(t, err)
-		if err := sub.Unmarshal(cfg); err != nil || !tc.ok {
-			require.False(t, tc.ok && err != nil, "%s: %v", tc.id, err)
-			require.True(t, err != nil || cfg.Validate() != nil, tc.id)
-			continue
-		}
-		require.NoError(t, cfg.Validate(), tc.id)
-		want := f.CreateDefaultConfig().(*Config)
-		tc.want(want)
-		require.Equal(t, want, cfg, tc.id)
-	}
 }
 
 type server struct {

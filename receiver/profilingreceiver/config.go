@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/collector/confmap"
+
 	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
@@ -185,6 +187,8 @@ func createDefaultConfig() *Config {
 		},
 	}
 }
+
+var _ confmap.Validator = (*Config)(nil)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {

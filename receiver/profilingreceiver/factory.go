@@ -20,15 +20,10 @@ func NewFactory() xreceiver.Factory {
 		xreceiver.WithLogs(createLogs, metadata.LogsStability))
 }
 
-// A receiver used by both a profiles and a logs pipeline must run one
-// sampler, not two: instances are shared per configuration, the way the
-// collector's own receivers share theirs.
-var receivers = newSharedReceivers()
-
 func createProfiles(_ context.Context, set receiver.Settings, cfg component.Config, next xconsumer.Profiles) (xreceiver.Profiles, error) {
-	return receivers.get(cfg.(*Config), set, func(r *profilingReceiver) { r.profiles = next })
+	return get(cfg.(*Config), set, func(r *profilingReceiver) { r.profiles = next })
 }
 
 func createLogs(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Logs) (receiver.Logs, error) {
-	return receivers.get(cfg.(*Config), set, func(r *profilingReceiver) { r.logs = next })
+	return get(cfg.(*Config), set, func(r *profilingReceiver) { r.logs = next })
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -29,6 +30,7 @@ type profilingReceiver struct {
 	set      receiver.Settings
 	log      *zap.Logger
 	tel      *metadata.TelemetryBuilder
+	obs      *receiverhelper.ObsReport
 	filter   *profbuild.Filter
 	profiles xconsumer.Profiles // nil unless a profiles pipeline uses it
 	logs     consumer.Logs      // nil unless a logs pipeline uses it
@@ -51,7 +53,12 @@ func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error)
 	if err != nil {
 		return nil, err
 	}
-	return &profilingReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, filter: f}, nil
+	// The standard otelcol_receiver_accepted/refused_* of both signals.
+	obs, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{ReceiverID: set.ID, ReceiverCreateSettings: set})
+	if err != nil {
+		return nil, err
+	}
+	return &profilingReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, obs: obs, filter: f}, nil
 }
 
 // start loads the sampler. Missing privileges or kernel features fail here,
@@ -171,10 +178,16 @@ func (r *profilingReceiver) report(ctx context.Context) {
 	}
 	var errs []error
 	if r.profiles != nil {
-		errs = append(errs, r.profiles.ConsumeProfiles(ctx, rep.Profiles))
+		octx := r.obs.StartProfilesOp(ctx)
+		err := r.profiles.ConsumeProfiles(octx, rep.Profiles)
+		r.obs.EndProfilesOp(octx, "ebpf", rep.Profiles.SampleCount(), err)
+		errs = append(errs, err)
 	}
 	if r.logs != nil {
-		errs = append(errs, r.logs.ConsumeLogs(ctx, rep.Logs))
+		octx := r.obs.StartLogsOp(ctx)
+		err := r.logs.ConsumeLogs(octx, rep.Logs)
+		r.obs.EndLogsOp(octx, "ebpf", rep.Logs.LogRecordCount(), err)
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		r.tel.ReceiverProfilingReportsFailed.Add(ctx, 1)

@@ -159,6 +159,20 @@ func TestEndToEnd(t *testing.T) {
 	if records == 0 {
 		t.Errorf("no ProfileEvent records of the fixture arrived")
 	}
+	// The standard receiver metrics count every sample and record handed on.
+	var handed, logged int64
+	for _, pd := range ps.AllProfiles() {
+		handed += int64(pd.SampleCount())
+	}
+	for _, ld := range ls.AllLogs() {
+		logged += int64(ld.LogRecordCount())
+	}
+	if got := sumInt(t, tt, "otelcol_receiver_accepted_profile_samples"); got != handed || handed == 0 {
+		t.Errorf("otelcol_receiver_accepted_profile_samples %d, %d samples handed on", got, handed)
+	}
+	if got := sumInt(t, tt, "otelcol_receiver_accepted_log_records"); got != logged || logged == 0 {
+		t.Errorf("otelcol_receiver_accepted_log_records %d, %d records handed on", got, logged)
+	}
 	reported := sumInt(t, tt, "otelcol_receiver_profiling_samples")
 	tracked := sumInt(t, tt, "otelcol_receiver_profiling_processes_tracked")
 	t.Logf("telemetry: samples %d, processes tracked %d", reported, tracked)
@@ -171,10 +185,7 @@ func TestEndToEnd(t *testing.T) {
 	if got := countFDs(t); got != fds {
 		t.Errorf("%d fds open after shutdown, %d before", got, fds)
 	}
-	receivers.mu.Lock()
-	n := len(receivers.m)
-	receivers.mu.Unlock()
-	if n != 0 {
+	if n := receivers.Len(); n != 0 {
 		t.Errorf("%d shared receivers left after shutdown", n)
 	}
 }

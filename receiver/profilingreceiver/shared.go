@@ -3,61 +3,58 @@ package profilingreceiver // import "github.com/profsym/profsym/receiver/profili
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/receiver"
+
+	"github.com/profsym/profsym/internal/sharedcomponent"
 )
 
-// sharedReceivers maps a configuration to the one receiver serving every
-// pipeline created from it. The receiver starts with the first pipeline's
-// Start and stops when the last pipeline has shut down; then the entry is
-// removed, so a new pipeline on the same configuration starts afresh.
-type sharedReceivers struct {
-	mu sync.Mutex
-	m  map[*Config]*sharedEntry
-}
+// A receiver used by both a profiles and a logs pipeline must run one
+// sampler, not two: receivers holds the one receiver serving every pipeline
+// created from a configuration, the way the collector's own receivers share
+// theirs. The receiver starts with the first pipeline's Start and
+// stops when the last pipeline has shut down; then it leaves the map, so a
+// new pipeline on the same configuration starts afresh.
+var receivers = sharedcomponent.NewMap[*Config, *sharedEntry]()
 
 type sharedEntry struct {
-	r        *profilingReceiver
-	users    int
+	r *profilingReceiver
+
+	mu       sync.Mutex
 	started  bool
 	startErr error
 }
 
-func newSharedReceivers() *sharedReceivers {
-	return &sharedReceivers{m: map[*Config]*sharedEntry{}}
-}
-
 // get returns a handle on cfg's receiver, creating it on first use, after
-// letting attach record the pipeline's consumer.
-func (s *sharedReceivers) get(cfg *Config, set receiver.Settings, attach func(*profilingReceiver)) (*handle, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.m[cfg]
-	if e == nil {
+// letting attach record the pipeline's consumer (the collector creates
+// every pipeline before it starts any).
+func get(cfg *Config, set receiver.Settings, attach func(*profilingReceiver)) (*handle, error) {
+	e, err := receivers.Acquire(cfg, func() (*sharedEntry, error) {
 		r, err := newReceiver(cfg, set)
 		if err != nil {
 			return nil, err
 		}
-		e = &sharedEntry{r: r}
-		s.m[cfg] = e
+		return &sharedEntry{r: r}, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	attach(e.r)
-	e.users++
-	return &handle{s: s, key: cfg, e: e}, nil
+	return &handle{key: cfg, e: e}, nil
 }
 
 // handle is what one pipeline holds.
 type handle struct {
-	s    *sharedReceivers
 	key  *Config
 	e    *sharedEntry
-	done bool
+	done atomic.Bool
 }
 
 func (h *handle) Start(ctx context.Context, host component.Host) error {
-	h.s.mu.Lock()
-	defer h.s.mu.Unlock()
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
 	if !h.e.started {
 		h.e.started = true
 		h.e.startErr = h.e.r.start(ctx, host)
@@ -66,19 +63,10 @@ func (h *handle) Start(ctx context.Context, host component.Host) error {
 }
 
 func (h *handle) Shutdown(ctx context.Context) error {
-	h.s.mu.Lock()
-	if h.done {
-		h.s.mu.Unlock()
+	if !h.done.CompareAndSwap(false, true) {
 		return nil
 	}
-	h.done = true
-	h.e.users--
-	last := h.e.users == 0
-	if last && h.s.m[h.key] == h.e {
-		delete(h.s.m, h.key)
-	}
-	h.s.mu.Unlock()
-	if !last {
+	if _, last := receivers.Release(h.key); !last {
 		return nil
 	}
 	return h.e.r.shutdown(ctx)

@@ -6,11 +6,13 @@ package normalize
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -210,7 +212,7 @@ func (n *Normalizer) read(pid int) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d maps: %w", pid, err)
 	}
-	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
+	slices.SortFunc(p.Mappings, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return p, nil
 }
 

@@ -97,7 +97,7 @@ func Reason(err error) string {
 // FrameType is the profile.frame.type of a frame kind.
 func FrameType(kind uint8) string {
 	switch {
-	case kind >= FrameHotSpotFirst && kind < FrameHotSpotFirst+16:
+	case kind >= FrameHotSpotFirst && kind < FrameCPythonFirst:
 		return frame.TypeJVM
 	case kind >= FrameCPythonFirst && kind < FrameCPythonFirst+16:
 		return frame.TypeCPython

@@ -63,15 +63,14 @@ func (s *Set) Attach(p *normalize.Process) {
 		s.mu.Lock()
 		_, again := s.procs[p.PID]
 		s.mu.Unlock()
-		if err != nil {
-			if !again {
-				s.log.Info("runtime found but cannot be walked: native frames only",
-					zap.Int("pid", p.PID), zap.Stringer("runtime", r.Kind()), zap.Error(err))
-			}
+		if err != nil && !again {
+			s.log.Info("runtime found but cannot be walked: native frames only",
+				zap.Int("pid", p.PID), zap.Stringer("runtime", r.Kind()), zap.Error(err))
 			s.mu.Lock()
 			s.stats.Failed[r.Kind().String()]++
 			s.mu.Unlock()
-			ranges = nil
+			// Ranges still go to the walker, which finds no way in: the
+			// stacks keep their native frames and say runtime.
 		}
 		rt := unwind.Runtime{Kind: uint32(r.Kind()), Ranges: ranges}
 		if len(ranges) == 0 {
@@ -81,7 +80,7 @@ func (s *Set) Attach(p *normalize.Process) {
 			s.log.Warn("handing a runtime to the walker failed", zap.Int("pid", p.PID), zap.Error(err))
 		}
 		s.mu.Lock()
-		if !again && len(ranges) > 0 {
+		if !again && len(ranges) > 0 && err == nil {
 			s.stats.Attached++
 		}
 		s.procs[p.PID] = r

@@ -98,6 +98,12 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+
+	CpythonStep    *ebpf.Program `ebpf:"cpython_step"`
+	CpythonProcs   *ebpf.Map     `ebpf:"cpython_procs"`
+	CpythonThreads *ebpf.Map     `ebpf:"cpython_threads"`
+	CpythonScratch *ebpf.Map     `ebpf:"cpython_scratch"`
+	CpythonStats   *ebpf.Map     `ebpf:"cpython_stats"`
 }
 
 type rbObjs struct {
@@ -153,7 +159,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -161,7 +167,7 @@ func (o *objects) close() error {
 	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
-		o.Ustacks0, o.Ustacks1} {
+		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -324,6 +330,7 @@ func (s *Sampler) load() error {
 		}
 		spec.Maps[name].MaxEntries = n
 	}
+	s.sizeRuntimeMaps(spec)
 	ncpu := runtime.NumCPU()
 	if cpus, err := onlineCPUs(); err == nil {
 		ncpu = len(cpus)

@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/profsym/profsym/internal/debugdirs"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/elfx/keepdebug"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
-	"github.com/profsym/profsym/internal/locate/debugdirs"
 	"github.com/profsym/profsym/internal/symstore"
 )
 

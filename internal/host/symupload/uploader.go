@@ -11,10 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -383,17 +385,7 @@ func (u *Uploader) resolve(id string) bool {
 	}
 	switch {
 	case errors.Is(lastErr, frame.ErrNotFound):
-		u.mu.Lock()
-		e.notFound++
-		gone := e.notFound >= maxNotFound
-		e.cands = nil // new sightings bring live processes
-		u.mu.Unlock()
-		if gone {
-			u.obs.Skipped("file_gone")
-			u.finish(id)
-		} else {
-			u.requeue(id, u.cfg.QueryInterval)
-		}
+		u.fileGone(id)
 	default:
 		u.obs.Skipped(frame.Reason(lastErr))
 		u.log.Debug("symbol upload: nothing to upload", zap.String("build_id", id), zap.Error(lastErr))
@@ -431,6 +423,17 @@ func (u *Uploader) upload(ctx context.Context, id, lease string, leaseFor time.D
 		}
 		u.requeue(id, u.cfg.QueryInterval) // another agent is uploading it now
 		return
+	case err != nil && isGone(err):
+		// The process exited between the sighting and the upload (its
+		// /proc/PID/map_files went with it): routine for short-lived
+		// processes, so not worth an info line. Another process may still
+		// run the file.
+		u.log.Debug("symbol upload: the file went away before extraction", zap.String("path", src.Path), zap.Error(err))
+		u.mu.Lock()
+		u.ids[id].src = nil
+		u.mu.Unlock()
+		u.fileGone(id)
+		return
 	case err != nil:
 		u.log.Info("symbol upload: extraction failed", zap.String("path", src.Path), zap.Error(err))
 		u.obs.Failed("extract")
@@ -458,6 +461,30 @@ func (u *Uploader) upload(ctx context.Context, id, lease string, leaseFor time.D
 		u.log.Info("symbol upload failed", zap.String("build_id", id), zap.Error(err))
 		u.retry(id, symstore.IsPermanent(err))
 	}
+}
+
+// fileGone notes that no file of id could be opened (its processes
+// exited): it is looked for again with the next sightings, and given up
+// after maxNotFound rounds.
+func (u *Uploader) fileGone(id string) {
+	u.mu.Lock()
+	e := u.ids[id]
+	e.notFound++
+	gone := e.notFound >= maxNotFound
+	e.cands = nil // new sightings bring live processes
+	u.mu.Unlock()
+	if gone {
+		u.obs.Skipped("file_gone")
+		u.finish(id)
+	} else {
+		u.requeue(id, u.cfg.QueryInterval)
+	}
+}
+
+// isGone reports whether err means the file or its process no longer
+// exists (ENOENT from /proc/PID/map_files/..., ESRCH).
+func isGone(err error) bool {
+	return errors.Is(err, frame.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // Why a lease ended before its upload started.

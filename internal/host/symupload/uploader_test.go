@@ -325,9 +325,10 @@ func TestPacedExtractionKeepsLease(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	took := time.Since(start)
-	if took < 4*time.Second {
-		t.Errorf("stored after %v: the extraction was not paced (6 MiB at 2 MiB/s, then its upload)", took)
+	// The pacing itself is TestLimiter's (exact, on a virtual clock); here
+	// it must only have outlasted the lease, or renewal was not tested.
+	if took := time.Since(start); took < 2*time.Second {
+		t.Fatalf("stored after %v, within the 2 s lease: the extraction was not paced (6 MiB at 2 MiB/s)", took)
 	}
 	if c.get("store_stored") != 1 || c.get("stored") != 1 {
 		t.Errorf("counts %v", c.m)

@@ -1,6 +1,9 @@
 package unwind
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+)
 
 // span is a run of slots [off, off+n) in one of the BPF arrays.
 type span struct{ off, n uint32 }
@@ -78,7 +81,7 @@ func (a *allocator) addFree(spans []span) {
 		return
 	}
 	a.free = append(a.free, spans...)
-	sort.Slice(a.free, func(i, j int) bool { return a.free[i].off < a.free[j].off })
+	slices.SortFunc(a.free, func(x, y span) int { return cmp.Compare(x.off, y.off) })
 	out := a.free[:1]
 	for _, s := range a.free[1:] {
 		last := &out[len(out)-1]

@@ -11,7 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 )
 
@@ -340,7 +340,7 @@ func (r *Recording) pool() []byte {
 	for t := range r.threads {
 		tids = append(tids, t)
 	}
-	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+	slices.Sort(tids)
 	add(tThread, len(tids), func(e *enc) {
 		for _, t := range tids {
 			e.long(t)

@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/clock"
 	"github.com/profsym/profsym/internal/frame"
 )
 
@@ -108,6 +109,10 @@ type Config struct {
 	// Logger, if set, receives debug logs per fetch and warnings when a
 	// server is skipped after failing.
 	Logger *zap.Logger
+	// Clock times waits, timeouts, backoff and the negative cache (default
+	// clock.Real; tests move a clock.Fake). The cache's access times are
+	// the file system's.
+	Clock clock.Clock
 }
 
 // minProgress is how many body bytes each Timeout window must bring. It is
@@ -130,6 +135,7 @@ const userAgent = "profsym-debuginfod/1"
 // downloads still running for callers that gave up.
 type Client struct {
 	cfg   Config
+	clk   clock.Clock
 	urls  []string
 	http  *http.Client
 	log   *zap.Logger
@@ -262,6 +268,7 @@ func New(cfg Config) (*Client, error) {
 	base, stop := context.WithCancel(context.Background())
 	c := &Client{
 		cfg:      cfg,
+		clk:      clock.Or(cfg.Clock),
 		urls:     urls,
 		http:     hc,
 		log:      log,
@@ -330,7 +337,7 @@ func (c *Client) Stats() Stats {
 	s.CacheBytes = c.bytes
 	s.CacheFiles = int64(len(c.files))
 	s.InFlight = int64(len(c.inflight))
-	now := time.Now()
+	now := c.clk.Now()
 	for _, cl := range c.inflight {
 		s.OldestInFlight = max(s.OldestInFlight, now.Sub(cl.start))
 	}
@@ -414,7 +421,7 @@ func (c *Client) FetchWait(ctx context.Context, buildID string, kind Kind, w Wai
 			c.mu.Lock()
 		}
 		if n, ok := c.neg[k]; ok {
-			if time.Now().Before(n.until) {
+			if c.clk.Now().Before(n.until) {
 				c.st.NegativeHits++
 				c.mu.Unlock()
 				return "", fmt.Errorf("%w (remembered until %s)", n.err, n.until.Format(time.TimeOnly))
@@ -434,7 +441,7 @@ func (c *Client) FetchWait(ctx context.Context, buildID string, kind Kind, w Wai
 			}
 		}
 		if queued {
-			cl := &call{done: make(chan struct{}), start: time.Now()}
+			cl := &call{done: make(chan struct{}), start: c.clk.Now()}
 			c.inflight[k] = cl
 			c.wg.Add(1)
 			c.mu.Unlock()
@@ -458,9 +465,9 @@ func (c *Client) FetchWait(ctx context.Context, buildID string, kind Kind, w Wai
 func (c *Client) wait(ctx context.Context, id string, kind Kind, cl *call, w Wait) (string, error) {
 	var expired <-chan time.Time
 	if dl := w.deadline(cl.start); !dl.IsZero() {
-		t := time.NewTimer(time.Until(dl))
+		t := c.clk.NewTimer(dl.Sub(c.clk.Now()))
 		defer t.Stop()
-		expired = t.C
+		expired = t.C()
 	}
 	select {
 	case <-cl.done:
@@ -472,10 +479,10 @@ func (c *Client) wait(ctx context.Context, id string, kind Kind, cl *call, w Wai
 		return cl.path, cl.err
 	case <-expired:
 		c.abandoned()
-		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w", id, kind, time.Since(cl.start).Round(time.Millisecond), frame.ErrPending)
+		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w", id, kind, c.clk.Now().Sub(cl.start).Round(time.Millisecond), frame.ErrPending)
 	case <-ctx.Done():
 		c.abandoned()
-		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w: %w", id, kind, time.Since(cl.start).Round(time.Millisecond), frame.ErrPending, ctx.Err())
+		return "", fmt.Errorf("debuginfod %s %s: downloading for %v: %w: %w", id, kind, c.clk.Now().Sub(cl.start).Round(time.Millisecond), frame.ErrPending, ctx.Err())
 	}
 }
 
@@ -483,9 +490,9 @@ func (c *Client) wait(ctx context.Context, id string, kind Kind, cl *call, w Wai
 func (c *Client) waitQueue(ctx context.Context, id string, kind Kind, w Wait) error {
 	var expired <-chan time.Time
 	if dl := w.deadline(time.Time{}); !dl.IsZero() {
-		t := time.NewTimer(time.Until(dl))
+		t := c.clk.NewTimer(dl.Sub(c.clk.Now()))
 		defer t.Stop()
-		expired = t.C
+		expired = t.C()
 	}
 	select {
 	case c.queue <- struct{}{}:
@@ -535,7 +542,7 @@ func (c *Client) run(ctx context.Context, k, id string, kind Kind, cl *call) {
 
 // remember adds a negative entry; c.mu is held.
 func (c *Client) remember(k string, err error) {
-	now := time.Now()
+	now := c.clk.Now()
 	if len(c.neg) >= maxNegative {
 		for nk, n := range c.neg {
 			if now.After(n.until) {
@@ -591,20 +598,21 @@ func (c *Client) fetch(ctx context.Context, k, id string, kind Kind) (string, er
 			}
 			continue
 		}
-		start := time.Now()
+		start := c.clk.Now()
 		n, serverFault, err := c.attempt(ctx, u, k, id, kind)
+		took := c.clk.Now().Sub(start)
 		release()
 		c.mu.Lock()
 		c.st.Fetches++
 		c.st.BytesFetched += n
-		c.st.FetchLatency += time.Since(start)
+		c.st.FetchLatency += took
 		if len(c.lat) < maxLatencies {
-			c.lat = append(c.lat, time.Since(start))
+			c.lat = append(c.lat, took)
 		}
 		c.mu.Unlock()
 		if err == nil {
 			c.log.Debug("debuginfod fetched", zap.String("build_id", id), zap.Stringer("kind", kind),
-				zap.String("server", u), zap.Int64("bytes", n), zap.Duration("took", time.Since(start)))
+				zap.String("server", u), zap.Int64("bytes", n), zap.Duration("took", took))
 			return c.path(id, kind), nil
 		}
 		if ctx.Err() != nil {
@@ -639,12 +647,12 @@ func (c *Client) slot(ctx context.Context, u string) (release func(), err error)
 		return func() { <-sem }, nil
 	default:
 	}
-	t := time.NewTimer(c.cfg.Timeout)
+	t := c.clk.NewTimer(c.cfg.Timeout)
 	defer t.Stop()
 	select {
 	case sem <- struct{}{}:
 		return func() { <-sem }, nil
-	case <-t.C:
+	case <-t.C():
 		return nil, fmt.Errorf("%s: all %d download slots stayed busy for %v: %w", u, cap(sem), c.cfg.Timeout, frame.ErrTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -659,7 +667,7 @@ func (c *Client) skipped(u string) error {
 	if !ok {
 		return nil
 	}
-	if time.Now().After(d.until) {
+	if c.clk.Now().After(d.until) {
 		delete(c.down, u)
 		return nil
 	}
@@ -671,7 +679,7 @@ func (c *Client) skipped(u string) error {
 func (c *Client) markDown(u string, err error) {
 	backoff := min(c.cfg.NegativeTTL, maxBackoff)
 	c.mu.Lock()
-	c.down[u] = downEntry{err: err, until: time.Now().Add(backoff)}
+	c.down[u] = downEntry{err: err, until: c.clk.Now().Add(backoff)}
 	c.mu.Unlock()
 	c.log.Warn("debuginfod server failed; skipping it for a while", zap.String("server", u),
 		zap.Duration("backoff", backoff), zap.Error(err))

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/clock"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
@@ -342,26 +343,29 @@ func TestShortAndOversizedBodies(t *testing.T) {
 
 func TestTimeouts(t *testing.T) {
 	const timeout = 300 * time.Millisecond
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 	t.Run("no response", func(t *testing.T) {
-		srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) { pause(r, 5*time.Second) })
-		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: timeout})
-		start := time.Now()
-		_, err := c.Fetch(context.Background(), idA, DebugInfo)
-		took := time.Since(start)
-		wantErr(t, err, frame.ErrTimeout)
-		if took < timeout-50*time.Millisecond || took > timeout+time.Second {
-			t.Fatalf("timed out after %v, want about %v", took, timeout)
-		}
+		srv := startLoop(t, hang)
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: timeout, Clock: clk})
+		start := clk.Now()
+		res := fetchAsync(c, idA, Wait{})
+		clk.WaitTimersAt(start.Add(timeout), 1) // the watchdog
+		waitRequests(t, srv, 1)
+		clk.Advance(timeout - time.Nanosecond)
+		notYet(t, res, "Fetch")
+		clk.Advance(time.Nanosecond)
+		wantErr(t, <-res, frame.ErrTimeout)
 		// The hung server is skipped for other ids rather than costing
-		// Timeout again, and the failure is remembered for this id.
-		start = time.Now()
-		_, err = c.Fetch(context.Background(), idB, DebugInfo)
+		// Timeout again, and the failure is remembered for this id: with
+		// the clock stopped, both calls return.
+		var err, err2 error
+		within(t, "later fetches", func() {
+			_, err = c.Fetch(context.Background(), idB, DebugInfo)
+			_, err2 = c.Fetch(context.Background(), idA, DebugInfo)
+		})
 		wantErr(t, err, frame.ErrTimeout)
-		_, err2 := c.Fetch(context.Background(), idA, DebugInfo)
 		wantErr(t, err2, frame.ErrTimeout)
-		if took := time.Since(start); took > timeout/2 {
-			t.Fatalf("second and third fetch took %v", took)
-		}
 		if srv.reqs.Load() != 1 {
 			t.Fatalf("%d requests, want 1", srv.reqs.Load())
 		}
@@ -374,15 +378,17 @@ func TestTimeouts(t *testing.T) {
 			w.Header().Set("Content-Length", "1000000")
 			w.Write([]byte("\x7fELF"))
 			w.(http.Flusher).Flush()
-			pause(r, 5*time.Second)
+			hang(w, r)
 		})
-		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: timeout})
-		start := time.Now()
-		_, err := c.Fetch(context.Background(), idA, DebugInfo)
-		wantErr(t, err, frame.ErrTimeout)
-		if took := time.Since(start); took > timeout+time.Second {
-			t.Fatalf("took %v", took)
-		}
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: timeout, Clock: clk})
+		start := clk.Now()
+		res := fetchAsync(c, idA, Wait{})
+		clk.WaitTimersAt(start.Add(timeout), 1)
+		waitRequests(t, srv, 1)
+		notYet(t, res, "Fetch")
+		clk.Advance(timeout)
+		wantErr(t, <-res, frame.ErrTimeout)
 		if names, _ := cachedFiles(t, c.CacheDir()); len(names) != 0 {
 			t.Fatalf("left in cache: %v", names)
 		}
@@ -390,18 +396,24 @@ func TestTimeouts(t *testing.T) {
 	t.Run("caller gives up, download goes on", func(t *testing.T) {
 		_, _, debugA := split(t, "a", idA)
 		files := serveFiles(map[string][]byte{idA + "/debuginfo": read(t, debugA)})
-		srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) { pause(r, 400*time.Millisecond); files(w, r) })
-		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: 5 * time.Second})
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		_, err := c.Fetch(ctx, idA, DebugInfo)
+		release := make(chan struct{})
+		srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) { <-release; files(w, r) })
+		c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: 5 * time.Second, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() { _, err := c.Fetch(ctx, idA, DebugInfo); res <- err }()
+		waitRequests(t, srv, 1)
+		cancel()
+		var err error
+		within(t, "the caller that gave up", func() { err = <-res })
 		wantErr(t, err, frame.ErrPending)
-		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 300*time.Millisecond {
-			t.Fatalf("caller's deadline: %v after %v", err, time.Since(start))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("caller's cancellation: %v", err)
 		}
 		// A patient caller joins the same download.
-		if _, err := c.Fetch(context.Background(), idA, DebugInfo); err != nil {
+		close(release)
+		within(t, "the patient caller", func() { _, err = c.Fetch(context.Background(), idA, DebugInfo) })
+		if err != nil {
 			t.Fatal(err)
 		}
 		if n := srv.reqs.Load(); n != 1 {
@@ -413,32 +425,38 @@ func TestTimeouts(t *testing.T) {
 	})
 }
 
+// A refused connection fails at once and is remembered: with the clock
+// stopped, both calls return.
 func TestConnectionRefused(t *testing.T) {
-	c := newClient(t, Config{URLs: []string{fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}, Timeout: 2 * time.Second})
-	start := time.Now()
-	_, err := c.Fetch(context.Background(), idA, DebugInfo)
+	c := newClient(t, Config{URLs: []string{fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}, Timeout: 2 * time.Second,
+		Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
+	var err, err2 error
+	within(t, "Fetch", func() {
+		_, err = c.Fetch(context.Background(), idA, DebugInfo)
+		_, err2 = c.Fetch(context.Background(), idA, DebugInfo)
+	})
 	wantErr(t, err, frame.ErrFetchFailed)
-	_, err = c.Fetch(context.Background(), idA, DebugInfo)
-	wantErr(t, err, frame.ErrFetchFailed)
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("took %v", took)
-	}
+	wantErr(t, err2, frame.ErrFetchFailed)
 	if st := c.Stats(); st.NegativeHits != 1 || st.Fetches != 1 || st.Errors["fetch_failed"] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
+// A miss is remembered for exactly NegativeTTL.
 func TestNegativeTTL(t *testing.T) {
+	const ttl = 150 * time.Millisecond
 	srv := startLoop(t, http.NotFound)
-	c := newClient(t, Config{URLs: []string{srv.URL}, NegativeTTL: 150 * time.Millisecond})
-	for i, want := range []int64{1, 1} {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	c := newClient(t, Config{URLs: []string{srv.URL}, NegativeTTL: ttl, Clock: clk})
+	for i, step := range []time.Duration{0, ttl - time.Nanosecond} {
+		clk.Advance(step)
 		_, err := c.Fetch(context.Background(), idA, DebugInfo)
 		wantErr(t, err, frame.ErrNotFound)
-		if n := srv.reqs.Load(); n != want {
-			t.Fatalf("call %d: %d requests, want %d", i, n, want)
+		if n := srv.reqs.Load(); n != 1 {
+			t.Fatalf("call %d: %d requests, want 1", i, n)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	clk.Advance(time.Nanosecond)
 	_, err := c.Fetch(context.Background(), idA, DebugInfo)
 	wantErr(t, err, frame.ErrNotFound)
 	if n := srv.reqs.Load(); n != 2 {
@@ -666,17 +684,15 @@ func TestStaleTempRemoved(t *testing.T) {
 	}
 }
 
+// Close ends the downloads still running: the server here never answers,
+// so Close returns only by canceling its request.
 func TestClose(t *testing.T) {
-	srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) { pause(r, 5*time.Second) })
-	c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: 10 * time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c := newClient(t, Config{URLs: []string{srv.URL}, Timeout: 10 * time.Second, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { waitRequests(t, srv, 1); cancel() }()
 	c.Fetch(ctx, idA, DebugInfo) // leaves a download running
-	start := time.Now()
-	c.Close()
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("Close took %v", took)
-	}
+	within(t, "Close", func() { c.Close() })
 	_, err := c.Fetch(context.Background(), idA, DebugInfo)
 	wantErr(t, err, frame.ErrFetchFailed)
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -33,11 +32,11 @@ func (c *Client) attempt(ctx context.Context, base, k, id string, kind Kind) (n 
 	defer cancel(nil)
 	// The overall cap: a server sending just enough to beat the watchdog
 	// must not hold a download (and its slot) forever.
-	overall := time.AfterFunc(c.cfg.MaxDownloadTime, func() { cancel(errTooSlow) })
+	overall := c.clk.AfterFunc(c.cfg.MaxDownloadTime, func() { cancel(errTooSlow) })
 	defer overall.Stop()
 	// One timer covers both the wait for headers and each window of the
 	// body: it is pushed back whenever minProgress more bytes arrive.
-	watchdog := time.AfterFunc(c.cfg.Timeout, func() { cancel(errStalled) })
+	watchdog := c.clk.AfterFunc(c.cfg.Timeout, func() { cancel(errStalled) })
 	defer watchdog.Stop()
 
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
@@ -25,11 +26,7 @@ func verifyPath(path, want string) error {
 // verifyELF compares f's GNU build id with want (lowercase hex). Bodies are
 // untrusted, so a panic in the parsers below is turned into ErrCorruptFile.
 func verifyELF(f *elfx.File, want string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("parsing body: %v: %w", r, frame.ErrCorruptFile)
-		}
-	}()
+	defer contain.Panic(func(r any) { err = fmt.Errorf("parsing body: %v: %w", r, frame.ErrCorruptFile) })
 	id, err := buildid.GNU(f)
 	switch {
 	case errors.Is(err, buildid.ErrNotFound):

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -337,7 +337,7 @@ func (c *converter) chunkEnd(ch *jfr.Chunk) error {
 			for lk := range lab {
 				keys = append(keys, lk)
 			}
-			sort.Strings(keys)
+			slices.Sort(keys)
 			for _, lk := range keys {
 				attrs = append(attrs, c.dict.AttrStr(lk, lab[lk]))
 			}

@@ -130,6 +130,7 @@ type Builder struct {
 	kern KernelSymbols
 	jit  *perfmap.Reader // nil unless PerfMaps
 	log  *zap.Logger
+	vdso vdsoImages
 
 	mu       sync.Mutex
 	exited   map[int]struct{}

@@ -45,8 +45,10 @@ func (r *run) normalizeUser(po *procOut, addr uint64) frame {
 		return r.rawFrame(0, addr, "", pframe.TypeNative)
 	case m.Anonymous:
 		return r.jitFrame(po, m, addr)
+	case m.File == nil && m.Path == "[vdso]":
+		return r.vdsoFrame(po, m, addr)
 	case m.File == nil:
-		// [vdso], [vsyscall]: the image's own addresses start at 0.
+		// [vsyscall]: the image's own addresses start at 0.
 		return r.rawFrame(r.mapping(m), addr-m.Start+m.Offset, m.Path, pframe.TypeNative)
 	case !ok:
 		if m.File.Err != nil || len(m.File.Loads) == 0 {

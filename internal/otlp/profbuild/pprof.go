@@ -89,10 +89,16 @@ func (c *pprofConv) sampleTypes() {
 	}
 	for _, k := range keys {
 		vt := &profile.ValueType{Type: k[0], Unit: k[1]}
-		if names[k[0]+"/"+k[1]] > 1 && k[2] != "" {
+		// A count of samples is named by what was sampled (cpu_samples,
+		// wall_samples: docs/jfr.md), as are types that would collide.
+		if k[2] != "" && (k[0] == "samples" || names[k[0]+"/"+k[1]] > 1) {
 			vt.Type = k[2] + "_" + k[0]
 		}
 		c.out.SampleType = append(c.out.SampleType, vt)
+		// pprof opens the last type unless told: open the CPU profile.
+		if k[2] == "cpu" && c.out.DefaultSampleType == "" {
+			c.out.DefaultSampleType = vt.Type
+		}
 	}
 }
 

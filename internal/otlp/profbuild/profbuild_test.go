@@ -186,7 +186,7 @@ func TestSymbolizeAndPprof(t *testing.T) {
 	if back.Sample[0].NumLabel[pframe.AttrThreadID][0] != 7 || back.Sample[0].Label[pframe.AttrThreadName][0] != "worker" {
 		t.Errorf("labels %v %v", back.Sample[0].Label, back.Sample[0].NumLabel)
 	}
-	if back.Sample[0].Value[0] != 5 || back.SampleType[0].Type != "samples" {
+	if back.Sample[0].Value[0] != 5 || back.SampleType[0].Type != "cpu_samples" || back.DefaultSampleType != "cpu_samples" {
 		t.Errorf("values %v types %v", back.Sample[0].Value, back.SampleType)
 	}
 	t.Logf("%d resolved, raw: %v; stack %s", ok, failed, chain)

@@ -29,6 +29,7 @@ type run struct {
 	mappings   map[*normalize.Mapping]int32
 	kernMaps   map[string]int32 // module ("" for vmlinux) -> mapping
 	refreshed  map[int]bool
+	vdso       map[*normalize.Mapping]*vdsoImage // nil: unreadable
 	kinfo      kernel.Info
 	kinfoRead  bool
 	rep        Report
@@ -91,7 +92,7 @@ func newRun(b *Builder, start, end time.Time) *run {
 	prof := pprofile.NewProfiles()
 	return &run{b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
 		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
-		kernMaps: map[string]int32{}, refreshed: map[int]bool{},
+		kernMaps: map[string]int32{}, refreshed: map[int]bool{}, vdso: map[*normalize.Mapping]*vdsoImage{},
 		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/leb128"
 )
 
 // errCorrupt is the one error value the hot decoding paths produce; callers
@@ -116,50 +117,30 @@ func (b *buf) uN(n int) uint64 {
 	return 0
 }
 
+// uleb and sleb read LEB128 through the one bounded decoder (at most ten
+// bytes, 64 bits); the fast path is the one-byte number most are.
 func (b *buf) uleb() uint64 {
-	var v uint64
-	var shift uint
-	for {
-		if b.off >= len(b.data) {
-			b.fail()
-			return 0
-		}
-		c := b.data[b.off]
+	if b.off < len(b.data) && b.data[b.off] < 0x80 {
 		b.off++
-		if shift < 64 {
-			v |= uint64(c&0x7f) << shift
-		}
-		shift += 7
-		if c&0x80 == 0 {
-			return v
-		}
+		return uint64(b.data[b.off-1])
 	}
+	v, ok := leb128.Next(b.data, &b.off, leb128.Uint)
+	if !ok {
+		b.fail()
+	}
+	return v
 }
 
 func (b *buf) sleb() int64 {
-	var v int64
-	var shift uint
-	for {
-		if b.off >= len(b.data) {
-			b.fail()
-			return 0
-		}
-		c := b.data[b.off]
-		b.off++
-		if shift < 64 {
-			v |= int64(c&0x7f) << shift
-		}
-		shift += 7
-		if c&0x80 == 0 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
+	v, ok := leb128.Next(b.data, &b.off, leb128.Int)
+	if !ok {
+		b.fail()
 	}
+	return v
 }
 
-// skipLEB skips one LEB128 number without decoding it.
+// skipLEB skips one LEB128 number without decoding it, of any length: an
+// attribute the reader does not use may hold a constant wider than 64 bits.
 func (b *buf) skipLEB() {
 	for {
 		if b.off >= len(b.data) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -62,8 +63,7 @@ func FuzzLookup(f *testing.F) {
 			}
 		}
 	}
-	recoverPanics = false
-	f.Cleanup(func() { recoverPanics = true })
+	f.Cleanup(contain.Off())
 	f.Fuzz(func(t *testing.T, which, sec uint8, data []byte) {
 		s := bases[int(which)%len(bases)]
 		*sectionPtr(&s, int(sec)%len(fuzzSections)) = data

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -99,14 +100,7 @@ func New(f *elfx.File) (*Table, error) {
 
 // newTable indexes already-loaded sections.
 func newTable(s sections) (t *Table, err error) {
-	defer func() {
-		if !recoverPanics {
-			return
-		}
-		if r := recover(); r != nil {
-			t, err = nil, corruptf("indexing: %v", r)
-		}
-	}()
+	defer contain.Panic(func(r any) { t, err = nil, corruptf("indexing: %v", r) })
 	if len(s.info) == 0 {
 		return nil, fmt.Errorf("no .debug_info: %w", frame.ErrNoDebugInfo)
 	}

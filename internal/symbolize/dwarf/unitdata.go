@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/frame"
 )
 
@@ -48,23 +49,12 @@ func (d *unitData) size() int64 {
 	return n + 256
 }
 
-// recoverPanics is cleared by the fuzz test so that a parser bug shows up
-// as a crash there instead of as a corrupt-file error.
-var recoverPanics = true
-
 // fullOf parses u's line program and DIE tree once.
 func (t *Table) fullOf(u *unit) (*unitData, error) {
 	u.fullOnce.Do(func() {
-		defer func() {
-			// Belt and braces: the parser bounds-checks every read, but a
-			// bug must cost one unit's answers, not the process.
-			if !recoverPanics {
-				return
-			}
-			if r := recover(); r != nil {
-				u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r)
-			}
-		}()
+		// Belt and braces: the parser bounds-checks every read, but a bug
+		// must cost one unit's answers, not the process.
+		defer contain.Panic(func(r any) { u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r) })
 		u.full, u.fullErr = t.parseFull(u)
 		if u.fullErr == nil {
 			t.parsed.Add(u.full.size())

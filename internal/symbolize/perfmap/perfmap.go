@@ -6,6 +6,7 @@ package perfmap
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -200,7 +201,7 @@ func build(ents []raw, names []byte) *Map {
 	for i := range order {
 		order[i] = uint32(i)
 	}
-	slices.SortFunc(order, func(a, b uint32) int { return cmpU64(ents[a].start, ents[b].start) })
+	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(ents[a].start, ents[b].start) })
 	points := make([]uint64, 0, 2*len(ents))
 	for _, e := range ents {
 		points = append(points, e.start, e.end)
@@ -269,16 +270,6 @@ func build(ents []raw, names []byte) *Map {
 	m.segStart = slices.Clip(segStart)
 	m.segEnd = slices.Clip(segEnd)
 	return m
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // maxHeap holds entry indices; the largest (latest written) is on top.

@@ -7,12 +7,15 @@ package symtab
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/ulikunitz/xz"
@@ -138,13 +141,9 @@ type cand struct {
 // symbols gives an empty table); malformed ones are, wrapping
 // frame.ErrCorruptFile.
 func New(f *elfx.File) (t *Table, err error) {
-	defer func() {
-		// debug/elf's symbol readers are not guaranteed panic-free on
-		// hostile input; turn a panic into a corrupt-file error.
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("%s: %v: %w", f.Path, r, errCorrupt)
-		}
-	}()
+	// debug/elf's symbol readers are not guaranteed panic-free on hostile
+	// input; a panic makes this file corrupt.
+	defer contain.Panic(func(r any) { t, err = nil, fmt.Errorf("%s: %v: %w", f.Path, r, errCorrupt) })
 	b := builder{text: execRanges(f)}
 	syms, err := f.Symbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
@@ -201,7 +200,7 @@ func execRanges(f *elfx.File) []span {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	slices.SortFunc(out, func(a, b span) int { return cmp.Compare(a.start, b.start) })
 	return out
 }
 
@@ -245,7 +244,7 @@ func (b *builder) addELF(syms []elf.Symbol, prio int) error {
 		default:
 			continue
 		}
-		c := cand{addr: s.Value, size: s.Size, name: s.Name, prio: prio, seq: i}
+		c := cand{addr: s.Value, size: s.Size, name: bareName(s.Name), prio: prio, seq: i}
 		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
 			c.file = file
 		}
@@ -254,6 +253,21 @@ func (b *builder) addELF(syms []elf.Symbol, prio int) error {
 		}
 	}
 	return nil
+}
+
+// bareName drops a symbol version from a name. A debug file's .symtab
+// spells versioned definitions into the name (glibc's
+// "__libc_start_main@GLIBC_2.2.5", "memcpy@@GLIBC_2.14") where the
+// binary's .dynsym keeps the version aside, so without this a function
+// would be named one way from the binary (on the host) and another from
+// its debug file (a gateway's debug directory, debuginfod or the symbol
+// store). No other ELF symbol name holds an '@'; "@plt" names are made
+// after this.
+func bareName(name string) string {
+	if i := strings.IndexByte(name, '@'); i > 0 {
+		return name[:i]
+	}
+	return name
 }
 
 // addMiniDebugInfo reads .gnu_debugdata: an xz-compressed ELF file whose
@@ -303,21 +317,9 @@ func (b *builder) build() *Table {
 	// aliases of equal size, the one that comes last in its table (glibc's
 	// "__freelocale" over "freelocale", "scalbn" over "ldexp"). Across
 	// tables the more complete one wins: .symtab, MiniDebugInfo, .dynsym.
-	sort.Slice(c, func(i, j int) bool {
-		x, y := &c[i], &c[j]
-		if x.addr != y.addr {
-			return x.addr < y.addr
-		}
-		if x.size != y.size {
-			return x.size > y.size
-		}
-		if x.prio != y.prio {
-			return x.prio < y.prio
-		}
-		if x.seq != y.seq {
-			return x.seq > y.seq
-		}
-		return x.name < y.name
+	slices.SortFunc(c, func(x, y cand) int {
+		return cmp.Or(cmp.Compare(x.addr, y.addr), cmp.Compare(y.size, x.size), cmp.Compare(x.prio, y.prio),
+			cmp.Compare(y.seq, x.seq), cmp.Compare(x.name, y.name))
 	})
 	uniq := c[:0]
 	for i := range c {

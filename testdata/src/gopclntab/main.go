@@ -1,4 +1,4 @@
-// Command fixture is a test program for internal/symbolize/gopclntab: it exercises the
+// Command fixture is a test program for internal/gopclntab: it exercises the
 // kinds of inlining the Go compiler does (leaf helpers, mid-stack inlining,
 // generics, closures, methods) next to functions kept out of line, so that
 // the symbolizer's inline frames can be checked against DWARF.

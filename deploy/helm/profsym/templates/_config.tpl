@@ -41,6 +41,9 @@ processors:
     auth:
       authenticator: bearertokenauth/symbols
     {{- end }}
+    {{- if include "profsym.tls" . }}
+    {{- include "profsym.clientTLS" . | nindent 4 }}
+    {{- end }}
     debug_directories: {{ toYaml $u.debugDirectories | nindent 6 }}
     exclude: {{ toYaml $u.exclude | nindent 6 }}
     max_bandwidth: {{ int64 $u.maxBandwidth }}
@@ -53,8 +56,18 @@ exporters:
     balancer_name: {{ $a.exporter.balancer }}
     compression: {{ $a.exporter.compression }}
     timeout: {{ $a.exporter.timeout }}
+    {{- if include "profsym.tls" . }}
+    {{- include "profsym.clientTLS" . | nindent 4 }}
+    {{- else }}
     tls:
       insecure: {{ $a.exporter.insecure }}
+    {{- end }}
+    {{- if include "profsym.gatewayAuth" . }}
+    # The gateway's intake token (gateway.auth), from the pod's env: a
+    # header rather than bearertokenauth, whose gRPC credentials need TLS.
+    headers:
+      authorization: Bearer ${env:PROFSYM_GATEWAY_TOKEN}
+    {{- end }}
     sending_queue:
       enabled: true
       queue_size: {{ int $a.exporter.queueSize }}
@@ -154,6 +167,9 @@ extensions:
     auth:
       authenticator: bearertokenauth/symbols
     {{- end }}
+    {{- if include "profsym.tls" . }}
+    {{- include "profsym.serverTLS" . | nindent 4 }}
+    {{- end }}
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
     {{- with $st.maxStoredBytes }}
@@ -183,6 +199,9 @@ extensions:
         auth:
           authenticator: bearertokenauth/symbols
         {{- end }}
+        {{- if include "profsym.tls" . }}
+        {{- include "profsym.clientTLS" . | nindent 8 }}
+        {{- end }}
       scratch_directory: {{ include "profsym.gatewaySymbolsDir" . }}
       cache_max_bytes: {{ int64 $st.cacheMaxBytes }}
       rescan: {{ $st.rescan }}
@@ -190,11 +209,17 @@ extensions:
   {{- if include "profsym.jfrAuth" . }}
   {{- include "profsym.gateway.jfrExtension" . | nindent 2 }}
   {{- end }}
+  {{- if include "profsym.gatewayAuth" . }}
+  # The intakes' token (gateway.auth).
+  bearertokenauth/intake:
+    filename: {{ include "profsym.gatewayTokenDir" . }}/token
+  {{- end }}
 receivers:
   otlp:
     protocols:
       grpc:
         endpoint: ${env:PROFSYM_GATEWAY_LISTEN:-0.0.0.0:4317}
+        {{- include "profsym.gateway.intakeSecurity" . | nindent 8 }}
         max_recv_msg_size_mib: {{ int $g.maxRecvMsgSizeMiB }}
         keepalive:
           server_parameters:
@@ -202,6 +227,7 @@ receivers:
             max_connection_age_grace: {{ $g.maxConnectionAgeGrace }}
       http:
         endpoint: ${env:PROFSYM_GATEWAY_HTTP_LISTEN:-0.0.0.0:4318}
+        {{- include "profsym.gateway.intakeSecurity" . | nindent 8 }}
   {{- if $g.jfr.enabled }}
   {{- include "profsym.gateway.jfrReceiver" . | nindent 2 }}
   {{- end }}
@@ -242,6 +268,9 @@ service:
   {{- if include "profsym.jfrAuth" . }}
     - bearertokenauth/jfr
   {{- end }}
+  {{- if include "profsym.gatewayAuth" . }}
+    - bearertokenauth/intake
+  {{- end }}
   pipelines:
     profiles:
       receivers: [otlp{{ if $g.jfr.enabled }}, jfr{{ end }}]
@@ -273,6 +302,9 @@ extensions:
     auth:
       authenticator: bearertokenauth/symbols
     {{- end }}
+    {{- if include "profsym.tls" . }}
+    {{- include "profsym.serverTLS" . | nindent 4 }}
+    {{- end }}
     max_upload_size: {{ int64 $st.maxUploadSize }}
     lease_duration: {{ $st.leaseDuration }}
     {{- $cap := $st.maxStoredBytes }}
@@ -295,4 +327,15 @@ service:
     logs:
       receivers: [nop]
       exporters: [nop]
+{{- end }}
+
+{{/* The OTLP receiver's auth and TLS, the same on gRPC and HTTP. */}}
+{{- define "profsym.gateway.intakeSecurity" -}}
+{{- if include "profsym.gatewayAuth" . }}
+auth:
+  authenticator: bearertokenauth/intake
+{{- end }}
+{{- if include "profsym.tls" . }}
+{{ include "profsym.serverTLS" . }}
+{{- end }}
 {{- end }}

@@ -114,11 +114,11 @@ failureThreshold: {{ .failureThreshold }}
 Collector self-telemetry and extensions, shared by both configurations.
 */}}
 {{/*
-Symbol upload and store (symbols.enabled): whether a token is configured,
-and the Secret holding it.
+Symbol upload and store (symbols.enabled): always behind a token (given,
+or generated: symbols-token-secret.yaml), and the Secret holding it.
 */}}
 {{- define "profsym.symbolsAuth" -}}
-{{- if and .Values.symbols.enabled (or .Values.symbols.token.existingSecret .Values.symbols.token.value) }}true{{ end }}
+{{- if .Values.symbols.enabled }}true{{ end }}
 {{- end }}
 
 {{- define "profsym.symbolsTokenSecret" -}}
@@ -141,7 +141,7 @@ empty when symbols are off.
 {{/* The store's URL, for agents' uploads (and, with the StatefulSet, gateways' reads). */}}
 {{- define "profsym.symbolsURL" -}}
 {{- $svc := ternary (include "profsym.gatewayName" .) (include "profsym.symbolsName" .) (eq (include "profsym.symbolsMode" .) "s3") }}
-{{- printf "http://%s.%s.svc.%s:%d" $svc .Release.Namespace .Values.clusterDomain (int .Values.symbols.store.port) }}
+{{- printf "%s://%s.%s.svc.%s:%d" (ternary "https" "http" .Values.tls.enabled) $svc .Release.Namespace .Values.clusterDomain (int .Values.symbols.store.port) }}
 {{- end }}
 
 {{/* Where the token Secret is mounted in both workloads. */}}

@@ -27,6 +27,9 @@ bearertokenauth/jfr:
 {{- $j := .Values.gateway.jfr -}}
 jfr:
   endpoint: ${env:PROFSYM_JFR_LISTEN}
+  {{- if include "profsym.tls" . }}
+  {{- include "profsym.serverTLS" . | nindent 2 }}
+  {{- end }}
   max_request_body_size: {{ int64 $j.maxRequestBodySize }}
   max_recording_size: {{ int64 $j.maxRecordingSize }}
   max_chunk_size: {{ int64 $j.maxChunkSize }}
@@ -34,6 +37,10 @@ jfr:
   {{- if include "profsym.jfrAuth" . }}
   auth:
     authenticator: bearertokenauth/jfr
+  {{- else if include "profsym.gatewayAuth" . }}
+  # No token of its own: the intake token, as Authorization: Bearer.
+  auth:
+    authenticator: bearertokenauth/intake
   {{- end }}
   datadog:
     enabled: {{ $j.datadog.enabled }}

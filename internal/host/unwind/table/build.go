@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -114,7 +115,7 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 // unionRanges sorts ranges and merges those that overlap or touch, so that
 // a lookup is one binary search however many segments a file claims.
 func unionRanges(rs [][2]uint64) [][2]uint64 {
-	slices.SortFunc(rs, func(a, c [2]uint64) int { return cmpU64(a[0], c[0]) })
+	slices.SortFunc(rs, func(a, c [2]uint64) int { return cmp.Compare(a[0], c[0]) })
 	out := rs[:0]
 	for _, r := range rs {
 		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
@@ -126,19 +127,9 @@ func unionRanges(rs [][2]uint64) [][2]uint64 {
 	return out
 }
 
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // inText reports whether [start, end) lies within one executable range.
 func (b *builder) inText(start, end uint64) bool {
-	i, _ := slices.BinarySearchFunc(b.text, start, func(t [2]uint64, pc uint64) int { return cmpU64(t[0], pc+1) })
+	i, _ := slices.BinarySearchFunc(b.text, start, func(t [2]uint64, pc uint64) int { return cmp.Compare(t[0], pc+1) })
 	return i > 0 && start >= b.text[i-1][0] && end <= b.text[i-1][1]
 }
 
@@ -224,7 +215,7 @@ func (b *builder) merge(srcs []*source) []piece {
 
 // mergeInto adds the parts of s's segments not yet covered.
 func (b *builder) mergeInto(covered []piece, s *source) []piece {
-	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmpU64(x.start, y.start) })
+	slices.SortStableFunc(s.segs, func(x, y seg) int { return cmp.Compare(x.start, y.start) })
 	src := int32(slices.Index(b.srcs, s))
 	add := make([]piece, 0, len(s.segs))
 	var reach uint64 // end of s's own ranges so far
@@ -494,7 +485,7 @@ func (b *builder) synthesize(pieces []piece) *source {
 	// Gaps between covered ranges, within code.
 	for _, t := range b.codeRanges {
 		a := t[0]
-		i, _ := slices.BinarySearchFunc(pieces, a, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+		i, _ := slices.BinarySearchFunc(pieces, a, func(p piece, pc uint64) int { return cmp.Compare(p.end, pc+1) })
 		for a < t[1] {
 			e := t[1]
 			if i < len(pieces) && pieces[i].start <= a {
@@ -515,7 +506,7 @@ func (b *builder) synthesize(pieces []piece) *source {
 			// Without a symbol, the uncovered code from the entry up to the
 			// next CFI, if short: startup code is a few dozen bytes, and
 			// everything else a C toolchain emits has CFI.
-			i, _ := slices.BinarySearchFunc(pieces, entry, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+			i, _ := slices.BinarySearchFunc(pieces, entry, func(p piece, pc uint64) int { return cmp.Compare(p.end, pc+1) })
 			if i < len(pieces) && pieces[i].start-entry <= maxEntryGap {
 				size = pieces[i].start - entry
 			}
@@ -562,7 +553,7 @@ func (b *builder) scanGap(s *source, a, e uint64) {
 }
 
 func coveredAt(pieces []piece, pc uint64) bool {
-	i, _ := slices.BinarySearchFunc(pieces, pc, func(p piece, pc uint64) int { return cmpU64(p.end, pc+1) })
+	i, _ := slices.BinarySearchFunc(pieces, pc, func(p piece, pc uint64) int { return cmp.Compare(p.end, pc+1) })
 	return i < len(pieces) && pieces[i].start <= pc
 }
 

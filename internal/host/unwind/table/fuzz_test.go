@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -88,6 +89,7 @@ func FuzzDebugFrame(f *testing.F) {
 // FuzzBuild feeds whole ELF images: section and program headers, the
 // .eh_frame_hdr lookup, gap scanning and the merge, not only the CFI.
 func FuzzBuild(f *testing.F) {
+	f.Cleanup(contain.Off()) // a panic is our bug, not a corrupt file
 	fx := testfixture.Build(f, testfixture.Spec{Name: "unwindtable-gcc-O2-nofp", Lang: "c", Sources: []string{"unwindtable/cfi.c"}, Args: []string{"-O2", "-fomit-frame-pointer"}})
 	stripped := filepath.Join(f.TempDir(), "stripped")
 	testfixture.Run(f, testfixture.NeedTool(f, "strip"), "-s", "-o", stripped, fx)

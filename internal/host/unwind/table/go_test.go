@@ -12,8 +12,8 @@ import (
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/gopclntab"
 	"github.com/profsym/profsym/internal/host/unwind/table"
-	"github.com/profsym/profsym/internal/symbolize/gopclntab"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/profsym/profsym/internal/frame"
-	"github.com/profsym/profsym/internal/symbolize/gopclntab"
+	"github.com/profsym/profsym/internal/gopclntab"
 )
 
 // Go code carries no CFI in .eh_frame, but its .gopclntab records, for

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/leb128"
 )
 
 // Hand-built CFI for the hostile cases. cie/fde produce .eh_frame entries
@@ -262,7 +263,7 @@ func TestPointerEncodings(t *testing.T) {
 		{"sdata8 pcrel", cieWith("zR", []byte{pePcrel | peSdata8}, stdInit), func(a int64) []byte { return le64(target - a) }, le64(16), true},
 		{"udata2", cieWith("zR", []byte{peUdata2}, stdInit), func(int64) []byte { return []byte{0x00, 0x20} }, []byte{16, 0}, true},
 		{"uleb128", cieWith("zR", []byte{peUleb128}, stdInit), func(int64) []byte { return binary.AppendUvarint(nil, target) }, []byte{16}, true},
-		{"sleb128 pcrel", cieWith("zR", []byte{pePcrel | peSleb128}, stdInit), func(a int64) []byte { return sleb(target - a) }, []byte{16}, true},
+		{"sleb128 pcrel", cieWith("zR", []byte{pePcrel | peSleb128}, stdInit), func(a int64) []byte { return leb128.AppendInt(nil, target-a) }, []byte{16}, true},
 		{"aligned absptr", cieWith("zR", []byte{peAligned}, stdInit), func(a int64) []byte {
 			pad := (8 - a%8) % 8
 			return append(make([]byte, pad), le64(target)...)
@@ -292,18 +293,6 @@ func TestPointerEncodings(t *testing.T) {
 				t.Fatalf("rows %+v; stats %+v", rows, b.stats)
 			}
 		})
-	}
-}
-
-func sleb(v int64) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
 	}
 }
 

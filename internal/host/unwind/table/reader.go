@@ -1,5 +1,7 @@
 package table
 
+import "github.com/profsym/profsym/internal/leb128"
+
 // reader decodes little- or big-endian values from a byte slice. Every read
 // is bounds-checked; the first failure sets bad and every later read
 // returns zero, so callers check once after a group of reads.
@@ -74,51 +76,22 @@ func (r *reader) u64() uint64 {
 	return v
 }
 
-// uleb decodes an unsigned LEB128 of at most 10 bytes; longer encodings or
-// bits beyond 64 are corruption, not something to loop over.
+// uleb and sleb decode LEB128 of at most 10 bytes and 64 bits (package
+// leb128); longer encodings are corruption, not something to loop over.
 func (r *reader) uleb() uint64 {
-	var v uint64
-	for i := 0; i < 10; i++ {
-		if r.off >= len(r.b) {
-			r.fail()
-			return 0
-		}
-		c := r.b[r.off]
-		r.off++
-		if i == 9 && c > 1 {
-			r.fail()
-			return 0
-		}
-		v |= uint64(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			return v
-		}
+	v, ok := leb128.Next(r.b, &r.off, leb128.Uint)
+	if !ok {
+		r.fail()
 	}
-	r.fail()
-	return 0
+	return v
 }
 
 func (r *reader) sleb() int64 {
-	var v int64
-	var shift uint
-	for i := 0; i < 10; i++ {
-		if r.off >= len(r.b) {
-			r.fail()
-			return 0
-		}
-		c := r.b[r.off]
-		r.off++
-		v |= int64(c&0x7f) << shift
-		shift += 7
-		if c < 0x80 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
+	v, ok := leb128.Next(r.b, &r.off, leb128.Int)
+	if !ok {
+		r.fail()
 	}
-	r.fail()
-	return 0
+	return v
 }
 
 // cstring returns the bytes up to a NUL, at most max of them.

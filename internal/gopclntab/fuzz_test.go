@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -469,6 +470,7 @@ func FuzzLookup(f *testing.F) {
 // and TestNoSectionHeaders cover real ones), plus the same program with a
 // symbol named runtime.pclntab pointing at a header-like magic.
 func FuzzNew(f *testing.F) {
+	f.Cleanup(contain.Off()) // a panic is our bug, not a corrupt file
 	cc := testfixture.NeedTool(f, "gcc", "cc")
 	dir := f.TempDir()
 	src := filepath.Join(dir, "a.c")

@@ -1,0 +1,88 @@
+package cpython_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// TestForgedInterpreter runs processes that forge CPython's state
+// (forged.c, installed as python3.11): a forged version, a thread list
+// that loops, a wild frame pointer, frame chains that turn into loops
+// after attach, with an endless name and a line table of 2^40 bytes.
+// Each keeps its native frames and says runtime; names stay within
+// max_name_length; the agent carries on.
+func TestForgedInterpreter(t *testing.T) {
+	install := func(name string, args ...string) string {
+		bin := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"runtimes/python/forged.c"},
+			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread"}, args...)})
+		py := filepath.Join(t.TempDir(), "python3.11")
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(py, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return py
+	}
+	py := install("forged-python")
+	py399 := install("forged-python-399", "-DVERSION=0x036300f0")
+	h := newHarness(t)
+	for _, mode := range []string{"version", "threads", "wild", "late-loop", "deep-loop"} {
+		t.Run(mode, func(t *testing.T) {
+			bin := py
+			if mode == "version" {
+				bin = py399
+			}
+			cmd := exec.Command(bin, mode)
+			cmd.Stderr = os.Stderr
+			start := time.Now()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			h.collect(t)
+			time.Sleep(3 * time.Second)
+			pid := cmd.Process.Pid
+			r := h.collect(t)
+			var total, runtime, named int64
+			var names []string
+			for _, s := range samplesOf(t, r, pid, "python3.11", nil) {
+				total += s.count
+				if s.stop == "runtime" {
+					runtime += s.count
+				}
+				if s.native < 2 {
+					t.Errorf("a sample with %d native frames: %+v", s.native, s)
+				}
+				for _, p := range s.py {
+					named += s.count
+					if len(p.name) > runtimes.DefaultMaxNameBytes || len(p.file) > runtimes.DefaultMaxNameBytes {
+						t.Errorf("a name of %d bytes, file of %d", len(p.name), len(p.file))
+					}
+					if len(names) < 3 {
+						names = append(names, p.name[:min(len(p.name), 16)]+"…")
+					}
+				}
+			}
+			t.Logf("pid %d (%v): %d samples, %d say runtime, %d python frames %v; set %+v; walker %s; failures %v",
+				pid, time.Since(start).Round(time.Millisecond), total, runtime, named, names, h.s.Runtimes().Stats(), walkerStats(t), r.Failures)
+			if total < 20 {
+				t.Fatalf("only %d samples", total)
+			}
+			if float64(runtime) < 0.95*float64(total) {
+				t.Errorf("%d/%d samples say runtime, want >= 95%%", runtime, total)
+			}
+			if refused := !strings.Contains(mode, "loop"); refused && named > 0 {
+				t.Errorf("%d python frames from a process refused at attach", named)
+			}
+		})
+	}
+}

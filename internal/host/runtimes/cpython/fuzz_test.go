@@ -1,0 +1,149 @@
+package cpython
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/profsym/profsym/internal/host/runtimes"
+)
+
+// fakeMem is a process memory of one region at base: reads outside fail.
+type fakeMem struct {
+	base uint64
+	b    []byte
+}
+
+func (m *fakeMem) Read(addr uint64, p []byte) error {
+	if addr < m.base || addr-m.base > uint64(len(m.b)) || uint64(len(p)) > uint64(len(m.b))-(addr-m.base) {
+		return runtimes.ErrBadFrame
+	}
+	copy(p, m.b[addr-m.base:])
+	return nil
+}
+
+func (m *fakeMem) U64(addr uint64) (uint64, error) {
+	var b [8]byte
+	if err := m.Read(addr, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+func (m *fakeMem) CString(addr uint64, max int) (string, error) {
+	var out []byte
+	for i := 0; i < max; i++ {
+		var c [1]byte
+		if err := m.Read(addr+uint64(i), c[:]); err != nil {
+			return "", err
+		}
+		if c[0] == 0 {
+			return string(out), nil
+		}
+		out = append(out, c[0])
+	}
+	return string(out), errors.New("long")
+}
+
+const fuzzBase = 0x10000
+
+// fuzzAddrs puts the type objects at fixed places of the region, so that
+// fuzzed pointers can name them.
+var fuzzAddrs = addrs{runtime: fuzzBase, codeType: fuzzBase + 0x100, frameType: fuzzBase + 0x200,
+	unicodeType: fuzzBase + 0x300, bytesType: fuzzBase + 0x400}
+
+// seedMem lays out one sane 3.11 interpreter: runtime, interpreter,
+// thread state, cframe, one frame, its code object, a str and a bytes.
+func seedMem() []byte {
+	b := make([]byte, 0x2000)
+	put := func(off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
+	put(40, fuzzBase+0x800)        // interpreters.head
+	put(0x800+16, fuzzBase+0x900)  // threads.head
+	put(0x900+16, fuzzBase+0x800)  // interp
+	put(0x900+56, fuzzBase+0xa00)  // cframe
+	put(0x900+152, 0x7f0000001000) // thread_id
+	put(0xa00+8, fuzzBase+0xb00)   // current_frame
+	put(0xb00+32, fuzzBase+0xc00)  // f_code
+	put(0xc00, 1)
+	put(0xc00+8, fuzzAddrs.codeType) // code: ob_type
+	put(0xc00+112, fuzzBase+0xd00)   // co_filename
+	put(0xc00+120, fuzzBase+0xd00)   // co_name
+	put(0xc00+128, fuzzBase+0xd00)   // co_qualname
+	put(0xc00+136, fuzzBase+0xe00)   // co_linetable
+	put(0xd00, 3)
+	put(0xd00+8, fuzzAddrs.unicodeType) // str
+	put(0xd00+16, 4)                    // length
+	put(0xd00+32, 1<<2|1<<5|1<<6)       // compact ASCII
+	copy(b[0xd00+48:], "leaf")          // data
+	put(0xe00, 1)
+	put(0xe00+8, fuzzAddrs.bytesType)      // bytes
+	put(0xe00+16, 2)                       // ob_size
+	copy(b[0xe00+32:], []byte{0x80, 0x00}) // one entry
+	return b
+}
+
+// FuzzProcessMemory runs attach's checks and the namer over process memory
+// the fuzzer writes: no panic, no unbounded allocation, names within the
+// bound.
+func FuzzProcessMemory(f *testing.F) {
+	f.Add(seedMem()[:0xf00], uint64(fuzzBase+0xc00))
+	f.Fuzz(func(t *testing.T, b []byte, code uint64) {
+		if len(b) > 1<<16 {
+			return
+		}
+		m := &fakeMem{base: fuzzBase, b: b}
+		l, err := staticLayout(11)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = checkLive(m, &l, fuzzAddrs)
+		c, err := readCode(m, &l, fuzzAddrs, code, 0, 64)
+		if err == nil && (len(c.name) > 64 || len(c.file) > 64 || len(c.lines) > maxLineTable) {
+			t.Fatalf("name %d, file %d, table %d bytes", len(c.name), len(c.file), len(c.lines))
+		}
+		_, _ = members(m, &l, fuzzAddrs.codeType)
+	})
+}
+
+func TestSeedMemory(t *testing.T) {
+	m := &fakeMem{base: fuzzBase, b: seedMem()}
+	l, _ := staticLayout(11)
+	if err := checkLive(m, &l, fuzzAddrs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := readCode(m, &l, fuzzAddrs, fuzzBase+0xc00, 0, 64)
+	if err != nil || c.name != "leaf" || len(c.lines) != 2 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	// A code id other than the object's: replaced since sampled.
+	if _, err := readCode(m, &l, fuzzAddrs, fuzzBase+0xc00, 12345, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+		t.Fatalf("code id mismatch: %v", err)
+	}
+	// Freed, its memory not reused yet: pymalloc's free list in its first
+	// word.
+	for _, rc := range []uint64{0, 0x7f12345678f0} {
+		binary.LittleEndian.PutUint64(m.b[0xc00:], rc)
+		if _, err := readCode(m, &l, fuzzAddrs, fuzzBase+0xc00, 0, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+			t.Fatalf("freed code object (refcount %#x) named: %v", rc, err)
+		}
+	}
+}
+
+// FuzzEHFrame: the .eh_frame_hdr table and the FDE/CIE reads that bound
+// the eval loop's cold part, over bytes from a file: no panic, and a
+// range found holds the address asked for.
+func FuzzEHFrame(f *testing.F) {
+	hdr := []byte{1, 0x1b, 0x03, 0x3b, 0x10, 0, 0, 0, 1, 0, 0, 0, 0xf0, 0xff, 0xff, 0xff, 0x20, 0, 0, 0}
+	cie := []byte{0x14, 0, 0, 0, 0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 0x10, 1, 0x1b, 0, 0, 0, 0, 0, 0, 0}
+	fde := []byte{0x14, 0, 0, 0, 0x1c, 0, 0, 0, 0xd8, 0xff, 0xff, 0xff, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	f.Add(hdr, append(cie, fde...), uint64(0x1000), uint64(0x1010))
+	f.Fuzz(func(t *testing.T, hdr, eh []byte, ehAddr, pc uint64) {
+		idx, err := parseHdrTable(hdr, ehAddr-0x100)
+		if err != nil {
+			return
+		}
+		if s, e, ok := fdeCovering(idx, eh, ehAddr, pc); ok && (pc < s || pc >= e) {
+			t.Fatalf("range [%#x,%#x) does not hold %#x", s, e, pc)
+		}
+	})
+}

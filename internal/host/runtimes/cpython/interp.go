@@ -1,0 +1,211 @@
+package cpython
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/profsym/profsym/internal/addrmap"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/host/normalize"
+)
+
+// nameRE matches the files an interpreter lives in: the executable
+// (python3, python3.11) or the library (libpython3.11.so.1.0); a suffix
+// letter is an ABI flag (3.13t: free-threaded, 3.9d: debug).
+var nameRE = regexp.MustCompile(`^(lib)?python3(?:\.(\d{1,2}))?([a-z]*)(?:\.so(?:\.[0-9.]+)?)?$`)
+
+// candidate is a mapping that may hold the interpreter.
+type candidate struct {
+	m     *normalize.Mapping
+	minor int // from the name, 0 when it has none
+	flags string
+	lib   bool
+}
+
+// findCandidate picks the mapping of p whose file is a Python interpreter
+// by its name: the library when the executable links one.
+func findCandidate(p *normalize.Process) (candidate, bool) {
+	var best candidate
+	found := false
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if m.File == nil || m.Anonymous {
+			continue
+		}
+		sm := nameRE.FindStringSubmatch(path.Base(m.Path))
+		if sm == nil {
+			continue
+		}
+		c := candidate{m: m, flags: sm[3], lib: sm[1] != ""}
+		c.minor, _ = strconv.Atoi(sm[2])
+		if !found || c.lib && !best.lib {
+			best, found = c, true
+		}
+	}
+	return best, found
+}
+
+// fileInfo is what one interpreter build says about itself, read from its
+// ELF file once per file version. Addresses are the file's own (ELF
+// virtual addresses).
+type fileInfo struct {
+	shim  bool // an executable that links libpython: the interpreter is there
+	minor int
+	lay   layout
+	err   error // why its Python frames cannot be walked (its eval loop may still be known)
+
+	runtime, codeType, frameType, unicodeType, bytesType uint64
+	eval, cold                                           [2]uint64 // [lo, hi); cold is zero when not split
+	coldFrom                                             string    // how the cold part was found
+}
+
+// Symbols an interpreter exports in .dynsym (the eval loop's .cold part is
+// a local symbol: .symtab only).
+const (
+	symRuntime  = "_PyRuntime"
+	symEval     = "_PyEval_EvalFrameDefault"
+	symEvalCold = "_PyEval_EvalFrameDefault.cold"
+	symCodeType = "PyCode_Type"
+	symFrame    = "PyFrame_Type"
+	symUnicode  = "PyUnicode_Type"
+	symBytes    = "PyBytes_Type"
+	symVersion  = "Py_Version"
+)
+
+// openTimeout bounds opening an interpreter file.
+const openTimeout = 10 * time.Second
+
+// readFile inspects the interpreter file of c, opened through the
+// process's own view of the file system.
+func readFile(procDir string, c candidate) *fileInfo {
+	var f *elfx.File
+	var err error
+	for _, pth := range normalize.OpenPaths(procDir, c.m.Start, c.m.End, c.m.Path) {
+		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+		f, err = elfx.OpenContext(ctx, pth, elfx.Limits{})
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return &fileInfo{err: fmt.Errorf("opening %s: %w", c.m.Path, err)}
+	}
+	defer f.Close()
+	return inspect(f, c)
+}
+
+// inspect reads an interpreter's symbols, version, eval loop and layout.
+func inspect(f *elfx.File, c candidate) *fileInfo {
+	fi := &fileInfo{minor: c.minor}
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		fi.err = fmt.Errorf("%s on %s: %w", c.m.Path, f.Machine, errUnsupported)
+		return fi
+	}
+	if !c.lib {
+		needed, _ := f.DynString(elf.DT_NEEDED)
+		for _, n := range needed {
+			if sm := nameRE.FindStringSubmatch(n); sm != nil && sm[1] != "" {
+				fi.shim = true
+				return fi
+			}
+		}
+	}
+	syms := map[string]elf.Symbol{}
+	want := map[string]bool{symRuntime: true, symEval: true, symEvalCold: true, symCodeType: true,
+		symFrame: true, symUnicode: true, symBytes: true, symVersion: true}
+	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		ss, err := read()
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			fi.err = fmt.Errorf("%s symbols: %w", c.m.Path, err)
+			return fi
+		}
+		for _, s := range ss {
+			if want[s.Name] && s.Value != 0 {
+				if _, dup := syms[s.Name]; !dup {
+					syms[s.Name] = s
+				}
+			}
+		}
+	}
+	ev, ok := syms[symEval]
+	if !ok || ev.Size == 0 {
+		fi.err = fmt.Errorf("%s: no %s: %w", c.m.Path, symEval, errUnsupported)
+		return fi
+	}
+	fi.eval = [2]uint64{ev.Value, ev.Value + ev.Size}
+	if cs, ok := syms[symEvalCold]; ok && cs.Size > 0 {
+		fi.cold, fi.coldFrom = [2]uint64{cs.Value, cs.Value + cs.Size}, "symtab"
+	} else if s, e, ok, err := coldRange(f, fi.eval[0], fi.eval[1]); ok {
+		fi.cold, fi.coldFrom = [2]uint64{s, e}, "jumps"
+	} else if err != nil {
+		fi.coldFrom = "none: " + err.Error()
+	}
+	if v, ok := syms[symVersion]; ok {
+		b, err := f.ReadVaddr(v.Value, 8)
+		if err != nil {
+			fi.err = fmt.Errorf("%s: reading Py_Version: %w", c.m.Path, err)
+			return fi
+		}
+		hex := binary.LittleEndian.Uint64(b)
+		minor := int(hex >> 16 & 0xff)
+		if hex>>24 != 3 || c.minor != 0 && minor != c.minor {
+			fi.err = fmt.Errorf("%s: Py_Version %#x: %w", c.m.Path, hex, errLayout)
+			return fi
+		}
+		fi.minor = minor
+	}
+	switch {
+	case fi.minor == 0:
+		fi.err = fmt.Errorf("%s: no version in its name or symbols: %w", c.m.Path, errUnsupported)
+		return fi
+	case c.flags != "":
+		fi.err = fmt.Errorf("%s: ABI flags %q (free-threaded or debug build): %w", c.m.Path, c.flags, errUnsupported)
+		return fi
+	}
+	for name, dst := range map[string]*uint64{symRuntime: &fi.runtime, symCodeType: &fi.codeType,
+		symUnicode: &fi.unicodeType, symBytes: &fi.bytesType, symFrame: &fi.frameType} {
+		s, ok := syms[name]
+		if !ok {
+			fi.err = fmt.Errorf("%s: no %s: %w", c.m.Path, name, errUnsupported)
+			return fi
+		}
+		*dst = s.Value
+	}
+	if fi.minor >= 13 {
+		b, err := f.ReadVaddr(fi.runtime, debugOffsetsSize)
+		if err != nil {
+			fi.err = fmt.Errorf("%s: reading _Py_DebugOffsets: %w", c.m.Path, err)
+			return fi
+		}
+		fi.lay, fi.err = parseDebugOffsets(b, fi.minor)
+	} else {
+		fi.lay, fi.err = staticLayout(fi.minor)
+	}
+	if fi.err == nil {
+		fi.err = fi.lay.check()
+	}
+	if fi.err != nil {
+		fi.err = fmt.Errorf("%s: %w", c.m.Path, fi.err)
+	}
+	return fi
+}
+
+// bias is what turns the file's addresses into the process's for mapping m.
+func bias(m *normalize.Mapping) (uint64, bool) {
+	if m.File == nil {
+		return 0, false
+	}
+	v, ok := addrmap.FileOffsetToVaddr(m.File.Loads, m.Offset)
+	if !ok {
+		return 0, false
+	}
+	return m.Start - v, true
+}
