@@ -473,6 +473,7 @@ const (
 	ProfileProgHandleExec            = "handle_exec"
 	ProfileProgHandleExit            = "handle_exit"
 	ProfileProgOffcpuSwitch          = "offcpu_switch"
+	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
@@ -564,14 +565,15 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	CpythonStep      *ebpf.ProgramSpec `ebpf:"cpython_step"`
-	HandleExec       *ebpf.ProgramSpec `ebpf:"handle_exec"`
-	HandleExit       *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	OffcpuSwitch     *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
-	OffcpuWalkNative *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
-	ProfileAgg       *ebpf.ProgramSpec `ebpf:"profile_agg"`
-	ProfileRb        *ebpf.ProgramSpec `ebpf:"profile_rb"`
-	UnwindStep       *ebpf.ProgramSpec `ebpf:"unwind_step"`
+	CpythonStep       *ebpf.ProgramSpec `ebpf:"cpython_step"`
+	HandleExec        *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit        *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
+	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
+	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -814,14 +816,15 @@ type ProfileVariables struct {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	CpythonStep      *ebpf.Program `ebpf:"cpython_step"`
-	HandleExec       *ebpf.Program `ebpf:"handle_exec"`
-	HandleExit       *ebpf.Program `ebpf:"handle_exit"`
-	OffcpuSwitch     *ebpf.Program `ebpf:"offcpu_switch"`
-	OffcpuWalkNative *ebpf.Program `ebpf:"offcpu_walk_native"`
-	ProfileAgg       *ebpf.Program `ebpf:"profile_agg"`
-	ProfileRb        *ebpf.Program `ebpf:"profile_rb"`
-	UnwindStep       *ebpf.Program `ebpf:"unwind_step"`
+	CpythonStep       *ebpf.Program `ebpf:"cpython_step"`
+	HandleExec        *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit        *ebpf.Program `ebpf:"handle_exit"`
+	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
+	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
+	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
+	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
@@ -830,6 +833,7 @@ func (p *ProfilePrograms) Close() error {
 		p.HandleExec,
 		p.HandleExit,
 		p.OffcpuSwitch,
+		p.OffcpuWalkCpython,
 		p.OffcpuWalkNative,
 		p.ProfileAgg,
 		p.ProfileRb,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/offcpu"
+	"github.com/profsym/profsym/internal/host/runtimes"
 )
 
 // Off-CPU samples (bpf/offcpu.h, docs/off-cpu.md): loaded, sized and
@@ -25,25 +26,26 @@ import (
 // with them shrink to one entry otherwise.
 
 type offcpuObjs struct {
-	OffcpuSwitch     *ebpf.Program  `ebpf:"offcpu_switch"`
-	OffcpuWalkNative *ebpf.Program  `ebpf:"offcpu_walk_native"`
-	OffcpuProgs      *ebpf.Map      `ebpf:"offcpu_progs"`
-	OffcpuStatsMap   *ebpf.Map      `ebpf:"offcpu_stats_map"`
-	OffcpuWaits      *ebpf.Map      `ebpf:"offcpu_waits"`
-	OffcpuUstore     *ebpf.Map      `ebpf:"offcpu_ustore"`
-	OffcpuKstore     *ebpf.Map      `ebpf:"offcpu_kstore"`
-	OffcpuCounts0    *ebpf.Map      `ebpf:"offcpu_counts0"`
-	OffcpuCounts1    *ebpf.Map      `ebpf:"offcpu_counts1"`
-	OffcpuKstacks0   *ebpf.Map      `ebpf:"offcpu_kstacks0"`
-	OffcpuKstacks1   *ebpf.Map      `ebpf:"offcpu_kstacks1"`
-	OffcpuProcs      *ebpf.Map      `ebpf:"offcpu_procs"`
-	OffcpuSlots      *ebpf.Map      `ebpf:"offcpu_slots"`
-	OffcpuGen        *ebpf.Variable `ebpf:"offcpu_gen"`
+	OffcpuSwitch      *ebpf.Program  `ebpf:"offcpu_switch"`
+	OffcpuWalkNative  *ebpf.Program  `ebpf:"offcpu_walk_native"`
+	OffcpuWalkCpython *ebpf.Program  `ebpf:"offcpu_walk_cpython"`
+	OffcpuProgs       *ebpf.Map      `ebpf:"offcpu_progs"`
+	OffcpuStatsMap    *ebpf.Map      `ebpf:"offcpu_stats_map"`
+	OffcpuWaits       *ebpf.Map      `ebpf:"offcpu_waits"`
+	OffcpuUstore      *ebpf.Map      `ebpf:"offcpu_ustore"`
+	OffcpuKstore      *ebpf.Map      `ebpf:"offcpu_kstore"`
+	OffcpuCounts0     *ebpf.Map      `ebpf:"offcpu_counts0"`
+	OffcpuCounts1     *ebpf.Map      `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0    *ebpf.Map      `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1    *ebpf.Map      `ebpf:"offcpu_kstacks1"`
+	OffcpuProcs       *ebpf.Map      `ebpf:"offcpu_procs"`
+	OffcpuSlots       *ebpf.Map      `ebpf:"offcpu_slots"`
+	OffcpuGen         *ebpf.Variable `ebpf:"offcpu_gen"`
 }
 
 func (o *offcpuObjs) close() []error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuWalkNative} {
+	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuWalkNative, o.OffcpuWalkCpython} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -58,10 +60,15 @@ func (o *offcpuObjs) close() []error {
 }
 
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
-// offcpu_progs (enum walk_prog). A runtime's walker adds its instance next
-// to the native one in bpf/offcpu.h and here.
-func (o *offcpuObjs) offCPUWalkers() map[uint32]*ebpf.Program {
-	return map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative}
+// offcpu_progs (enum walk_prog): the native one, and those of the runtimes
+// cfg walks. A runtime's walker adds its instance next to the native one in
+// bpf/offcpu.h and here.
+func (o *offcpuObjs) offCPUWalkers(cfg runtimes.Config) map[uint32]*ebpf.Program {
+	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative}
+	if cfg.CPython {
+		w[uint32(bpf.ProfileWalkProgWALK_CPYTHON)] = o.OffcpuWalkCpython
+	}
+	return w
 }
 
 // procWords is how many words of offcpu_procs cover every possible tgid
@@ -170,7 +177,7 @@ func (s *Sampler) startOffCPU() error {
 	if s.offcpu == nil || s.offcpu.started {
 		return nil
 	}
-	for slot, p := range s.objs.offCPUWalkers() {
+	for slot, p := range s.objs.offCPUWalkers(s.cfg.Runtimes) {
 		if err := s.objs.OffcpuProgs.Put(slot, p); err != nil {
 			return fmt.Errorf("sampler: installing the off-CPU walker: %w", err)
 		}
