@@ -11,11 +11,13 @@
  *    on the thread's past (offcpu_pick): 1 after a wait that outlasted a
  *    scheduler tick, for as many shorter waits since as the thread has
  *    between such waits (four times that, plus four; none when it has more
- *    than OFFCPU_GAP), then 0.8 of that for each further one, never less than
- *    offcpu_floor / OFFCPU_ONE (offcpu_floor_d for an uninterruptible wait:
- *    disk I/O and page faults, rarer than a storm's waits and often long,
- *    so a lucky one never counts a thousand times its length). A chosen wait's kernel stack
- *    is taken now (scheduler frames included, which the kernel's walker of
+ *    than OFFCPU_GAP), then 0.7 of that for each further one, never less
+ *    than offcpu_floor / OFFCPU_ONE; never less than offcpu_floor_d for an
+ *    uninterruptible wait (disk I/O, page faults: rarer than a storm's
+ *    waits and often long, so a lucky one never counts a thousand times its
+ *    length), nor than 1/8 for a preempted one (its length depends on the
+ *    CPU's other tasks). A chosen wait's kernel stack is taken then
+ *    (offcpu_take; scheduler frames included, which the kernel's walker of
  *    a parked task would leave out) and its user stack walked by the CFI
  *    walker (walk.h; instances below); offcpu_park puts both in the
  *    aggregation buffer of the current generation (offcpu_gen), as a CPU
@@ -52,7 +54,7 @@ volatile const __u64 offcpu_min_ns = 0;
 /* The least probability of choosing a wait, x OFFCPU_ONE; of an
  * uninterruptible one (TASK_UNINTERRUPTIBLE: I/O, page faults). */
 volatile const __u32 offcpu_floor = 66;
-volatile const __u32 offcpu_floor_d = 32768;
+volatile const __u32 offcpu_floor_d = 65536;
 /* Only processes userspace marked in offcpu_procs. */
 volatile const bool offcpu_select = false;
 /* [__sched_text_start, __sched_text_end): where a blocked task's kernel
@@ -68,6 +70,7 @@ enum offcpu_limits {
 	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
 	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
 	OFFCPU_GAP = 8,         /* a thread with at most this many short waits between long ones has them all */
+	OFFCPU_FLOOR_RUNNABLE = 8192, /* the least probability of a preempted wait: 1/8 */
 };
 
 /* offcpu_key.flags */
@@ -76,15 +79,15 @@ enum offcpu_flags {
 };
 
 /* The probability of choosing a thread's wait L waits past its window:
- * 0.8^L, x OFFCPU_ONE. A thread whose waits are long, or long every few
+ * 0.7^L, x OFFCPU_ONE. A thread whose waits are long, or long every few
  * waits (an fsync: short waits for the pages, a long one for the disk),
  * has all of them recorded; one that waits long after many short waits
  * still has a fair chance; one whose waits are all short (a context-switch
  * storm, where a tick only now and then falls in a wait) costs a walk now
  * and then. */
 static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
-	65536, 52429, 41943, 33554, 26844, 21475, 17180, 13744, 10995, 8796, 7037, 5629, 4504, 3603, 2882, 2306,
-	1845, 1476, 1181, 944, 756, 604, 484, 387, 309, 248, 198, 158, 127, 101, 81, 65,
+	65536, 45875, 32113, 22479, 15735, 11015, 7710, 5397, 3778, 2645, 1851, 1296, 907, 635, 444, 311,
+	218, 152, 107, 75, 52, 37, 26, 18, 13, 9, 6, 4, 3, 2, 1, 1,
 };
 
 /* A slot of offcpu_slots: tid (22 bits: PID_MAX_LIMIT is 2^22), whether
@@ -231,19 +234,33 @@ struct {
 
 /* The per-process filter (offcpu_select): two bits per tgid, 32 tgids a
  * word: bit 2n says userspace decided, bit 2n+1 that the process is
- * targeted. */
+ * targeted. Userspace sets them through mmap (compare-and-swap), the
+ * kernel side clears them at exit and exec (atomic add), so that a reused
+ * pid or a new image is decided again. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64);
 } offcpu_procs SEC(".maps");
 
-/* The walker's programs for off-CPU walks, by enum walk_prog: a tail call
+/* tgids the off-CPU filter has been asked about (PROC_OFFCPU) and not yet
+ * answered; LRU: an evicted one is asked about again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} offcpu_asked SEC(".maps");
+
+/* The walker's programs for off-CPU walks, by enum walk_prog, and in slot
+ * OFFCPU_PROG_TAKE the one that takes a chosen wait's stacks: a tail call
  * stays within one program type and, for tp_btf, one tracepoint. */
+#define OFFCPU_PROG_TAKE WALK_PROGS
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, WALK_PROGS);
+	__uint(max_entries, WALK_PROGS + 1);
 	__type(key, __u32);
 	__type(value, __u32);
 } offcpu_progs SEC(".maps");
@@ -276,6 +293,24 @@ static __always_inline int offcpu_targeted(__u32 tgid)
 	return (b >> 1) & 1;
 }
 
+/* A process exits or execs: its filter bits are cleared. Only an answer
+ * to its own question can race with this, and what that leaves behind
+ * reads as undecided: it is asked again. */
+static __always_inline void offcpu_forget(__u32 tgid)
+{
+	__u32 i = tgid >> 5;
+	__u64 *w, b;
+
+	if (!offcpu_select)
+		return;
+	w = bpf_map_lookup_elem(&offcpu_procs, &i);
+	if (!w)
+		return;
+	b = (*w >> ((tgid & 31) * 2)) & 3;
+	if (b)
+		__sync_fetch_and_add(w, -(b << ((tgid & 31) * 2)));
+}
+
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
 
 /* prev's state as it leaves the CPU: 0 when still runnable (preempted, or
@@ -289,9 +324,12 @@ static __always_inline __u32 offcpu_state(bool preempt, struct task_struct *t)
 	return ((struct task_struct___pre514 *)t)->state;
 }
 
+/* A thread's slot: Fibonacci hashing spreads threads of consecutive tids
+ * (those a process starts together) over different cache lines, which the
+ * CPUs they run on would otherwise pass back and forth on every switch. */
 static __always_inline __u64 *offcpu_slot(__u32 tid)
 {
-	__u32 i = tid & (OFFCPU_SLOTS - 1);
+	__u32 i = (tid * 2654435769u) >> 16;
 	return bpf_map_lookup_elem(&offcpu_slots, &i);
 }
 
@@ -396,13 +434,14 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 	return 0;
 }
 
-/* prev leaves the CPU: choose the wait, and if chosen take its stacks. */
+/* prev leaves the CPU: choose the wait, and if chosen have its stacks
+ * taken (offcpu_take: a program of its own, so that this one, which runs
+ * on every switch, stays small). */
 static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool preempt, __u64 jiffies,
 				      struct offcpu_stats *os)
 {
-	__u32 tid = prev->pid, tgid, k, state, zero = 0;
+	__u32 tid = prev->pid, k, state, zero = 0;
 	struct offcpu_scratch *sc;
-	struct stats *st;
 	__u64 *slot, old, bits;
 	bool chosen, runnable;
 
@@ -411,11 +450,14 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	if (offcpu_select) {
 		int t = offcpu_targeted(prev->tgid);
 		if (t < 0) {
-			/* Have userspace decide: announce the process. */
+			/* Ask userspace, once; it announces the process if it
+			 * targets it (ProcessNew): no other gets a snapshot. */
+			__u32 tgid = prev->tgid;
+			__u8 one = 1;
 			os->undecided++;
-			st = get_stats();
-			if (st)
-				announce(st, prev->tgid);
+			if (!bpf_map_update_elem(&offcpu_asked, &tgid, &one, BPF_NOEXIST) &&
+			    !emit_event(get_stats(), tgid, PROC_OFFCPU, 1))
+				bpf_map_delete_elem(&offcpu_asked, &tgid); /* ask again */
 			return 0;
 		}
 		if (!t)
@@ -431,6 +473,11 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	runnable = state == 0;
 	if ((state & TASK_UNINTERRUPTIBLE) && k < offcpu_floor_d)
 		k = offcpu_floor_d;
+	/* How long a preempted thread waits depends on the CPU's other
+	 * tasks, not on its past: a loaded CPU keeps it off for milliseconds
+	 * after a run of microseconds. */
+	if (runnable && k < OFFCPU_FLOOR_RUNNABLE)
+		k = OFFCPU_FLOOR_RUNNABLE;
 	chosen = k >= OFFCPU_ONE || offcpu_rand16(os) < k;
 	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0);
 	if (SLOT_TID(old) == tid)
@@ -441,17 +488,33 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	if (!chosen)
 		return 0;
 	os->chosen++;
-	st = get_stats();
 	sc = bpf_map_lookup_elem(&offcpu_scratch_map, &zero);
-	if (!st || !sc)
+	if (!sc)
 		return 0;
-	tgid = prev->tgid;
 	sc->w.ts = bpf_ktime_get_boot_ns();
 	sc->w.task_start = prev->start_time;
-	sc->w.tgid = tgid;
+	sc->w.tgid = prev->tgid;
 	sc->w.k = k;
 	sc->w.flags = runnable ? OFFCPU_RUNNABLE : 0;
 	sc->w.pad = 0;
+	bpf_tail_call(ctx, &offcpu_progs, OFFCPU_PROG_TAKE);
+	os->lost_stack++; /* not installed */
+	return 0;
+}
+
+/* Takes the stacks of the wait offcpu_out chose: the kernel stack, then
+ * the user stack through the walker, which ends in offcpu_park. */
+SEC("tp_btf/sched_switch")
+int offcpu_take(__u64 *ctx)
+{
+	struct task_struct *prev = (void *)ctx[1];
+	struct offcpu_scratch *sc;
+	struct stats *st = get_stats();
+	__u32 zero = 0, tgid = prev->tgid, tid = prev->pid;
+
+	sc = bpf_map_lookup_elem(&offcpu_scratch_map, &zero);
+	if (!st || !sc)
+		return 0;
 	bpf_get_current_comm(sc->w.comm, sizeof(sc->w.comm));
 	sc->w.khash = offcpu_kernel_stack(ctx, sc);
 	announce(st, tgid);
@@ -499,8 +562,9 @@ static __always_inline int offcpu_carry(struct offcpu_wait *w, __u64 gen, struct
 	return 0;
 }
 
-/* Adds a finished wait to its row in the current buffer. */
-static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64 now, __u64 d, struct offcpu_stats *os)
+/* Adds a finished wait to its row in the current buffer. A subprogram:
+ * only chosen waits need it. */
+static __noinline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64 now, __u64 d, struct offcpu_stats *os)
 {
 	__u64 gen = offcpu_gen;
 	void *counts = gen & 1 ? (void *)&offcpu_counts1 : (void *)&offcpu_counts0;

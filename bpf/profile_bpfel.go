@@ -144,13 +144,14 @@ type ProfileOffcpuKey struct {
 type ProfileOffcpuLimits uint32
 
 const (
-	ProfileOffcpuLimitsOFFCPU_ONE       ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_SLOTS     ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_KFRAMES   ProfileOffcpuLimits = 64
-	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
-	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
-	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
-	ProfileOffcpuLimitsOFFCPU_GAP       ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_ONE            ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_SLOTS          ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_KFRAMES        ProfileOffcpuLimits = 64
+	ProfileOffcpuLimitsOFFCPU_SKIP_MAX       ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT      ProfileOffcpuLimits = 47
+	ProfileOffcpuLimitsOFFCPU_LEVELS         ProfileOffcpuLimits = 32
+	ProfileOffcpuLimitsOFFCPU_GAP            ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_FLOOR_RUNNABLE ProfileOffcpuLimits = 8192
 )
 
 type ProfileOffcpuScratch struct {
@@ -210,11 +211,12 @@ type ProfileProcEvent struct {
 type ProfileProcEventKind uint32
 
 const (
-	ProfileProcEventKindPROC_NEW   ProfileProcEventKind = 1
-	ProfileProcEventKindPROC_EXEC  ProfileProcEventKind = 2
-	ProfileProcEventKindPROC_EXIT  ProfileProcEventKind = 3
-	ProfileProcEventKindPROC_REMAP ProfileProcEventKind = 4
-	ProfileProcEventKindPROC_TABLE ProfileProcEventKind = 5
+	ProfileProcEventKindPROC_NEW    ProfileProcEventKind = 1
+	ProfileProcEventKindPROC_EXEC   ProfileProcEventKind = 2
+	ProfileProcEventKindPROC_EXIT   ProfileProcEventKind = 3
+	ProfileProcEventKindPROC_REMAP  ProfileProcEventKind = 4
+	ProfileProcEventKindPROC_TABLE  ProfileProcEventKind = 5
+	ProfileProcEventKindPROC_OFFCPU ProfileProcEventKind = 6
 )
 
 type ProfileRbSample struct {
@@ -443,6 +445,7 @@ const (
 	ProfileMapCpythonStats           = "cpython_stats"
 	ProfileMapCpythonThreads         = "cpython_threads"
 	ProfileMapEvents                 = "events"
+	ProfileMapOffcpuAsked            = "offcpu_asked"
 	ProfileMapOffcpuCounts0          = "offcpu_counts0"
 	ProfileMapOffcpuCounts1          = "offcpu_counts1"
 	ProfileMapOffcpuKstacks0         = "offcpu_kstacks0"
@@ -473,6 +476,7 @@ const (
 	ProfileProgHandleExec            = "handle_exec"
 	ProfileProgHandleExit            = "handle_exit"
 	ProfileProgOffcpuSwitch          = "offcpu_switch"
+	ProfileProgOffcpuTake            = "offcpu_take"
 	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgProfileAgg            = "profile_agg"
@@ -569,6 +573,7 @@ type ProfileProgramSpecs struct {
 	HandleExec        *ebpf.ProgramSpec `ebpf:"handle_exec"`
 	HandleExit        *ebpf.ProgramSpec `ebpf:"handle_exit"`
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuTake        *ebpf.ProgramSpec `ebpf:"offcpu_take"`
 	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
@@ -589,6 +594,7 @@ type ProfileMapSpecs struct {
 	CpythonStats     *ebpf.MapSpec `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.MapSpec `ebpf:"cpython_threads"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
+	OffcpuAsked      *ebpf.MapSpec `ebpf:"offcpu_asked"`
 	OffcpuCounts0    *ebpf.MapSpec `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.MapSpec `ebpf:"offcpu_counts1"`
 	OffcpuKstacks0   *ebpf.MapSpec `ebpf:"offcpu_kstacks0"`
@@ -695,6 +701,7 @@ type ProfileMaps struct {
 	CpythonStats     *ebpf.Map `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.Map `ebpf:"cpython_threads"`
 	Events           *ebpf.Map `ebpf:"events"`
+	OffcpuAsked      *ebpf.Map `ebpf:"offcpu_asked"`
 	OffcpuCounts0    *ebpf.Map `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.Map `ebpf:"offcpu_counts1"`
 	OffcpuKstacks0   *ebpf.Map `ebpf:"offcpu_kstacks0"`
@@ -734,6 +741,7 @@ func (m *ProfileMaps) Close() error {
 		m.CpythonStats,
 		m.CpythonThreads,
 		m.Events,
+		m.OffcpuAsked,
 		m.OffcpuCounts0,
 		m.OffcpuCounts1,
 		m.OffcpuKstacks0,
@@ -820,6 +828,7 @@ type ProfilePrograms struct {
 	HandleExec        *ebpf.Program `ebpf:"handle_exec"`
 	HandleExit        *ebpf.Program `ebpf:"handle_exit"`
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuTake        *ebpf.Program `ebpf:"offcpu_take"`
 	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
@@ -833,6 +842,7 @@ func (p *ProfilePrograms) Close() error {
 		p.HandleExec,
 		p.HandleExit,
 		p.OffcpuSwitch,
+		p.OffcpuTake,
 		p.OffcpuWalkCpython,
 		p.OffcpuWalkNative,
 		p.ProfileAgg,

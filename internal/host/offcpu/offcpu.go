@@ -10,9 +10,9 @@
 // only on that thread's past: 1 after a wait of the thread that outlasted a
 // scheduler tick (and for a thread new to the sampler), then, past a
 // window as long as the thread's usual run of short waits between long
-// ones, 0.8 of that for each shorter wait, never less than
-// Config.Probability (Config.Uninterruptible for a wait in uninterruptible
-// sleep: disk I/O, page faults). A
+// ones, 0.7 of that for each shorter wait, never less than
+// Config.Probability (1/8 for a preempted thread's wait, Config.Uninterruptible
+// for one in uninterruptible sleep: disk I/O, page faults). A
 // recorded wait counts d / p_i. Since p_i is fixed before d is drawn, the
 // sum over recorded waits is an unbiased estimate of the true off-CPU time
 // (the Horvitz-Thompson estimator), per stack as in total, and its variance
@@ -37,11 +37,11 @@ type Config struct {
 	// tick, 1/65536 to 1. Zero means DefaultProbability.
 	Probability float64
 	// Uninterruptible is the least chance of a wait in uninterruptible
-	// sleep (disk I/O, page faults, some kernel locks): such waits are
-	// fewer than a context-switch storm's and often long, and a long wait
-	// recorded with chance p counts 1/p times its length; it is what
-	// makes an estimate's error large (docs/off-cpu.md). Zero means
-	// DefaultUninterruptible; never less than Probability.
+	// sleep (disk I/O, page faults, some kernel locks): disk latencies are
+	// too irregular to predict, and a long wait recorded with chance p
+	// counts 1/p times its length, which is what makes an estimate's error
+	// large (docs/off-cpu.md). Zero means DefaultUninterruptible (1: all
+	// of them); never less than Probability.
 	Uninterruptible float64
 	// MinWait leaves out waits shorter than this: they count nowhere.
 	MinWait time.Duration
@@ -59,7 +59,7 @@ type Config struct {
 // Defaults and bounds.
 const (
 	DefaultProbability     = 0.001
-	DefaultUninterruptible = 0.5
+	DefaultUninterruptible = 1.0
 	DefaultMaxWaits        = 65536
 	DefaultMaxStacks       = 4096
 	// One is probability 1 in the eBPF side's fixed point: a probability

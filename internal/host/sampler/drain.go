@@ -499,7 +499,9 @@ func (s *Sampler) readEvents() {
 			}
 			continue
 		}
-		s.offCPUEvent(ev)
+		if !s.offCPUEvent(&ev) {
+			continue
+		}
 		if s.cfg.OnEvent != nil {
 			s.cfg.OnEvent(ev)
 			continue

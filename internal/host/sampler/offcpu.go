@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/offcpu"
@@ -27,6 +29,7 @@ import (
 
 type offcpuObjs struct {
 	OffcpuSwitch      *ebpf.Program  `ebpf:"offcpu_switch"`
+	OffcpuTake        *ebpf.Program  `ebpf:"offcpu_take"`
 	OffcpuWalkNative  *ebpf.Program  `ebpf:"offcpu_walk_native"`
 	OffcpuWalkCpython *ebpf.Program  `ebpf:"offcpu_walk_cpython"`
 	OffcpuProgs       *ebpf.Map      `ebpf:"offcpu_progs"`
@@ -40,18 +43,19 @@ type offcpuObjs struct {
 	OffcpuKstacks1    *ebpf.Map      `ebpf:"offcpu_kstacks1"`
 	OffcpuProcs       *ebpf.Map      `ebpf:"offcpu_procs"`
 	OffcpuSlots       *ebpf.Map      `ebpf:"offcpu_slots"`
+	OffcpuAsked       *ebpf.Map      `ebpf:"offcpu_asked"`
 	OffcpuGen         *ebpf.Variable `ebpf:"offcpu_gen"`
 }
 
 func (o *offcpuObjs) close() []error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuWalkNative, o.OffcpuWalkCpython} {
+	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuTake, o.OffcpuWalkNative, o.OffcpuWalkCpython} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
 	}
 	for _, m := range []*ebpf.Map{o.OffcpuProgs, o.OffcpuStatsMap, o.OffcpuWaits, o.OffcpuUstore, o.OffcpuKstore, o.OffcpuCounts0,
-		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots} {
+		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots, o.OffcpuAsked} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -64,7 +68,8 @@ func (o *offcpuObjs) close() []error {
 // cfg walks. A runtime's walker adds its instance next to the native one in
 // bpf/offcpu.h and here.
 func (o *offcpuObjs) offCPUWalkers(cfg runtimes.Config) map[uint32]*ebpf.Program {
-	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative}
+	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative,
+		uint32(bpf.ProfileWalkProgWALK_PROGS): o.OffcpuTake} // OFFCPU_PROG_TAKE
 	if cfg.CPython {
 		w[uint32(bpf.ProfileWalkProgWALK_CPYTHON)] = o.OffcpuWalkCpython
 	}
@@ -79,11 +84,12 @@ const procWords = 1 << 22 / 32
 type offcpuState struct {
 	cfg offcpu.Config
 
-	mu      sync.Mutex // the offcpu_procs words
+	mu      sync.Mutex // the counters below
 	gen     uint64     // offcpu_gen: drains so far
 	swept   uint64     // waits deleted by the drain: their thread is gone
 	lostRd  uint64     // rows whose stacks the drain could not read
 	cursor  int        // where the next check of old waits starts
+	procs   []byte     // offcpu_procs, mapped; nil without Select
 	started bool
 }
 
@@ -177,6 +183,9 @@ func (s *Sampler) startOffCPU() error {
 	if s.offcpu == nil || s.offcpu.started {
 		return nil
 	}
+	if err := s.mapProcs(); err != nil {
+		return err
+	}
 	for slot, p := range s.objs.offCPUWalkers(s.cfg.Runtimes) {
 		if err := s.objs.OffcpuProgs.Put(slot, p); err != nil {
 			return fmt.Errorf("sampler: installing the off-CPU walker: %w", err)
@@ -191,38 +200,82 @@ func (s *Sampler) startOffCPU() error {
 	return nil
 }
 
-// offCPUEvent applies Select to a process the kernel side announced: what
-// it answers is what offcpu_switch then does with that process's waits.
-func (s *Sampler) offCPUEvent(ev Event) {
+// offCPUEvent applies Select to a process the kernel side asked about
+// (offCPUAsk) or announced (new, exec): what it answers is what
+// offcpu_switch then does with that process's waits (the kernel side clears
+// the answer at exit and exec). It returns whether the event goes on to the
+// caller: an ask does only when the process is targeted, then as a
+// ProcessNew (its samples will need a snapshot), so that the processes
+// off-CPU profiles leave out are not read.
+func (s *Sampler) offCPUEvent(ev *Event) bool {
 	o := s.offcpu
 	if o == nil || o.cfg.Select == nil || ev.Pid >= 1<<22 {
+		return ev.Kind != offCPUAsk
+	}
+	if ev.Kind != ProcessNew && ev.Kind != ProcessExec && ev.Kind != offCPUAsk {
+		return true
+	}
+	bits := uint64(1)
+	if o.cfg.Select(int(ev.Pid)) {
+		bits = 3
+	}
+	o.setProcBits(ev.Pid, bits)
+	if ev.Kind != offCPUAsk {
+		return true
+	}
+	// Asked again after an exit, exec or eviction, not before.
+	_ = s.objs.OffcpuAsked.Delete(ev.Pid)
+	if bits != 3 {
+		return false
+	}
+	// Announced from here on: its exit and exec are reported, and its CPU
+	// samples do not announce it a second time.
+	if err := s.objs.Seen.Update(ev.Pid, uint8(1), ebpf.UpdateNoExist); errors.Is(err, ebpf.ErrKeyExist) {
+		return false // announced meanwhile: the caller has it
+	}
+	ev.Kind = ProcessNew
+	return true
+}
+
+// setProcBits sets a tgid's two bits of offcpu_procs, atomically: the
+// kernel side clears them at the same time on exit and exec.
+func (o *offcpuState) setProcBits(pid uint32, bits uint64) {
+	i := int(pid / 32)
+	if (i+1)*8 > len(o.procs) {
 		return
 	}
-	var bits uint64
-	switch ev.Kind {
-	case ProcessNew, ProcessExec:
-		bits = 1
-		if o.cfg.Select(int(ev.Pid)) {
-			bits = 3
+	shift := (pid % 32) * 2
+	w := (*uint64)(unsafe.Pointer(&o.procs[i*8]))
+	for {
+		old := atomic.LoadUint64(w)
+		if atomic.CompareAndSwapUint64(w, old, old&^(3<<shift)|bits<<shift) {
+			return
 		}
-	case ProcessExit:
-		bits = 0 // a reused pid is decided again
-	default:
-		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	idx := ev.Pid / 32
-	shift := (ev.Pid % 32) * 2
-	var w uint64
-	if err := s.objs.OffcpuProcs.Lookup(idx, &w); err != nil {
-		s.log.Debug("off-CPU: reading the process filter", zap.Error(err))
-		return
+}
+
+// releaseOffCPU unmaps offcpu_procs (Close).
+func (s *Sampler) releaseOffCPU() error {
+	if s.offcpu == nil || s.offcpu.procs == nil {
+		return nil
 	}
-	w = w&^(3<<shift) | bits<<shift
-	if err := s.objs.OffcpuProcs.Put(idx, w); err != nil {
-		s.log.Debug("off-CPU: writing the process filter", zap.Error(err))
+	err := unix.Munmap(s.offcpu.procs)
+	s.offcpu.procs = nil
+	return err
+}
+
+// mapProcs maps offcpu_procs for setProcBits.
+func (s *Sampler) mapProcs() error {
+	if s.offcpu == nil || s.offcpu.cfg.Select == nil {
+		return nil
 	}
+	size := (procWords*8 + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	mem, err := unix.Mmap(s.objs.OffcpuProcs.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("sampler: mapping the off-CPU process filter: %w", err)
+	}
+	s.offcpu.procs = mem
+	return nil
 }
 
 // offCPUStats sums the per-CPU counters.

@@ -3,6 +3,7 @@ package sampler
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -142,7 +143,8 @@ func TestOffCPULimits(t *testing.T) {
 // A wait whose thread is gone (here one made up, as if it had never run
 // again) is deleted by the drain once old, and counted; the tid a reused
 // one: the wait of the thread before is not the new thread's, and is
-// counted stale instead of reported.
+// counted stale instead of reported; and the process filter's answer for a
+// pid ends with its process.
 func TestOffCPUGoneAndReused(t *testing.T) {
 	bin, comm := waitFixture(t)
 	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true,
@@ -180,7 +182,7 @@ func TestOffCPUGoneAndReused(t *testing.T) {
 	}
 	jiffies := uint64(0) // the slot's off time; only its tid and flags matter here
 	slot := uint64(pid)<<42 | 1<<41 | 1<<40 | jiffies
-	if err := s.objs.OffcpuSlots.Put(pid&(uint32(bpf.ProfileOffcpuLimitsOFFCPU_SLOTS)-1), slot); err != nil {
+	if err := s.objs.OffcpuSlots.Put(pid*2654435769>>16, slot); err != nil { // offcpu_slot()
 		t.Fatal(err)
 	}
 	prev := bpf.ProfileOffcpuWait{Ts: uint64(bootNow()) - uint64(time.Hour), TaskStart: 12345, Tgid: pid, K: uint32(offcpu.One), Gen: gen}
@@ -208,6 +210,11 @@ func TestOffCPUGoneAndReused(t *testing.T) {
 	}
 	if st.OffCPU.Stale == 0 {
 		t.Errorf("stale 0: the other thread's wait was not caught")
+	}
+	// The process's filter answer went with it: a process reusing its pid
+	// is asked about again.
+	if w := binary.NativeEndian.Uint64(s.offcpu.procs[pid/32*8:]); w>>(pid%32*2)&3 != 0 {
+		t.Errorf("filter bits of exited pid %d still set: %b", pid, w>>(pid%32*2)&3)
 	}
 	if float64(got[pid]) > 1.05*float64(truth[pid]) {
 		t.Errorf("pid %d: %v reported, more than the %v it measured: the hour-long wait of the thread before was counted", pid,

@@ -538,6 +538,6 @@ func (s *Sampler) release() error {
 		close(s.events) // readers are joined: no more sends
 		s.eventsClosed = true
 	}
-	errs = append(errs, s.objs.close())
+	errs = append(errs, s.releaseOffCPU(), s.objs.close())
 	return errors.Join(errs...)
 }

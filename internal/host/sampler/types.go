@@ -223,6 +223,9 @@ const (
 	// tableWanted is handled inside the sampler: a sample needed a table
 	// that was not built yet.
 	tableWanted = EventKind(bpf.ProfileProcEventKindPROC_TABLE)
+	// offCPUAsk is handled inside the sampler too: off-CPU samples need
+	// Config.OffCPU.Select's answer for the process.
+	offCPUAsk = EventKind(bpf.ProfileProcEventKindPROC_OFFCPU)
 )
 
 func (k EventKind) String() string {
