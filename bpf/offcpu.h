@@ -15,8 +15,7 @@
  *    than offcpu_floor / OFFCPU_ONE; never less than offcpu_floor_d for an
  *    uninterruptible wait (disk I/O, page faults: rarer than a storm's
  *    waits and often long, so a lucky one never counts a thousand times its
- *    length), nor than 1/8 for a preempted one (its length depends on the
- *    CPU's other tasks). A chosen wait's kernel stack is taken then
+ *    length). A chosen wait's kernel stack is taken then
  *    (offcpu_take; scheduler frames included, which the kernel's walker of
  *    a parked task would leave out) and its user stack walked by the CFI
  *    walker (walk.h; instances below); offcpu_park puts both in the
@@ -70,7 +69,6 @@ enum offcpu_limits {
 	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
 	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
 	OFFCPU_GAP = 8,         /* a thread with at most this many short waits between long ones has them all */
-	OFFCPU_FLOOR_RUNNABLE = 8192, /* the least probability of a preempted wait: 1/8 */
 };
 
 /* offcpu_key.flags */
@@ -412,6 +410,9 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 
 	if (!sc || !os)
 		return 0;
+	/* The wait starts now that its stacks are taken: the time they took
+	 * is the profiler's, not the thread's. */
+	sc->w.ts = bpf_ktime_get_boot_ns();
 	sc->w.gen = gen;
 	sc->w.uhash = 0;
 	if (s->stack.len > 0) {
@@ -473,11 +474,6 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	runnable = state == 0;
 	if ((state & TASK_UNINTERRUPTIBLE) && k < offcpu_floor_d)
 		k = offcpu_floor_d;
-	/* How long a preempted thread waits depends on the CPU's other
-	 * tasks, not on its past: a loaded CPU keeps it off for milliseconds
-	 * after a run of microseconds. */
-	if (runnable && k < OFFCPU_FLOOR_RUNNABLE)
-		k = OFFCPU_FLOOR_RUNNABLE;
 	chosen = k >= OFFCPU_ONE || offcpu_rand16(os) < k;
 	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0);
 	if (SLOT_TID(old) == tid)
@@ -491,7 +487,6 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	sc = bpf_map_lookup_elem(&offcpu_scratch_map, &zero);
 	if (!sc)
 		return 0;
-	sc->w.ts = bpf_ktime_get_boot_ns();
 	sc->w.task_start = prev->start_time;
 	sc->w.tgid = prev->tgid;
 	sc->w.k = k;
@@ -564,9 +559,9 @@ static __always_inline int offcpu_carry(struct offcpu_wait *w, __u64 gen, struct
 
 /* Adds a finished wait to its row in the current buffer. A subprogram:
  * only chosen waits need it. */
-static __noinline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64 now, __u64 d, struct offcpu_stats *os)
+static __noinline void offcpu_count(struct offcpu_wait *w, __u32 tid, struct offcpu_stats *os)
 {
-	__u64 gen = offcpu_gen;
+	__u64 gen = offcpu_gen, now, d;
 	void *counts = gen & 1 ? (void *)&offcpu_counts1 : (void *)&offcpu_counts0;
 	struct offcpu_key key = {};
 	struct offcpu_value *v;
@@ -575,6 +570,14 @@ static __noinline void offcpu_count(struct offcpu_wait *w, __u32 tid, __u64 now,
 
 	if (w->gen != gen && offcpu_carry(w, gen, os)) {
 		os->stale++;
+		return;
+	}
+	/* The thread runs once this program is done: the time it took is
+	 * part of the wait. */
+	now = bpf_ktime_get_boot_ns();
+	d = now - w->ts;
+	if (d < offcpu_min_ns) {
+		os->short_waits++;
 		return;
 	}
 	if (d >> OFFCPU_MAX_SHIFT)
@@ -626,7 +629,7 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 {
 	__u32 tid = next->pid, level, gap;
 	struct offcpu_wait *w;
-	__u64 *slot, old, now, d;
+	__u64 *slot, old;
 
 	if (!tid)
 		return; /* idle */
@@ -660,13 +663,7 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 		os->stale++;
 		goto done;
 	}
-	now = bpf_ktime_get_boot_ns();
-	d = now - w->ts;
-	if (d < offcpu_min_ns) {
-		os->short_waits++;
-		goto done;
-	}
-	offcpu_count(w, tid, now, d, os);
+	offcpu_count(w, tid, os);
 done:
 	/* Last: a deleted entry may be reused by another CPU at once. */
 	bpf_map_delete_elem(&offcpu_waits, &tid);

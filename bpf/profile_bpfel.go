@@ -144,14 +144,13 @@ type ProfileOffcpuKey struct {
 type ProfileOffcpuLimits uint32
 
 const (
-	ProfileOffcpuLimitsOFFCPU_ONE            ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_SLOTS          ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_KFRAMES        ProfileOffcpuLimits = 64
-	ProfileOffcpuLimitsOFFCPU_SKIP_MAX       ProfileOffcpuLimits = 8
-	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT      ProfileOffcpuLimits = 47
-	ProfileOffcpuLimitsOFFCPU_LEVELS         ProfileOffcpuLimits = 32
-	ProfileOffcpuLimitsOFFCPU_GAP            ProfileOffcpuLimits = 8
-	ProfileOffcpuLimitsOFFCPU_FLOOR_RUNNABLE ProfileOffcpuLimits = 8192
+	ProfileOffcpuLimitsOFFCPU_ONE       ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_SLOTS     ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_KFRAMES   ProfileOffcpuLimits = 64
+	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
+	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
+	ProfileOffcpuLimitsOFFCPU_GAP       ProfileOffcpuLimits = 8
 )
 
 type ProfileOffcpuScratch struct {

@@ -23,6 +23,10 @@ import (
 
 const offCPUFixtureSeconds = 4
 
+// ownTime bounds what one recorded wait spends in profsym's programs, part
+// of which the fixtures' clocks count as waiting.
+const ownTime = 3 * time.Microsecond
+
 func buildWait(t testing.TB) string {
 	return testfixture.Build(t, testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
 		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}})
@@ -348,8 +352,15 @@ func checkOffCPU(t *testing.T, r Report, pid int, bin string, truths map[truthKe
 		t.Logf("%s tid %d: truth %.3fs, profsym %.3fs (%+.2f%%, sd %.2f%%) over %d waits, %d whole, %d start-up apart; reasons %v; %s",
 			key.call, key.tid, float64(truth)/1e9, float64(got)/1e9, errPct, 100*math.Sqrt(variance)/float64(truth),
 			waits, whole, startup, reasons, peerTxt)
-		if math.Abs(errPct) > 5 {
-			t.Errorf("%s tid %d: off-CPU time %.3fs is %+.2f%% off the fixture's %.3fs", key.call, key.tid, float64(got)/1e9, errPct, float64(truth)/1e9)
+		// The fixture's clock also counts, as waiting, part of the time each
+		// recorded wait spends in profsym's own programs (taking its
+		// stacks: a few microseconds), which no switch-to-switch timer
+		// sees; that matters only for waits of tens of microseconds (the
+		// disk's fast phases, where fsync waits page by page).
+		allow := 5 + 100*float64(waits)*float64(ownTime)/float64(truth)
+		if math.Abs(errPct) > allow {
+			t.Errorf("%s tid %d: off-CPU time %.3fs is %+.2f%% off the fixture's %.3fs (allowed %.2f%%)", key.call, key.tid,
+				float64(got)/1e9, errPct, float64(truth)/1e9, allow)
 		}
 		if top != c.reason {
 			t.Errorf("%s tid %d: reason %q, want %q (%v)", key.call, key.tid, top, c.reason, reasons)
