@@ -11,8 +11,8 @@
 // scheduler tick (and for a thread new to the sampler), then, past a
 // window as long as the thread's usual run of short waits between long
 // ones, 0.7 of that for each shorter wait, never less than
-// Config.Probability (1/8 for a preempted thread's wait, Config.Uninterruptible
-// for one in uninterruptible sleep: disk I/O, page faults). A
+// Config.Probability (Config.Uninterruptible for a wait in uninterruptible
+// sleep: disk I/O, page faults). A
 // recorded wait counts d / p_i. Since p_i is fixed before d is drawn, the
 // sum over recorded waits is an unbiased estimate of the true off-CPU time
 // (the Horvitz-Thompson estimator), per stack as in total, and its variance
