@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: all build test vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython fuzz run otelcol image image-push generate check-generate clean
+.PHONY: all build test test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -25,11 +25,16 @@ vet:
 	$(GO) vet ./...
 
 # The processor and the CLI build for macOS and Windows too (the sampler and
-# the receiver build there as stubs that say Linux is needed).
+# the receiver build there as stubs that say Linux is needed); the sampler
+# builds for Linux on arm64, and elsewhere (riscv64) as a stub that says
+# which CPUs it knows.
 check-cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build ./...
 	GOOS=darwin GOARCH=amd64 $(GO) build ./...
 	GOOS=windows GOARCH=amd64 $(GO) build ./...
+	GOOS=linux GOARCH=arm64 $(GO) build ./...
+	GOOS=linux GOARCH=arm64 $(GO) vet ./internal/host/... ./bpf/...
+	GOOS=linux GOARCH=riscv64 $(GO) build ./...
 
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests, and the
 # image run in podman (deploy/helmtest). Under CI=true, tests that lack a
@@ -41,10 +46,19 @@ test: vet check-cross build otelcol image $(TESTSUMMARY)
 bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
+# The sampler's and the unwinder's tests on Debian's kernels in qemu: 5.10,
+# 6.1, 6.12 and arm64 6.1 (test/kernels; docs/kernels.md). Kernels and
+# images are cached in $$PROFSYM_KERNEL_CACHE (default ~/.cache/profsym/kernels);
+# KERNELS=5.10,6.1 runs a subset. About 15 minutes under TCG on 2 cores.
+test-kernels:
+	@mkdir -p $(BIN)
+	$(GO) run ./test/kernels $(if $(KERNELS),-only $(KERNELS)) -out $(BIN)/test-kernels.md
+
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
 # per-address cost and peak RSS over >=10,000 addresses of Go's compile
 # binary (with DWARF) and of libc with its libc6-dbg debug file.
 bench-symbolize:
+	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench 'BenchmarkSymbolize' -benchtime=$(BENCHTIME) -timeout 30m ./internal/symbolize/ | tee $(BIN)/bench-symbolize.txt
 
 # 10,000 samples / 200,000 locations over 50 binaries through the processor:

@@ -165,8 +165,12 @@ struct task_struct___cpython {
 
 static __always_inline __u64 cpython_thread_pointer(void)
 {
+#if defined(__TARGET_ARCH_x86)
 	struct task_struct___cpython *t = (void *)bpf_get_current_task();
 	return BPF_CORE_READ(t, thread.fsbase);
+#else
+	return 0; /* not yet: no thread state is found, the stack says runtime */
+#endif
 }
 
 /* Loads from the scratch buffers at an offset the host chose: bounded for

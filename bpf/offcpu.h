@@ -557,9 +557,10 @@ static __always_inline int offcpu_carry(struct offcpu_wait *w, __u64 gen, struct
 	return 0;
 }
 
-/* Adds a finished wait to its row in the current buffer. A subprogram:
- * only chosen waits need it. */
-static __noinline void offcpu_count(struct offcpu_wait *w, __u32 tid, struct offcpu_stats *os)
+/* Adds a finished wait to its row in the current buffer. (Inlined: a
+ * subprogram next to a tail call does not load where the JIT cannot mix
+ * them, arm64 before 6.0.) */
+static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, struct offcpu_stats *os)
 {
 	__u64 gen = offcpu_gen, now, d;
 	void *counts = gen & 1 ? (void *)&offcpu_counts1 : (void *)&offcpu_counts0;

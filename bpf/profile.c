@@ -223,6 +223,7 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
 }
 
+#include "compat.h"
 #include "unwind.h"
 
 /* Anchors for bpf2go's -type (see above). */

@@ -35,7 +35,8 @@ enum unwind_limits {
 };
 
 /* unwind_mapping.table values that are not slots. */
-#define TABLE_FP 0xffffffffu  /* JIT, vdso, anonymous code: frame pointers */
+#define TABLE_FP 0xffffffffu  /* JIT, anonymous code: frame pointers */
+#define TABLE_VDSO 0xfffffffeu /* [vdso]: frame pointers, or its signal trampoline */
 
 /* unwind_table.state */
 enum table_state {
@@ -136,7 +137,7 @@ struct unwind_state {
 	__u32 trusted;  /* this PC was reached by registers, a table row or an
 			 * expected FP step, not by FP through code without FP */
 	__u32 regs_valid; /* enum regs_source: regs hold the innermost frame's */
-	__u32 pad;
+	__u32 sp_unknown; /* an FP step left SP unknown (arch.h): no SP rules */
 	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
@@ -204,22 +205,13 @@ struct {
 	__type(value, __u32);
 } unwind_progs SEC(".maps");
 
-/* x86-64 specifics; arm64 would read pc/sp/x29 and keep the RA in x30 for
- * the leaf frame (docs/unwinding.md). */
-#define RA_FROM_CFA 8          /* RA at CFA - 8 */
-#define FP_STEP_RA 8           /* frame record: [fp] = caller's fp, [fp+8] = RA */
-#define FP_STEP_SP 16          /* caller's SP = fp + 16 */
-/* rt_sigframe at SP in __restore_rt (pretcode already popped): ucontext
- * (uc_flags, uc_link, uc_stack = 40 bytes), then sigcontext's rbp, rsp, rip. */
-#define SIGFRAME_FP (40 + 80)
-#define SIGFRAME_SP (40 + 120)
-#define SIGFRAME_PC (40 + 128)
-
 static __always_inline void set_reason(struct unwind_state *s, __u32 r)
 {
 	if (s->stack.reason == STOP_OK)
 		s->stack.reason = r;
 }
+
+#include "arch.h"
 
 /* Last mapping with start <= pc, if it holds pc. */
 static __always_inline struct unwind_mapping *find_mapping(struct unwind_state *s, __u64 pc)
@@ -293,11 +285,36 @@ static __always_inline int fp_step(struct unwind_state *s)
 		return 1;
 	}
 	s->sp = s->fp + FP_STEP_SP;
+	s->sp_unknown = !FP_STEP_SP_EXACT;
 	s->fp = rec[0];
-	s->pc = rec[1];
+	s->pc = arch_strip_ra(rec[1]);
 	s->pc_exact = 0;
 	s->trusted = 0;
 	return 0;
+}
+
+/* Frame pointers nothing vouches for must look like a frame record: at
+ * most 16 bytes below SP (Go on arm64 keeps x29 at SP-8), within a stack's
+ * reach above it, aligned. */
+#define MAX_FP_SPAN (8u << 20)
+
+/* An FP step through code nothing vouches for: the process or its file's
+ * table not loaded yet (a new process's first samples), a PC in no known
+ * mapping, a file without a table. In code built without frame pointers
+ * the FP register holds data, and following it made up a caller: a leaf
+ * "called" from 0x23111b55. So the step is taken only if FP looks like a
+ * frame record, the return address follows a call instruction and, once
+ * the process's mappings are known, lies in one of them; otherwise the
+ * walk ends here. Either way the stack is marked with the reason. */
+static __always_inline int untrusted_fp_step(struct unwind_state *s)
+{
+	if (s->fp + 16 < s->sp || s->fp > s->sp + MAX_FP_SPAN || (s->fp & 7))
+		return 1;
+	if (fp_step(s))
+		return 1;
+	if (s->have_proc && !find_mapping(s, s->pc - 1))
+		return 1;
+	return !arch_ra_after_call(s->pc);
 }
 
 /* An FP step where frame pointers are expected (JIT, fallback rows). */
@@ -330,46 +347,32 @@ static __always_inline void signal_remap(struct unwind_state *s, struct stats *s
 	emit_event(st, s->tgid, PROC_REMAP, 1);
 }
 
-/* Register code (see CFA_REGS) as saved on kernel entry. */
-static __always_inline __u64 entry_reg(struct unwind_state *s, __u32 code)
-{
-	struct pt_regs *regs = (struct pt_regs *)s->entry_regs;
-
-	switch (code) {
-	case 1: return BPF_CORE_READ(regs, ax);
-	case 2: return BPF_CORE_READ(regs, dx);
-	case 3: return BPF_CORE_READ(regs, si);
-	case 4: return BPF_CORE_READ(regs, di);
-	case 5: return BPF_CORE_READ(regs, r9);
-	case 6: return BPF_CORE_READ(regs, r10);
-	default: return BPF_CORE_READ(regs, r11);
-	}
-}
-
 /* One frame: find the caller of s->pc. Returns 0 to go on, 1 when done. */
 static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st)
 {
 	struct unwind_mapping *m;
 	struct unwind_table *t;
 	struct unwind_row *r;
-	__u64 pc = s->pc, lookup = s->pc_exact ? pc : pc - 1, cfa, off, v;
+	__u64 pc = s->pc, lookup = s->pc_exact ? pc : pc - 1, cfa, off, v, slot_addr;
 	__u32 slot, kind, rule, code, innermost = s->regs_valid;
 
 	s->regs_valid = 0; /* the caller's registers are not known */
 
 	if (!s->have_proc) {
 		set_reason(s, STOP_NOT_READY);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	m = find_mapping(s, lookup);
 	if (!m) {
 		signal_remap(s, st);
 		set_reason(s, STOP_UNKNOWN_MAPPING);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	slot = m->table;
 	off = lookup - m->bias;
-	if (slot == TABLE_FP) {
+	if (slot == TABLE_VDSO && arch_vdso_sigreturn(pc))
+		goto signal;
+	if (slot == TABLE_FP || slot == TABLE_VDSO) {
 		/* JIT or anonymous code: if frame pointers lead nowhere the
 		 * stack is cut short, not whole. */
 		if (expected_fp_step(s)) {
@@ -387,17 +390,17 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	}
 	if (!t || t->state != TABLE_READY) {
 		set_reason(s, t && t->state == TABLE_PENDING ? STOP_NOT_READY : STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	off -= t->base;
 	if (off >> 32) {
 		set_reason(s, STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	r = find_row(t, (__u32)off);
 	if (!r) {
 		set_reason(s, STOP_NO_TABLE);
-		return fp_step(s);
+		return untrusted_fp_step(s);
 	}
 	kind = r->info & 3;
 	rule = (r->info >> 2) & 3;
@@ -406,24 +409,13 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		return 1;
 	case ROW_FALLBACK:
 		return expected_fp_step(s);
-	case ROW_SIGNAL: {
-		__u64 regs[3]; /* rbp ... rsp, rip are not contiguous with rbp */
-		if (bpf_probe_read_user(&regs[0], 8, (void *)(s->sp + SIGFRAME_FP)) ||
-		    bpf_probe_read_user(&regs[1], 16, (void *)(s->sp + SIGFRAME_SP))) {
-			set_reason(s, STOP_READ_FAULT);
-			return 1;
-		}
-		if (regs[2] == 0)
-			return 1;
-		s->fp = regs[0];
-		s->sp = regs[1];
-		s->pc = regs[2];
-		s->pc_exact = 1;
-		s->trusted = 1;
-		return 0;
-	}
+	case ROW_SIGNAL:
+		goto signal;
 	}
 	code = r->info >> ROW_REG_SHIFT;
+	/* After an FP step that could not tell SP, only FP rules apply. */
+	if (s->sp_unknown && rule != CFA_FP)
+		return expected_fp_step(s);
 	switch (rule) {
 	case CFA_SP:
 	case CFA_FP:
@@ -457,20 +449,28 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 			if (bpf_probe_read_user(&insn, sizeof(insn), (void *)(pc - 2)) || insn == 0x050f)
 				return expected_fp_step(s);
 		}
-		cfa = entry_reg(s, code) + r->cfa_off;
+		cfa = arch_entry_reg(s, code) + r->cfa_off;
 	}
 	/* A table row that leads nowhere: the mapping may be stale (munmap and
-	 * a new file at the same address); have the maps reread. */
-	if (cfa <= s->sp) {
+	 * a new file at the same address); have the maps reread. CFA == SP is
+	 * a frame that has not moved SP and keeps its RA in a register. */
+	slot_addr = arch_ra_slot(r, cfa);
+	if (cfa < s->sp || (cfa == s->sp && slot_addr)) {
 		set_reason(s, STOP_BAD_FRAME);
 		signal_remap(s, st);
 		return 1;
 	}
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)(cfa - RA_FROM_CFA))) {
+	if (!slot_addr) {
+		/* RA in the link register: known for the innermost frame. */
+		if (!innermost)
+			return expected_fp_step(s);
+		v = innermost == REGS_USER ? s->regs[1] : arch_entry_reg(s, 1);
+	} else if (bpf_probe_read_user(&v, sizeof(v), (void *)slot_addr)) {
 		set_reason(s, STOP_READ_FAULT);
 		signal_remap(s, st);
 		return 1;
 	}
+	v = arch_strip_ra(v);
 	if (r->info & ROW_FP_SAVED) {
 		__u64 fp;
 		if (bpf_probe_read_user(&fp, sizeof(fp), (void *)(cfa + (__s64)r->fp_off * 8))) {
@@ -482,8 +482,16 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	if (v == 0)
 		return 1; /* undefined RA: outermost frame */
 	s->sp = cfa;
+	s->sp_unknown = 0;
 	s->pc = v;
 	s->pc_exact = 0;
+	s->trusted = 1;
+	return 0;
+signal:
+	if (arch_signal_frame(s))
+		return 1;
+	s->sp_unknown = 0;
+	s->pc_exact = 1;
 	s->trusted = 1;
 	return 0;
 }

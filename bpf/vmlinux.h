@@ -61,6 +61,7 @@ enum {
 	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
 };
 
+#if defined(__TARGET_ARCH_x86)
 /*
  * Registers as the kernel saves them on entry (arch/x86/include/asm/ptrace.h).
  * Relocated via CO-RE when read from a task (bpf_task_pt_regs); the perf_event
@@ -91,10 +92,40 @@ struct pt_regs {
 	unsigned long ss;
 } __attribute__((preserve_access_index));
 
+typedef struct pt_regs bpf_user_pt_regs_t;
+#elif defined(__TARGET_ARCH_arm64)
+/* The perf_event context's registers (UAPI, arch/arm64/include/uapi/asm/
+ * ptrace.h): a fixed ABI, read as is. */
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+
+typedef struct user_pt_regs bpf_user_pt_regs_t;
+
+/* Registers saved on kernel entry (arch/arm64/include/asm/ptrace.h), read
+ * from a task with CO-RE: the UAPI registers first, in an anonymous union. */
+struct pt_regs {
+	union {
+		struct user_pt_regs user_regs;
+		struct {
+			__u64 regs[31];
+			__u64 sp;
+			__u64 pc;
+			__u64 pstate;
+		};
+	};
+} __attribute__((preserve_access_index));
+#else
+#error "profsym's BPF programs support x86-64 and arm64 (bpf2go -target amd64,arm64)"
+#endif
+
 /* The perf_event program context (UAPI, include/uapi/linux/bpf_perf_event.h);
  * the verifier rewrites accesses to it. */
 struct bpf_perf_event_data {
-	struct pt_regs regs;
+	bpf_user_pt_regs_t regs;
 	__u64 sample_period;
 	__u64 addr;
 };
@@ -117,6 +148,7 @@ struct task_struct {
 	unsigned int flags;
 	int pid;
 	int tgid;
+	void *stack; /* the kernel stack: pt_regs at its top (compat.h) */
 	struct mm_struct *mm;
 	struct signal_struct *signal;
 	__u64 start_time; /* ns since boot (monotonic); tells a reused pid apart */

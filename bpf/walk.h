@@ -170,7 +170,6 @@ WALK_PROGRAM("perf_event", unwind_step, unwind_progs, native_step)
 static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, __u32 tid, __u32 origin,
 				      void *progs)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct bpf_perf_event_data *pctx = ctx;
 	struct unwind_state *s;
 	struct unwind_proc *p;
@@ -191,6 +190,7 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	s->max_frames = max_depth;
 	s->stack.len = 0;
 	s->stack.reason = STOP_OK;
+	s->sp_unknown = 0;
 	s->kstack = -1;
 	s->rt_kind = RUNTIME_NONE;
 	s->rt_handled = 0;
@@ -202,31 +202,17 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 		s->kstack = id;
 	}
 	/* Kernel threads have no user stack. */
-	if (!BPF_CORE_READ(task, mm))
+	if (!BPF_CORE_READ(current_task(), mm))
 		return finish_walk(s, st);
 	/* The user registers: the sample's own when it hit user mode, else
-	 * those saved on kernel entry. */
-	s->regs_valid = 0;
-	if (origin == ORIGIN_CPU && (pctx->regs.cs & 3)) {
-		s->pc = pctx->regs.ip;
-		s->sp = pctx->regs.sp;
-		s->fp = pctx->regs.bp;
-		/* For CFA-from-register rows (bpf/unwind.h): plain loads. */
-		s->regs[1] = pctx->regs.ax;
-		s->regs[2] = pctx->regs.dx;
-		s->regs[3] = pctx->regs.si;
-		s->regs[4] = pctx->regs.di;
-		s->regs[5] = pctx->regs.r9;
-		s->regs[6] = pctx->regs.r10;
-		s->regs[7] = pctx->regs.r11;
-		s->regs_valid = REGS_USER;
-	} else {
-		regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		s->pc = BPF_CORE_READ(regs, ip);
-		s->sp = BPF_CORE_READ(regs, sp);
-		s->fp = BPF_CORE_READ(regs, bp);
-		/* The rest are read from there only if a register row needs
-		 * one (each read is a helper call; most samples need none). */
+	 * those saved on kernel entry (arch.h, compat.h). */
+	s->regs_valid = REGS_USER;
+	if (origin != ORIGIN_CPU || !arch_sample_regs(pctx, s)) {
+		regs = current_entry_regs();
+		if (!regs || !arch_entry_regs(regs, s))
+			return finish_walk(s, st);
+		/* The rest are read from there only if a row needs one (each
+		 * read is a helper call; most samples need none). */
 		s->entry_regs = (__u64)regs;
 		s->regs_valid = REGS_ENTRY;
 	}

@@ -20,9 +20,31 @@ import (
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/locate/debuginfod"
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
 )
+
+// recordSources is record --symbolize's chain: the processor's sources of
+// this host (the recorded processes, alive or not, their files,
+// /usr/lib/debug) and, when urls (DEBUGINFOD_URLS) names servers, as
+// Debian and Fedora hosts set it for their distribution's, debuginfod:
+// stripped distribution binaries are then named by default.
+func recordSources(urls string) (locate.Config, *debuginfod.Client, error) {
+	lc := locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs},
+		DebugDirs: []string{debugdirs.DefaultDebugDir}}
+	u := debuginfod.ParseURLs(urls)
+	if len(u) == 0 {
+		return lc, nil, nil
+	}
+	client, err := debuginfod.New(debuginfod.Config{URLs: u})
+	if err != nil {
+		return lc, nil, fmt.Errorf("debuginfod (%s): %w", debuginfod.EnvURLs, err)
+	}
+	lc.Order = append(lc.Order, locate.SourceDebuginfod)
+	lc.Debuginfod = client
+	return lc, client, nil
+}
 
 // pidList collects repeated --pid flags.
 type pidList []int
@@ -141,17 +163,23 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 		return 1
 	}
 	if o.symbolize {
-		// The processor's symbolizer with the sources of this host: the
-		// recorded processes (alive or not), their files, /usr/lib/debug.
-		sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true,
-			Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs},
-				DebugDirs: []string{debugdirs.DefaultDebugDir}}})
+		lc, client, err := recordSources(os.Getenv(debuginfod.EnvURLs))
+		if err != nil {
+			fmt.Fprintln(stderr, "profsym record:", err)
+			return 1
+		}
+		sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true, Locate: lc,
+			// Downloads are waited for: the profile is written once.
+			FetchWait: otlpsym.DefaultTimeout})
 		if err != nil {
 			fmt.Fprintln(stderr, "profsym record:", err)
 			return 1
 		}
 		st := sym.Profiles(ctx, rep.Profiles)
 		sym.Close()
+		if client != nil {
+			client.Close()
+		}
 		raw := int64(0)
 		for _, n := range st.Unresolved {
 			raw += n

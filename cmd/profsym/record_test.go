@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +16,9 @@ import (
 
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/locate"
+	"github.com/profsym/profsym/internal/otlp/otlpsym"
+	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -122,4 +127,42 @@ func TestRecordPprofSymbolized(t *testing.T) {
 func firstLines(s string, n int) string {
 	lines := strings.SplitN(s, "\n", n+1)
 	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+// TestRecordSourcesDebuginfod: with DEBUGINFOD_URLS set, as Debian and
+// Fedora hosts set it, record --symbolize asks those servers too, and a
+// frame of a binary only a server has is named.
+func TestRecordSourcesDebuginfod(t *testing.T) {
+	if lc, c, err := recordSources(""); err != nil || c != nil || slices.Contains(lc.Order, locate.SourceDebuginfod) {
+		t.Fatalf("DEBUGINFOD_URLS unset: %v %v %v", lc.Order, c, err)
+	}
+	bin := testfixture.Build(t, testfixture.Spec{Name: "record-debuginfod", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-Wl,--build-id", "-DE2E_ID=recorddebuginfod"}})
+	id := testfixture.BuildID(t, bin)
+	served := t.TempDir()
+	b, _ := os.ReadFile(bin)
+	os.WriteFile(filepath.Join(served, "hot"), b, 0o755)
+	srv := testfixture.StartDebuginfod(t, served, id+"/debuginfo")
+	defer srv.Stop()
+	lc, client, err := recordSources(srv.URL)
+	if err != nil || client == nil || !slices.Contains(lc.Order, locate.SourceDebuginfod) {
+		t.Fatalf("DEBUGINFOD_URLS=%s: %v %v", srv.URL, lc.Order, err)
+	}
+	defer client.Close()
+	sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true, Locate: lc, FetchWait: otlpsym.DefaultTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sym.Close()
+	start, size := testfixture.Func(t, bin, "main")
+	pd := pprofile.NewProfiles()
+	d := pdict.New(pd.Dictionary())
+	m := d.Mapping(pdict.Mapping{File: "/gone/hot", Attrs: []int32{d.AttrStr(pframe.AttrBuildIDGNU, id)}})
+	loc := d.Location(pdict.Location{Mapping: m, Address: start + size/2, Attrs: []int32{d.AttrStr(pframe.AttrFrameType, pframe.TypeNative)}})
+	s := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples().AppendEmpty()
+	s.SetStackIndex(d.Stack([]int32{loc}))
+	s.Values().Append(1)
+	if st := sym.Profiles(context.Background(), pd); st.Resolved != 1 {
+		t.Fatalf("the frame of a binary only the server has: %+v", st)
+	}
 }

@@ -347,11 +347,16 @@ func topOf(pd pprofile.Profiles, sel selector, stats map[string]*fnStat, paths m
 				}
 			}
 			if len(out) == 0 {
-				file := ""
+				// A frame nothing named counts for its binary, as pprof
+				// shows "[liblzma.so.5.4.1]": one row per binary, not one
+				// per address, so a hot stripped library stays in the top.
+				file := "unknown"
 				if mi := loc.MappingIndex(); mi > 0 && int(mi) < dict.MappingTable().Len() {
-					file = filepath.Base(d.Str(dict.MappingTable().At(int(mi)).FilenameStrindex()))
+					if f := d.Str(dict.MappingTable().At(int(mi)).FilenameStrindex()); f != "" {
+						file = filepath.Base(f)
+					}
 				}
-				out = []string{fmt.Sprintf("%#x [%s]", loc.Address(), file)}
+				out = []string{file + " (no symbols)"}
 			}
 		}
 		locName[li] = out

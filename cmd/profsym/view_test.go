@@ -87,3 +87,40 @@ func TestConvert(t *testing.T) {
 		t.Fatalf("pprof total %d, want 45", total)
 	}
 }
+
+// TestTopGroupsRawFrames: frames nothing named count for their binary, one
+// row per binary (as pprof shows "[liblzma.so.5.4.1]"), so a hot stripped
+// library with its samples spread over many addresses leads the table.
+func TestTopGroupsRawFrames(t *testing.T) {
+	pd := pprofile.NewProfiles()
+	d := pdict.New(pd.Dictionary())
+	lzma := d.Mapping(pdict.Mapping{File: "/usr/lib/x86_64-linux-gnu/liblzma.so.5.4.1"})
+	fn := d.Function("main", "main", "x.c", 1)
+	named := d.Location(pdict.Location{Address: 1, Lines: []pdict.Line{{Function: fn, Line: 3}}})
+	rp := pd.ResourceProfiles().AppendEmpty()
+	p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	for i := 0; i < 40; i++ { // 40 addresses, 2 samples each: 80 in liblzma
+		raw := d.Location(pdict.Location{Mapping: lzma, Address: 0x1b000 + uint64(16*i)})
+		s := p.Samples().AppendEmpty()
+		s.SetStackIndex(d.Stack([]int32{raw, named}))
+		s.Values().Append(2)
+	}
+	s := p.Samples().AppendEmpty() // 10 in main itself
+	s.SetStackIndex(d.Stack([]int32{named}))
+	s.Values().Append(10)
+	var m pprofile.JSONMarshaler
+	b, _ := m.MarshalProfiles(pd)
+	in := filepath.Join(t.TempDir(), "p.json")
+	os.WriteFile(in, append(b, '\n'), 0o644)
+	var out, errb bytes.Buffer
+	if code := run([]string{"top", in, "--n", "2"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if !strings.HasSuffix(lines[2], "liblzma.so.5.4.1 (no symbols)") || !strings.HasPrefix(strings.TrimSpace(lines[2]), "80 ") {
+		t.Fatalf("top output:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "liblzma.so.5.4.1 (no symbols) <- main") {
+		t.Fatalf("hottest stacks do not group the library:\n%s", out.String())
+	}
+}

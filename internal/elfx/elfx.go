@@ -8,13 +8,14 @@
 // a FIFO, gives up when the caller's context ends, refuses files larger than
 // Limits.MaxFileBytes, and charges every decompressed byte of a file (all
 // sections, MiniDebugInfo included) against Limits.MaxDecompressedBytes.
-// Decompression grows its buffer as bytes arrive: the size a header claims
-// is checked against the budget but never allocated up front.
+// A section's claimed size is checked against (and reserved from) that
+// budget before a byte is decoded; its buffer is address space that only
+// the decoder's writes make resident, so a claim costs no memory the
+// stream does not back. Sections decode in parallel, each once.
 package elfx
 
 import (
 	"bytes"
-	"compress/zlib"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -49,15 +50,24 @@ type File struct {
 	budget *budget
 
 	mu          sync.Mutex
-	decoded     map[string][]byte // decompressed sections, by name
-	extra       int64             // bytes held in decoded
-	freeOnClose [][]byte          // decoded's buffers, released by Close
+	decoded     map[string][]byte    // decompressed sections, by name
+	decoding    map[string]*decoding // sections being decompressed, by name
+	extra       int64                // bytes held in decoded
+	freeOnClose [][]byte             // decoded's buffers, released by Close
+}
+
+// decoding is one section's decompression in progress: callers asking for
+// it meanwhile wait for its result rather than decode it again.
+type decoding struct {
+	done chan struct{}
+	data []byte
+	err  error
 }
 
 // budget is the decompression allowance of one file, shared with the files
 // embedded in it (MiniDebugInfo), so nesting cannot multiply it.
 type budget struct {
-	mu    sync.Mutex // serializes decompression, so a reservation is exact
+	mu    sync.Mutex // guards spent; held only to reserve, so sections decode in parallel
 	limit int64
 	spent int64
 	pool  *Pool // shared with other files, or nil
@@ -203,15 +213,25 @@ func (f *File) SectionData(name string) ([]byte, error) {
 	if !compressed && !legacy {
 		return raw, nil
 	}
-	if d, ok := f.cached(s.Name); ok {
+	// Once per section: a caller asking while another decodes it waits
+	// for that result.
+	f.mu.Lock()
+	if d, ok := f.decoded[s.Name]; ok {
+		f.mu.Unlock()
 		return d, nil
 	}
-	f.budget.mu.Lock()
-	defer f.budget.mu.Unlock()
-	// Another caller may have finished it while this one waited.
-	if d, ok := f.cached(s.Name); ok {
-		return d, nil
+	if c, ok := f.decoding[s.Name]; ok {
+		f.mu.Unlock()
+		<-c.done
+		return c.data, c.err
 	}
+	if f.decoding == nil {
+		f.decoding = map[string]*decoding{}
+	}
+	c := &decoding{done: make(chan struct{})}
+	f.decoding[s.Name] = c
+	f.mu.Unlock()
+
 	var d []byte
 	if compressed {
 		d, err = f.decompressSHF(raw)
@@ -219,13 +239,18 @@ func (f *File) SectionData(name string) ([]byte, error) {
 		d, err = f.decompressZdebug(raw)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", f.Path, s.Name, err)
+		err = fmt.Errorf("%s %s: %w", f.Path, s.Name, err)
 	}
 	f.mu.Lock()
-	f.decoded[s.Name] = d
-	f.extra += int64(len(d))
+	delete(f.decoding, s.Name)
+	if err == nil {
+		f.decoded[s.Name] = d
+		f.extra += int64(len(d))
+	}
 	f.mu.Unlock()
-	return d, nil
+	c.data, c.err = d, err
+	close(c.done)
+	return d, err
 }
 
 func (f *File) cached(name string) ([]byte, bool) {
@@ -263,53 +288,36 @@ func (f *File) compressionHeader(raw []byte) (typ elf.CompressionType, size uint
 	}
 }
 
-// decompressSHF decodes a standard compressed section; f.budget.mu is held.
+// decompressSHF decodes a standard compressed section.
 func (f *File) decompressSHF(raw []byte) ([]byte, error) {
 	typ, size, hdr, err := f.compressionHeader(raw)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.budget.check(size); err != nil {
-		return nil, err
-	}
-	var r io.Reader
 	switch typ {
 	case elf.COMPRESS_ZLIB:
-		zr, err := zlib.NewReader(bytes.NewReader(raw[hdr:]))
-		if err != nil {
-			return nil, fmt.Errorf("zlib: %v: %w", err, ErrCorrupt)
-		}
-		defer zr.Close()
-		r = zr
+		return f.decodeInto(size, len(raw), func(dst []byte) (int, error) { return inflateZlib(dst, raw[hdr:]) })
 	case elf.COMPRESS_ZSTD:
-		zr, err := newZstd(raw[hdr:], size)
-		if err != nil {
-			return nil, err
-		}
-		defer zr.Close()
-		r = zr
-	default:
-		return nil, fmt.Errorf("unknown compression type %d: %w", typ, ErrCorrupt)
+		return f.decodeInto(size, len(raw), func(dst []byte) (int, error) {
+			zr, err := newZstd(raw[hdr:], size)
+			if err != nil {
+				return 0, err
+			}
+			defer zr.Close()
+			return readFull(zr, dst)
+		})
 	}
-	return f.readExactly(r, size, len(raw))
+	return nil, fmt.Errorf("unknown compression type %d: %w", typ, ErrCorrupt)
 }
 
 // decompressZdebug handles GNU's pre-standard ".zdebug_*" sections: "ZLIB",
-// a big-endian 64-bit size, then a zlib stream. f.budget.mu is held.
+// a big-endian 64-bit size, then a zlib stream.
 func (f *File) decompressZdebug(raw []byte) ([]byte, error) {
 	if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
 		return nil, fmt.Errorf("bad .zdebug header: %w", ErrCorrupt)
 	}
 	size := binary.BigEndian.Uint64(raw[4:])
-	if err := f.budget.check(size); err != nil {
-		return nil, err
-	}
-	zr, err := zlib.NewReader(bytes.NewReader(raw[12:]))
-	if err != nil {
-		return nil, fmt.Errorf("zlib: %v: %w", err, ErrCorrupt)
-	}
-	defer zr.Close()
-	return f.readExactly(zr, size, len(raw))
+	return f.decodeInto(size, len(raw), func(dst []byte) (int, error) { return inflateZlib(dst, raw[12:]) })
 }
 
 // check refuses a claimed size that does not fit what is left; b.mu is held.
@@ -321,40 +329,82 @@ func (b *budget) check(size uint64) error {
 	return nil
 }
 
-// readExactly decodes exactly size bytes from r (which must then end),
-// growing the buffer as bytes arrive; b.mu is held and size was checked.
-// The bytes live in memory that Close frees (see sectionMemory).
-func (f *File) readExactly(r io.Reader, size uint64, compressed int) ([]byte, error) {
-	// Start small: a header may lie, and a real stream expands at most
-	// about 1000x (zlib's limit), so a few times the input is a fair guess.
+// decodeInto decodes a section that claims size bytes: the claim is
+// checked against what is left of the file's budget and reserved (so
+// sections decode in parallel within it), and against the pool; decode
+// then fills a buffer of exactly that size, which must come out full. The
+// buffer is address space that the decoder's writes make resident, so a
+// claim the stream does not back costs no memory. decode reports how many
+// bytes it wrote; on failure those stay charged to the budget.
+func (f *File) decodeInto(size uint64, compressed int, decode func(dst []byte) (int, error)) ([]byte, error) {
+	b := f.budget
+	b.mu.Lock()
+	if err := b.check(size); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.spent += int64(size)
+	b.mu.Unlock()
 	// The pool is charged the whole claim at once: files that grew side by
 	// side, each taking its share as it went, could split the pool so that
 	// none of them ever finished.
-	pool := f.budget.pool
-	if err := pool.take(int64(size)); err != nil {
+	if err := b.pool.take(int64(size)); err != nil {
+		b.unreserve(int64(size))
 		return nil, err
 	}
-	out, err := growRead(r, int64(size), int64(compressed)*4, sectionMemory)
-	f.budget.spent += int64(len(out))
-	if err == nil && uint64(len(out)) != size {
-		err = fmt.Errorf("decompressed %d bytes, header says %d: %w", len(out), size, ErrCorrupt)
+	if size == 0 {
+		n, err := decode(nil)
+		if err == nil && n != 0 {
+			err = errInflateLong
+		}
+		b.pool.give(0)
+		return []byte{}, err
 	}
+	out, err := sectionMemory.grow(nil, int(size))
+	if err != nil {
+		b.unreserve(int64(size))
+		b.pool.give(int64(size))
+		return nil, fmt.Errorf("decompress: %w", err)
+	}
+	out = out[:size]
+	n, err := decode(out)
 	if err != nil {
 		sectionMemory.free(out)
-		pool.give(int64(size))
+		b.unreserve(int64(size) - int64(n))
+		b.pool.give(int64(size))
 		return nil, err
-	}
-	out = sectionMemory.trim(out)
-	// release gives back cap(out): charge exactly that.
-	if d := int64(size) - int64(cap(out)); d > 0 {
-		pool.give(d)
-	} else {
-		pool.force(-d)
 	}
 	f.mu.Lock()
 	f.freeOnClose = append(f.freeOnClose, out)
 	f.mu.Unlock()
 	return out, nil
+}
+
+// unreserve gives back a reservation's unused bytes.
+func (b *budget) unreserve(n int64) {
+	b.mu.Lock()
+	b.spent -= n
+	b.mu.Unlock()
+}
+
+// readFull fills dst from r, which must then end: fewer bytes, or more, is
+// a corrupt stream.
+func readFull(r io.Reader, dst []byte) (int, error) {
+	n, err := io.ReadFull(r, dst)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		return n, fmt.Errorf("decompressed %d bytes, header says %d: %w", n, len(dst), ErrCorrupt)
+	}
+	if err != nil {
+		return n, fmt.Errorf("decompress: %v: %w", err, ErrCorrupt)
+	}
+	var one [1]byte
+	switch m, err := io.ReadFull(r, one[:]); {
+	case m > 0:
+		return n, errTooLong
+	case err != io.EOF:
+		return n, fmt.Errorf("decompress: %v: %w", err, ErrCorrupt)
+	}
+	return n, nil
 }
 
 // memory allocates the buffers decompression grows into.

@@ -3,10 +3,10 @@ package elfx
 import "golang.org/x/sys/unix"
 
 // sectionMemory holds decompressed sections outside the Go heap, in
-// anonymous mappings grown with mremap: growing moves pages instead of
-// copying them, so a section of N bytes costs N bytes of RSS at its peak
-// rather than the 2N of a copied, doubled slice (whose garbage the GC frees
-// only later), and Close returns it to the OS at once.
+// anonymous mappings of the size a section claims: pages become resident
+// only as the decoder writes them, so a claim the stream does not back
+// costs address space, not memory, and Close returns it to the OS at once
+// (no garbage for the GC to find later).
 var sectionMemory memory = anonMemory{}
 
 type anonMemory struct{}

@@ -48,6 +48,11 @@ type Query struct {
 	// Found lists the files accepted so far by earlier sources, best first
 	// (the debug directories look up .gnu_debuglink of binaries found).
 	Found []File
+
+	// SupName, when set, asks for a supplementary file (a dwz common file,
+	// by the build id in ID) that the file at SupFrom records as SupName
+	// (untrusted): the debug directories look in their .dwz/ folders too.
+	SupName, SupFrom string
 }
 
 // Hint is where one mapping with the query's identity says its file was.
@@ -261,8 +266,11 @@ func (c *Chain) Stats() (answers, files lru.Stats) {
 }
 
 func queryKey(q *Query) string {
-	if q.Kernel {
+	switch {
+	case q.Kernel:
 		return "k" + q.ID.Key()
+	case q.SupName != "":
+		return "s" + q.ID.Key()
 	}
 	return q.ID.Key()
 }

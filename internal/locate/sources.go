@@ -94,6 +94,17 @@ func (d DebugDirs) Find(_ context.Context, q *Query) ([]Candidate, error) {
 			}
 		}
 	}
+	if q.SupName != "" {
+		dirs := d.Dirs
+		if len(dirs) == 0 {
+			dirs = []string{debugdirs.DefaultDebugDir}
+		}
+		for _, p := range supPaths(dirs, q.SupName, q.SupFrom) {
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				out = append(out, Candidate{Path: p})
+			}
+		}
+	}
 	if len(out) > 0 {
 		// A debug file by build id is what gdb tries first too; the
 		// debuglink search (a CRC over whole files) is for binaries

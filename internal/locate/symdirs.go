@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,9 +104,20 @@ func (d *SymbolDirs) scan() {
 	d.mu.Unlock()
 }
 
+// byName returns the files called name (split DWARF: .dwo and .dwp
+// files, which carry no build id).
+func (d *SymbolDirs) byName(name string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.byID["n:"+name]...)
+}
+
 // identityKeys lists the keys a file is found by: each of its ids, since a
-// mapping may carry any of them.
+// mapping may carry any of them; a .dwo or .dwp file by its name.
 func identityKeys(p string) []string {
+	if b := filepath.Base(p); strings.HasSuffix(b, ".dwo") || strings.HasSuffix(b, ".dwp") {
+		return []string{"n:" + b}
+	}
 	f, err := elfx.Open(p)
 	if err != nil {
 		return nil

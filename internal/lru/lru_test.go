@@ -1,6 +1,9 @@
 package lru
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestBoundsAndOrder(t *testing.T) {
 	var gone []int
@@ -97,5 +100,30 @@ func TestClockBytes(t *testing.T) {
 	}
 	if s := c.Stats(); s.Bytes != 10 || s.Entries != 5 || len(c.slots) > 100 {
 		t.Fatalf("after refill: %+v, %d slots", s, len(c.slots))
+	}
+}
+
+// TestClockGetMany answers as Get does, hits and misses counted.
+func TestClockGetMany(t *testing.T) {
+	c := NewClock[uint64, string](100)
+	for i := uint64(0); i < 50; i++ {
+		c.Add(i*2, fmt.Sprint(i*2))
+	}
+	keys := make([]uint64, 9000) // more than one chunk
+	for i := range keys {
+		keys[i] = uint64(i % 100)
+	}
+	vals, ok := make([]string, len(keys)), make([]bool, len(keys))
+	if hits := c.GetMany(keys, vals, ok); hits != 4500 {
+		t.Fatalf("%d hits, want 4500", hits)
+	}
+	for i, k := range keys {
+		v, found := c.Get(k)
+		if found != ok[i] || v != vals[i] {
+			t.Fatalf("key %d: GetMany (%q, %v), Get (%q, %v)", k, vals[i], ok[i], v, found)
+		}
+	}
+	if st := c.Stats(); st.Hits != 4500+4500 || st.Misses != 4500+4500 {
+		t.Fatalf("stats %+v", st)
 	}
 }

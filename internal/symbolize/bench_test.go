@@ -61,8 +61,11 @@ func spread(b *testing.B, path string, n int) []uint64 {
 	return out
 }
 
-func benchObjects(b *testing.B) []benchObject {
-	const n = 10000
+func benchObjects(b *testing.B) []benchObject { return benchObjectsN(b, 10000) }
+
+// benchObjectsN is Go's compile and libc (when present) with n addresses
+// each.
+func benchObjectsN(b *testing.B, n int) []benchObject {
 	var objs []benchObject
 	c := goCompile(b)
 	objs = append(objs, benchObject{"go-compile", c, spread(b, c, n)})
@@ -74,8 +77,8 @@ func benchObjects(b *testing.B) []benchObject {
 }
 
 // runTool runs one symbolizer process over addrs on stdin and returns its
-// wall time and peak RSS.
-func runTool(b *testing.B, argv []string, addrs []uint64) (time.Duration, int64) {
+// wall time, CPU time (user + system) and peak RSS.
+func runTool(b *testing.B, argv []string, addrs []uint64) (wall, cpu time.Duration, rss int64) {
 	var in bytes.Buffer
 	for _, a := range addrs {
 		fmt.Fprintf(&in, "0x%x\n", a)
@@ -88,12 +91,13 @@ func runTool(b *testing.B, argv []string, addrs []uint64) (time.Duration, int64)
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("%v: %v", argv, err)
 	}
-	wall := time.Since(start)
+	wall = time.Since(start)
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if bytes.Count(out.Bytes(), []byte("\n\n")) < len(addrs) {
 		b.Fatalf("%v answered %d of %d addresses", argv, bytes.Count(out.Bytes(), []byte("\n\n")), len(addrs))
 	}
-	return wall, ru.Maxrss * 1024
+	cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return wall, cpu, ru.Maxrss * 1024
 }
 
 func buildCLI(b *testing.B) string {
@@ -107,30 +111,34 @@ func buildCLI(b *testing.B) string {
 }
 
 // BenchmarkSymbolizeCold runs profsym symbolize and llvm-symbolizer-19 as
-// separate processes over the same 10,000 addresses, alternating, and
-// reports wall time and peak RSS of each and their ratios (target: <= 1).
+// separate processes over the same 400 and 10,000 addresses, alternating,
+// and reports the wall time, CPU time and peak RSS of each and their
+// ratios (targets: time-ratio <= 0.5, cpu-ratio <= 1).
 func BenchmarkSymbolizeCold(b *testing.B) {
 	llvm := testfixture.NeedTool(b, "llvm-symbolizer-19")
 	cli := buildCLI(b)
-	for _, o := range benchObjects(b) {
-		b.Run(o.name, func(b *testing.B) {
-			var pw, lw time.Duration
-			var pr, lr int64
-			for i := 0; i < b.N; i++ {
-				w, r := runTool(b, []string{cli, "symbolize", "--inlines", "--obj=" + o.path}, o.addrs)
-				pw += w
-				pr = max(pr, r)
-				w, r = runTool(b, []string{llvm, "--inlines", "--obj=" + o.path}, o.addrs)
-				lw += w
-				lr = max(lr, r)
-			}
-			b.ReportMetric(float64(pw.Milliseconds())/float64(b.N), "profsym-ms")
-			b.ReportMetric(float64(lw.Milliseconds())/float64(b.N), "llvm-ms")
-			b.ReportMetric(float64(pw)/float64(lw), "time-ratio")
-			b.ReportMetric(float64(pr)/(1<<20), "profsym-rss-MB")
-			b.ReportMetric(float64(lr)/(1<<20), "llvm-rss-MB")
-			b.ReportMetric(float64(pr)/float64(lr), "rss-ratio")
-		})
+	for _, n := range []int{400, 10000} {
+		for _, o := range benchObjectsN(b, n) {
+			b.Run(fmt.Sprintf("%s-%d", o.name, n), func(b *testing.B) {
+				var pw, lw, pc, lc time.Duration
+				var pr, lr int64
+				for i := 0; i < b.N; i++ {
+					w, c, r := runTool(b, []string{cli, "symbolize", "--inlines", "--obj=" + o.path}, o.addrs)
+					pw, pc, pr = pw+w, pc+c, max(pr, r)
+					w, c, r = runTool(b, []string{llvm, "--inlines", "--obj=" + o.path}, o.addrs)
+					lw, lc, lr = lw+w, lc+c, max(lr, r)
+				}
+				b.ReportMetric(float64(pw.Milliseconds())/float64(b.N), "profsym-ms")
+				b.ReportMetric(float64(lw.Milliseconds())/float64(b.N), "llvm-ms")
+				b.ReportMetric(float64(pw)/float64(lw), "time-ratio")
+				b.ReportMetric(float64(pc.Milliseconds())/float64(b.N), "profsym-cpu-ms")
+				b.ReportMetric(float64(lc.Milliseconds())/float64(b.N), "llvm-cpu-ms")
+				b.ReportMetric(float64(pc)/float64(lc), "cpu-ratio")
+				b.ReportMetric(float64(pr)/(1<<20), "profsym-rss-MB")
+				b.ReportMetric(float64(lr)/(1<<20), "llvm-rss-MB")
+				b.ReportMetric(float64(pr)/float64(lr), "rss-ratio")
+			})
+		}
 	}
 }
 

@@ -6,14 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/profsym/profsym/internal/dwarf"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/gopclntab"
-	"github.com/profsym/profsym/internal/symbolize/dwarf"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 
@@ -26,6 +27,9 @@ type object struct {
 	buildID []byte
 
 	dwarf   *dwarf.Table
+	sup     *supFile // the dwz common file its DWARF points into, or nil
+	supErr  error    // why that file is missing, if it is
+	split   *splitFiles
 	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
@@ -33,6 +37,7 @@ type object struct {
 	// why explains the missing DWARF (no_debug_info, build_id_mismatch, ...).
 	why error
 
+	sups    *supCache
 	refs    atomic.Int32
 	retired atomic.Bool
 	close   sync.Once
@@ -42,8 +47,9 @@ type object struct {
 // (either may be empty) within lim and ctx, and attaches every source they
 // hold. It searches for nothing: internal/locate chose the files.
 func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
-	open func(context.Context, string, elfx.Limits) (*elfx.File, error)) (*object, error) {
-	o := &object{}
+	open func(context.Context, string, elfx.Limits) (*elfx.File, error),
+	sups *supCache, findSplit func(context.Context, SplitRequest) (string, error)) (*object, error) {
+	o := &object{sups: sups}
 	var err error
 	if binPath != "" {
 		if o.bin, err = open(ctx, binPath, lim); err != nil {
@@ -65,17 +71,54 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		return nil, fmt.Errorf("no file: %w", frame.ErrNotFound)
 	}
 
+	// The symbol tables and pclntab are built while the DWARF is indexed
+	// (decompressing and indexing it is most of an open).
+	var wg sync.WaitGroup
+	if o.bin != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if t, gerr := gopclntab.New(o.bin); gerr == nil {
+				o.gopcln = t
+			}
+			// Like llvm-symbolizer, the outermost frame is named from the
+			// binary's own table (a stripped binary: .dynsym only); the
+			// debug file's complete .symtab is only a fallback for
+			// addresses nothing else names, where llvm would answer "??".
+			if t, serr := symtab.New(o.bin); serr == nil {
+				o.syms = t
+			}
+		}()
+	}
+	var dbgSyms *symtab.Table
+	if o.dbg != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if t, serr := symtab.New(o.dbg); serr == nil {
+				dbgSyms = t
+			}
+		}()
+	}
 	// DWARF: from the debug file when there is one, else the binary.
 	for _, f := range []*elfx.File{o.dbg, o.bin} {
 		if f == nil || !f.HasSection(".debug_info") {
 			continue
 		}
-		t, derr := dwarf.New(f)
+		var x dwarf.Extra
+		x.Sup, o.sup, o.supErr = sups.forFile(ctx, f, lim, open)
+		if findSplit != nil || f.HasSection(".debug_cu_index") {
+			o.split = &splitFiles{find: findSplit, files: []string{binPath, debugPath}, lim: lim, open: open, self: f}
+			x.Split = o.split.unit
+		}
+		t, derr := dwarf.NewExtra(f, x)
 		if derr == nil {
 			o.dwarf = t
 			o.why = nil
 			break
 		}
+		sups.release(o.sup)
+		o.sup, o.supErr = nil, nil
 		// Whatever was inflated for the DWARF that failed is useless: give
 		// it back now rather than keep it as long as the object is cached
 		// (a bomb that inflates to just within the limit, then fails).
@@ -84,28 +127,11 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 			o.why = derr
 		}
 	}
-	if o.bin != nil {
-		if t, gerr := gopclntab.New(o.bin); gerr == nil {
-			o.gopcln = t
-		}
-	}
-	// Symbol tables. Like llvm-symbolizer, the outermost frame is named from
-	// the binary's own table (a stripped binary: .dynsym only); the debug
-	// file's complete .symtab is only a fallback for addresses nothing else
-	// names, where llvm would answer "??".
-	if o.bin != nil {
-		if t, serr := symtab.New(o.bin); serr == nil {
-			o.syms = t
-		}
-	}
-	if o.dbg != nil {
-		if t, serr := symtab.New(o.dbg); serr == nil {
-			if o.bin == nil {
-				o.syms = t
-			} else {
-				o.dbgSyms = t
-			}
-		}
+	wg.Wait()
+	if o.bin == nil {
+		o.syms = dbgSyms
+	} else {
+		o.dbgSyms = dbgSyms
 	}
 	if o.why == nil && o.dwarf == nil {
 		o.why = frame.ErrNoDebugInfo
@@ -150,6 +176,9 @@ func (o *object) sizeBytes() int64 {
 	if o.dwarf != nil {
 		n += o.dwarf.SizeBytes()
 	}
+	if o.sup != nil {
+		n += o.sup.sizeBytes()
+	}
 	if o.gopcln != nil {
 		n += o.gopcln.SizeBytes()
 	}
@@ -169,7 +198,10 @@ func (o *object) heldBytes() int64 {
 			n += f.HeldBytes()
 		}
 	}
-	return n
+	if o.sup != nil {
+		n += o.sup.f.HeldBytes()
+	}
+	return n + o.split.heldBytes()
 }
 
 // acquire pins the object against closing while a lookup uses it.
@@ -198,6 +230,8 @@ func (o *object) closeFiles() {
 		if o.dbg != nil {
 			o.dbg.Close()
 		}
+		o.sups.release(o.sup)
+		o.split.close()
 	})
 }
 
@@ -211,8 +245,9 @@ func (o *object) closeFiles() {
 // debug info the object has could not be used (see Handle.Missing).
 func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	base := len(dst)
+	var partial error // why the DWARF answer lacks what it points to elsewhere
 	if o.dwarf != nil {
-		dst, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
+		dst, partial, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
 		if err != nil {
 			dst = dst[:base]
 		}
@@ -226,6 +261,18 @@ func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.F
 				err = gerr
 			}
 		}
+		for i := base; i < len(dst); i++ {
+			dst[i].Name = goSymbolName(dst[i].Name)
+		}
+	}
+	switch {
+	case len(dst) == base:
+	case partial != nil:
+		// A skeleton unit answered without its split unit (.dwo, .dwp).
+		missing = partial
+	case o.supErr != nil:
+		// DWARF answered without the dwz common file its names may live in.
+		missing = o.supErr
 	}
 	if len(dst) == base {
 		// Lines can come from nowhere else: say why, if the reason is a
@@ -275,4 +322,16 @@ func symbolIn(t *symtab.Table, pc uint64) (string, uint64, bool) {
 	}
 	name, start, _, ok := t.Lookup(pc)
 	return name, start, ok
+}
+
+// goSymbolName spells a pclntab function name as the Go linker writes the
+// same function's name in DWARF and the ELF symbol table: the middle dot
+// the compiler puts in generated names ("type:.eq.T·7") becomes a dot, so
+// a function has one name whether a binary is stripped or not (Go source
+// identifiers cannot hold U+00B7: every one is the toolchain's).
+func goSymbolName(s string) string {
+	if !strings.Contains(s, "\u00b7") {
+		return s
+	}
+	return strings.ReplaceAll(s, "\u00b7", ".")
 }

@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sync/singleflight"
 
@@ -63,6 +65,17 @@ type Options struct {
 	// MaxLoads bounds the loads running at once (0: no bound); more wait
 	// for a place, within their load's context.
 	MaxLoads int
+	// Supplementary finds the dwz common file an object's DWARF points
+	// into (.gnu_debugaltlink, .debug_sup): the engine searches for
+	// nothing itself, internal/locate does. Nil, or a file not found: that
+	// DWARF answers without it (names that live there read as absent, as
+	// with llvm-symbolizer) and Handle.Missing says why.
+	Supplementary func(ctx context.Context, req SupRequest) (string, error)
+	// Split finds the .dwp package or .dwo files holding the functions of
+	// an object built with -gsplit-dwarf (internal/locate, by name). Nil,
+	// or a file not found: its skeleton units answer lines without
+	// functions (as llvm-symbolizer does) and Handle.Missing says why.
+	Split func(ctx context.Context, req SplitRequest) (string, error)
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -85,6 +98,7 @@ type Resolver struct {
 	cache *lru.Cache[string, *entry]
 	group singleflight.Group
 	pool  *elfx.Pool
+	sups  *supCache
 	loads chan struct{} // a place per load running (MaxLoads)
 
 	closed atomic.Bool
@@ -111,6 +125,7 @@ func New(opt Options) *Resolver {
 		opt.Limits.Pool.SetReclaim(r.reclaim)
 	}
 	r.opt, r.pool = opt, opt.Limits.Pool
+	r.sups = newSupCache(opt.Supplementary)
 	if opt.MaxLoads > 0 {
 		r.loads = make(chan struct{}, opt.MaxLoads)
 	}
@@ -171,7 +186,16 @@ type Handle struct {
 	obj     *object
 	scratch []frame.Frame
 	missing error // of the last Lookup
+	// recent holds the handle's last demangled names, by where the raw
+	// name's bytes are: the frames of one object's addresses repeat a few
+	// functions (a unit's names are one string each), so most of them are
+	// found here without the shared cache's lock and list.
+	recent *[recentNames]demangled
 }
+
+type demangled struct{ raw, name string }
+
+const recentNames = 64
 
 // Open returns a handle on the object held by bin (the binary: code,
 // symbol tables, pclntab) and debug (a separate debug file: DWARF); either
@@ -196,7 +220,7 @@ func (r *Resolver) Open(ctx context.Context, bin, debug string) (*Handle, error)
 					return nil, e.err
 				}
 				r.cache.Remove(key)
-			case e != loaded && frame.Transient(e.obj.why):
+			case e != loaded && (frame.Transient(e.obj.why) || frame.Transient(e.obj.supErr)):
 				// Opened without its DWARF while memory was busy: the
 				// callers of that load use it, later ones try again.
 				r.cache.Remove(key)
@@ -277,7 +301,7 @@ func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
 	if open == nil {
 		open = elfx.OpenContext
 	}
-	o, err := openObject(ctx, bin, debug, r.opt.Limits, open)
+	o, err := openObject(ctx, bin, debug, r.opt.Limits, open, r.sups, r.opt.Split)
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}
@@ -294,12 +318,44 @@ func (h *Handle) Lookup(addr uint64, dst []Frame) ([]Frame, error) {
 	h.scratch, h.missing = raw, missing
 	for _, f := range raw {
 		name := f.Name
-		if h.r.opt.Demangle {
-			name = h.r.dm.Name(name)
+		if h.r.opt.Demangle && demangle.Mangled(name) {
+			name = h.demangle(name)
 		}
 		dst = append(dst, Frame{Frame: f, Function: name})
 	}
 	return dst, err
+}
+
+// demangle is the resolver's demangled-name cache behind the handle's
+// recent names.
+func (h *Handle) demangle(raw string) string {
+	if h.recent == nil {
+		h.recent = new([recentNames]demangled)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	d := &h.recent[(p>>3^p>>11^uintptr(len(raw)))%recentNames]
+	if d.raw == raw && d.raw != "" {
+		return d.name
+	}
+	d.raw, d.name = raw, h.r.dm.Name(raw)
+	return d.name
+}
+
+// Prefetch starts parsing, in the background on up to workers goroutines
+// (0: one per CPU), the DWARF units that hold addrs, so that Lookups of
+// those addresses that follow find them parsed, or wait only for the unit
+// in progress. It returns at once and the object stays pinned until the
+// work is done; answers are the same with or without it.
+func (h *Handle) Prefetch(addrs []uint64, workers int) {
+	if h.obj.dwarf == nil || len(addrs) == 0 {
+		return
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	o := h.obj
+	o.acquire()
+	o.dwarf.Prefetch(addrs, workers, o.release)
 }
 
 // Close releases the handle and lets the cache account for what it parsed.
@@ -342,13 +398,14 @@ func (r *Resolver) Symbolize(ctx context.Context, bin, debug string, addrs []uin
 	return out
 }
 
-// Missing says why the frames the last Lookup returned have no lines
-// although the object has debug info: they were named from a symbol table
-// because its DWARF could not be used (frame.ErrLimitExceeded when
-// decompressing it would pass Limits.MaxDecompressedBytes,
-// frame.ErrCorruptFile, a debug file of another build, ...). It is nil when
-// the frames have lines, when nothing named the address, and when the
-// object simply has no debug info.
+// Missing says why the frames the last Lookup returned lack what the
+// object's debug info holds: they were named from a symbol table because
+// its DWARF could not be used (frame.ErrLimitExceeded when decompressing
+// it would pass Limits.MaxDecompressedBytes, frame.ErrCorruptFile, a debug
+// file of another build, ...), or its DWARF answered without the dwz
+// common file it points into (not found, pending, of another build). It
+// is nil when the answer is whole, when nothing named the address, and
+// when the object simply has no debug info.
 func (h *Handle) Missing() error { return h.missing }
 
 // IsUnresolved reports whether err only says that nothing names the address

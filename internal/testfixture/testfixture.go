@@ -88,8 +88,13 @@ func CacheDir() string {
 }
 
 // Build compiles spec (once per content hash) and returns the output path.
-func Build(t testing.TB, spec Spec) string {
+func Build(t testing.TB, spec Spec) (out string) {
 	t.Helper()
+	if p, ok := prebuilt(t, spec); ok {
+		return p
+	}
+	orig, spec := spec, cross(t, spec)
+	defer func() { export(t, orig, out) }()
 	key := sha256.New()
 	fmt.Fprintf(key, "%s\x00%s\x00%q\x00", spec.Name, spec.Lang, spec.Args)
 	if spec.Compiler != "" || len(spec.Env) > 0 {

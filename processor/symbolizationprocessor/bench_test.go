@@ -121,29 +121,54 @@ func heapInUse() uint64 {
 // BenchmarkProcessor measures the processor on a batch of 10,000 samples /
 // 200,000 locations over 50 binaries: the first batch (cold: every object
 // opened and parsed) against the engine's own cold cost on the same
-// addresses, then warm batches (ns/location, target <= 300), and the heap.
+// addresses (target: cold-vs-engine <= 1.1), then warm batches
+// (ns/location, target <= 150), and the heap.
 func BenchmarkProcessor(b *testing.B) {
 	set := makeBenchSet(b)
 	template := set.batch()
 
 	// The engine alone, cold: the floor the processor's cold cost is
-	// compared with.
-	eng := symbolize.New(symbolize.DefaultOptions())
-	start, startCPU := time.Now(), cpuTime()
-	for _, p := range set.paths {
-		eng.Symbolize(context.Background(), p, "", set.addrs)
-	}
-	engineCold, engineColdCPU := time.Since(start), cpuTime()-startCPU
-	eng.Close()
+	// compared with; then the processor's first batch. Both three times,
+	// alternating, each from scratch, keeping the least of each figure (a
+	// shared machine only ever adds time).
+	const coldRuns = 3
+	var engineCold, engineColdCPU, cold, coldCPU time.Duration
+	var h *harness
+	var base uint64
+	for k := 0; k < coldRuns; k++ {
+		runtime.GC()
+		eng := symbolize.New(symbolize.DefaultOptions())
+		start, startCPU := time.Now(), cpuTime()
+		for _, p := range set.paths {
+			eng.Symbolize(context.Background(), p, "", set.addrs)
+		}
+		w, c := time.Since(start), cpuTime()-startCPU
+		eng.Close()
+		if k == 0 || w < engineCold {
+			engineCold = w
+		}
+		if k == 0 || c < engineColdCPU {
+			engineColdCPU = c
+		}
 
-	h := benchHarness(b, set)
-	base := heapInUse()
-	pd := pprofile.NewProfiles()
-	template.CopyTo(pd)
-	runtime.GC() // the engine's garbage is not the processor's
-	start, startCPU = time.Now(), cpuTime()
-	h.p.ConsumeProfiles(context.Background(), pd)
-	cold, coldCPU := time.Since(start), cpuTime()-startCPU
+		h = benchHarness(b, set)
+		base = heapInUse()
+		pd := pprofile.NewProfiles()
+		template.CopyTo(pd)
+		runtime.GC() // the engine's garbage is not the processor's
+		start, startCPU = time.Now(), cpuTime()
+		h.p.ConsumeProfiles(context.Background(), pd)
+		w, c = time.Since(start), cpuTime()-startCPU
+		if k == 0 || w < cold {
+			cold = w
+		}
+		if k == 0 || c < coldCPU {
+			coldCPU = c
+		}
+		if k < coldRuns-1 {
+			h.p.Shutdown(context.Background()) // its caches go before the next run
+		}
+	}
 	out := h.sink.AllProfiles()[0]
 	resolved := 0
 	for _, l := range out.Dictionary().LocationTable().All() {
@@ -158,7 +183,7 @@ func BenchmarkProcessor(b *testing.B) {
 	peak := heapInUse()
 
 	b.ResetTimer()
-	var warm, warmCPU time.Duration
+	var warm, warmCPU, warmMin time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		pd := pprofile.NewProfiles()
@@ -168,8 +193,12 @@ func BenchmarkProcessor(b *testing.B) {
 		b.StartTimer()
 		t0, c0 := time.Now(), cpuTime()
 		h.p.ConsumeProfiles(context.Background(), pd)
-		warm += time.Since(t0)
+		w := time.Since(t0)
+		warm += w
 		warmCPU += cpuTime() - c0
+		if i == 0 || w < warmMin {
+			warmMin = w
+		}
 	}
 	peak = max(peak, heapInUse())
 	if sh := sharedOf(h); sh != nil {
@@ -178,6 +207,9 @@ func BenchmarkProcessor(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(warm.Nanoseconds())/float64(b.N)/benchLocations, "warm-ns/location")
+	// The fastest warm batch: on a shared machine the mean carries the
+	// other jobs' share of the cores.
+	b.ReportMetric(float64(warmMin.Nanoseconds())/benchLocations, "warm-min-ns/location")
 	// CPU time, GC included, is steadier than wall time on a shared machine.
 	b.ReportMetric(float64(warmCPU.Nanoseconds())/float64(b.N)/benchLocations, "warm-cpu-ns/location")
 	b.ReportMetric(float64(cold.Nanoseconds())/benchLocations, "cold-ns/location")

@@ -1,6 +1,7 @@
 package symbolizationprocessor
 
 import (
+	"context"
 	"encoding/pem"
 	"io"
 	"log"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // A private debuginfod server behind TLS with its own CA and a bearer
@@ -77,5 +80,28 @@ func TestDebuginfodHTTPClientConfig(t *testing.T) {
 				t.Errorf("got %+v, want name %q reason %q", got[0], c.wantName, c.wantReason)
 			}
 		})
+	}
+}
+
+// TestDefaultSourcesReadDebuginfodURLs: the processor's default
+// configuration (config/default.yaml's: sources and debuginfod.urls unset)
+// asks the servers DEBUGINFOD_URLS names, as Debian and Fedora hosts set
+// it, so a binary this host only has stripped is named.
+func TestDefaultSourcesReadDebuginfodURLs(t *testing.T) {
+	v := buildVariant(t, 11)
+	srv := testfixture.StartDebuginfod(t, serveDir(t, v), v.id+"/debuginfo")
+	t.Cleanup(srv.Stop)
+	t.Setenv("DEBUGINFOD_URLS", srv.URL)
+	h := newHarness(t, func(c *Config) {
+		def := createDefaultConfig()
+		c.Sources = def.Sources
+		c.Debuginfod.URLs = nil
+		c.FetchWait = c.Timeout
+	})
+	if err := h.p.ConsumeProfiles(context.Background(), profile(v)); err != nil {
+		t.Fatal(err)
+	}
+	if got := outcomes(t, h.sink.AllProfiles()[0]); got[0].name != "hot" {
+		t.Fatalf("with DEBUGINFOD_URLS=%s and the default sources: %+v", srv.URL, got)
 	}
 }

@@ -59,6 +59,17 @@ type Options struct {
 	// may block: a caller spreads the extraction's CPU over time by pacing
 	// it to a rate. An error stops the extraction.
 	Pace func(n int) error
+	// Extra are sections appended to the output (non-allocated
+	// SHT_PROGBITS, .debug_* ones compressed like the rest): the split
+	// DWARF units of a -gsplit-dwarf binary, packed (a .dwp's sections),
+	// so that the file symbolizes on its own.
+	Extra []Section
+}
+
+// Section is an extra section to write.
+type Section struct {
+	Name string
+	Data []byte
 }
 
 // PaceChunk is the largest piece of input between two Pace calls.
@@ -125,6 +136,15 @@ func WriteOptions(src *elfx.File, dst io.WriteSeeker, opt Options) (Stats, error
 		w.Write(data[phoff:phEnd])
 	}
 	hdrs := make([][]byte, nsec)
+	shstrndx := int(bo.Uint16(data[ehsize-2:]))
+	if shstrndx == int(elf.SHN_XINDEX) { // the index lives in section 0's sh_link
+		if is64 {
+			shstrndx = int(bo.Uint32(data[shoff+40:]))
+		} else {
+			shstrndx = int(bo.Uint32(data[shoff+24:]))
+		}
+	}
+	extraNames := make([]uint64, len(opt.Extra)) // their offsets in the grown .shstrtab
 	for i, s := range src.Sections {
 		raw := append([]byte(nil), data[shoff+uint64(i*shentsize):shoff+uint64((i+1)*shentsize)]...)
 		hdrs[i] = raw
@@ -146,6 +166,14 @@ func WriteOptions(src *elfx.File, dst io.WriteSeeker, opt Options) (Stats, error
 			return st, fmt.Errorf("section %s outside the file: %w", s.Name, elfx.ErrCorrupt)
 		}
 		body := data[s.Offset:end]
+		if i == shstrndx && len(opt.Extra) > 0 {
+			// The section names table grows by the extra sections' names.
+			body = append([]byte(nil), body...)
+			for k, x := range opt.Extra {
+				extraNames[k] = uint64(len(body))
+				body = append(append(body, x.Name...), 0)
+			}
+		}
 		flags := uint64(s.Flags)
 		copyPace := pace // the input is paced once: compressed, or copied
 		if comp != None && strings.HasPrefix(s.Name, ".debug_") && s.Flags&elf.SHF_COMPRESSED == 0 &&
@@ -179,6 +207,39 @@ func WriteOptions(src *elfx.File, dst io.WriteSeeker, opt Options) (Stats, error
 		}
 		st.Kept++
 	}
+	for k, x := range opt.Extra {
+		if shstrndx <= 0 || shstrndx >= nsec {
+			return st, fmt.Errorf("no section names table for extra sections: %w", elfx.ErrCorrupt)
+		}
+		body, flags, align := x.Data, uint64(0), uint64(1)
+		if comp != None && strings.HasPrefix(x.Name, ".debug_") && len(body) >= minCompress {
+			c, err := compress(body, is64, bo, comp, 1, pace)
+			if err != nil {
+				return st, fmt.Errorf("compress %s: %w", x.Name, err)
+			}
+			if len(c) < len(body) {
+				body, flags, align = c, uint64(elf.SHF_COMPRESSED), 8
+				st.Compressed++
+			}
+		}
+		if err := w.pad(align); err != nil {
+			return st, err
+		}
+		h := make([]byte, shentsize)
+		putShdrName(h, is64, bo, uint32(extraNames[k]))
+		putShdr(h, is64, bo, shType, uint64(elf.SHT_PROGBITS))
+		putShdr(h, is64, bo, shFlags, flags)
+		putShdr(h, is64, bo, shOffset, uint64(w.n))
+		putShdr(h, is64, bo, shSize, uint64(len(body)))
+		putShdrAlign(h, is64, bo, align)
+		w.Write(body)
+		hdrs = append(hdrs, h)
+		st.Kept++
+	}
+	if len(opt.Extra) > 0 && shnumRaw == 0 {
+		// Extended numbering: the count lives in section 0's sh_size.
+		putShdr(hdrs[0], is64, bo, shSize, uint64(len(hdrs)))
+	}
 	if err := w.pad(8); err != nil {
 		return st, err
 	}
@@ -192,6 +253,12 @@ func WriteOptions(src *elfx.File, dst io.WriteSeeker, opt Options) (Stats, error
 	st.OutBytes = w.n
 
 	eh := append([]byte(nil), data[:ehsize]...)
+	if len(opt.Extra) > 0 && shnumRaw != 0 {
+		if len(hdrs) >= 0xff00 {
+			return st, fmt.Errorf("%d sections: %w", len(hdrs), elfx.ErrCorrupt)
+		}
+		bo.PutUint16(eh[ehsize-4:], uint16(len(hdrs)))
+	}
 	if is64 {
 		bo.PutUint64(eh[32:], newPhoff)
 		bo.PutUint64(eh[40:], newShoff)
@@ -221,6 +288,18 @@ const (
 	shOffset
 	shSize
 )
+
+// putShdrName sets a section header's sh_name.
+func putShdrName(h []byte, _ bool, bo binary.ByteOrder, v uint32) { bo.PutUint32(h[0:], v) }
+
+// putShdrAlign sets a section header's sh_addralign.
+func putShdrAlign(h []byte, is64 bool, bo binary.ByteOrder, v uint64) {
+	if is64 {
+		bo.PutUint64(h[48:], v)
+		return
+	}
+	bo.PutUint32(h[32:], uint32(v))
+}
 
 func putShdr(h []byte, is64 bool, bo binary.ByteOrder, f shField, v uint64) {
 	if is64 {

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -154,11 +158,13 @@ func TestCheckMessages(t *testing.T) {
 		{host{capEff: 0, release: "6.1.0", paranoid: 2}, []string{"CAP_BPF and CAP_PERFMON"}},
 		{host{capEff: 1 << capBPF, release: "6.1.0", paranoid: 2}, []string{"CAP_PERFMON"}},
 		{host{capEff: 1 << capSysAdmin, release: "6.1.0", paranoid: 3}, nil},
-		{host{capEff: all, release: "5.10.0-28-amd64", paranoid: 2}, []string{"kernel >= 5.15 (running 5.10.0-28-amd64)"}},
+		{host{capEff: all, release: "5.10.0-28-amd64", paranoid: 2}, nil},
+		{host{capEff: all, release: "5.4.0-1", paranoid: 2, features: []string{"BPF ring buffers (Linux 5.8)"}},
+			[]string{"kernel features BPF ring buffers (Linux 5.8) (Linux 5.10 or newer has them all; running 5.4.0-1)"}},
 		{host{capEff: all, release: "6.1.0", btfErr: &os.PathError{Op: "open", Path: btfPath, Err: os.ErrNotExist}, paranoid: 2},
 			[]string{"kernel BTF /sys/kernel/btf/vmlinux"}},
 		{host{capEff: all, release: "6.1.0", paranoid: 3}, []string{"perf_event_paranoid=3 needs CAP_SYS_ADMIN"}},
-		{host{capEff: 0, release: "4.19.0", paranoid: 3}, []string{"CAP_BPF", "kernel >= 5.15", "perf_event_paranoid=3"}},
+		{host{capEff: 0, release: "4.19.0", paranoid: 3, features: []string{"x"}}, []string{"CAP_BPF", "kernel features x", "perf_event_paranoid=3"}},
 	} {
 		err := tc.h.check()
 		if tc.want == nil {
@@ -199,13 +205,12 @@ func TestNewWithoutCapabilities(t *testing.T) {
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
-	setpriv := testfixture.NeedTool(t, "setpriv")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--bounding-set=-bpf,-perfmon,-sys_admin", "--inh-caps=-bpf,-perfmon,-sys_admin",
-		exe, "-test.run=^TestNewWithoutCapabilities$")
+	// The child is this binary run as an unprivileged user: the kernel
+	// clears the capabilities of a process that leaves uid 0.
+	child := copyTestBinary(t)
+	cmd := exec.Command(child, "-test.run=^TestNewWithoutCapabilities$")
+	cmd.Dir = filepath.Dir(child)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Env = append(os.Environ(), "PROFSYM_SAMPLER_CHILD=nocaps")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -221,4 +226,90 @@ func TestNewWithoutCapabilities(t *testing.T) {
 	if !strings.Contains(line, "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)") {
 		t.Errorf("child said %q, want the missing capabilities named", line)
 	}
+}
+
+// TestMemlock: without CAP_SYS_RESOURCE and with RLIMIT_MEMLOCK at 8 MiB
+// (this project's machines), New succeeds where the kernel charges BPF
+// memory to the memory cgroup (5.11+), and elsewhere (5.10) fails with the
+// message that says the limit needed. The child is this binary as an
+// unprivileged user keeping CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (ambient
+// capabilities), not CAP_SYS_RESOURCE.
+func TestMemlock(t *testing.T) {
+	if os.Getenv("PROFSYM_SAMPLER_CHILD") == "memlock" {
+		lim := unix.Rlimit{Cur: 8 << 20, Max: 8 << 20}
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+			os.Stdout.WriteString("ERR: setrlimit: " + err.Error() + "\n")
+			os.Exit(0)
+		}
+		charged, err := memlockCharged()
+		if err != nil {
+			os.Stdout.WriteString("ERR: probe: " + err.Error() + "\n")
+			os.Exit(0)
+		}
+		s, err := New(Config{})
+		switch {
+		case err == nil:
+			s.Close()
+			fmt.Printf("RESULT charged=%v ok\n", charged)
+		default:
+			fmt.Printf("RESULT charged=%v err=%v\n", charged, err)
+		}
+		os.Exit(0)
+	}
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	child := copyTestBinary(t)
+	cmd := exec.Command(child, "-test.run=^TestMemlock$")
+	cmd.Dir = filepath.Dir(child)
+	caps := []uintptr{capBPF, capPerfmon, capSysAdmin}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
+	cmd.Env = append(os.Environ(), "PROFSYM_SAMPLER_CHILD=memlock")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	line := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "RESULT ") || strings.HasPrefix(l, "ERR: ") {
+			line = l
+		}
+	}
+	t.Logf("child: %s", line)
+	switch {
+	case strings.HasPrefix(line, "RESULT charged=false ok"):
+	case strings.HasPrefix(line, "RESULT charged=true err="):
+		if !strings.Contains(line, "RLIMIT_MEMLOCK") || !strings.Contains(line, "MiB") || !strings.Contains(line, "hard limit is 8 MiB") {
+			t.Errorf("the error does not say the limit needed: %s", line)
+		}
+	default:
+		t.Errorf("child: %q (want New to succeed where memory is charged to the cgroup, and a MemlockError elsewhere)", line)
+	}
+}
+
+// copyTestBinary copies this test binary where an unprivileged user may
+// run it (go test's own directory is private).
+func copyTestBinary(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sampler-child-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(dir, "sampler.test")
+	if err := os.WriteFile(child, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return child
 }

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 package sampler
 
@@ -78,15 +78,9 @@ func (s *Sampler) openPerfEvents() error {
 		}
 		// Own the fd before anything else can fail.
 		s.cpus = append(s.cpus, cpuEvent{cpu: cpu, fd: fd})
-		l, err := link.AttachRawLink(link.RawLinkOptions{
-			Target:  fd,
-			Program: s.objs.profile(),
-			Attach:  ebpf.AttachPerfEvent,
-		})
-		if err != nil {
-			return fmt.Errorf("sampler: attaching to perf event on CPU %d: %w", cpu, err)
+		if err := s.attachPerf(&s.cpus[len(s.cpus)-1]); err != nil {
+			return err
 		}
-		s.cpus[len(s.cpus)-1].link = l
 	}
 	if len(s.cpus) == 0 {
 		return errors.New("sampler: no online CPU")
@@ -110,4 +104,35 @@ func paranoid() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// attachPerf attaches the sampling program to c's event with a BPF link
+// (Linux 5.15), or where the kernel has no perf_event links, as the first
+// attempt finds out, with the PERF_EVENT_IOC_SET_BPF ioctl: closing the
+// event's fd then detaches it.
+func (s *Sampler) attachPerf(c *cpuEvent) error {
+	prog := s.objs.profile()
+	if !s.perfIoctl {
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: c.fd, Program: prog, Attach: ebpf.AttachPerfEvent})
+		if err == nil {
+			c.link = l
+			return nil
+		}
+		if len(s.cpus) > 1 || !noPerfLink(err) {
+			return fmt.Errorf("sampler: attaching to perf event on CPU %d: %w", c.cpu, err)
+		}
+		s.perfIoctl = true
+		s.log.Info("no BPF links for perf events (Linux < 5.15): attaching with PERF_EVENT_IOC_SET_BPF", zap.Error(err))
+	}
+	if err := unix.IoctlSetInt(c.fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
+		return fmt.Errorf("sampler: attaching to perf event on CPU %d (ioctl): %w", c.cpu, err)
+	}
+	return nil
+}
+
+// noPerfLink reports whether a failed BPF_LINK_CREATE means the kernel has
+// no links for perf events: it rejects the unknown attach type.
+func noPerfLink(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) ||
+		errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EBADF) || errors.Is(err, unix.ENOTSUP)
 }

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 package sampler
 
@@ -27,6 +27,8 @@ type host struct {
 	release  string
 	btfErr   error
 	paranoid int // -100 when unknown
+	// features the kernel lacks (probed only with the capabilities to).
+	features []string
 }
 
 func readHost() host {
@@ -43,6 +45,9 @@ func readHost() host {
 	h.btfErr = err
 	if p, err := strconv.Atoi(paranoid()); err == nil {
 		h.paranoid = p
+	}
+	if h.btfErr == nil && h.capErr == nil && (h.capEff&(1<<capSysAdmin) != 0 || h.capEff&(1<<capBPF) != 0) {
+		h.features = missingFeatures()
 	}
 	return h
 }
@@ -82,10 +87,11 @@ func (h host) check() error {
 	case !has(capPerfmon):
 		missing = append(missing, "capability CAP_PERFMON (or CAP_SYS_ADMIN)")
 	}
-	if maj, min, ok := kernelVersion(h.release); !ok {
-		missing = append(missing, fmt.Sprintf("kernel version unknown (%q), need >= %d.%d", h.release, MinKernel[0], MinKernel[1]))
-	} else if maj < MinKernel[0] || maj == MinKernel[0] && min < MinKernel[1] {
-		missing = append(missing, fmt.Sprintf("kernel >= %d.%d (running %s)", MinKernel[0], MinKernel[1], h.release))
+	// Features, not the version, decide (distributions backport); the
+	// version only says what would have them all.
+	if len(h.features) > 0 {
+		missing = append(missing, fmt.Sprintf("kernel features %s (Linux %d.%d or newer has them all; running %s)",
+			strings.Join(h.features, ", "), MinKernel[0], MinKernel[1], h.release))
 	}
 	if h.btfErr != nil {
 		missing = append(missing, fmt.Sprintf("kernel BTF %s (%v; needs CONFIG_DEBUG_INFO_BTF=y)", btfPath, unwrapPathErr(h.btfErr)))
@@ -106,19 +112,4 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// kernelVersion parses "6.18.44-fc-v595" into 6, 18.
-func kernelVersion(release string) (int, int, bool) {
-	parts := strings.SplitN(release, ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	maj, err1 := strconv.Atoi(parts[0])
-	minor := parts[1]
-	if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		minor = minor[:i]
-	}
-	min, err2 := strconv.Atoi(minor)
-	return maj, min, err1 == nil && err2 == nil
 }

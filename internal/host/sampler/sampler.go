@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 // Package sampler loads profsym's eBPF CPU sampler (package bpf), attaches it
 // to a CPU-clock perf event on every online CPU and hands out aggregated raw
@@ -56,6 +56,8 @@ type Sampler struct {
 	closed  bool
 	active  uint32 // kernel aggregation: buffer the program writes
 
+	paths          kernelPaths     // code paths chosen for this kernel
+	perfIoctl      bool            // programs attached by PERF_EVENT_IOC_SET_BPF, not links
 	unwinder       *unwind.Manager // nil unless walking with unwind tables
 	runtimes       *runtimes.Set   // nil unless walking, with a runtime enabled
 	offcpu         *offcpuState    // nil unless off-CPU samples are on
@@ -290,7 +292,8 @@ func New(cfg Config) (s *Sampler, err error) {
 	s.log.Info("sampler ready", zap.Int("cpus", len(s.cpus)), zap.Int("hz", cfg.SampleRate),
 		zap.Stringer("mode", cfg.Mode), zap.Int("max_stack_depth", cfg.MaxStackDepth),
 		zap.Bool("kernel_stacks", cfg.KernelStacks), zap.Stringer("unwinding", unwinding),
-		zap.Int64("max_table_bytes", cfg.Unwinding.MaxTableBytes))
+		zap.Int64("max_table_bytes", cfg.Unwinding.MaxTableBytes),
+		zap.Bool("task_pt_regs_helper", s.paths.taskPtRegs), zap.Bool("perf_link", !s.perfIoctl))
 	return s, nil
 }
 
@@ -316,6 +319,13 @@ func (s *Sampler) load() error {
 	if err := spec.Variables[bpf.ProfileVarUnwindCfi].Set(s.cfg.walking()); err != nil {
 		return fmt.Errorf("sampler: %w", err)
 	}
+	s.paths = probePaths()
+	if err := spec.Variables[bpf.ProfileVarHaveTaskPtRegs].Set(s.paths.taskPtRegs); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if err := spec.Variables[bpf.ProfileVarKernelThreadSize].Set(s.paths.threadSize); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
 	// Unwind maps are referenced by profile_agg either way; without the
 	// walker they shrink to one entry.
 	u := s.cfg.Unwinding
@@ -337,6 +347,14 @@ func (s *Sampler) load() error {
 	}
 	spec.Maps[bpf.ProfileMapSamples].MaxEntries = ringSize(ncpu)
 	if err := s.offCPUSpec(spec); err != nil {
+		return err
+	}
+	// The other mode's maps are not loaded, so not charged.
+	skip := []string{bpf.ProfileMapSamples, bpf.ProfileMapScratch}
+	if s.cfg.Mode == ModeRingBuffer {
+		skip = []string{bpf.ProfileMapCounts0, bpf.ProfileMapCounts1, bpf.ProfileMapStacks0, bpf.ProfileMapStacks1}
+	}
+	if err := raiseMemlock(memlockNeed(spec, ncpu, skip)); err != nil {
 		return err
 	}
 
@@ -367,12 +385,9 @@ func (s *Sampler) load() error {
 	if err2 != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err2, &ve) {
-			s.log.Error("BPF verifier rejected the sampler", zap.String("log", fmt.Sprintf("%+v", ve)))
+			s.log.Debug("BPF verifier rejected the sampler", zap.String("log", fmt.Sprintf("%+v", ve)))
 		}
-		if errors.Is(err2, unix.EPERM) {
-			return fmt.Errorf("sampler: loading BPF objects (missing CAP_BPF/CAP_PERFMON?): %w", err2)
-		}
-		return fmt.Errorf("sampler: loading BPF objects: %w", err2)
+		return loadError(err2)
 	}
 	return nil
 }

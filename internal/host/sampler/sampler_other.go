@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux || !(amd64 || arm64)
 
 package sampler
 
@@ -11,8 +11,9 @@ import (
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
-// ErrNotSupported: the sampler needs Linux (perf events and eBPF).
-var ErrNotSupported = fmt.Errorf("sampler: eBPF CPU sampling needs Linux, not %s", runtime.GOOS)
+// ErrNotSupported: the sampler needs Linux (perf events and eBPF) on a CPU
+// its BPF programs know (their registers and stack layouts: bpf/arch.h).
+var ErrNotSupported = fmt.Errorf("sampler: eBPF CPU sampling needs Linux on x86-64 (amd64) or arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
 
 // Sampler is a stand-in where the sampler cannot run; New refuses to make
 // one.
@@ -21,9 +22,10 @@ type Sampler struct{}
 // New fails with ErrNotSupported.
 func New(Config) (*Sampler, error) { return nil, ErrNotSupported }
 
-// CheckPrerequisites reports that this system is not Linux.
+// CheckPrerequisites reports that this system is not Linux on a supported
+// CPU.
 func CheckPrerequisites() error {
-	return &PrerequisiteError{Missing: []string{fmt.Sprintf("Linux (this is %s)", runtime.GOOS)}}
+	return &PrerequisiteError{Missing: []string{fmt.Sprintf("Linux on amd64 or arm64 (this is %s/%s)", runtime.GOOS, runtime.GOARCH)}}
 }
 
 func (*Sampler) Start() error          { return ErrNotSupported }

@@ -558,7 +558,7 @@ func (u *Uploader) extractNow(ctx context.Context, src Source) (string, int64, e
 	if err != nil {
 		return "", 0, err
 	}
-	opt := keepdebug.Options{Compression: u.cfg.Compression}
+	opt := keepdebug.Options{Compression: u.cfg.Compression, Extra: splitSections(src, f)}
 	if l := u.cfg.Client.Limiter; l != nil {
 		opt.Pace = func(n int) error { return l.Wait(ctx, n) }
 	}

@@ -110,6 +110,14 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Sizes of the kernel's entries (bpf/unwind.h), on every architecture.
+const (
+	// RowBytes is the size of one row in the kernel.
+	RowBytes = 8
+	// MappingBytes is the size of one mapping entry in the kernel.
+	MappingBytes = 32
+)
+
 // Rows is how many rows MaxTableBytes holds.
 func (c *Config) Rows() uint32 { return uint32(c.MaxTableBytes / RowBytes) }
 

@@ -1,3 +1,5 @@
+//go:build amd64 || arm64
+
 package unwind
 
 import (
@@ -31,16 +33,13 @@ const (
 	// k != 0 make a deref row: CFA = *(SP or FP + int16(CfaOff)) + 8k.
 	regShift = uint8(bpf.ProfileRowBitsROW_REG_SHIFT)
 
-	// RowBytes is the size of one row in the kernel.
-	RowBytes = 8
-	// MappingBytes is the size of one mapping entry in the kernel.
-	MappingBytes = 32
 	// MaxRowsPerTable is what the BPF binary search reaches.
 	MaxRowsPerTable = 1<<bpf.ProfileUnwindLimitsROW_SEARCH_STEPS - 1
 	// MaxMappingsPerProcess is what the BPF mapping search reaches.
 	MaxMappingsPerProcess = 1<<bpf.ProfileUnwindLimitsMAP_SEARCH_STEPS - 1
 
-	tableFP      = math.MaxUint32 // mapping without table: frame pointers (TABLE_FP)
+	tableFP      = math.MaxUint32     // mapping without table: frame pointers (TABLE_FP)
+	tableVDSO    = math.MaxUint32 - 1 // [vdso]: frame pointers, or the kernel's signal trampoline (TABLE_VDSO, arm64)
 	statePending = uint32(bpf.ProfileTableStateTABLE_PENDING)
 	stateReady   = uint32(bpf.ProfileTableStateTABLE_READY)
 	stateNone    = uint32(bpf.ProfileTableStateTABLE_NONE)
@@ -75,6 +74,7 @@ func encode(t *table.Table) encoded {
 // and consecutive identical rows merge.
 type encoder struct {
 	e       encoded
+	arm64   bool
 	raOff   int32
 	started bool
 	ended   bool                 // a row past 4 GiB ended the table
@@ -83,9 +83,9 @@ type encoder struct {
 }
 
 func newEncoder(arch elf.Machine) *encoder {
-	e := &encoder{raOff: -8}
-	if arch != elf.EM_X86_64 && arch != 0 {
-		e.raOff = math.MinInt32 // only x86-64 rows are expressible today
+	e := &encoder{raOff: -8, arm64: arch == elf.EM_AARCH64}
+	if arch != elf.EM_X86_64 && arch != elf.EM_AARCH64 && arch != 0 {
+		e.raOff = math.MinInt32 // no rows for other machines
 	}
 	return e
 }
@@ -148,8 +148,13 @@ func (c *encoder) add1(r *table.Row) {
 			k.Info = rowFallback
 		}
 		if r.CFA == table.CFASP || r.CFA == table.CFAFP {
-			ok = r.CFAOffset > 0 && r.CFAOffset <= math.MaxUint16
+			// arm64: CFA == SP at a function's entry, RA in LR.
+			ok = (r.CFAOffset > 0 || c.arm64 && r.CFAOffset == 0 && r.RAOffset == 0) && r.CFAOffset <= math.MaxUint16
 			k.CfaOff = uint16(r.CFAOffset)
+		}
+		if c.arm64 {
+			ok = ok && c.arm64Slots(r, &k)
+			break
 		}
 		if r.CFA != table.CFAUndefined && r.RAOffset != c.raOff {
 			ok = false
@@ -176,6 +181,34 @@ func (c *encoder) add1(r *table.Row) {
 	}
 	c.last, c.hasLast = k, true
 	return
+}
+
+// arm64Slots encodes where an arm64 row saved the RA and the caller's FP
+// (bpf/arch.h): a frame record (FP, then RA 8 bytes above) at CFA +
+// 8*fp_off with rowFPSaved; the RA alone there without it; fp_off 0
+// without it: the RA is still in LR. Anything else (CFA rules of x86-64,
+// FP saved apart from the RA) is not expressible.
+func (c *encoder) arm64Slots(r *table.Row, k *bpf.ProfileUnwindRow) bool {
+	if r.CFA != table.CFASP && r.CFA != table.CFAFP {
+		return false
+	}
+	slot := r.RAOffset
+	switch {
+	case r.FPSaved:
+		if r.RAOffset == 0 || r.RAOffset != r.FPOffset+8 {
+			return false
+		}
+		slot = r.FPOffset
+		k.Info |= rowFPSaved
+	case r.RAOffset == 0:
+		k.FpOff = 0
+		return true
+	}
+	if slot%8 != 0 || slot/8 < math.MinInt8 || slot/8 > math.MaxInt8 || slot == 0 {
+		return false
+	}
+	k.FpOff = int8(slot / 8)
+	return true
 }
 
 func (c *encoder) store() {

@@ -1,3 +1,5 @@
+//go:build amd64 || arm64
+
 package unwind
 
 import (
@@ -165,5 +167,47 @@ func TestEncodeRegisterAndDeref(t *testing.T) {
 		if rows[i] != w {
 			t.Errorf("row %d: got %+v, want %+v", i, rows[i], w)
 		}
+	}
+}
+
+// arm64 rows (bpf/arch.h): the RA in LR (fp_off 0), a frame record at
+// fp_off (FP, then the RA), the RA alone at fp_off; x86-64's rules and an
+// FP saved apart from the RA fall back.
+func TestEncodeARM64(t *testing.T) {
+	tb := &table.Table{Arch: elf.EM_AARCH64, Rows: []table.Row{
+		{PC: 0x1000, CFA: table.CFASP}, // entry: RA in LR
+		{PC: 0x1004, CFA: table.CFASP, CFAOffset: 32, RAOffset: -24, FPSaved: true, FPOffset: -32}, // stp x29, x30, [sp, #-32]!
+		{PC: 0x1010, CFA: table.CFAFP, CFAOffset: 16, RAOffset: -8, FPSaved: true, FPOffset: -16},  // mov x29, sp
+		{PC: 0x1020, CFA: table.CFASP, CFAOffset: 16, RAOffset: -16},                               // str x30, [sp, #-16]!
+		{PC: 0x1030, CFA: table.CFASP, CFAOffset: 32, RAOffset: -8, FPSaved: true, FPOffset: -32},  // apart: fallback
+		{PC: 0x1040, CFA: table.CFAPLT}, // x86-64 only: fallback
+		{PC: 0x1050, Kind: table.KindFallback},
+	}}
+	enc := encode(tb)
+	rows := enc.rows.slice()
+	type r struct {
+		pc   uint32
+		info uint8
+		cfa  uint16
+		fp   int8
+	}
+	want := []r{
+		{0, rowNormal | cfaSP<<2, 0, 0},
+		{4, rowNormal | cfaSP<<2 | rowFPSaved, 32, -4},
+		{0x10, rowNormal | cfaFP<<2 | rowFPSaved, 16, -2},
+		{0x20, rowNormal | cfaSP<<2, 16, -2},
+		{0x30, rowFallback, 0, 0},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("got %d rows %+v, want %d", len(rows), rows, len(want))
+	}
+	for i, w := range want {
+		g := rows[i]
+		if g.Pc != w.pc || g.Info != w.info || g.CfaOff != w.cfa || g.FpOff != w.fp {
+			t.Errorf("row %d: got %+v, want %+v", i, g, w)
+		}
+	}
+	if enc.fallbacks != 2 {
+		t.Errorf("%d fallbacks, want 2", enc.fallbacks)
 	}
 }

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 // Package unwind keeps the eBPF sampler's unwind tables: one table per
 // executable file (built from .eh_frame, .debug_frame or Go's pcsp by package
@@ -226,6 +226,9 @@ func (m *Manager) Track(p *normalize.Process) error {
 		}
 		mp := &p.Mappings[i]
 		e := bpf.ProfileUnwindMapping{Start: mp.Start, End: mp.End, Table: tableFP}
+		if mp.Path == "[vdso]" {
+			e.Table = tableVDSO
+		}
 		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
 			if bias, ok := loadBias(fi.Loads, mp); ok {
 				f := m.fileFor(fi, p.PID, mp)

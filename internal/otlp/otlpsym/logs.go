@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/locate"
-	"github.com/profsym/profsym/internal/symbolize"
 )
 
 // Attribute names of the ProfileEvent log records (docs/frame-format.md).
@@ -70,11 +71,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	type rec struct {
 		lr     plog.LogRecord
 		frames []LogFrame
-		work   []work
+		asked  []int32 // per frame: its index in todo, or -1 when not asked
 	}
 	var recs []rec
-	need := map[*objRef]bool{}
-	at := s.stamp()
+	var todo []work
 	lim := s.opt.Limits
 	for _, rl := range ld.ResourceLogs().All() {
 		var pid int64
@@ -97,21 +97,19 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 					lr.Attributes().PutStr(frame.AttrError, frame.Reason(err))
 					continue
 				}
-				r := rec{lr: lr, frames: frames, work: make([]work, len(frames))}
+				r := rec{lr: lr, frames: frames, asked: make([]int32, len(frames))}
 				for i, f := range frames {
+					r.asked[i] = -1
 					w := b.logObject(f)
-					r.work[i] = w
-					o := w.obj
-					if o == nil || o.fail != nil {
-						continue
+					if w.obj == nil {
+						continue // named already, or not native
 					}
-					o.q.AddHint(locate.Hint{File: f.File, PID: pid, ExePath: exe})
-					if o.num == 0 {
-						s.number(o)
+					if w.obj.fail == nil {
+						w.obj.q.AddHint(locate.Hint{File: f.File, PID: pid, ExePath: exe})
 					}
-					if _, hit := s.cached(o, f.Address, at); !hit {
-						need[o] = true
-					}
+					w.addr = f.Address
+					r.asked[i] = int32(len(todo))
+					todo = append(todo, w)
 				}
 				recs = append(recs, r)
 			}
@@ -120,45 +118,24 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 	if len(recs) == 0 {
 		return st
 	}
-	s.openAll(ctx, need)
-	defer func() {
-		for o := range need {
-			if o.h != nil {
-				o.h.Close()
-			}
-		}
-	}()
-	var buf []symbolize.Frame
+	answers := s.resolve(ctx, b, todo, &st)
 	for _, r := range recs {
 		var trace []TraceFrame
 		reasons, incomplete := map[string]bool{}, map[string]bool{}
 		for i, f := range r.frames {
-			w := r.work[i]
 			var lines []rline
 			switch {
 			case f.Function != "":
 				lines = []rline{{fn: s.intern(funcTuple{name: f.Function})}}
 				st.Skipped++
-			case w.obj == nil:
+			case r.asked[i] < 0:
 				st.Skipped++
 			default:
-				res, ok := w.obj.fail, w.obj.fail != nil
-				if !ok {
-					if res, ok = s.cached(w.obj, f.Address, at); ok {
-						st.CacheHits++
-					} else {
-						res = s.lookup(w.obj, f.Address, translation{}, at, &buf, &st)
-					}
-				}
+				res := answers[r.asked[i]]
 				if res.err != nil {
 					reasons[frame.Reason(res.err)] = true
-					st.unresolved(frame.Reason(res.err))
-				} else {
-					st.Resolved++
-					if res.missing != "" {
-						st.incomplete(res.missing)
-						incomplete[res.missing] = true
-					}
+				} else if res.missing != "" {
+					incomplete[res.missing] = true
 				}
 				lines = res.lines
 			}
@@ -175,18 +152,10 @@ func (s *Symbolizer) Logs(ctx context.Context, ld plog.Logs) Stats {
 		}
 		writeTrace(r.lr, trace, lim.MaxAttributeBytes)
 		if len(reasons) > 0 {
-			var rs []string
-			for k := range reasons {
-				rs = append(rs, k)
-			}
-			r.lr.Attributes().PutStr(frame.AttrError, strings.Join(sortStrings(rs), ","))
+			r.lr.Attributes().PutStr(frame.AttrError, strings.Join(slices.Sorted(maps.Keys(reasons)), ","))
 		}
 		if len(incomplete) > 0 {
-			var rs []string
-			for k := range incomplete {
-				rs = append(rs, k)
-			}
-			r.lr.Attributes().PutStr(frame.AttrIncomplete, strings.Join(sortStrings(rs), ","))
+			r.lr.Attributes().PutStr(frame.AttrIncomplete, strings.Join(slices.Sorted(maps.Keys(incomplete)), ","))
 		}
 	}
 	return st
@@ -302,13 +271,4 @@ func topLevelParen(s string) int {
 		}
 	}
 	return -1
-}
-
-func sortStrings(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
 }

@@ -23,6 +23,14 @@ func Name(s string) string {
 	if !Mangled(s) {
 		return s
 	}
+	if strings.HasPrefix(s, "_R") {
+		// Rust v0: profsym's own reader (the library's puts nested
+		// closures out of order and drops unit generic arguments).
+		if d, ok := RustV0(s); ok {
+			return d
+		}
+		return s // as llvm-cxxfilt prints what it cannot demangle
+	}
 	out := llvmSpelling(dm.Filter(s, dm.LLVMStyle))
 	// Only names with an expanded pack in a template argument need the
 	// AST pass; everything else keeps Filter's output (Rust legacy names

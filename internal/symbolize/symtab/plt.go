@@ -73,7 +73,7 @@ func (b *builder) addPLT(f *elfx.File, dyn []elf.Symbol) error {
 			if !ok {
 				continue
 			}
-			if err := b.add(cand{addr: s.Addr + off, size: stride, name: name + "@plt", prio: fromPLT}); err != nil {
+			if err := b.add(cand{addr: s.Addr + off, size: stride, name: b.refString(name + "@plt"), prio: fromPLT}); err != nil {
 				return err
 			}
 		}

@@ -123,19 +123,26 @@ func (t *Table) All(fn func(Symbol) bool) {
 // Source priorities: when several symbols start at the same address with the
 // same size, the lower value wins.
 const (
-	fromSymtab = iota
+	fromSymtab int32 = iota
 	fromMiniDebugInfo
 	fromDynsym
 	fromPLT
 )
 
+// cand is a candidate entry. It holds no pointers: sorting hundreds of
+// thousands of them then moves plain words (with a pointer each, the
+// write barriers of the swaps were most of building a Go binary's table).
 type cand struct {
 	addr, size uint64
-	name       string
-	file       string // STT_FILE in effect, for local symbols
-	prio       int
-	seq        int // index in its table
+	// name and the STT_FILE in effect for a local symbol, as references
+	// into the builder's byte pools.
+	name, file ref
+	prio       int32
+	seq        int32 // index in its table
 }
+
+// ref is n bytes at off in the builder's pool p.
+type ref struct{ p, off, n uint32 }
 
 // New builds the table for f. Missing tables are not errors (a file with no
 // symbols gives an empty table); malformed ones are, wrapping
@@ -145,11 +152,7 @@ func New(f *elfx.File) (t *Table, err error) {
 	// input; a panic makes this file corrupt.
 	defer contain.Panic(func(r any) { t, err = nil, fmt.Errorf("%s: %v: %w", f.Path, r, errCorrupt) })
 	b := builder{text: execRanges(f)}
-	syms, err := f.Symbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, tableErr(f, ".symtab", err)
-	}
-	if err := b.addELF(syms, fromSymtab); err != nil {
+	if err := b.addSymtab(f); err != nil {
 		return nil, err
 	}
 	dyn, err := f.DynamicSymbols()
@@ -182,6 +185,35 @@ type span struct{ start, end uint64 }
 type builder struct {
 	text  []span // executable sections (or segments), sorted
 	cands []cand
+	// pools hold the names: pool 0 copies of names from Go strings, the
+	// others string tables read in place (.symtab's).
+	pools [][]byte
+}
+
+// ref returns a reference to s, copied into pool 0.
+func (b *builder) refString(s string) ref {
+	if len(b.pools) == 0 {
+		b.pools = append(b.pools, nil)
+	}
+	r := ref{0, uint32(len(b.pools[0])), uint32(len(s))}
+	b.pools[0] = append(b.pools[0], s...)
+	return r
+}
+
+// pool adds a string table read in place and returns its number.
+func (b *builder) pool(strs []byte) uint32 {
+	if len(b.pools) == 0 {
+		b.pools = append(b.pools, nil)
+	}
+	b.pools = append(b.pools, strs)
+	return uint32(len(b.pools) - 1)
+}
+
+func (b *builder) bytes(r ref) []byte {
+	if r.n == 0 {
+		return nil
+	}
+	return b.pools[r.p][r.off : r.off+r.n]
 }
 
 // execRanges lists the executable address ranges: SHF_EXECINSTR sections,
@@ -221,12 +253,12 @@ func (b *builder) add(c cand) error {
 	return nil
 }
 
-func (b *builder) addELF(syms []elf.Symbol, prio int) error {
-	file := ""
+func (b *builder) addELF(syms []elf.Symbol, prio int32) error {
+	var file ref
 	for i := range syms {
 		s := &syms[i]
 		if elf.ST_TYPE(s.Info) == elf.STT_FILE {
-			file = s.Name
+			file = b.refString(s.Name)
 			continue
 		}
 		if s.Name == "" || s.Section == elf.SHN_UNDEF || s.Section >= elf.SHN_LORESERVE {
@@ -244,7 +276,7 @@ func (b *builder) addELF(syms []elf.Symbol, prio int) error {
 		default:
 			continue
 		}
-		c := cand{addr: s.Value, size: s.Size, name: bareName(s.Name), prio: prio, seq: i}
+		c := cand{addr: s.Value, size: s.Size, name: b.refString(bareName(s.Name)), prio: prio, seq: int32(i)}
 		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
 			c.file = file
 		}
@@ -318,8 +350,19 @@ func (b *builder) build() *Table {
 	// "__freelocale" over "freelocale", "scalbn" over "ldexp"). Across
 	// tables the more complete one wins: .symtab, MiniDebugInfo, .dynsym.
 	slices.SortFunc(c, func(x, y cand) int {
-		return cmp.Or(cmp.Compare(x.addr, y.addr), cmp.Compare(y.size, x.size), cmp.Compare(x.prio, y.prio),
-			cmp.Compare(y.seq, x.seq), cmp.Compare(x.name, y.name))
+		if x.addr != y.addr {
+			return cmp.Compare(x.addr, y.addr)
+		}
+		if x.size != y.size {
+			return cmp.Compare(y.size, x.size)
+		}
+		if x.prio != y.prio {
+			return cmp.Compare(x.prio, y.prio)
+		}
+		if x.seq != y.seq {
+			return cmp.Compare(y.seq, x.seq)
+		}
+		return bytes.Compare(b.bytes(x.name), b.bytes(y.name))
 	})
 	uniq := c[:0]
 	for i := range c {
@@ -330,7 +373,12 @@ func (b *builder) build() *Table {
 	}
 	t := &Table{ents: make([]entry, 0, len(uniq))}
 	var names strings.Builder
-	offs := map[string]uint32{} // share storage between equal names
+	size := 0
+	for i := range uniq {
+		size += int(uniq[i].name.n)
+	}
+	names.Grow(size)
+	files := map[string]uint32{} // a file's name, once
 	for i, s := range uniq {
 		end := s.addr + s.size
 		if s.size == 0 || end < s.addr {
@@ -349,24 +397,23 @@ func (b *builder) build() *Table {
 		if end <= s.addr {
 			continue
 		}
-		if names.Len()+len(s.name)+len(s.file) > 1<<32-1 {
+		if uint64(names.Len())+uint64(s.name.n)+uint64(s.file.n) > 1<<32-1 {
 			break // cannot happen under maxSymbols with real names
 		}
-		intern := func(str string) uint32 {
-			off, seen := offs[str]
+		off := uint32(names.Len())
+		names.Write(b.bytes(s.name))
+		var foff, fn uint32
+		if s.file.n > 0 {
+			file := string(b.bytes(s.file))
+			o, seen := files[file]
 			if !seen {
-				off = uint32(names.Len())
-				names.WriteString(str)
-				offs[str] = off
+				o = uint32(names.Len())
+				names.WriteString(file)
+				files[file] = o
 			}
-			return off
+			foff, fn = o, uint32(len(file))
 		}
-		off := intern(s.name)
-		var foff uint32
-		if s.file != "" {
-			foff = intern(s.file)
-		}
-		t.ents = append(t.ents, entry{start: s.addr, end: end, off: off, n: uint32(len(s.name)), foff: foff, fn: uint32(len(s.file))})
+		t.ents = append(t.ents, entry{start: s.addr, end: end, off: off, n: s.name.n, foff: foff, fn: fn})
 	}
 	t.names = names.String()
 	return t

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -130,6 +131,11 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	if !ok {
 		r.Forget(p.PID)
 		return nil, false, nil
+	}
+	if runtime.GOARCH != "amd64" {
+		// The walker finds a thread's state by its thread pointer, read
+		// as x86-64 keeps it (bpf/cpython.h).
+		return nil, true, fmt.Errorf("python on %s: not walked yet: %w", runtime.GOARCH, errLayout)
 	}
 	b, ok := bias(c.m)
 	if !ok {

@@ -59,7 +59,9 @@ func TestForgedInterpreter(t *testing.T) {
 				if s.stop == "runtime" {
 					runtime += s.count
 				}
-				if s.native < 2 {
+				// A start-up sample, walked before the process was
+				// tracked, may stop at the first frame pointer.
+				if s.native < 2 && s.stop != "not_ready" {
 					t.Errorf("a sample with %d native frames: %+v", s.native, s)
 				}
 				for _, p := range s.py {

@@ -54,6 +54,9 @@ type builder struct {
 	code  func(addr uint64, n int) []byte
 	srcs  []*source
 	stats Stats
+	// sig is the machine's rt_sigreturn trampoline, nop the no-op a
+	// C library may put before it (see isSigreturn).
+	sig, nop []byte
 }
 
 func newBuilder(f *elfx.File, opt Options) (*builder, error) {
@@ -80,6 +83,11 @@ func newBuilder(f *elfx.File, opt Options) (*builder, error) {
 	switch f.Machine {
 	case elf.EM_X86_64:
 		b.regs = archRegs{fp: 6, sp: 7, cfa: X86CFARegister}
+		b.sig, b.nop = rtSigreturn, []byte{0x90}
+	case elf.EM_AARCH64:
+		// x29, sp; the return address may stay in x30 (the link register).
+		b.regs = archRegs{fp: 29, sp: 31, lr: true}
+		b.sig, b.nop = arm64Sigreturn, []byte{0x1f, 0x20, 0x03, 0xd5}
 	default:
 		return nil, fmt.Errorf("%w: %v", ErrUnsupportedArch, f.Machine)
 	}
@@ -461,19 +469,22 @@ func (b *builder) emit(pieces []piece, sink Sink) (int, error) {
 // mov $15 (rt_sigreturn), %rax; syscall.
 var rtSigreturn = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}
 
+// arm64Sigreturn is musl's and the vdso's: mov x8, #139; svc #0.
+var arm64Sigreturn = []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4}
+
 // isSigreturn reports whether a short code range is a signal trampoline,
-// possibly after the one-byte nop that glibc puts before it so that
-// unwinders looking up "return address - 1" land in the same FDE.
+// possibly after the nop that glibc puts before it so that unwinders
+// looking up "return address - 1" land in the same FDE.
 func (b *builder) isSigreturn(start, end uint64) bool {
 	n := end - start
-	if n < uint64(len(rtSigreturn)) || n > 16 {
+	if n < uint64(len(b.sig)) || n > 16 {
 		return false
 	}
 	code := b.code(start, int(n))
 	if code == nil {
 		return false
 	}
-	return bytes.HasPrefix(code, rtSigreturn) || (code[0] == 0x90 && bytes.HasPrefix(code[1:], rtSigreturn))
+	return bytes.HasPrefix(code, b.sig) || (bytes.HasPrefix(code, b.nop) && bytes.HasPrefix(code[len(b.nop):], b.sig))
 }
 
 // synthesize covers what no source describes but is known by its code: a
@@ -527,7 +538,7 @@ const maxSynthetic = 1024
 // scanGap marks rt_sigreturn trampolines found in [a, e).
 func (b *builder) scanGap(s *source, a, e uint64) {
 	const maxScan = 1 << 28
-	if e-a < uint64(len(rtSigreturn)) || e-a > maxScan {
+	if e-a < uint64(len(b.sig)) || e-a > maxScan {
 		return
 	}
 	code := b.code(a, int(e-a))
@@ -535,20 +546,24 @@ func (b *builder) scanGap(s *source, a, e uint64) {
 		return
 	}
 	for off := 0; ; {
-		k := bytes.Index(code[off:], rtSigreturn)
+		k := bytes.Index(code[off:], b.sig)
 		if k < 0 {
 			return
 		}
+		if b.f.Machine == elf.EM_AARCH64 && (a+uint64(off+k))%4 != 0 {
+			off += k + 1 // not an instruction boundary
+			continue
+		}
 		pc := a + uint64(off+k)
 		start := pc
-		if off+k > 0 && code[off+k-1] == 0x90 {
-			start-- // cover the nop a "return address - 1" lookup lands on
+		if n := len(b.nop); off+k >= n && bytes.Equal(code[off+k-n:off+k], b.nop) {
+			start -= uint64(n) // cover the nop a "return address - 1" lookup lands on
 		}
-		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(rtSigreturn)), kind: KindSignal})
+		s.segs = append(s.segs, seg{start: start, end: pc + uint64(len(b.sig)), kind: KindSignal})
 		if len(s.segs) >= maxSynthetic {
 			return
 		}
-		off += k + len(rtSigreturn)
+		off += k + len(b.sig)
 	}
 }
 

@@ -313,6 +313,9 @@ type cie struct {
 // archRegs names the DWARF registers of a machine that the rows speak of.
 type archRegs struct {
 	fp, sp uint64
+	// lr: the return address may stay in its register (arm64's x30, the
+	// link register): a "same value" rule for it is a row with RAOffset 0.
+	lr bool
 	// cfa reports whether a CFA rule may be based on register r (CFAReg):
 	// the registers the sampler keeps for the innermost frame.
 	cfa func(r uint64) bool
@@ -795,10 +798,15 @@ func (p *cfiParser) row(st *state) Row {
 		p.out.stats.Unencodable++
 		return Row{Kind: KindFallback}
 	}
-	if st.ra.kind != ruleOffset || !fits32(st.ra.off) {
+	r := Row{Kind: KindNormal}
+	switch {
+	case st.ra.kind == ruleOffset && fits32(st.ra.off) && st.ra.off != 0:
+		r.RAOffset = int32(st.ra.off)
+	case st.ra.kind == ruleSame && p.regs.lr:
+		// RAOffset 0: still in the link register.
+	default:
 		return fb()
 	}
-	r := Row{Kind: KindNormal, RAOffset: int32(st.ra.off)}
 	switch {
 	case st.cfa == cfaPLT:
 		r.CFA = CFAPLT

@@ -2,6 +2,8 @@ package table
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 
 	"github.com/profsym/profsym/internal/frame"
@@ -117,6 +119,9 @@ func oneOf(name []byte, set [][]byte) bool {
 
 // goRows writes the rows of one function from its SP delta runs.
 func (b *builder) goRows(em *emitter, runs []goRun) error {
+	if b.f.Machine == elf.EM_AARCH64 {
+		return b.goRowsARM64(em, runs)
+	}
 	saved := b.goFPSavedFrom(runs)
 	for _, run := range runs {
 		if run.delta < 0 || int64(run.delta)+8 > 1<<31-1 {
@@ -182,4 +187,51 @@ func (b *builder) goFPSavedFrom(runs []goRun) uint64 {
 		return 0
 	}
 	return 0
+}
+
+// On arm64 the return address is in x30 (LR) at entry, where SP is the
+// CFA. A function with a frame stores LR at its new SP and the caller's
+// x29 just below it, so with delta = the SP delta:
+//
+//	STR.W x30, [sp, #-n]!; STUR x29, [sp, #-8]; SUB x29, sp, #8  (small frames)
+//	SUB x20, sp, #n; STP x29, x30, [x20, #-8]; MOV sp, x20         (large)
+//
+// CFA = SP + delta, RA at CFA-delta, FP at CFA-delta-8: a frame record at
+// the row's FP offset with the RA above it, as the walker reads arm64 rows.
+// With delta 0 the RA is still in LR.
+
+// stur x29, [sp, #-8]
+const arm64SturFP = 0xf81f83fd
+
+func (b *builder) goRowsARM64(em *emitter, runs []goRun) error {
+	for _, run := range runs {
+		if run.delta < 0 || int64(run.delta)+8 > 1<<31-1 {
+			b.stats.Unencodable++
+			if err := em.row(Row{PC: run.pc, Kind: KindFallback}); err != nil {
+				return err
+			}
+			continue
+		}
+		r := Row{PC: run.pc, Kind: KindNormal, CFA: CFASP, CFAOffset: run.delta}
+		if run.delta > 0 {
+			r.RAOffset = -run.delta
+			fp := r
+			fp.FPSaved, fp.FPOffset = true, -run.delta-8
+			// The small-frame prologue saves x29 one instruction after LR.
+			if code := b.code(run.pc, 4); code != nil && binary.LittleEndian.Uint32(code) == arm64SturFP && run.pc+4 < run.end {
+				if err := em.row(r); err != nil {
+					return err
+				}
+				fp.PC = run.pc + 4
+			}
+			r = fp
+		}
+		if err := em.row(r); err != nil {
+			return err
+		}
+		if em.done {
+			return nil
+		}
+	}
+	return nil
 }

@@ -71,7 +71,11 @@ type Row struct {
 	CFAAdd   int32
 	FPSaved  bool // the caller's FP is saved at CFA+FPOffset; false: FP unchanged in this frame
 	FPOffset int32
-	RAOffset int32 // return address saved at CFA+RAOffset (always -8 on x86-64)
+	// RAOffset: the return address is saved at CFA+RAOffset (always -8 on
+	// x86-64); 0 says it is still in the link register (arm64's x30: at a
+	// function's entry, in leaf functions), known for the innermost frame
+	// only.
+	RAOffset int32
 }
 
 // sameRule reports whether two rows unwind alike (their PCs aside).
@@ -82,7 +86,7 @@ func (r *Row) sameRule(o *Row) bool {
 
 // Table is the unwind table of one ELF file.
 type Table struct {
-	Arch   elf.Machine // EM_X86_64 now; EM_AARCH64 later (docs/unwinding.md says what it needs)
+	Arch   elf.Machine // EM_X86_64 or EM_AARCH64
 	Source string      // "eh_frame", "debug_frame", "gopclntab", or a "+"-joined combination
 	// Rows are sorted by PC; adjacent identical rows are merged; gaps between
 	// covered ranges are KindFallback rows, and a KindFallback row ends the

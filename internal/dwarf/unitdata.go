@@ -29,11 +29,14 @@ type span struct {
 
 // unitData is one unit, fully parsed.
 type unitData struct {
-	files []string
-	rows  []row
-	seqs  []sequence // sorted by hi, as llvm searches them
-	nodes []node
-	spans []span
+	// missing says why the unit answers without its functions: the split
+	// unit of a skeleton could not be read.
+	missing error
+	files   []string
+	rows    []row
+	seqs    []sequence // sorted by hi, as llvm searches them
+	nodes   []node
+	spans   []span
 }
 
 func (d *unitData) size() int64 {
@@ -51,16 +54,27 @@ func (d *unitData) size() int64 {
 
 // fullOf parses u's line program and DIE tree once.
 func (t *Table) fullOf(u *unit) (*unitData, error) {
-	u.fullOnce.Do(func() {
-		// Belt and braces: the parser bounds-checks every read, but a bug
-		// must cost one unit's answers, not the process.
-		defer contain.Panic(func(r any) { u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r) })
-		u.full, u.fullErr = t.parseFull(u)
-		if u.fullErr == nil {
-			t.parsed.Add(u.full.size())
-		}
-	})
+	if !u.fullDone.Load() {
+		u.fullMu.Lock()
+		t.parseFullLocked(u)
+		u.fullMu.Unlock()
+	}
 	return u.full, u.fullErr
+}
+
+// parseFullLocked parses u unless that is done; u.fullMu is held.
+func (t *Table) parseFullLocked(u *unit) {
+	if u.fullDone.Load() {
+		return
+	}
+	defer u.fullDone.Store(true)
+	// Belt and braces: the parser bounds-checks every read, but a bug
+	// must cost one unit's answers, not the process.
+	defer contain.Panic(func(r any) { u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r) })
+	u.full, u.fullErr = t.parseFull(u)
+	if u.fullErr == nil {
+		t.parsed.Add(u.full.size())
+	}
 }
 
 type nodeRange struct {
@@ -92,14 +106,40 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		return 0
 	})
 
+	// A skeleton's functions are in its split unit (.dwo, .dwp); its
+	// lines are here.
+	wt, wu, wh := t, u, h
+	if h.hasDWO {
+		st, su, sh, release, err := t.splitUnit(u, h)
+		defer release()
+		if err == nil {
+			wt, wu, wh = st, su, sh
+		} else {
+			d.missing = err
+		}
+	}
+	var nrs []nodeRange
+	d.nodes, nrs, err = wt.walkDIEs(wu, wh)
+	if err != nil {
+		return nil, err
+	}
+	d.spans = buildSpans(nrs)
+	return d, nil
+}
+
+// walkDIEs reads u's subprogram and inlined_subroutine tree into nodes
+// (parents before children) and the address ranges of each.
+func (t *Table) walkDIEs(u *unit, h *unitHead) ([]node, []nodeRange, error) {
 	var (
 		b       = buf{data: t.sec.info[:u.end]}
 		stack   = make([]int32, 1, 64) // nearest enclosing node per open DIE
-		memo    = map[uint64]*origin{}
+		memo    = map[originKey]*origin{}
 		attrs   dieAttrs
 		ranges  []addrRange
+		nodes   []node
 		nrs     []nodeRange
 		abbrevs = h.abbrevs
+		err     error
 	)
 	stack[0] = -1
 	b.seek(u.dieOff)
@@ -113,7 +153,7 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		}
 		a := abbrevs.get(code)
 		if a == nil {
-			return nil, corruptf("unit at %#x: unknown abbreviation %d at %#x", u.off, code, b.off)
+			return nil, nil, corruptf("unit at %#x: unknown abbreviation %d at %#x", u.off, code, b.off)
 		}
 		cur := stack[len(stack)-1]
 		if !a.wanted {
@@ -127,20 +167,20 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 				}
 			}
 			if b.err != nil {
-				return nil, corruptf("unit at %#x: DIE runs off the unit", u.off)
+				return nil, nil, corruptf("unit at %#x: DIE runs off the unit", u.off)
 			}
 		} else {
 			if err := t.decodeAttrs(&b, a, u, h, &attrs); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ranges, err = t.dieRanges(u, h, &attrs, ranges[:0])
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if a.tag == tagInlinedSubroutine || len(ranges) > 0 {
 				n := t.makeNode(u, &attrs, ranges, cur, memo)
-				cur = int32(len(d.nodes))
-				d.nodes = append(d.nodes, n)
+				cur = int32(len(nodes))
+				nodes = append(nodes, n)
 				for _, r := range ranges {
 					nrs = append(nrs, nodeRange{r.lo, r.hi, cur})
 				}
@@ -151,13 +191,12 @@ func (t *Table) parseFull(u *unit) (*unitData, error) {
 		}
 	}
 	if b.err != nil {
-		return nil, corruptf("unit at %#x: DIE tree runs off the unit", u.off)
+		return nil, nil, corruptf("unit at %#x: DIE tree runs off the unit", u.off)
 	}
-	d.spans = buildSpans(nrs)
-	return d, nil
+	return nodes, nrs, nil
 }
 
-func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32, memo map[uint64]*origin) node {
+func (t *Table) makeNode(u *unit, a *dieAttrs, ranges []addrRange, parent int32, memo map[originKey]*origin) node {
 	var o origin
 	t.inherit(&o, u, a, memo, 0)
 	n := node{

@@ -26,6 +26,8 @@ type dieAttrs struct {
 
 	compDir    []byte
 	hasCompDir bool
+	dwoName    []byte
+	hasDWOName bool
 	stmtList   uint64
 	hasStmt    bool
 }
@@ -93,6 +95,8 @@ func (t *Table) decodeAttrs(b *buf, a *abbrev, u *unit, h *unitHead, d *dieAttrs
 			d.disc = t.readUnsigned(b, u.shape, form, s.implicit)
 		case atCompDir:
 			d.compDir, d.hasCompDir = t.readString(b, u.shape, h, form)
+		case atDWOName, atGNUDWOName:
+			d.dwoName, d.hasDWOName = t.readString(b, u.shape, h, form)
 		case atStmtList:
 			d.stmtList, d.hasStmt = t.readUnsigned(b, u.shape, form, s.implicit), true
 		default:
@@ -117,6 +121,13 @@ func (t *Table) readString(b *buf, shape unitShape, h *unitHead, form uint16) ([
 		return cstrAt(t.sec.str, b.uN(int(shape.offSize)))
 	case formLineStrp:
 		return cstrAt(t.sec.lineStr, b.uN(int(shape.offSize)))
+	case formGNUStrpAlt, formStrpSup:
+		// In the supplementary (dwz common) file; absent without it.
+		off := b.uN(int(shape.offSize))
+		if t.sup == nil {
+			return nil, false
+		}
+		return cstrAt(t.sup.sec.str, off)
 	case formStrx, formGNUStrIndex:
 		off = b.uleb()
 	case formStrx1:
@@ -180,12 +191,29 @@ func (t *Table) addrIndex(u *unit, h *unitHead, idx uint64) (uint64, bool) {
 	return ab.uN(int(sz)), true
 }
 
-// readRef decodes a reference form to an absolute .debug_info offset.
-// References into other files (supplementary, type signatures) read as
+// supRef marks a reference into the supplementary file's .debug_info.
+const supRef = 1 << 63
+
+// readRef decodes a reference form to an absolute .debug_info offset, with
+// supRef set for one into the supplementary (dwz common) file. Type
+// signatures, and supplementary references without that file, read as
 // absent.
 func (t *Table) readRef(b *buf, u *unit, form uint16) (uint64, bool) {
 	var v uint64
 	switch form {
+	case formGNURefAlt, formRefSup4, formRefSup8:
+		switch form {
+		case formRefSup4:
+			v = uint64(b.u32())
+		case formRefSup8:
+			v = b.u64()
+		default:
+			v = b.uN(int(u.shape.offSize))
+		}
+		if t.sup == nil || v >= supRef {
+			return 0, false
+		}
+		return v | supRef, true
 	case formRef1:
 		v = uint64(b.u8())
 	case formRef2:
@@ -201,12 +229,13 @@ func (t *Table) readRef(b *buf, u *unit, form uint16) (uint64, bool) {
 		if u.shape.version <= 2 {
 			n = int(u.shape.addrSize)
 		}
-		return b.uN(n), true
+		v = b.uN(n)
+		return v, v < supRef
 	default:
 		u.shape.skipForm(b, form)
 		return 0, false
 	}
-	if u.off+v < u.off {
+	if u.off+v < u.off || u.off+v >= supRef {
 		return 0, false
 	}
 	return u.off + v, true
@@ -252,11 +281,18 @@ type origin struct {
 // are two or three links long.
 const maxOriginDepth = 16
 
+// originKey is a DIE: its table (the unit's file, or the supplementary
+// file) and offset.
+type originKey struct {
+	t   *Table
+	off uint64
+}
+
 // inherit fills o with d's own fields, then with those of the DIEs d refers
-// to. memo is per unit parse and keyed by DIE offset; it also marks the
-// DIEs being resolved so a reference cycle ends instead of looping. A
-// reference that leads nowhere readable only loses the name, as in llvm.
-func (t *Table) inherit(o *origin, u *unit, d *dieAttrs, memo map[uint64]*origin, depth int) {
+// to. memo is per unit parse and keyed by DIE; it also marks the DIEs
+// being resolved so a reference cycle ends instead of looping. A reference
+// that leads nowhere readable only loses the name, as in llvm.
+func (t *Table) inherit(o *origin, u *unit, d *dieAttrs, memo map[originKey]*origin, depth int) {
 	if d.hasLinkage && !o.hasLinkage {
 		o.linkage, o.hasLinkage = string(d.linkage), true
 	}
@@ -278,7 +314,11 @@ func (t *Table) inherit(o *origin, u *unit, d *dieAttrs, memo map[uint64]*origin
 		if !ref.ok || (o.hasLinkage && o.hasName && o.hasDeclFile && o.hasDecl) {
 			continue
 		}
-		r := t.resolveOrigin(ref.off, memo, depth+1)
+		tb, off := t, ref.off
+		if off&supRef != 0 {
+			tb, off = t.sup, off&^supRef
+		}
+		r := tb.resolveOrigin(off, memo, depth+1)
 		if r == nil {
 			continue
 		}
@@ -299,18 +339,19 @@ func (t *Table) inherit(o *origin, u *unit, d *dieAttrs, memo map[uint64]*origin
 
 // resolveOrigin returns the inherited fields of the DIE at off, or nil on
 // a cycle, an over-long chain or an unreadable DIE.
-func (t *Table) resolveOrigin(off uint64, memo map[uint64]*origin, depth int) *origin {
-	if depth > maxOriginDepth {
+func (t *Table) resolveOrigin(off uint64, memo map[originKey]*origin, depth int) *origin {
+	if depth > maxOriginDepth || t == nil {
 		return nil
 	}
-	if o, ok := memo[off]; ok {
+	k := originKey{t, off}
+	if o, ok := memo[k]; ok {
 		if o.resolving {
 			return nil
 		}
 		return o
 	}
 	o := &origin{resolving: true}
-	memo[off] = o
+	memo[k] = o
 	var d dieAttrs
 	u, err := t.readDIE(off, &d)
 	if err != nil {

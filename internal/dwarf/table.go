@@ -33,6 +33,9 @@ import (
 // copied out of the file, so frames stay valid after the file is closed.
 type Table struct {
 	sec   sections
+	sup   *Table      // the supplementary (dwz common) file's, or nil
+	split SplitFinder // finds skeleton units' split units, or nil
+	link  *splitLink  // set in a split unit's table
 	units []*unit
 	index []cuRange // disjoint, sorted by lo
 
@@ -47,64 +50,131 @@ type sections struct {
 	info, abbrev, line, str, lineStr, strOffsets, addr, ranges, rnglists, aranges []byte
 }
 
+// Extra are the other files a file's DWARF points into.
+type Extra struct {
+	// Sup is the supplementary file's table (NewSup): the dwz common file
+	// that .gnu_debugaltlink or .debug_sup names. Without it, what lives
+	// there (names and declarations shared by several binaries) reads as
+	// absent, as it does for llvm-symbolizer.
+	Sup *Table
+	// Split finds the split units of skeleton units (-gsplit-dwarf: .dwo
+	// and .dwp files), when the unit is first parsed. Without it, or
+	// without the file, a skeleton answers lines without functions, as
+	// llvm-symbolizer does.
+	Split SplitFinder
+}
+
 // New indexes f's DWARF. It returns an error wrapping frame.ErrNoDebugInfo
 // if f has no .debug_info or no unit covers any code.
-func New(f *elfx.File) (*Table, error) {
-	var s sections
-	var firstErr error
-	get := func(name string, dst *[]byte) {
-		d, err := f.SectionData(name)
-		if err != nil {
-			if !errors.Is(err, elfx.ErrNoSection) && firstErr == nil {
-				firstErr = err
-			}
-			return
-		}
-		*dst = d
-	}
-	// Decompression dominates opening a compressed file, and .debug_info
-	// and .debug_line are the big ones, so inflate those two in parallel.
-	var wg sync.WaitGroup
-	var lineErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d, err := f.SectionData(".debug_line")
-		if err != nil && !errors.Is(err, elfx.ErrNoSection) {
-			lineErr = err
-		}
-		s.line = d
-	}()
-	get(".debug_info", &s.info)
-	get(".debug_abbrev", &s.abbrev)
-	get(".debug_str", &s.str)
-	get(".debug_line_str", &s.lineStr)
-	get(".debug_str_offsets", &s.strOffsets)
-	get(".debug_addr", &s.addr)
-	get(".debug_ranges", &s.ranges)
-	get(".debug_rnglists", &s.rnglists)
-	get(".debug_aranges", &s.aranges)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = lineErr
-	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, firstErr)
-	}
-	t, err := newTable(s)
+func New(f *elfx.File) (*Table, error) { return NewExtra(f, Extra{}) }
+
+// NewExtra is New for DWARF that points into other files.
+func NewExtra(f *elfx.File, x Extra) (*Table, error) {
+	var t *Table
+	_, err := decodeSections(f, func(s sections) (err error) {
+		t, err = newTable(s, x)
+		return err
+	}, func(line []byte) { t.sec.line = line })
 	if err != nil {
 		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
 	}
 	return t, nil
 }
 
+// NewSup reads a supplementary file (a dwz common file): partial units
+// that the DWARF of other files refers to, with no code of their own.
+func NewSup(f *elfx.File) (*Table, error) {
+	s, err := decodeSections(f, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+	}
+	if len(s.info) == 0 {
+		return nil, fmt.Errorf("dwarf: %s: no .debug_info: %w", f.Path, frame.ErrNoDebugInfo)
+	}
+	t := &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
+	units, err := scanUnits(s.info)
+	if err != nil && len(units) == 0 {
+		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
+	}
+	t.units = units
+	return t, nil
+}
+
+// decodeSections decodes f's DWARF sections. Decompression dominates
+// opening a compressed file: every section decodes on its own goroutine
+// (elfx reserves each one's share of the file's budget), .debug_info, the
+// largest, on the calling one, and build (if set) runs while .debug_line,
+// which only unit parses need, is still decoding; setLine then gets it.
+func decodeSections(f *elfx.File, build func(sections) error, setLine func([]byte)) (sections, error) {
+	var s sections
+	need := []struct {
+		name string
+		dst  *[]byte
+	}{
+		{".debug_info", &s.info}, {".debug_abbrev", &s.abbrev}, {".debug_str", &s.str},
+		{".debug_line_str", &s.lineStr}, {".debug_str_offsets", &s.strOffsets}, {".debug_addr", &s.addr},
+		{".debug_ranges", &s.ranges}, {".debug_rnglists", &s.rnglists}, {".debug_aranges", &s.aranges},
+	}
+	errs := make([]error, len(need))
+	var wg sync.WaitGroup
+	for i, n := range need[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			*n.dst, errs[i+1] = sectionData(f, n.name)
+		}()
+	}
+	var line []byte
+	var lineErr error
+	lineDone := make(chan struct{})
+	go func() {
+		defer close(lineDone)
+		line, lineErr = sectionData(f, ".debug_line")
+	}()
+	// A new goroutine would queue behind the others: .debug_info, the
+	// critical path, decodes here.
+	s.info, errs[0] = sectionData(f, ".debug_info")
+	wg.Wait()
+	var err error
+	for _, e := range errs {
+		if e != nil {
+			err = e
+			break
+		}
+	}
+	if err == nil && build != nil {
+		err = build(s)
+	}
+	<-lineDone
+	if err == nil && lineErr != nil {
+		err = lineErr
+	}
+	if err != nil {
+		return s, err
+	}
+	s.line = line
+	if setLine != nil {
+		setLine(line)
+	}
+	return s, nil
+}
+
+// sectionData is f's section name, or nil when f has none.
+func sectionData(f *elfx.File, name string) ([]byte, error) {
+	d, err := f.SectionData(name)
+	if errors.Is(err, elfx.ErrNoSection) {
+		return nil, nil
+	}
+	return d, err
+}
+
 // newTable indexes already-loaded sections.
-func newTable(s sections) (t *Table, err error) {
+func newTable(s sections, x Extra) (t *Table, err error) {
 	defer contain.Panic(func(r any) { t, err = nil, corruptf("indexing: %v", r) })
 	if len(s.info) == 0 {
 		return nil, fmt.Errorf("no .debug_info: %w", frame.ErrNoDebugInfo)
 	}
-	t = &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
+	t = &Table{sec: s, sup: x.Sup, split: x.Split, abbrevs: map[abbrevKey]*abbrevTable{}}
 	units, err := scanUnits(s.info)
 	if err != nil && len(units) == 0 {
 		return nil, err
@@ -175,17 +245,19 @@ func (t *Table) unitFor(pc uint64) *unit {
 // Lookup appends the frames for pc to dst, innermost first, and returns
 // it. With inlines false only the outermost function frame is returned,
 // located at pc by the line table. An address no unit covers returns dst
-// unchanged and a nil error.
-func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) ([]frame.Frame, error) {
+// unchanged and a nil error. missing says why the frames lack what the
+// unit describes elsewhere (a skeleton unit whose split unit could not be
+// read: lines without functions).
+func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	u := t.unitFor(pc)
 	if u == nil {
-		return dst, nil
+		return dst, nil, nil
 	}
 	d, err := t.fullOf(u)
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
-	return d.lookup(pc, inlines, dst), nil
+	return d.lookup(pc, inlines, dst), d.missing, nil
 }
 
 // SizeBytes estimates the memory held by the index and the parsed units.

@@ -65,7 +65,7 @@ func (t *Table) dieRanges(u *unit, h *unitHead, d *dieAttrs, out []addrRange) ([
 		}
 		return t.rnglist(u, h, off, out)
 	}
-	return t.rangeList(u, h, d.ranges, out)
+	return t.rangeList(u, h, d.ranges+h.rangesBase, out)
 }
 
 // rangeList reads a DWARF 2-4 .debug_ranges list.

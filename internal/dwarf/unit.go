@@ -2,6 +2,7 @@ package dwarf
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // unit is one unit header of .debug_info. Headers are read by New; the
@@ -16,6 +17,7 @@ type unit struct {
 	shape     unitShape
 	unitType  uint8
 	abbrevOff uint64
+	dwoID     uint64 // DWARF 5 skeleton and split units: from the header
 
 	headOnce sync.Once
 	head     *unitHead
@@ -25,7 +27,10 @@ type unit struct {
 	lines     *lineHeader
 	filesErr  error
 
-	fullOnce sync.Once
+	// The full parse is once per unit, under fullMu; Prefetch skips a unit
+	// whose parse another goroutine holds (TryLock) rather than wait.
+	fullMu   sync.Mutex
+	fullDone atomic.Bool
 	full     *unitData
 	fullErr  error
 }
@@ -44,6 +49,16 @@ type unitHead struct {
 	rnglistsBase uint64
 	hasStrOff    bool
 	hasRngBase   bool
+
+	// A skeleton unit (split DWARF): where its split unit is, and the
+	// base its DWARF 4 (GNU) split unit's range lists are relative to.
+	dwoName       string
+	dwoID         uint64
+	hasDWO        bool
+	gnuRangesBase uint64
+	// In a split unit: what its DW_AT_ranges offsets add (the skeleton's
+	// DW_AT_GNU_ranges_base).
+	rangesBase uint64
 
 	top dieAttrs // the unit DIE's own attributes, for its ranges
 }
@@ -87,7 +102,7 @@ func scanUnits(info []byte) ([]*unit, error) {
 			u.abbrevOff = b.uN(offSize)
 			switch u.unitType {
 			case utSkeleton, utSplitCompile:
-				b.skip(8)
+				u.dwoID = b.u64()
 			case utType, utSplitType:
 				b.skip(8 + uint64(offSize))
 			}
@@ -107,7 +122,7 @@ func scanUnits(info []byte) ([]*unit, error) {
 		default:
 			return units, corruptf("unit at %#x: address size %d", start, u.shape.addrSize)
 		}
-		if u.unitType == utCompile || u.unitType == utPartial || u.unitType == utSkeleton {
+		if u.unitType == utCompile || u.unitType == utPartial || u.unitType == utSkeleton || u.unitType == utSplitCompile {
 			units = append(units, u)
 		}
 	}
@@ -226,6 +241,12 @@ func (t *Table) parseHead(u *unit) (*unitHead, error) {
 			h.rnglistsBase = t.readUnsigned(&b, u.shape, form, s.implicit)
 			h.hasRngBase = true
 			continue
+		case atGNURangesBase:
+			h.gnuRangesBase = t.readUnsigned(&b, u.shape, form, s.implicit)
+			continue
+		case atGNUDWOID:
+			h.dwoID = t.readUnsigned(&b, u.shape, form, s.implicit)
+			continue
 		}
 		if !u.shape.skipForm(&b, form) {
 			return nil, corruptf("unit at %#x: unknown form %#x", u.off, form)
@@ -252,6 +273,15 @@ func (t *Table) parseHead(u *unit) (*unitHead, error) {
 	h.stmtList, h.hasStmt = h.top.stmtList, h.top.hasStmt
 	if h.top.hasLow {
 		h.base = h.top.low
+	}
+	if h.top.hasDWOName && t.link == nil && u.unitType != utSplitCompile {
+		h.dwoName, h.hasDWO = string(h.top.dwoName), true
+		if u.unitType == utSkeleton {
+			h.dwoID = u.dwoID
+		}
+	}
+	if t.link != nil {
+		t.link.fill(u, h, len(t.sec.line) > 0)
 	}
 	return h, nil
 }

@@ -336,7 +336,7 @@ func checkAccuracy(t *testing.T, fx fixture, maxAddrs int) {
 	var frames []frame.Frame
 	for i, a := range addrs {
 		var err error
-		frames, err = tab.Lookup(a, true, frames[:0])
+		frames, _, err = tab.Lookup(a, true, frames[:0])
 		if err != nil {
 			t.Errorf("Lookup(%#x): %v", a, err)
 			continue
@@ -389,8 +389,8 @@ func TestNoInlines(t *testing.T) {
 	_, tab := openTable(t, fx.path)
 	var full, one []frame.Frame
 	for _, a := range pickAddrs(t, fx.path, tab, 2000) {
-		full, _ = tab.Lookup(a, true, full[:0])
-		one, _ = tab.Lookup(a, false, one[:0])
+		full, _, _ = tab.Lookup(a, true, full[:0])
+		one, _, _ = tab.Lookup(a, false, one[:0])
 		if len(full) == 0 {
 			if len(one) != 0 {
 				t.Fatalf("%#x: %d frames without inlines, none with", a, len(one))
@@ -419,13 +419,13 @@ func TestCorruptUnit(t *testing.T) {
 			s.info[i] = 0xff
 		}
 	}
-	tab, err := newTable(s)
+	tab, err := newTable(s, Extra{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := 0
 	for _, r := range tab.index {
-		_, err := tab.Lookup(r.lo, true, nil)
+		_, _, err := tab.Lookup(r.lo, true, nil)
 		if err != nil && !errors.Is(err, frame.ErrCorruptFile) {
 			t.Fatalf("Lookup(%#x): %v, want ErrCorruptFile", r.lo, err)
 		}
@@ -454,7 +454,7 @@ func TestOutsideAnyUnit(t *testing.T) {
 	fx := cFixture(t, "c-O2-gdwarf-4", "-O2", "-gdwarf-4")
 	_, tab := openTable(t, fx.path)
 	dst := []frame.Frame{{Name: "keep"}}
-	got, err := tab.Lookup(1, true, dst)
+	got, _, err := tab.Lookup(1, true, dst)
 	if err != nil || len(got) != 1 || got[0].Name != "keep" {
 		t.Fatalf("Lookup(1) = %v, %v; want dst unchanged", got, err)
 	}
@@ -468,7 +468,7 @@ func TestConcurrent(t *testing.T) {
 	addrs := pickAddrs(t, fx.path, ref, 2000)
 	want := make([][]frame.Frame, len(addrs))
 	for i, a := range addrs {
-		want[i], _ = ref.Lookup(a, true, nil)
+		want[i], _, _ = ref.Lookup(a, true, nil)
 	}
 	_, tab := openTable(t, fx.path)
 	var wg sync.WaitGroup
@@ -479,7 +479,7 @@ func TestConcurrent(t *testing.T) {
 			var fr []frame.Frame
 			for k := range addrs {
 				i := (k*7 + g*131) % len(addrs)
-				fr, _ = tab.Lookup(addrs[i], true, fr[:0])
+				fr, _, _ = tab.Lookup(addrs[i], true, fr[:0])
 				if !slices.Equal(fr, want[i]) {
 					t.Errorf("%#x: concurrent %v want %v", addrs[i], fr, want[i])
 					return
@@ -508,7 +508,7 @@ func TestFramesOutliveFile(t *testing.T) {
 	addrs := pickAddrs(t, fx.path, tab, 200)
 	var all []frame.Frame
 	for _, a := range addrs {
-		all, _ = tab.Lookup(a, true, all)
+		all, _, _ = tab.Lookup(a, true, all)
 	}
 	f.Close()
 	n := 0
@@ -530,12 +530,12 @@ func BenchmarkLookupWarm(b *testing.B) {
 	addrs := pickAddrs(b, path, tab, 10000)
 	var fr []frame.Frame
 	for _, a := range addrs {
-		fr, _ = tab.Lookup(a, true, fr[:0])
+		fr, _, _ = tab.Lookup(a, true, fr[:0])
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		fr, _ = tab.Lookup(addrs[i%len(addrs)], true, fr[:0])
+		fr, _, _ = tab.Lookup(addrs[i%len(addrs)], true, fr[:0])
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/addr")
 }
@@ -626,7 +626,7 @@ func TestColdHelper(t *testing.T) {
 	var fr []frame.Frame
 	for _, line := range strings.Fields(string(b)) {
 		a, _ := strconv.ParseUint(strings.TrimPrefix(line, "0x"), 16, 64)
-		fr, _ = tab.Lookup(a, true, fr[:0])
+		fr, _, _ = tab.Lookup(a, true, fr[:0])
 		for _, x := range fr {
 			fmt.Fprintf(w, "%s %s:%d:%d\n", x.Name, x.File, x.Line, x.Column)
 		}

@@ -26,7 +26,10 @@ const (
 	atStrOffsetsBase   = 0x72
 	atAddrBase         = 0x73
 	atRnglistsBase     = 0x74
+	atDWOName          = 0x76
 	atMIPSLinkageName  = 0x2007
+	atGNUDWOName       = 0x2130
+	atGNUDWOID         = 0x2131
 	atGNURangesBase    = 0x2132
 	atGNUAddrBase      = 0x2133
 	atGNUDiscriminator = 0x2136
@@ -134,44 +137,42 @@ const maxAbbrevAttrs = 512
 // address and offset size and version, so the table is per (offset, shape).
 // The table's size is the section bytes it was decoded from.
 func parseAbbrevs(sec []byte, off uint64, shape unitShape) (*abbrevTable, error) {
-	b := buf{data: sec}
-	b.seek(off)
+	// Two passes: the first sizes the table and the attribute specs, so
+	// the second fills a few allocations rather than growing one slice per
+	// declaration (tens of thousands of small appends on a cold libc).
+	nAbbrevs, nAttrs, maxCode, err := scanAbbrevs(sec, off)
+	if err != nil {
+		return nil, err
+	}
 	type entry struct {
 		code uint64
 		a    abbrev
 	}
-	var all []entry
-	var maxCode uint64
-	for b.err == nil {
+	all := make([]entry, 0, nAbbrevs)
+	specs := make([]attrSpec, 0, nAttrs)
+	b := buf{data: sec}
+	b.seek(off)
+	for {
 		code := b.uleb()
 		if code == 0 {
 			break
 		}
 		var a abbrev
 		tag := b.uleb()
-		if tag == 0 || tag > 0xffff {
-			return nil, corruptf("abbrev at %#x: tag %#x", off, tag)
-		}
 		a.tag = uint16(tag)
 		a.children = b.u8() != 0
 		a.wanted = tag == tagSubprogram || tag == tagInlinedSubroutine
-		a.fixed = 0
-		for b.err == nil {
+		first := len(specs)
+		for {
 			at, form := b.uleb(), b.uleb()
 			if at == 0 && form == 0 {
 				break
-			}
-			if at > 0xffff || form > 0xffff {
-				return nil, corruptf("abbrev at %#x: attribute %#x form %#x", off, at, form)
 			}
 			s := attrSpec{at: uint16(at), form: uint16(form)}
 			if form == formImplicitConst {
 				s.implicit = b.sleb()
 			}
-			if len(a.attrs) >= maxAbbrevAttrs {
-				return nil, corruptf("abbrev at %#x: too many attributes", off)
-			}
-			a.attrs = append(a.attrs, s)
+			specs = append(specs, s)
 			if a.fixed >= 0 {
 				if n := shape.fixedSize(s.form); n >= 0 {
 					a.fixed += n
@@ -180,14 +181,8 @@ func parseAbbrevs(sec []byte, off uint64, shape unitShape) (*abbrevTable, error)
 				}
 			}
 		}
-		if b.err != nil {
-			break
-		}
+		a.attrs = specs[first:len(specs):len(specs)]
 		all = append(all, entry{code, a})
-		maxCode = max(maxCode, code)
-	}
-	if b.err != nil {
-		return nil, corruptf("abbrev table at %#x runs off the section", off)
 	}
 	// Dense when codes are (nearly) 1..n, as producers number them, so a
 	// forged code cannot make the slice huge.
@@ -209,6 +204,47 @@ func parseAbbrevs(sec []byte, off uint64, shape unitShape) (*abbrevTable, error)
 		}
 	}
 	return t, nil
+}
+
+// scanAbbrevs validates the table at off and counts its declarations and
+// attribute specs.
+func scanAbbrevs(sec []byte, off uint64) (nAbbrevs, nAttrs int, maxCode uint64, err error) {
+	b := buf{data: sec}
+	b.seek(off)
+	for b.err == nil {
+		code := b.uleb()
+		if code == 0 {
+			break
+		}
+		tag := b.uleb()
+		if tag == 0 || tag > 0xffff {
+			return 0, 0, 0, corruptf("abbrev at %#x: tag %#x", off, tag)
+		}
+		b.u8()
+		n := 0
+		for b.err == nil {
+			at, form := b.uleb(), b.uleb()
+			if at == 0 && form == 0 {
+				break
+			}
+			if at > 0xffff || form > 0xffff {
+				return 0, 0, 0, corruptf("abbrev at %#x: attribute %#x form %#x", off, at, form)
+			}
+			if form == formImplicitConst {
+				b.sleb()
+			}
+			if n++; n > maxAbbrevAttrs {
+				return 0, 0, 0, corruptf("abbrev at %#x: too many attributes", off)
+			}
+		}
+		nAbbrevs++
+		nAttrs += n
+		maxCode = max(maxCode, code)
+	}
+	if b.err != nil {
+		return 0, 0, 0, corruptf("abbrev table at %#x runs off the section", off)
+	}
+	return nAbbrevs, nAttrs, maxCode, nil
 }
 
 // unitShape is what form sizes depend on.
