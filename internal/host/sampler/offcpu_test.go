@@ -1,3 +1,5 @@
+//go:build linux && (amd64 || arm64)
+
 package sampler
 
 import (
@@ -24,8 +26,7 @@ import (
 // which the tests select it by: other tests run the same fixture).
 func waitFixture(t *testing.T) (bin, comm string) {
 	t.Helper()
-	built := testfixture.Build(t, testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}})
+	built := testfixture.Build(t, waitC)
 	data, err := os.ReadFile(built)
 	if err != nil {
 		t.Fatal(err)
