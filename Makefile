@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: all build test test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: all build test test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -43,7 +43,7 @@ check-cross:
 test: vet check-cross build otelcol image $(TESTSUMMARY)
 	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
 
-bench: bench-symbolize bench-processor bench-sampler bench-jfr
+bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # The sampler's and the unwinder's tests on Debian's kernels in qemu: 5.10,
@@ -82,6 +82,15 @@ bench-sampler:
 bench-hotspot:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench HotSpotCost -benchtime 1x -timeout 15m ./internal/host/runtimes/hotspot | tee $(BIN)/bench-hotspot.txt
+
+# Off-CPU profiles under a context-switch storm: `perf bench sched pipe`
+# pinned on every CPU, in interleaved rounds alone, beside the CPU-only
+# receiver and beside it with off_cpu on (PROFSYM_BENCH_ROUNDS, default 6,
+# of PROFSYM_BENCH_LOOPS round trips): the storm's throughput and CPU per
+# round trip, the receiver's CPU, the sched_switch program's ns per run.
+bench-offcpu:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkOffCPUStorm -benchtime 1x -timeout 30m ./receiver/profilingreceiver | tee $(BIN)/bench-offcpu.txt
 
 # Unwinding side by side with `perf record --call-graph dwarf` on the same
 # fixtures: whole-chain fraction, CPU, BPF time per sample

@@ -98,6 +98,7 @@ enum proc_event_kind {
 	PROC_EXIT = 3, /* a sampled tgid's last thread is exiting */
 	PROC_REMAP = 4, /* a PC in no known mapping: reread /proc/PID/maps */
 	PROC_TABLE = 5, /* a table in TABLE_LAZY state was sampled; pid holds its slot */
+	PROC_OFFCPU = 6, /* off-CPU profiles must know whether they target this tgid (offcpu.h) */
 };
 
 struct proc_event {
@@ -308,6 +309,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 #include "walk.h"
 #include "hotspot.h"
 #include "cpython.h"
+#include "offcpu.h"
 
 SEC("perf_event")
 int profile_agg(struct bpf_perf_event_data *ctx)
@@ -398,6 +400,7 @@ int handle_exit(__u64 *ctx)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
 	bpf_map_delete_elem(&unwind_procs, &tgid); /* PID reuse: never a stale table */
+	offcpu_forget(tgid);
 	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
 		return 0;
 	emit_event(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0);
@@ -412,6 +415,7 @@ int handle_exec(__u64 *ctx)
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
+	offcpu_forget(tgid); /* its name may have changed */
 	/* Only sampled processes: announcing every exec of the host would cost
 	 * a /proc read per short-lived process, most of them never sampled. */
 	if (!bpf_map_lookup_elem(&seen, &tgid))

@@ -192,6 +192,86 @@ type ProfileHotspotProc struct {
 	Pad               [3]uint16
 }
 
+type ProfileKernelStack struct {
+	_    structs.HostLayout
+	Len  uint32
+	Skip uint32
+	Pcs  [64]uint64
+}
+
+type ProfileOffcpuFlags uint32
+
+const (
+	ProfileOffcpuFlagsOFFCPU_RUNNABLE ProfileOffcpuFlags = 1
+)
+
+type ProfileOffcpuKey struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Tid   uint32
+	Cpu   uint32
+	Flags uint32
+	Khash uint64
+	Uhash uint64
+}
+
+type ProfileOffcpuLimits uint32
+
+const (
+	ProfileOffcpuLimitsOFFCPU_ONE       ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_SLOTS     ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_KFRAMES   ProfileOffcpuLimits = 64
+	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
+	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
+	ProfileOffcpuLimitsOFFCPU_GAP       ProfileOffcpuLimits = 8
+)
+
+type ProfileOffcpuScratch struct {
+	_ structs.HostLayout
+	W ProfileOffcpuWait
+	K ProfileKernelStack
+}
+
+type ProfileOffcpuStats struct {
+	_           structs.HostLayout
+	Seen        uint64
+	Chosen      uint64
+	Kept        uint64
+	ShortWaits  uint64
+	Undecided   uint64
+	WaitsFull   uint64
+	StacksFull  uint64
+	Stale       uint64
+	LostMapFull uint64
+	LostStack   uint64
+	Rnd         uint64
+}
+
+type ProfileOffcpuValue struct {
+	_       structs.HostLayout
+	Waits   uint64
+	Ns      uint64
+	VarUs2  uint64
+	FirstNs uint64
+	LastNs  uint64
+	Comm    [16]int8
+}
+
+type ProfileOffcpuWait struct {
+	_         structs.HostLayout
+	Ts        uint64
+	TaskStart uint64
+	Gen       uint64
+	Khash     uint64
+	Uhash     uint64
+	Tgid      uint32
+	K         uint32
+	Flags     uint32
+	Pad       uint32
+	Comm      [16]int8
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -204,11 +284,12 @@ type ProfileProcEvent struct {
 type ProfileProcEventKind uint32
 
 const (
-	ProfileProcEventKindPROC_NEW   ProfileProcEventKind = 1
-	ProfileProcEventKindPROC_EXEC  ProfileProcEventKind = 2
-	ProfileProcEventKindPROC_EXIT  ProfileProcEventKind = 3
-	ProfileProcEventKindPROC_REMAP ProfileProcEventKind = 4
-	ProfileProcEventKindPROC_TABLE ProfileProcEventKind = 5
+	ProfileProcEventKindPROC_NEW    ProfileProcEventKind = 1
+	ProfileProcEventKindPROC_EXEC   ProfileProcEventKind = 2
+	ProfileProcEventKindPROC_EXIT   ProfileProcEventKind = 3
+	ProfileProcEventKindPROC_REMAP  ProfileProcEventKind = 4
+	ProfileProcEventKindPROC_TABLE  ProfileProcEventKind = 5
+	ProfileProcEventKindPROC_OFFCPU ProfileProcEventKind = 6
 )
 
 type ProfileRbSample struct {
@@ -263,7 +344,8 @@ type ProfileSampleKey struct {
 type ProfileSampleOrigin uint32
 
 const (
-	ProfileSampleOriginORIGIN_CPU ProfileSampleOrigin = 0
+	ProfileSampleOriginORIGIN_CPU     ProfileSampleOrigin = 0
+	ProfileSampleOriginORIGIN_OFF_CPU ProfileSampleOrigin = 1
 )
 
 type ProfileSampleValue struct {
@@ -440,6 +522,19 @@ const (
 	ProfileMapHotspotErrors          = "hotspot_errors"
 	ProfileMapHotspotProcs           = "hotspot_procs"
 	ProfileMapHotspotScratch         = "hotspot_scratch"
+	ProfileMapOffcpuAsked            = "offcpu_asked"
+	ProfileMapOffcpuCounts0          = "offcpu_counts0"
+	ProfileMapOffcpuCounts1          = "offcpu_counts1"
+	ProfileMapOffcpuKstacks0         = "offcpu_kstacks0"
+	ProfileMapOffcpuKstacks1         = "offcpu_kstacks1"
+	ProfileMapOffcpuKstore           = "offcpu_kstore"
+	ProfileMapOffcpuProcs            = "offcpu_procs"
+	ProfileMapOffcpuProgs            = "offcpu_progs"
+	ProfileMapOffcpuScratchMap       = "offcpu_scratch_map"
+	ProfileMapOffcpuSlots            = "offcpu_slots"
+	ProfileMapOffcpuStatsMap         = "offcpu_stats_map"
+	ProfileMapOffcpuUstore           = "offcpu_ustore"
+	ProfileMapOffcpuWaits            = "offcpu_waits"
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
@@ -458,6 +553,10 @@ const (
 	ProfileProgHandleExec            = "handle_exec"
 	ProfileProgHandleExit            = "handle_exit"
 	ProfileProgHotspotStep           = "hotspot_step"
+	ProfileProgOffcpuSwitch          = "offcpu_switch"
+	ProfileProgOffcpuTake            = "offcpu_take"
+	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
+	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgUnwindStep            = "unwind_step"
@@ -466,6 +565,13 @@ const (
 	ProfileVarKernelStacks           = "kernel_stacks"
 	ProfileVarKernelThreadSize       = "kernel_thread_size"
 	ProfileVarMaxDepth               = "max_depth"
+	ProfileVarOffcpuFloor            = "offcpu_floor"
+	ProfileVarOffcpuFloorD           = "offcpu_floor_d"
+	ProfileVarOffcpuGen              = "offcpu_gen"
+	ProfileVarOffcpuMinNs            = "offcpu_min_ns"
+	ProfileVarOffcpuSchedHi          = "offcpu_sched_hi"
+	ProfileVarOffcpuSchedLo          = "offcpu_sched_lo"
+	ProfileVarOffcpuSelect           = "offcpu_select"
 	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
 	ProfileVarUnusedCpythonBufs      = "unused_cpython_bufs"
 	ProfileVarUnusedCpythonError     = "unused_cpython_error"
@@ -478,6 +584,13 @@ const (
 	ProfileVarUnusedHotspotFrameKind = "unused_hotspot_frame_kind"
 	ProfileVarUnusedHotspotLimits    = "unused_hotspot_limits"
 	ProfileVarUnusedHotspotProc      = "unused_hotspot_proc"
+	ProfileVarUnusedKernelStack      = "unused_kernel_stack"
+	ProfileVarUnusedOffcpuFlags      = "unused_offcpu_flags"
+	ProfileVarUnusedOffcpuKey        = "unused_offcpu_key"
+	ProfileVarUnusedOffcpuLimits     = "unused_offcpu_limits"
+	ProfileVarUnusedOffcpuStats      = "unused_offcpu_stats"
+	ProfileVarUnusedOffcpuValue      = "unused_offcpu_value"
+	ProfileVarUnusedOffcpuWait       = "unused_offcpu_wait"
 	ProfileVarUnusedProcEvent        = "unused_proc_event"
 	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample         = "unused_rb_sample"
@@ -540,45 +653,62 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	CpythonStep *ebpf.ProgramSpec `ebpf:"cpython_step"`
-	HandleExec  *ebpf.ProgramSpec `ebpf:"handle_exec"`
-	HandleExit  *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	HotspotStep *ebpf.ProgramSpec `ebpf:"hotspot_step"`
-	ProfileAgg  *ebpf.ProgramSpec `ebpf:"profile_agg"`
-	ProfileRb   *ebpf.ProgramSpec `ebpf:"profile_rb"`
-	UnwindStep  *ebpf.ProgramSpec `ebpf:"unwind_step"`
+	CpythonStep       *ebpf.ProgramSpec `ebpf:"cpython_step"`
+	HandleExec        *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit        *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	HotspotStep       *ebpf.ProgramSpec `ebpf:"hotspot_step"`
+	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuTake        *ebpf.ProgramSpec `ebpf:"offcpu_take"`
+	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
+	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
+	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Barrier        *ebpf.MapSpec `ebpf:"barrier"`
-	BarrierInner   *ebpf.MapSpec `ebpf:"barrier_inner"`
-	Counts0        *ebpf.MapSpec `ebpf:"counts0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts1"`
-	CpythonProcs   *ebpf.MapSpec `ebpf:"cpython_procs"`
-	CpythonScratch *ebpf.MapSpec `ebpf:"cpython_scratch"`
-	CpythonStats   *ebpf.MapSpec `ebpf:"cpython_stats"`
-	CpythonThreads *ebpf.MapSpec `ebpf:"cpython_threads"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	HotspotErrors  *ebpf.MapSpec `ebpf:"hotspot_errors"`
-	HotspotProcs   *ebpf.MapSpec `ebpf:"hotspot_procs"`
-	HotspotScratch *ebpf.MapSpec `ebpf:"hotspot_scratch"`
-	Samples        *ebpf.MapSpec `ebpf:"samples"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	Seen           *ebpf.MapSpec `ebpf:"seen"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks1"`
-	StatsMap       *ebpf.MapSpec `ebpf:"stats_map"`
-	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindProcs    *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindProgs    *ebpf.MapSpec `ebpf:"unwind_progs"`
-	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
-	UnwindScratch  *ebpf.MapSpec `ebpf:"unwind_scratch"`
-	UnwindTables   *ebpf.MapSpec `ebpf:"unwind_tables"`
-	Ustacks0       *ebpf.MapSpec `ebpf:"ustacks0"`
-	Ustacks1       *ebpf.MapSpec `ebpf:"ustacks1"`
+	Barrier          *ebpf.MapSpec `ebpf:"barrier"`
+	BarrierInner     *ebpf.MapSpec `ebpf:"barrier_inner"`
+	Counts0          *ebpf.MapSpec `ebpf:"counts0"`
+	Counts1          *ebpf.MapSpec `ebpf:"counts1"`
+	CpythonProcs     *ebpf.MapSpec `ebpf:"cpython_procs"`
+	CpythonScratch   *ebpf.MapSpec `ebpf:"cpython_scratch"`
+	CpythonStats     *ebpf.MapSpec `ebpf:"cpython_stats"`
+	CpythonThreads   *ebpf.MapSpec `ebpf:"cpython_threads"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	HotspotErrors    *ebpf.MapSpec `ebpf:"hotspot_errors"`
+	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	HotspotScratch   *ebpf.MapSpec `ebpf:"hotspot_scratch"`
+	OffcpuAsked      *ebpf.MapSpec `ebpf:"offcpu_asked"`
+	OffcpuCounts0    *ebpf.MapSpec `ebpf:"offcpu_counts0"`
+	OffcpuCounts1    *ebpf.MapSpec `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0   *ebpf.MapSpec `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1   *ebpf.MapSpec `ebpf:"offcpu_kstacks1"`
+	OffcpuKstore     *ebpf.MapSpec `ebpf:"offcpu_kstore"`
+	OffcpuProcs      *ebpf.MapSpec `ebpf:"offcpu_procs"`
+	OffcpuProgs      *ebpf.MapSpec `ebpf:"offcpu_progs"`
+	OffcpuScratchMap *ebpf.MapSpec `ebpf:"offcpu_scratch_map"`
+	OffcpuSlots      *ebpf.MapSpec `ebpf:"offcpu_slots"`
+	OffcpuStatsMap   *ebpf.MapSpec `ebpf:"offcpu_stats_map"`
+	OffcpuUstore     *ebpf.MapSpec `ebpf:"offcpu_ustore"`
+	OffcpuWaits      *ebpf.MapSpec `ebpf:"offcpu_waits"`
+	Samples          *ebpf.MapSpec `ebpf:"samples"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	Seen             *ebpf.MapSpec `ebpf:"seen"`
+	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
+	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
+	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
+	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindProgs      *ebpf.MapSpec `ebpf:"unwind_progs"`
+	UnwindRows       *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch    *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	Ustacks0         *ebpf.MapSpec `ebpf:"ustacks0"`
+	Ustacks1         *ebpf.MapSpec `ebpf:"ustacks1"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -590,6 +720,13 @@ type ProfileVariableSpecs struct {
 	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.VariableSpec `ebpf:"kernel_thread_size"`
 	MaxDepth               *ebpf.VariableSpec `ebpf:"max_depth"`
+	OffcpuFloor            *ebpf.VariableSpec `ebpf:"offcpu_floor"`
+	OffcpuFloorD           *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
+	OffcpuGen              *ebpf.VariableSpec `ebpf:"offcpu_gen"`
+	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi          *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo          *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect           *ebpf.VariableSpec `ebpf:"offcpu_select"`
 	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.VariableSpec `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.VariableSpec `ebpf:"unused_cpython_error"`
@@ -602,6 +739,13 @@ type ProfileVariableSpecs struct {
 	UnusedHotspotFrameKind *ebpf.VariableSpec `ebpf:"unused_hotspot_frame_kind"`
 	UnusedHotspotLimits    *ebpf.VariableSpec `ebpf:"unused_hotspot_limits"`
 	UnusedHotspotProc      *ebpf.VariableSpec `ebpf:"unused_hotspot_proc"`
+	UnusedKernelStack      *ebpf.VariableSpec `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags      *ebpf.VariableSpec `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey        *ebpf.VariableSpec `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits     *ebpf.VariableSpec `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats      *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue      *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait       *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
 	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
@@ -642,32 +786,45 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Barrier        *ebpf.Map `ebpf:"barrier"`
-	BarrierInner   *ebpf.Map `ebpf:"barrier_inner"`
-	Counts0        *ebpf.Map `ebpf:"counts0"`
-	Counts1        *ebpf.Map `ebpf:"counts1"`
-	CpythonProcs   *ebpf.Map `ebpf:"cpython_procs"`
-	CpythonScratch *ebpf.Map `ebpf:"cpython_scratch"`
-	CpythonStats   *ebpf.Map `ebpf:"cpython_stats"`
-	CpythonThreads *ebpf.Map `ebpf:"cpython_threads"`
-	Events         *ebpf.Map `ebpf:"events"`
-	HotspotErrors  *ebpf.Map `ebpf:"hotspot_errors"`
-	HotspotProcs   *ebpf.Map `ebpf:"hotspot_procs"`
-	HotspotScratch *ebpf.Map `ebpf:"hotspot_scratch"`
-	Samples        *ebpf.Map `ebpf:"samples"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	Seen           *ebpf.Map `ebpf:"seen"`
-	Stacks0        *ebpf.Map `ebpf:"stacks0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks1"`
-	StatsMap       *ebpf.Map `ebpf:"stats_map"`
-	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindProcs    *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindProgs    *ebpf.Map `ebpf:"unwind_progs"`
-	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
-	UnwindScratch  *ebpf.Map `ebpf:"unwind_scratch"`
-	UnwindTables   *ebpf.Map `ebpf:"unwind_tables"`
-	Ustacks0       *ebpf.Map `ebpf:"ustacks0"`
-	Ustacks1       *ebpf.Map `ebpf:"ustacks1"`
+	Barrier          *ebpf.Map `ebpf:"barrier"`
+	BarrierInner     *ebpf.Map `ebpf:"barrier_inner"`
+	Counts0          *ebpf.Map `ebpf:"counts0"`
+	Counts1          *ebpf.Map `ebpf:"counts1"`
+	CpythonProcs     *ebpf.Map `ebpf:"cpython_procs"`
+	CpythonScratch   *ebpf.Map `ebpf:"cpython_scratch"`
+	CpythonStats     *ebpf.Map `ebpf:"cpython_stats"`
+	CpythonThreads   *ebpf.Map `ebpf:"cpython_threads"`
+	Events           *ebpf.Map `ebpf:"events"`
+	HotspotErrors    *ebpf.Map `ebpf:"hotspot_errors"`
+	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
+	HotspotScratch   *ebpf.Map `ebpf:"hotspot_scratch"`
+	OffcpuAsked      *ebpf.Map `ebpf:"offcpu_asked"`
+	OffcpuCounts0    *ebpf.Map `ebpf:"offcpu_counts0"`
+	OffcpuCounts1    *ebpf.Map `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0   *ebpf.Map `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1   *ebpf.Map `ebpf:"offcpu_kstacks1"`
+	OffcpuKstore     *ebpf.Map `ebpf:"offcpu_kstore"`
+	OffcpuProcs      *ebpf.Map `ebpf:"offcpu_procs"`
+	OffcpuProgs      *ebpf.Map `ebpf:"offcpu_progs"`
+	OffcpuScratchMap *ebpf.Map `ebpf:"offcpu_scratch_map"`
+	OffcpuSlots      *ebpf.Map `ebpf:"offcpu_slots"`
+	OffcpuStatsMap   *ebpf.Map `ebpf:"offcpu_stats_map"`
+	OffcpuUstore     *ebpf.Map `ebpf:"offcpu_ustore"`
+	OffcpuWaits      *ebpf.Map `ebpf:"offcpu_waits"`
+	Samples          *ebpf.Map `ebpf:"samples"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	Seen             *ebpf.Map `ebpf:"seen"`
+	Stacks0          *ebpf.Map `ebpf:"stacks0"`
+	Stacks1          *ebpf.Map `ebpf:"stacks1"`
+	StatsMap         *ebpf.Map `ebpf:"stats_map"`
+	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindProgs      *ebpf.Map `ebpf:"unwind_progs"`
+	UnwindRows       *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch    *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	Ustacks0         *ebpf.Map `ebpf:"ustacks0"`
+	Ustacks1         *ebpf.Map `ebpf:"ustacks1"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -684,6 +841,19 @@ func (m *ProfileMaps) Close() error {
 		m.HotspotErrors,
 		m.HotspotProcs,
 		m.HotspotScratch,
+		m.OffcpuAsked,
+		m.OffcpuCounts0,
+		m.OffcpuCounts1,
+		m.OffcpuKstacks0,
+		m.OffcpuKstacks1,
+		m.OffcpuKstore,
+		m.OffcpuProcs,
+		m.OffcpuProgs,
+		m.OffcpuScratchMap,
+		m.OffcpuSlots,
+		m.OffcpuStatsMap,
+		m.OffcpuUstore,
+		m.OffcpuWaits,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -710,6 +880,13 @@ type ProfileVariables struct {
 	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.Variable `ebpf:"kernel_thread_size"`
 	MaxDepth               *ebpf.Variable `ebpf:"max_depth"`
+	OffcpuFloor            *ebpf.Variable `ebpf:"offcpu_floor"`
+	OffcpuFloorD           *ebpf.Variable `ebpf:"offcpu_floor_d"`
+	OffcpuGen              *ebpf.Variable `ebpf:"offcpu_gen"`
+	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuSchedHi          *ebpf.Variable `ebpf:"offcpu_sched_hi"`
+	OffcpuSchedLo          *ebpf.Variable `ebpf:"offcpu_sched_lo"`
+	OffcpuSelect           *ebpf.Variable `ebpf:"offcpu_select"`
 	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.Variable `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.Variable `ebpf:"unused_cpython_error"`
@@ -722,6 +899,13 @@ type ProfileVariables struct {
 	UnusedHotspotFrameKind *ebpf.Variable `ebpf:"unused_hotspot_frame_kind"`
 	UnusedHotspotLimits    *ebpf.Variable `ebpf:"unused_hotspot_limits"`
 	UnusedHotspotProc      *ebpf.Variable `ebpf:"unused_hotspot_proc"`
+	UnusedKernelStack      *ebpf.Variable `ebpf:"unused_kernel_stack"`
+	UnusedOffcpuFlags      *ebpf.Variable `ebpf:"unused_offcpu_flags"`
+	UnusedOffcpuKey        *ebpf.Variable `ebpf:"unused_offcpu_key"`
+	UnusedOffcpuLimits     *ebpf.Variable `ebpf:"unused_offcpu_limits"`
+	UnusedOffcpuStats      *ebpf.Variable `ebpf:"unused_offcpu_stats"`
+	UnusedOffcpuValue      *ebpf.Variable `ebpf:"unused_offcpu_value"`
+	UnusedOffcpuWait       *ebpf.Variable `ebpf:"unused_offcpu_wait"`
 	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
@@ -746,13 +930,17 @@ type ProfileVariables struct {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	CpythonStep *ebpf.Program `ebpf:"cpython_step"`
-	HandleExec  *ebpf.Program `ebpf:"handle_exec"`
-	HandleExit  *ebpf.Program `ebpf:"handle_exit"`
-	HotspotStep *ebpf.Program `ebpf:"hotspot_step"`
-	ProfileAgg  *ebpf.Program `ebpf:"profile_agg"`
-	ProfileRb   *ebpf.Program `ebpf:"profile_rb"`
-	UnwindStep  *ebpf.Program `ebpf:"unwind_step"`
+	CpythonStep       *ebpf.Program `ebpf:"cpython_step"`
+	HandleExec        *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit        *ebpf.Program `ebpf:"handle_exit"`
+	HotspotStep       *ebpf.Program `ebpf:"hotspot_step"`
+	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuTake        *ebpf.Program `ebpf:"offcpu_take"`
+	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
+	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
+	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
+	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
@@ -761,6 +949,10 @@ func (p *ProfilePrograms) Close() error {
 		p.HandleExec,
 		p.HandleExit,
 		p.HotspotStep,
+		p.OffcpuSwitch,
+		p.OffcpuTake,
+		p.OffcpuWalkCpython,
+		p.OffcpuWalkNative,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,

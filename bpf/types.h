@@ -25,7 +25,8 @@ enum stop_reason {
 
 /* What a walked stack is recorded for (sample_key.origin). */
 enum sample_origin {
-	ORIGIN_CPU = 0, /* a CPU-clock sample */
+	ORIGIN_CPU = 0,     /* a CPU-clock sample */
+	ORIGIN_OFF_CPU = 1, /* a wait off CPU (offcpu.h): the stack is kept until the thread runs again */
 };
 
 #endif /* PROFSYM_TYPES_H */

@@ -144,11 +144,19 @@ struct mm_struct {
 } __attribute__((preserve_access_index));
 
 struct task_struct {
+	unsigned int __state; /* "state" (a long) before 5.14: see task_struct___pre514 */
+	unsigned int flags;
 	int pid;
 	int tgid;
 	void *stack; /* the kernel stack: pt_regs at its top (compat.h) */
 	struct mm_struct *mm;
 	struct signal_struct *signal;
+	__u64 start_time; /* ns since boot (monotonic); tells a reused pid apart */
+} __attribute__((preserve_access_index));
+
+/* The task's state field before Linux 5.14 renamed it (CO-RE flavor). */
+struct task_struct___pre514 {
+	long state;
 } __attribute__((preserve_access_index));
 
 #endif /* PROFSYM_VMLINUX_H */

@@ -28,6 +28,14 @@
 		return fn(ctx, s, st, &progs);                                 \
 	}
 
+/* The key of the walked stack s->stack in ustacks0/1. */
+static __always_inline __u64 walked_hash(struct unwind_state *s)
+{
+	return mix(s->hash, ((__u64)s->stack.len << 8) | (s->stack.reason & (STOP_SLOTS - 1)));
+}
+
+static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st); /* offcpu.h */
+
 /* Counts one sample whose user stack the walker left in s->stack. */
 static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 {
@@ -38,6 +46,8 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 	__u32 reason = s->stack.reason & (STOP_SLOTS - 1);
 	long err;
 
+	if (s->origin == ORIGIN_OFF_CPU)
+		return offcpu_park(s, st); /* counted when the thread runs again */
 	st->stops[reason]++;
 	key.pid = s->tgid;
 	key.tid = s->tid;
@@ -46,7 +56,7 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 	key.ustack = -1;
 	key.origin = s->origin;
 	if (s->stack.len > 0) {
-		h = mix(s->hash, ((__u64)s->stack.len << 8) | reason);
+		h = walked_hash(s);
 		key.ustack = -2;
 		key.uhash = h;
 		err = bpf_map_update_elem(ustacks, &h, &s->stack, BPF_NOEXIST);
@@ -191,7 +201,7 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	s->rt_kind = RUNTIME_NONE;
 	s->rt_handled = 0;
 	__builtin_memset(s->rt_data, 0, sizeof(s->rt_data));
-	if (kernel_stacks) {
+	if (kernel_stacks && origin == ORIGIN_CPU) { /* off CPU: offcpu.h takes its own */
 		id = stack_id(ctx, s->buf ? (void *)&stacks1 : (void *)&stacks0, 0, st);
 		if (id == -2)
 			return 0;

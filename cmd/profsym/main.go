@@ -20,7 +20,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"symbolize", "resolve addresses of an object to functions, files and lines (llvm-symbolizer compatible)", runSymbolize},
-		{"record", "sample on-CPU stacks with eBPF and write OTLP profiles JSON or pprof", runRecord},
+		{"record", "sample on-CPU (and off-CPU) stacks with eBPF and write OTLP profiles JSON or pprof", runRecord},
 		{"resolve", "symbolize an OTLP profiles JSON file offline, like the symbolization processor", runResolve},
 		{"top", "the hottest functions of a profiles file (like pprof -top)", runTop},
 		{"convert", "convert a profiles file to pprof (go tool pprof opens it)", runConvert},

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/internal/debugdirs"
+	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
@@ -71,6 +72,8 @@ type recordOpts struct {
 	unwinding    unwind.Mode
 	interpreters bool
 	filter       *profbuild.Filter
+	offCPU       offcpu.Config
+	wall         bool
 }
 
 func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
@@ -78,7 +81,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: profsym record [--duration 10s] [--pid N]... [--comm REGEX] [--sample-rate 99] [--unwinding auto|frame_pointers] [--symbolize] --output FILE [--format otlp-json|pprof]")
+		fmt.Fprintln(stderr, "usage: profsym record [--duration 10s] [--pid N]... [--comm REGEX] [--sample-rate 99] [--unwinding auto|frame_pointers] [--off-cpu [--off-cpu-probability P] [--off-cpu-min-wait D] [--wall]] [--symbolize] --output FILE [--format otlp-json|pprof]")
 		fs.PrintDefaults()
 	}
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to sample (Ctrl-C stops early)")
@@ -91,6 +94,10 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
 	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot) and Python (CPython) frames in user stacks (needs -unwinding auto)")
 	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
+	fs.BoolVar(&o.offCPU.Enabled, "off-cpu", false, "also record where threads wait off CPU, and for how long (an off_cpu profile; --pid and --comm select whose)")
+	fs.Float64Var(&o.offCPU.Probability, "off-cpu-probability", offcpu.DefaultProbability, "the least chance a wait has of being recorded (each counts its length divided by its chance)")
+	fs.DurationVar(&o.offCPU.MinWait, "off-cpu-min-wait", 0, "leave out waits shorter than this")
+	fs.BoolVar(&o.wall, "wall", false, "with --off-cpu, also a wall-clock profile: CPU and off-CPU time per thread in one")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -110,6 +117,17 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	if o.unwinding, err = unwind.ParseMode(*unwinding); err != nil {
 		return nil, fmt.Errorf("--unwinding: %w", err)
 	}
+	if o.offCPU.Enabled {
+		o.offCPU.SetDefaults()
+		if err := o.offCPU.Validate(); err != nil {
+			return nil, fmt.Errorf("--off-cpu: %w", err)
+		}
+		if o.unwinding != unwind.ModeAuto {
+			return nil, errors.New("--off-cpu needs --unwinding auto")
+		}
+	} else if o.wall {
+		return nil, errors.New("--wall needs --off-cpu")
+	}
 	o.filter = &profbuild.Filter{}
 	if len(o.pids) > 0 {
 		o.filter.Targets = append(o.filter.Targets, profbuild.Target{PIDs: o.pids})
@@ -120,6 +138,10 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 			return nil, fmt.Errorf("--comm: %w", err)
 		}
 		o.filter.Targets = append(o.filter.Targets, t)
+	}
+	if f := o.filter; o.offCPU.Enabled && !f.All() {
+		// Waits of other processes are not even walked.
+		o.offCPU.Select = func(pid int) bool { return f.MatchPID("", pid) }
 	}
 	return o, nil
 }
@@ -168,14 +190,18 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "profsym record:", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "profsym record: %d samples of %d processes written to %s\n",
-		rep.Samples, rep.Profiles.ResourceProfiles().Len(), o.output)
+	waits := ""
+	if o.offCPU.Enabled {
+		waits = fmt.Sprintf(" and %d waits off CPU (%v)", rep.OffCPUWaits, time.Duration(rep.OffCPUNs).Round(time.Millisecond))
+	}
+	fmt.Fprintf(stderr, "profsym record: %d samples%s of %d processes written to %s\n",
+		rep.Samples, waits, rep.Profiles.ResourceProfiles().Len(), o.output)
 	return 0
 }
 
 // record samples for o.duration (or until ctx ends) and builds one report.
 func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
-	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel,
+	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
 		Unwinding: unwind.Config{Mode: o.unwinding},
 		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters}})
 	if err != nil {
@@ -190,7 +216,7 @@ func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
 	if rs := s.Runtimes(); rs != nil {
 		rts = rs
 	}
-	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true,
+	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true, Wall: o.wall,
 		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts})
 	done := make(chan struct{})
 	go func() {

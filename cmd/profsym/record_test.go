@@ -31,6 +31,10 @@ func TestRecordFlags(t *testing.T) {
 		{"--output", "x", "--sample-rate", "0"},
 		{"--output", "x", "extra"},
 		{"--output", "x", "--unwinding", "dwarf"},
+		{"--output", "x", "--wall"},
+		{"--output", "x", "--off-cpu", "--off-cpu-probability", "2"},
+		{"--output", "x", "--off-cpu", "--off-cpu-min-wait", "-1s"},
+		{"--output", "x", "--off-cpu", "--unwinding", "frame_pointers"},
 	} {
 		var stderr bytes.Buffer
 		if code := runRecord(args, nil, nil, &stderr); code != 2 {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
@@ -140,7 +141,8 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 20, "rows to show")
 	by := fs.String("by", "self", "sort by self (flat) or cumulative samples")
 	pid := fs.Int("pid", 0, "only this process")
-	typ := fs.String("type", "", "profile: cpu, wall, alloc, native (period or sample type, or the pprof name: cpu_samples...; default cpu when present, else the first)")
+	typ := fs.String("type", "", "profile: cpu, off_cpu, wall, alloc, native (period or sample type, or the pprof name: cpu_samples...; default cpu when present, else the first)")
+	tag := fs.String("tag", "", "only samples with this attribute value, KEY=VALUE (e.g. profsym.off_cpu.reason=futex)")
 	stacksN := fs.Int("stacks", 5, "also show this many hottest stacks, leaf <- callers")
 	symbolize := fs.Bool("symbolize", false, "symbolize raw native frames first, like profsym resolve")
 	sources := addSourceFlags(fs)
@@ -148,8 +150,9 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err == flag.ErrHelp {
 		return 0
 	}
-	if err != nil || len(pos) != 1 || (*by != "self" && *by != "cumulative") {
-		fmt.Fprintln(stderr, "usage: profsym top FILE [--n 20] [--by self|cumulative] [--pid N] [--type cpu|wall|alloc|native] [--symbolize [resolve's source flags]]")
+	tagKey, tagVal, tagged := strings.Cut(*tag, "=")
+	if err != nil || len(pos) != 1 || (*by != "self" && *by != "cumulative") || (*tag != "" && (!tagged || tagKey == "")) {
+		fmt.Fprintln(stderr, "usage: profsym top FILE [--n 20] [--by self|cumulative] [--pid N] [--type cpu|off_cpu|wall|alloc|native] [--tag KEY=VALUE] [--symbolize [resolve's source flags]]")
 		return 2
 	}
 	docs, err := readProfiles(pos[0])
@@ -166,9 +169,11 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	stats := map[string]*fnStat{}
 	paths := map[string]int64{}
 	var total int64
+	sel := selector{pid: *pid, typ: *typ, tagKey: tagKey, tagVal: tagVal}
 	for _, pd := range docs {
-		total += topOf(pd, *pid, *typ, stats, paths)
+		total += topOf(pd, sel, stats, paths)
 	}
+	val := valueFormat(unitOf(docs, *typ))
 	rows := make([]*fnStat, 0, len(stats))
 	for _, s := range stats {
 		rows = append(rows, s)
@@ -180,12 +185,19 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return cmp.Or(cmp.Compare(kb, ka), cmp.Compare(a.name, b.name))
 	})
-	fmt.Fprintf(stdout, "Samples: %d", total)
+	if val.time() {
+		fmt.Fprintf(stdout, "Total: %s", val.str(total))
+	} else {
+		fmt.Fprintf(stdout, "Samples: %d", total)
+	}
 	if *pid != 0 {
 		fmt.Fprintf(stdout, " (pid %d)", *pid)
 	}
 	if *typ != "" {
 		fmt.Fprintf(stdout, " (%s)", *typ)
+	}
+	if *tag != "" {
+		fmt.Fprintf(stdout, " (%s)", *tag)
 	}
 	fmt.Fprintf(stdout, " in %s, sorted by %s\n", pos[0], *by)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -196,7 +208,7 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			break
 		}
 		sum += r.flat
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t \t%s\n", r.flat, pct(r.flat, total), pct(sum, total), r.cum, pct(r.cum, total), r.name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t \t%s\n", val.str(r.flat), pct(r.flat, total), pct(sum, total), val.str(r.cum), pct(r.cum, total), r.name)
 	}
 	tw.Flush()
 	if *stacksN > 0 && len(paths) > 0 {
@@ -214,7 +226,7 @@ func runTop(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			if i >= *stacksN {
 				break
 			}
-			fmt.Fprintf(stdout, "%8d %6s  %s\n", p.n, pct(p.n, total), p.path)
+			fmt.Fprintf(stdout, "%8s %6s  %s\n", val.str(p.n), pct(p.n, total), p.path)
 		}
 	}
 	return 0
@@ -259,9 +271,65 @@ func pct(a, b int64) string {
 	return strconv.FormatFloat(100*float64(a)/float64(b), 'f', 2, 64) + "%"
 }
 
-// topOf adds one document's samples of profile type typ (matched against
-// period and sample types) to stats and paths, and returns their total.
-func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, paths map[string]int64) int64 {
+// selector says which samples top counts.
+type selector struct {
+	pid            int
+	typ            string // profile type, matched against period and sample types
+	tagKey, tagVal string // an attribute the sample must have, when tagKey is set
+}
+
+// matchType reports whether profile p is of type typ (isType).
+func matchType(d *pdict.Dict, p pprofile.Profile, typ string) bool {
+	return isType(d.Str(p.PeriodType().TypeStrindex()), d.Str(p.SampleType().TypeStrindex()), typ)
+}
+
+// unitOf is the sample unit of the first profile of type typ.
+func unitOf(docs []pprofile.Profiles, typ string) string {
+	for _, pd := range docs {
+		d := pdict.New(pd.Dictionary())
+		for _, rp := range pd.ResourceProfiles().All() {
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, p := range sp.Profiles().All() {
+					if matchType(d, p, typ) {
+						return d.Str(p.SampleType().UnitStrindex())
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// valueFormat prints values of a unit: durations for nanoseconds (off_cpu,
+// wall), plain counts otherwise.
+type valueFormat string
+
+func (u valueFormat) time() bool { return u == "nanoseconds" }
+
+func (u valueFormat) str(v int64) string {
+	if !u.time() {
+		return strconv.FormatInt(v, 10)
+	}
+	return time.Duration(v).Round(time.Microsecond).String()
+}
+
+// hasTag reports whether sample s carries attribute key with value val.
+func hasTag(dict pprofile.ProfilesDictionary, d *pdict.Dict, s pprofile.Sample, key, val string) bool {
+	for _, ai := range s.AttributeIndices().All() {
+		if ai <= 0 || int(ai) >= dict.AttributeTable().Len() {
+			continue
+		}
+		kv := dict.AttributeTable().At(int(ai))
+		if d.Str(kv.KeyStrindex()) == key && kv.Value().AsString() == val {
+			return true
+		}
+	}
+	return false
+}
+
+// topOf adds one document's samples that sel selects to stats and paths,
+// and returns their total.
+func topOf(pd pprofile.Profiles, sel selector, stats map[string]*fnStat, paths map[string]int64) int64 {
 	d := pdict.New(pd.Dictionary())
 	dict := pd.Dictionary()
 	locName := map[int32][]string{} // location -> names, innermost first
@@ -296,17 +364,20 @@ func topOf(pd pprofile.Profiles, pid int, typ string, stats map[string]*fnStat, 
 	}
 	var total int64
 	for _, rp := range pd.ResourceProfiles().All() {
-		if pid != 0 {
-			if v, ok := rp.Resource().Attributes().Get(frame.AttrPID); !ok || v.Int() != int64(pid) {
+		if sel.pid != 0 {
+			if v, ok := rp.Resource().Attributes().Get(frame.AttrPID); !ok || v.Int() != int64(sel.pid) {
 				continue
 			}
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, p := range sp.Profiles().All() {
-				if !isType(d.Str(p.PeriodType().TypeStrindex()), d.Str(p.SampleType().TypeStrindex()), typ) {
+				if !matchType(d, p, sel.typ) {
 					continue // another profile
 				}
 				for _, s := range p.Samples().All() {
+					if sel.tagKey != "" && !hasTag(dict, d, s, sel.tagKey, sel.tagVal) {
+						continue
+					}
 					v := sampleValue(s)
 					total += v
 					si := s.StackIndex()

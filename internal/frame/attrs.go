@@ -31,6 +31,14 @@ const (
 	// AttrUnwindStop marks a sample whose user stack the unwinder could not
 	// walk exactly: why (docs/unwinding.md). Whole stacks carry none.
 	AttrUnwindStop = "profsym.unwind.stop_reason"
+	// AttrOffCPUReason says why the thread of an off_cpu sample waited
+	// (futex, sleep, io, ...; docs/off-cpu.md), read from its kernel frames.
+	AttrOffCPUReason = "profsym.off_cpu.reason"
+	// AttrOffCPUWaits is the number of waits an off_cpu sample's value was
+	// estimated from, AttrOffCPUStderr that estimate's standard error in
+	// ns (absent when every wait was recorded for sure: the value is exact).
+	AttrOffCPUWaits  = "profsym.off_cpu.waits"
+	AttrOffCPUStderr = "profsym.off_cpu.stderr_ns"
 	// Trace context of a sample whose trace id is unknown (JFR profilers
 	// record span ids only; docs/frame-format.md): semconv has no key for
 	// them, so these are the labels span-aware profile stores read

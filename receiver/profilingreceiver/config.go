@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/collector/confmap"
 
+	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
@@ -42,9 +43,51 @@ type Config struct {
 	// Interpreters selects the language runtimes whose frames the walker
 	// follows and names on this host (docs/runtimes.md).
 	Interpreters InterpretersConfig `mapstructure:"interpreters"`
+	// OffCPU records where threads wait off CPU, and for how long
+	// (docs/off-cpu.md).
+	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
+}
+
+// OffCPUConfig turns on off-CPU profiles and bounds their cost
+// (docs/off-cpu.md).
+type OffCPUConfig struct {
+	// Enabled adds an off_cpu profile (nanoseconds waited, by stack,
+	// thread and reason) next to each process's CPU profile.
+	Enabled bool `mapstructure:"enabled"`
+	// Probability is the least chance a wait has of being recorded; each
+	// recorded wait counts its length divided by the chance it had, so
+	// totals stay unbiased.
+	Probability float64 `mapstructure:"probability"`
+	// UninterruptibleProbability is the least chance of a wait in
+	// uninterruptible sleep (disk I/O, page faults).
+	UninterruptibleProbability float64 `mapstructure:"uninterruptible_probability"`
+	// MinWait leaves out shorter waits.
+	MinWait time.Duration `mapstructure:"min_wait"`
+	// MaxWaits bounds the waits being recorded at once, MaxStacks the
+	// distinct stacks of those that span a report (kernel memory: about
+	// 120 bytes and 1.5 KiB each).
+	MaxWaits  int `mapstructure:"max_waits"`
+	MaxStacks int `mapstructure:"max_stacks"`
+	// Targets selects the processes whose waits are recorded, among those
+	// the receiver profiles; empty means all of them.
+	Targets []TargetConfig `mapstructure:"targets"`
+	// Wall adds a wall-clock profile per process: CPU and off-CPU time in
+	// one, per thread.
+	Wall bool `mapstructure:"wall"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// sampler turns the configuration into the sampler's (Select is set by the
+// receiver).
+func (c OffCPUConfig) sampler() (offcpu.Config, error) {
+	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, Uninterruptible: c.UninterruptibleProbability,
+		MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
+	return oc, oc.Validate() // no defaults here: the default config has them, a 0 was written
 }
 
 // UnwindingConfig selects how user stacks are walked and bounds the kernel
@@ -136,6 +179,12 @@ func createDefaultConfig() *Config {
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},
+		OffCPU: OffCPUConfig{
+			Probability:                offcpu.DefaultProbability,
+			UninterruptibleProbability: offcpu.DefaultUninterruptible,
+			MaxWaits:                   offcpu.DefaultMaxWaits,
+			MaxStacks:                  offcpu.DefaultMaxStacks,
+		},
 	}
 }
 
@@ -162,27 +211,52 @@ func (c *Config) Validate() error {
 	if _, err := c.Interpreters.sampler(); err != nil {
 		errs = append(errs, fmt.Errorf("interpreters: %w", err))
 	}
+	if c.OffCPU.Enabled {
+		if _, err := c.OffCPU.sampler(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Unwinding.Mode != unwind.ModeAuto.String() {
+			errs = append(errs, fmt.Errorf("off_cpu needs unwinding.mode %s, not %q", unwind.ModeAuto, c.Unwinding.Mode))
+		}
+		if _, err := compileTargets("off_cpu.targets", c.OffCPU.Targets); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // filter compiles the targets; nil selects the whole host.
 func (c *Config) filter() (*profbuild.Filter, error) {
-	if len(c.Targets) == 0 {
+	return compileTargets("targets", c.Targets)
+}
+
+// offCPUFilter compiles the processes whose waits are recorded: off_cpu's
+// targets, else the receiver's; nil selects every process.
+func (c *Config) offCPUFilter() (*profbuild.Filter, error) {
+	if len(c.OffCPU.Targets) > 0 {
+		return compileTargets("off_cpu.targets", c.OffCPU.Targets)
+	}
+	return c.filter()
+}
+
+// compileTargets compiles targets (named key in errors); nil when empty.
+func compileTargets(key string, targets []TargetConfig) (*profbuild.Filter, error) {
+	if len(targets) == 0 {
 		return nil, nil
 	}
 	f := &profbuild.Filter{}
-	for i, t := range c.Targets {
+	for i, t := range targets {
 		if len(t.PIDs) == 0 && t.ProcessName == "" && t.Cgroup == "" {
-			return nil, fmt.Errorf("targets[%d]: set pids, process_name or cgroup (leave targets empty to profile the whole host)", i)
+			return nil, fmt.Errorf("%s[%d]: set pids, process_name or cgroup (leave %s empty to profile the whole host)", key, i, key)
 		}
 		for _, pid := range t.PIDs {
 			if pid <= 0 {
-				return nil, fmt.Errorf("targets[%d].pids: %d is not a process id", i, pid)
+				return nil, fmt.Errorf("%s[%d].pids: %d is not a process id", key, i, pid)
 			}
 		}
 		ct, err := profbuild.CompileTarget(t.PIDs, t.ProcessName, t.Cgroup)
 		if err != nil {
-			return nil, fmt.Errorf("targets[%d].%w", i, err)
+			return nil, fmt.Errorf("%s[%d].%w", key, i, err)
 		}
 		f.Targets = append(f.Targets, ct)
 	}

@@ -23,6 +23,8 @@ func TestLoadConfig(t *testing.T) {
 	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
 		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
 	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
+	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
+		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true}
 	for _, tt := range []struct {
 		id   component.ID
 		want *Config
@@ -39,14 +41,28 @@ func TestLoadConfig(t *testing.T) {
 			if err := sub.Unmarshal(cfg); err != nil {
 				t.Fatal(err)
 			}
-			if err := cfg.(*Config).Validate(); err != nil {
+			got := cfg.(*Config)
+			if got.OffCPU.Enabled {
+				got.Unwinding.Mode = "auto" // off_cpu needs it; Validate says so below
+				if err := got.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				got.Unwinding.Mode = "frame_pointers"
+				if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "off_cpu needs unwinding.mode auto") {
+					t.Fatalf("off_cpu with frame pointers: %v", err)
+				}
+			} else if err := got.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			got := cfg.(*Config)
 			if got.SampleRate != tt.want.SampleRate || got.MaxStackDepth != tt.want.MaxStackDepth ||
 				got.ReportInterval != tt.want.ReportInterval || got.KernelStacks != tt.want.KernelStacks ||
 				got.KernelSymbols != tt.want.KernelSymbols || got.PerfMaps != tt.want.PerfMaps ||
-				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding {
+				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding ||
+				got.OffCPU.Enabled != tt.want.OffCPU.Enabled || got.OffCPU.Probability != tt.want.OffCPU.Probability ||
+				got.OffCPU.UninterruptibleProbability != tt.want.OffCPU.UninterruptibleProbability ||
+				got.OffCPU.MinWait != tt.want.OffCPU.MinWait || got.OffCPU.MaxWaits != tt.want.OffCPU.MaxWaits ||
+				got.OffCPU.MaxStacks != tt.want.OffCPU.MaxStacks || len(got.OffCPU.Targets) != len(tt.want.OffCPU.Targets) ||
+				got.OffCPU.Wall != tt.want.OffCPU.Wall {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
 		})
@@ -70,6 +86,14 @@ func TestValidate(t *testing.T) {
 		{"unwinding mode", func(c *Config) { c.Unwinding.Mode = "dwarf" }, "unwinding mode"},
 		{"table bytes", func(c *Config) { c.Unwinding.MaxTableBytes = 1000 }, "max_table_bytes"},
 		{"mappings", func(c *Config) { c.Unwinding.MaxMappings = 10 }, "max_mappings"},
+		{"off_cpu probability", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 0 }, "probability"},
+		{"off_cpu probability high", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 1.5 }, "probability"},
+		{"off_cpu uninterruptible", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.UninterruptibleProbability = true, 0 }, "uninterruptible_probability"},
+		{"off_cpu min_wait", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MinWait = true, -time.Second }, "min_wait"},
+		{"off_cpu max_waits", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MaxWaits = true, 1 }, "max_waits"},
+		{"off_cpu max_stacks", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MaxStacks = true, 0 }, "max_stacks"},
+		{"off_cpu targets", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Targets = true, []TargetConfig{{}} }, "off_cpu.targets[0]"},
+		{"off_cpu frame pointers", func(c *Config) { c.OffCPU.Enabled, c.Unwinding.Mode = true, "frame_pointers" }, "off_cpu needs"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := createDefaultConfig()

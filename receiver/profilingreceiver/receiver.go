@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/otlp/profbuild"
@@ -75,7 +76,21 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
+	var oc offcpu.Config
+	if r.cfg.OffCPU.Enabled {
+		if oc, err = r.cfg.OffCPU.sampler(); err != nil {
+			return fmt.Errorf("profiling receiver: %w", err)
+		}
+		f, err := r.cfg.offCPUFilter()
+		if err != nil {
+			return fmt.Errorf("profiling receiver: %w", err)
+		}
+		if !f.All() {
+			oc.Select = func(pid int) bool { return f.MatchPID("", pid) }
+		}
+	}
 	s, err := sampler.New(sampler.Config{
+		OffCPU:        oc,
 		Runtimes:      rts,
 		SampleRate:    r.cfg.SampleRate,
 		MaxStackDepth: r.cfg.MaxStackDepth,
@@ -100,6 +115,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	r.builder = profbuild.New(profbuild.Options{
 		Unwinder:      unwinder,
 		Runtimes:      rtSet,
+		Wall:          r.cfg.OffCPU.Wall,
 		SampleRate:    r.cfg.SampleRate,
 		KernelSymbols: r.cfg.KernelSymbols,
 		PerfMaps:      r.cfg.PerfMaps,
@@ -126,7 +142,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		}()
 	}
 	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
-		zap.String("unwinding", uw.Mode.String()),
+		zap.String("unwinding", uw.Mode.String()), zap.Bool("off_cpu", oc.Enabled),
 		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
 		zap.Bool("profiles", r.profiles != nil), zap.Bool("logs", r.logs != nil))
 	return nil
@@ -215,6 +231,9 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 	addDelta(ctx, r.tel.ReceiverProfilingSamplesLost, st.LostDrain, r.last.LostDrain, reasonAttr("drain"))
 	addDelta(ctx, r.tel.ReceiverProfilingStacksTruncated, st.Truncated, r.last.Truncated)
 	addDelta(ctx, r.tel.ReceiverProfilingProcessEventsLost, st.LostEvents, r.last.LostEvents)
+	if r.cfg.OffCPU.Enabled {
+		r.recordOffCPU(ctx, st.OffCPU, r.last.OffCPU)
+	}
 	r.last = st
 	r.log.Debug("profiling report", zap.Uint64("samples", rep.Samples), zap.Int("rows", rep.Rows),
 		zap.Any("normalization_failures", rep.Failures), zap.Duration("took", took))
@@ -250,4 +269,27 @@ func (r *profilingReceiver) shutdown(ctx context.Context) error {
 	err := r.sampler.Close() // also ends the event loop
 	r.sampler = nil
 	return err
+}
+
+// recordOffCPU counts the waits off CPU since the last report.
+func (r *profilingReceiver) recordOffCPU(ctx context.Context, now, before sampler.OffCPUStats) {
+	addDelta(ctx, r.tel.ReceiverProfilingOffCPUWaitsSeen, now.Seen, before.Seen)
+	addDelta(ctx, r.tel.ReceiverProfilingOffCPUWaitsChosen, now.Chosen, before.Chosen)
+	addDelta(ctx, r.tel.ReceiverProfilingOffCPUWaitsKept, now.Kept, before.Kept)
+	for _, d := range []struct {
+		reason      string
+		now, before uint64
+	}{
+		{"below_min_wait", now.Short, before.Short},
+		{"undecided", now.Undecided, before.Undecided},
+		{"waits_full", now.WaitsFull, before.WaitsFull},
+		{"stacks_full", now.StacksFull, before.StacksFull},
+		{"map_full", now.MapFull, before.MapFull},
+		{"stack", now.Stack, before.Stack},
+		{"drain", now.Drain, before.Drain},
+		{"stale", now.Stale, before.Stale},
+		{"never_returned", now.NeverReturned, before.NeverReturned},
+	} {
+		addDelta(ctx, r.tel.ReceiverProfilingOffCPUWaitsDropped, d.now, d.before, reasonAttr(d.reason))
+	}
 }

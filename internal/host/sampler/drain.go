@@ -50,6 +50,9 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		return Batch{}, fmt.Errorf("sampler: switching buffers: %w", err)
 	}
 	s.active = next
+	if err := s.offCPUFlip(); err != nil {
+		return Batch{}, err
+	}
 	// An ARRAY_OF_MAPS update returns only after an RCU grace period, i.e.
 	// after every program that read the old active_buf has finished.
 	if err := s.objs.Barrier.Put(uint32(0), s.objs.BarrierInner); err != nil {
@@ -62,10 +65,15 @@ func (s *Sampler) drainKernel() (Batch, error) {
 	if d.walking {
 		d.ustacks = s.objs.ustacks(old)
 	}
+	if s.offcpu != nil {
+		d.offcpu = s.offCPUDrain(old)
+		s.carryOffCPU(old)
+	}
 	if s.drainHook != nil {
 		s.drainHook(&d)
 	}
 	b := d.run()
+	s.lostOffCPU(&d)
 	s.truncatedUser.Add(d.truncated)
 	s.lostDrain.Add(d.lost)
 	s.drainErrors.Add(d.errors)
@@ -91,6 +99,7 @@ type drain struct {
 	counts, stacks, ustacks mapOps // ustacks nil unless walking
 	depth                   int
 	walking                 bool
+	offcpu                  *offcpuDrain // nil unless off-CPU samples are on
 
 	truncated uint64 // samples with a stack at the depth limit
 	lost      uint64 // samples whose stack could not be read
@@ -108,19 +117,24 @@ func (d *drain) fail(err error) {
 // countBatch is how many rows one batch call reads.
 const countBatch = 1024
 
-// readCounts takes every row out of the counts map: in batches where the
-// kernel has them (5.6+), key by key otherwise.
+// readCounts takes every row out of the counts map.
 func (d *drain) readCounts() ([]bpf.ProfileSampleKey, []bpf.ProfileSampleValue) {
+	return readRows[bpf.ProfileSampleKey, bpf.ProfileSampleValue](d, d.counts)
+}
+
+// readRows takes every row out of a counts map: in batches where the
+// kernel has them (5.6+), key by key otherwise.
+func readRows[K, V any](d *drain, counts mapOps) ([]K, []V) {
 	var (
-		keys  []bpf.ProfileSampleKey
-		vals  []bpf.ProfileSampleValue
-		kbuf  = make([]bpf.ProfileSampleKey, countBatch)
-		vbuf  = make([]bpf.ProfileSampleValue, countBatch)
+		keys  []K
+		vals  []V
+		kbuf  = make([]K, countBatch)
+		vbuf  = make([]V, countBatch)
 		cur   ebpf.MapBatchCursor
 		batch = true
 	)
 	for {
-		n, err := d.counts.BatchLookupAndDelete(&cur, kbuf, vbuf, nil)
+		n, err := counts.BatchLookupAndDelete(&cur, kbuf, vbuf, nil)
 		keys = append(keys, kbuf[:n]...)
 		vals = append(vals, vbuf[:n]...)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -140,15 +154,15 @@ func (d *drain) readCounts() ([]bpf.ProfileSampleKey, []bpf.ProfileSampleValue) 
 		return keys, vals
 	}
 	var (
-		key, next bpf.ProfileSampleKey
-		val       bpf.ProfileSampleValue
-		pending   []bpf.ProfileSampleKey
+		key, next K
+		val       V
+		pending   []K
 		prev      any // nil: from the first key
 	)
 	// Collect the keys first: deleting while walking NextKey restarts the
 	// walk in a hash map.
-	for i := uint32(0); i <= d.counts.MaxEntries(); i++ {
-		err := d.counts.NextKey(prev, &next)
+	for i := uint32(0); i <= counts.MaxEntries(); i++ {
+		err := counts.NextKey(prev, &next)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			break
 		}
@@ -161,7 +175,7 @@ func (d *drain) readCounts() ([]bpf.ProfileSampleKey, []bpf.ProfileSampleValue) 
 		prev = &key
 	}
 	for i := range pending {
-		if err := d.counts.Lookup(&pending[i], &val); err != nil {
+		if err := counts.Lookup(&pending[i], &val); err != nil {
 			if !errors.Is(err, ebpf.ErrKeyNotExist) {
 				d.fail(fmt.Errorf("sampler: reading counts: %w", err))
 			}
@@ -169,11 +183,11 @@ func (d *drain) readCounts() ([]bpf.ProfileSampleKey, []bpf.ProfileSampleValue) 
 			keys = append(keys, pending[i])
 			vals = append(vals, val)
 		}
-		if err := d.counts.Delete(&pending[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := counts.Delete(&pending[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			d.fail(fmt.Errorf("sampler: clearing counts: %w", err))
 		}
 	}
-	sweep(d, d.counts, new(bpf.ProfileSampleKey))
+	sweep(d, counts, new(K))
 	return keys, vals
 }
 
@@ -253,6 +267,10 @@ func (d *drain) run() Batch {
 			d.truncated += v.Count
 		}
 		b.Samples = append(b.Samples, smp)
+	}
+
+	if d.offcpu != nil {
+		b.Samples = d.offCPURows(b.Samples, lookupWalked, off)
 	}
 
 	// Free what was read, then sweep what no row referenced (stacks whose
@@ -479,6 +497,9 @@ func (s *Sampler) readEvents() {
 			if s.unwinder != nil {
 				s.unwinder.Request(ev.Pid) // the pid field holds the table slot
 			}
+			continue
+		}
+		if !s.offCPUEvent(&ev) {
 			continue
 		}
 		if s.cfg.OnEvent != nil {

@@ -40,10 +40,12 @@ var (
 	hotC = testfixture.Spec{Name: "sampler-hot", Lang: "c", Sources: []string{"sampler/hot.c"},
 		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}}
 	hotGo = testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}}
+	waitC = testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}}
 )
 
 func TestFixturesBuild(t *testing.T) {
-	for _, s := range []testfixture.Spec{hotC, hotGo} {
+	for _, s := range []testfixture.Spec{hotC, hotGo, waitC} {
 		t.Run(s.Name, func(t *testing.T) { testfixture.Build(t, s) })
 	}
 }

@@ -60,6 +60,7 @@ type Sampler struct {
 	perfIoctl      bool            // programs attached by PERF_EVENT_IOC_SET_BPF, not links
 	unwinder       *unwind.Manager // nil unless walking with unwind tables
 	runtimes       *runtimes.Set   // nil unless walking, with a runtime enabled
+	offcpu         *offcpuState    // nil unless off-CPU samples are on
 	agg            *rbAggregator   // ModeRingBuffer only
 	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
@@ -130,8 +131,9 @@ func ringSize(cpus int) uint32 {
 
 type objects struct {
 	commonObjs
-	aggObjs // zero in ModeRingBuffer
-	rbObjs  // zero in ModeKernelAggregation
+	aggObjs    // zero in ModeRingBuffer
+	rbObjs     // zero in ModeKernelAggregation
+	offcpuObjs // zero unless off-CPU samples are on
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -178,6 +180,7 @@ func (o *objects) close() error {
 			errs = append(errs, m.Close())
 		}
 	}
+	errs = append(errs, o.offcpuObjs.close()...)
 	*o = objects{}
 	return errors.Join(errs...)
 }
@@ -215,6 +218,9 @@ func (c *Config) setDefaults() error {
 	if err := c.Runtimes.Validate(); err != nil {
 		return err
 	}
+	if err := c.offCPUValidate(); err != nil {
+		return err
+	}
 	return c.Unwinding.Validate()
 }
 
@@ -234,6 +240,9 @@ func New(cfg Config) (s *Sampler, err error) {
 		return nil, err
 	}
 	s = &Sampler{cfg: cfg, log: cfg.Logger, events: make(chan Event, 4096)}
+	if cfg.OffCPU.Enabled {
+		s.offcpu = &offcpuState{cfg: cfg.OffCPU}
+	}
 	// Not s: every failing return below sets s to nil before this runs.
 	owner := s
 	defer func() {
@@ -343,6 +352,9 @@ func (s *Sampler) load() error {
 		ncpu = len(cpus)
 	}
 	spec.Maps[bpf.ProfileMapSamples].MaxEntries = ringSize(ncpu)
+	if err := s.offCPUSpec(spec); err != nil {
+		return err
+	}
 	// The other mode's maps are not loaded, so not charged.
 	skip := []string{bpf.ProfileMapSamples, bpf.ProfileMapScratch}
 	if s.cfg.Mode == ModeRingBuffer {
@@ -353,7 +365,15 @@ func (s *Sampler) load() error {
 	}
 
 	var err2 error
-	if s.cfg.Mode == ModeKernelAggregation {
+	if s.offcpu != nil {
+		var o struct {
+			commonObjs
+			aggObjs
+			offcpuObjs
+		}
+		err2 = spec.LoadAndAssign(&o, nil)
+		s.objs = objects{commonObjs: o.commonObjs, aggObjs: o.aggObjs, offcpuObjs: o.offcpuObjs}
+	} else if s.cfg.Mode == ModeKernelAggregation {
 		var o struct {
 			commonObjs
 			aggObjs
@@ -419,6 +439,9 @@ func (s *Sampler) Start() error {
 	}
 	if s.started {
 		return ErrStarted
+	}
+	if err := s.startOffCPU(); err != nil {
+		return err
 	}
 	s.wg.Add(1)
 	go s.readEvents()
@@ -486,7 +509,9 @@ func (s *Sampler) Stats() (Stats, error) {
 	st.LostDrain = s.lostDrain.Load()
 	st.DrainErrors = s.drainErrors.Load()
 	st.Lost = st.LostStack + st.LostMapFull + st.LostRingbuf + st.LostDrain
-	return st, nil
+	var err error
+	st.OffCPU, err = s.offCPUStats()
+	return st, err
 }
 
 // Close disables sampling and releases every kernel object. It is safe to
@@ -534,6 +559,6 @@ func (s *Sampler) release() error {
 		close(s.events) // readers are joined: no more sends
 		s.eventsClosed = true
 	}
-	errs = append(errs, s.objs.close())
+	errs = append(errs, s.releaseOffCPU(), s.objs.close())
 	return errors.Join(errs...)
 }

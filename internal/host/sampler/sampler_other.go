@@ -42,3 +42,6 @@ func (*Sampler) Runtimes() *runtimes.Set { return nil }
 
 // ProgramStats fails with ErrNotSupported.
 func (*Sampler) ProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }
+
+// OffCPUProgramStats fails with ErrNotSupported.
+func (*Sampler) OffCPUProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
@@ -70,6 +71,10 @@ type Config struct {
 	// follows (HotSpot, CPython; unwind tables mode only) and bounds
 	// their names.
 	Runtimes runtimes.Config
+	// OffCPU turns on off-CPU samples: the stacks threads wait at, and for
+	// how long (docs/off-cpu.md). It needs kernel aggregation and unwinding
+	// mode auto.
+	OffCPU offcpu.Config
 	// OnEvent, when set, is given the process events in the sampler's
 	// reader goroutine, one at a time and in order, instead of Events: a
 	// hand-off to another goroutine costs a wake-up per event. It must not
@@ -110,9 +115,28 @@ func (r StopReason) String() string {
 // the entry indexes Sample.Runtime.
 const RuntimeMark = 1 << bpf.ProfileStackWordBitsRT_FRAME_BIT
 
+// Origin says what a Sample records: enum sample_origin of bpf/types.h.
+type Origin uint8
+
+// Origins.
+const (
+	OriginCPU    = Origin(bpf.ProfileSampleOriginORIGIN_CPU)     // CPU-clock samples
+	OriginOffCPU = Origin(bpf.ProfileSampleOriginORIGIN_OFF_CPU) // waits off CPU
+)
+
 // Sample is one aggregated row: every sample of one thread on one CPU with
 // the same stacks since the previous Drain.
 type Sample struct {
+	// Origin is OriginCPU unless the row holds waits off CPU: then Count
+	// is how many were recorded, OffCPUNs the estimate of their total
+	// time, OffCPUVar (ns^2) the estimate of its variance, Runnable says
+	// the thread was preempted rather than blocked, and CPU is the one it
+	// ran on again (docs/off-cpu.md).
+	Origin    Origin
+	OffCPUNs  uint64
+	OffCPUVar float64
+	Runnable  bool
+
 	Pid, Tid uint32
 	Comm     string // thread name at the first sample
 	CPU      uint32
@@ -162,6 +186,26 @@ type Stats struct {
 	UnwindFrames   uint64
 	Stops          [NumStopReasons]uint64
 	UnwindTailFail uint64
+	// OffCPU counts waits off CPU (zero unless Config.OffCPU.Enabled).
+	OffCPU OffCPUStats
+}
+
+// OffCPUStats count waits off CPU, from the threads' switches to the drain.
+// Seen = Chosen + the waits left out by chance; Chosen = Kept + Short +
+// the Lost ones + those still going on.
+type OffCPUStats struct {
+	Seen      uint64 // waits of threads of targeted processes
+	Chosen    uint64 // of those, chosen to be recorded: their stacks were taken
+	Kept      uint64 // recorded, weighted, in a Batch
+	Short     uint64 // chosen, but shorter than MinWait
+	Undecided uint64 // waits of a process Select had not answered for yet
+	// Lost, by reason: the waits being recorded were MaxWaits
+	// (WaitsFull), their stacks MaxStacks (StacksFull), the count map was
+	// full (MapFull), a stack could not be copied out (Stack) or read back
+	// by the drain (Drain), the tid had been reused or the stacks
+	// collected (Stale), or the thread was gone when the drain looked
+	// (NeverReturned: it never ran again).
+	WaitsFull, StacksFull, MapFull, Stack, Drain, Stale, NeverReturned uint64
 }
 
 // EventKind says what happened to a process.
@@ -179,6 +223,9 @@ const (
 	// tableWanted is handled inside the sampler: a sample needed a table
 	// that was not built yet.
 	tableWanted = EventKind(bpf.ProfileProcEventKindPROC_TABLE)
+	// offCPUAsk is handled inside the sampler too: off-CPU samples need
+	// Config.OffCPU.Select's answer for the process.
+	offCPUAsk = EventKind(bpf.ProfileProcEventKindPROC_OFFCPU)
 )
 
 func (k EventKind) String() string {

@@ -57,6 +57,9 @@ type Options struct {
 	// (sampler.Runtimes), is given every process snapshot and exit too,
 	// and names the runtime frames of samples.
 	Runtimes Runtimes
+	// Wall adds, for every process with off-CPU samples, a wall-clock
+	// profile: its CPU and off-CPU time in one, per thread (docs/off-cpu.md).
+	Wall bool
 }
 
 // Runtimes is the part of runtimes.Set the Builder drives.
@@ -91,6 +94,9 @@ type Report struct {
 	// unwind tables, by how the walk ended (sampler.StopReason names; "ok"
 	// for whole stacks).
 	UnwindStops map[string]int64
+	// OffCPUWaits counts the waits off CPU reported (Samples counts CPU
+	// samples only), OffCPUNs the time they stand for.
+	OffCPUWaits, OffCPUNs uint64
 }
 
 // Reasons a frame stays raw or incomplete.

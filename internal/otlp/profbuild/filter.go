@@ -68,6 +68,22 @@ func (f *Filter) Match(p ProcInfo) bool {
 	return false
 }
 
+// MatchPID reports whether f selects process pid, reading what it needs
+// under procRoot ("" means /proc); a process that is gone is not selected.
+func (f *Filter) MatchPID(procRoot string, pid int) bool {
+	if f.All() {
+		return true
+	}
+	if f.PIDOnly() {
+		return f.Match(ProcInfo{PID: pid})
+	}
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	info, ok := readProcInfo(procRoot, pid)
+	return ok && f.Match(info)
+}
+
 // PIDOnly reports whether every target names pids only, so that a pid
 // decides without reading /proc.
 func (f *Filter) PIDOnly() bool {

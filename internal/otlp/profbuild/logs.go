@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	pframe "github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/sampler"
 )
 
 // logFrame is one element of the ProfileEvent "frames" attribute, as
@@ -38,15 +39,24 @@ func (r *run) writeLogs(po *procOut) {
 		lr.SetTimestamp(pcommon.Timestamp(rw.first))
 		lr.SetObservedTimestamp(now)
 		a := lr.Attributes()
-		a.PutStr("eventType", "ebpf.CPUSample")
-		a.PutStr("profileType", "cpu")
+		event, typ, weight := "ebpf.CPUSample", "cpu", int64(rw.count)
+		if rw.origin == sampler.OriginOffCPU {
+			// Weighted by the time the waits stand for, in ns.
+			event, typ, weight = "ebpf.OffCPUSample", TypeOffCPU, int64(rw.ns)
+		}
+		a.PutStr("eventType", event)
+		a.PutStr("profileType", typ)
 		a.PutStr("profileSource", "ebpf")
 		a.PutInt("pid", int64(po.pid))
 		a.PutInt("tid", int64(rw.tid))
 		a.PutStr("comm", po.comm)
 		a.PutStr("threadName", rw.comm)
-		a.PutInt("cpu", int64(rw.cpu))
-		a.PutInt("sampleWeight", int64(rw.count))
+		if rw.origin == sampler.OriginOffCPU {
+			a.PutStr("offCpuReason", rw.reason)
+		} else {
+			a.PutInt("cpu", int64(rw.cpu))
+		}
+		a.PutInt("sampleWeight", weight)
 		a.PutInt("totalSamples", int64(rw.count))
 		a.PutInt("stackDepth", int64(len(rw.frames)))
 		a.PutStr("frames", framesJSON(rw.frames))

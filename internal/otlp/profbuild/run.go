@@ -34,6 +34,7 @@ type run struct {
 	kinfoRead  bool
 	rep        Report
 	locScratch []int32
+	reasons    map[string]string // off CPU: reason by kernel stack
 }
 
 type frameKey struct {
@@ -65,6 +66,8 @@ type procOut struct {
 
 	jit     *perfmap.Map // nil without a perf map
 	jitRead bool
+
+	cpuRows, offRows int // rows added, by origin
 }
 
 type rowKey struct {
@@ -72,13 +75,17 @@ type rowKey struct {
 	comm     string
 	stack    int32
 	stop     sampler.StopReason
+	origin   sampler.Origin
+	reason   string // off CPU: why it waited
 }
 
 type row struct {
 	rowKey
-	count  uint64
-	first  int64
-	frames []frame // for logs
+	count    uint64
+	first    int64
+	frames   []frame // for logs
+	ns       uint64  // off CPU: estimated time
+	variance float64 // off CPU: of that estimate, ns^2
 }
 
 func newRun(b *Builder, start, end time.Time) *run {
@@ -122,6 +129,9 @@ func (r *run) add(s *sampler.Sample) {
 	}
 	r.locScratch = locs
 	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs), stop: s.Stop}
+	if s.Origin == sampler.OriginOffCPU {
+		k.origin, k.cpu, k.reason = s.Origin, 0, r.offCPUReason(s)
+	}
 	if s.Stop != sampler.StopFramePointers {
 		r.rep.UnwindStops[s.Stop.String()] += int64(s.Count)
 	}
@@ -136,6 +146,15 @@ func (r *run) add(s *sampler.Sample) {
 	}
 	rw.count += s.Count
 	rw.first = min(rw.first, s.FirstNs)
+	if s.Origin == sampler.OriginOffCPU {
+		rw.ns += s.OffCPUNs
+		rw.variance += s.OffCPUVar
+		po.offRows++
+		r.rep.OffCPUWaits += s.Count
+		r.rep.OffCPUNs += s.OffCPUNs
+		return
+	}
+	po.cpuRows++
 	r.rep.Samples += s.Count
 }
 
@@ -196,12 +215,26 @@ func (r *run) fillResource(res pcommon.Resource, po *procOut) {
 	}
 }
 
+// writeProfile writes po's profiles: CPU, off-CPU and wall-clock, each
+// when it has samples, in one resource.
 func (r *run) writeProfile(po *procOut) {
 	rp := r.prof.ResourceProfiles().AppendEmpty()
 	r.fillResource(rp.Resource(), po)
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.Scope().SetName(ScopeName)
 	sp.Scope().SetVersion(r.b.opt.ScopeVersion)
+	if po.cpuRows > 0 {
+		r.writeCPU(sp, po)
+	}
+	if po.offRows > 0 {
+		r.writeOffCPU(sp, po)
+		if r.b.opt.Wall {
+			r.writeWall(sp, po)
+		}
+	}
+}
+
+func (r *run) writeCPU(sp pprofile.ScopeProfiles, po *procOut) {
 	p := sp.Profiles().AppendEmpty()
 	p.SetProfileID(newProfileID())
 	p.SampleType().SetTypeStrindex(r.dict.String("samples"))
@@ -212,8 +245,11 @@ func (r *run) writeProfile(po *procOut) {
 	p.SetTime(pcommon.NewTimestampFromTime(r.start))
 	p.SetDurationNano(uint64(max(r.end.Sub(r.start), 0)))
 	ss := p.Samples()
-	ss.EnsureCapacity(len(po.order))
+	ss.EnsureCapacity(po.cpuRows)
 	for _, rw := range po.order {
+		if rw.origin != sampler.OriginCPU {
+			continue
+		}
 		s := ss.AppendEmpty()
 		s.SetStackIndex(rw.stack)
 		s.Values().Append(int64(rw.count))

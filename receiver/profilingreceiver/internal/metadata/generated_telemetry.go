@@ -27,6 +27,10 @@ type TelemetryBuilder struct {
 	mu                                     sync.Mutex
 	registrations                          []metric.Registration
 	ReceiverProfilingNormalizationFailures metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsChosen     metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsDropped    metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsKept       metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsSeen       metric.Int64Counter
 	ReceiverProfilingProcessEventsLost     metric.Int64Counter
 	ReceiverProfilingProcessesTracked      metric.Int64Gauge
 	ReceiverProfilingReportDuration        metric.Float64Histogram
@@ -76,6 +80,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_profiling_normalization_failures",
 		metric.WithDescription("Frames left raw or unnamed, by reason: process_gone, no_mapping, unreadable_file, no_load_segment, kernel_unnamed, jit_unnamed. [Development]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingOffCPUWaitsChosen, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_off_cpu_waits_chosen",
+		metric.WithDescription("Waits off CPU chosen to be recorded (their stacks were taken): all of those whose thread's recent waits outlasted a scheduler tick, the others with off_cpu.probability. [Development]"),
+		metric.WithUnit("{wait}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingOffCPUWaitsDropped, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_off_cpu_waits_dropped",
+		metric.WithDescription("Chosen waits off CPU left out of the profiles, by reason: below_min_wait, undecided (the process filter had no answer yet), waits_full (off_cpu.max_waits), stacks_full (off_cpu.max_stacks), map_full (count map full), stack (a stack could not be copied out), drain (or read back), stale (a reused thread id), never_returned (the thread was gone before it ran again). [Development]"),
+		metric.WithUnit("{wait}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingOffCPUWaitsKept, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_off_cpu_waits_kept",
+		metric.WithDescription("Waits off CPU recorded in the off_cpu profiles, each weighted by the inverse of the chance it had of being chosen. [Development]"),
+		metric.WithUnit("{wait}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingOffCPUWaitsSeen, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_off_cpu_waits_seen",
+		metric.WithDescription("Waits off CPU (context switches away from a thread) of the processes off-CPU profiling targets. [Development]"),
+		metric.WithUnit("{wait}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingProcessEventsLost, err = builder.meter.Int64Counter(

@@ -37,6 +37,70 @@ func AssertEqualReceiverProfilingNormalizationFailures(t *testing.T, tt *compone
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverProfilingOffCPUWaitsChosen(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_off_cpu_waits_chosen",
+		Description: "Waits off CPU chosen to be recorded (their stacks were taken): all of those whose thread's recent waits outlasted a scheduler tick, the others with off_cpu.probability. [Development]",
+		Unit:        "{wait}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_off_cpu_waits_chosen")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingOffCPUWaitsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_off_cpu_waits_dropped",
+		Description: "Chosen waits off CPU left out of the profiles, by reason: below_min_wait, undecided (the process filter had no answer yet), waits_full (off_cpu.max_waits), stacks_full (off_cpu.max_stacks), map_full (count map full), stack (a stack could not be copied out), drain (or read back), stale (a reused thread id), never_returned (the thread was gone before it ran again). [Development]",
+		Unit:        "{wait}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_off_cpu_waits_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingOffCPUWaitsKept(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_off_cpu_waits_kept",
+		Description: "Waits off CPU recorded in the off_cpu profiles, each weighted by the inverse of the chance it had of being chosen. [Development]",
+		Unit:        "{wait}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_off_cpu_waits_kept")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverProfilingOffCPUWaitsSeen(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_off_cpu_waits_seen",
+		Description: "Waits off CPU (context switches away from a thread) of the processes off-CPU profiling targets. [Development]",
+		Unit:        "{wait}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_off_cpu_waits_seen")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverProfilingProcessEventsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_profiling_process_events_lost",

@@ -20,6 +20,10 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.ReceiverProfilingNormalizationFailures.Add(context.Background(), 1)
+	tb.ReceiverProfilingOffCPUWaitsChosen.Add(context.Background(), 1)
+	tb.ReceiverProfilingOffCPUWaitsDropped.Add(context.Background(), 1)
+	tb.ReceiverProfilingOffCPUWaitsKept.Add(context.Background(), 1)
+	tb.ReceiverProfilingOffCPUWaitsSeen.Add(context.Background(), 1)
 	tb.ReceiverProfilingProcessEventsLost.Add(context.Background(), 1)
 	tb.ReceiverProfilingProcessesTracked.Record(context.Background(), 1)
 	tb.ReceiverProfilingReportDuration.Record(context.Background(), 1)
@@ -35,6 +39,18 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingUnwindTableRows.Record(context.Background(), 1)
 	tb.ReceiverProfilingUnwindTables.Record(context.Background(), 1)
 	AssertEqualReceiverProfilingNormalizationFailures(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingOffCPUWaitsChosen(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingOffCPUWaitsDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingOffCPUWaitsKept(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingOffCPUWaitsSeen(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingProcessEventsLost(t, testTel,

@@ -1,0 +1,236 @@
+//go:build linux && (amd64 || arm64)
+
+package sampler
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/offcpu"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// waitFixture copies the off-CPU fixture under a name of its own (its comm,
+// which the tests select it by: other tests run the same fixture).
+func waitFixture(t *testing.T) (bin, comm string) {
+	t.Helper()
+	built := testfixture.Build(t, waitC)
+	data, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm = fmt.Sprintf("oc%08x", rand.Uint32())
+	bin = filepath.Join(t.TempDir(), comm)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, comm
+}
+
+// byComm selects the processes named comm.
+func byComm(comm string) func(int) bool {
+	return func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && strings.TrimSpace(string(b)) == comm
+	}
+}
+
+// truthsOf parses the fixture's "truth CALL TID NS CALLS" lines: ns by tid.
+func truthsOf(out []byte) map[uint32]int64 {
+	m := map[uint32]int64{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 5 && f[0] == "truth" {
+			tid, _ := strconv.Atoi(f[2])
+			ns, _ := strconv.ParseInt(f[3], 10, 64)
+			m[uint32(tid)] += ns
+		}
+	}
+	return m
+}
+
+func offCPUOf(b Batch, pid uint32) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, s := range samplesOf(b, pid) {
+		if s.Origin == OriginOffCPU {
+			m[s.Tid] += s.OffCPUNs
+		}
+	}
+	return m
+}
+
+func waitsLeft(t *testing.T, s *Sampler, pid uint32) int {
+	t.Helper()
+	tids, _, err := listMap[uint32, bpf.ProfileOffcpuWait](s.objs.OffcpuWaits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tid := range tids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid)); err == nil || tid == pid {
+			n++
+		}
+	}
+	return n
+}
+
+// Limits: 64 threads waiting at once with room for 16 waits in progress
+// and 16 rows. What does not fit is counted, what is reported is right
+// (no thread's time above what it measured itself), and once the process
+// is killed with its threads asleep nothing of it is left in the kernel.
+func TestOffCPULimits(t *testing.T) {
+	bin, comm := waitFixture(t)
+	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true, CountMapEntries: 16,
+		OffCPU: offcpu.Config{Enabled: true, MaxWaits: 16, MaxStacks: 16, Select: byComm(comm)}})
+	cmd := exec.Command(bin, "threads", "1.5", "64")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	truth := truthsOf(out)
+	got := offCPUOf(b, pid)
+	t.Logf("64 threads, 16 waits and 16 rows of room: %d threads reported; stats %+v", len(got), st.OffCPU)
+	if st.OffCPU.WaitsFull == 0 || st.OffCPU.MapFull == 0 {
+		t.Errorf("waits_full %d, map_full %d: both limits should have been hit", st.OffCPU.WaitsFull, st.OffCPU.MapFull)
+	}
+	if len(got) == 0 {
+		t.Fatal("no off-CPU time reported at all")
+	}
+	for tid, ns := range got {
+		want, ok := truth[tid]
+		if !ok {
+			want = int64(2 * time.Second) // the main thread, in pthread_join the whole run
+		}
+		if float64(ns) > 1.05*float64(want) {
+			t.Errorf("tid %d: %v reported, the thread measured %v", tid, time.Duration(ns), time.Duration(want))
+		}
+	}
+
+	// Threads asleep when their process is killed run once more, to exit:
+	// their waits end, and none is left behind.
+	kill := exec.Command(bin, "threads", "30", "8")
+	if err := kill.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	kpid := uint32(kill.Process.Pid)
+	kill.Process.Kill()
+	kill.Wait()
+	s.Drain()
+	if n := waitsLeft(t, s, kpid); n != 0 {
+		t.Errorf("%d waits of the killed process left in the kernel", n)
+	}
+}
+
+// A wait whose thread is gone (here one made up, as if it had never run
+// again) is deleted by the drain once old, and counted; the tid a reused
+// one: the wait of the thread before is not the new thread's, and is
+// counted stale instead of reported; and the process filter's answer for a
+// pid ends with its process.
+func TestOffCPUGoneAndReused(t *testing.T) {
+	bin, comm := waitFixture(t)
+	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true,
+		OffCPU: offcpu.Config{Enabled: true, Select: byComm(comm)}})
+	gen := uint64(0)
+	if err := s.objs.OffcpuGen.Get(&gen); err != nil {
+		t.Fatal(err)
+	}
+	// A tid no thread has.
+	ghost := uint32(0)
+	for tid := uint32(4194000); tid < 4194300; tid++ {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", tid)); err != nil {
+			ghost = tid
+			break
+		}
+	}
+	old := bpf.ProfileOffcpuWait{Ts: uint64(bootNow()) - uint64(2*time.Minute), Tgid: ghost, K: uint32(offcpu.One), Gen: gen}
+	if err := s.objs.OffcpuWaits.Put(ghost, &old); err != nil {
+		t.Fatal(err)
+	}
+
+	// The fixture stops itself; while it is off CPU its tid gets the wait
+	// of another thread that had it before (another start time), chosen.
+	cmd := exec.Command(bin, "sleep", "0.5")
+	cmd.Env = append(os.Environ(), "WAIT_STOPPED=1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	if !waitFor(10*time.Second, func() bool { return procStateOf(pid) == "T" }) {
+		cmd.Process.Kill()
+		t.Fatalf("fixture %d did not stop", pid)
+	}
+	jiffies := uint64(0) // the slot's off time; only its tid and flags matter here
+	slot := uint64(pid)<<42 | 1<<41 | 1<<40 | jiffies
+	if err := s.objs.OffcpuSlots.Put(pid*2654435769>>16, slot); err != nil { // offcpu_slot()
+		t.Fatal(err)
+	}
+	prev := bpf.ProfileOffcpuWait{Ts: uint64(bootNow()) - uint64(time.Hour), TaskStart: 12345, Tgid: pid, K: uint32(offcpu.One), Gen: gen}
+	if err := s.objs.OffcpuWaits.Put(pid, &prev); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	got := offCPUOf(b, pid)
+	truth := truthsOf(out.Bytes())
+	t.Logf("stats %+v; pid %d reported %v, measured %v", st.OffCPU, pid, time.Duration(got[pid]), time.Duration(truth[pid]))
+	if st.OffCPU.NeverReturned != 1 {
+		t.Errorf("never_returned %d, want the made-up wait", st.OffCPU.NeverReturned)
+	}
+	var ghostWait bpf.ProfileOffcpuWait
+	if err := s.objs.OffcpuWaits.Lookup(ghost, &ghostWait); err == nil {
+		t.Errorf("the wait of gone thread %d is still there", ghost)
+	}
+	if st.OffCPU.Stale == 0 {
+		t.Errorf("stale 0: the other thread's wait was not caught")
+	}
+	// The process's filter answer went with it: a process reusing its pid
+	// is asked about again.
+	if w := binary.NativeEndian.Uint64(s.offcpu.procs[pid/32*8:]); w>>(pid%32*2)&3 != 0 {
+		t.Errorf("filter bits of exited pid %d still set: %b", pid, w>>(pid%32*2)&3)
+	}
+	if float64(got[pid]) > 1.05*float64(truth[pid]) {
+		t.Errorf("pid %d: %v reported, more than the %v it measured: the hour-long wait of the thread before was counted", pid,
+			time.Duration(got[pid]), time.Duration(truth[pid]))
+	}
+}
+
+func procStateOf(pid uint32) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+3 > len(b) {
+		return ""
+	}
+	return string(b[i+2 : i+3])
+}
