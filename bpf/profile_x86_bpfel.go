@@ -556,6 +556,7 @@ const (
 	ProfileProgOffcpuSwitch          = "offcpu_switch"
 	ProfileProgOffcpuTake            = "offcpu_take"
 	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
+	ProfileProgOffcpuWalkHotspot     = "offcpu_walk_hotspot"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
@@ -660,6 +661,7 @@ type ProfileProgramSpecs struct {
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuTake        *ebpf.ProgramSpec `ebpf:"offcpu_take"`
 	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkHotspot *ebpf.ProgramSpec `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
@@ -937,6 +939,7 @@ type ProfilePrograms struct {
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuTake        *ebpf.Program `ebpf:"offcpu_take"`
 	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
+	OffcpuWalkHotspot *ebpf.Program `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
@@ -952,6 +955,7 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuSwitch,
 		p.OffcpuTake,
 		p.OffcpuWalkCpython,
+		p.OffcpuWalkHotspot,
 		p.OffcpuWalkNative,
 		p.ProfileAgg,
 		p.ProfileRb,

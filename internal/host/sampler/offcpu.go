@@ -31,6 +31,7 @@ type offcpuObjs struct {
 	OffcpuSwitch      *ebpf.Program  `ebpf:"offcpu_switch"`
 	OffcpuTake        *ebpf.Program  `ebpf:"offcpu_take"`
 	OffcpuWalkNative  *ebpf.Program  `ebpf:"offcpu_walk_native"`
+	OffcpuWalkHotspot *ebpf.Program  `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkCpython *ebpf.Program  `ebpf:"offcpu_walk_cpython"`
 	OffcpuProgs       *ebpf.Map      `ebpf:"offcpu_progs"`
 	OffcpuStatsMap    *ebpf.Map      `ebpf:"offcpu_stats_map"`
@@ -49,7 +50,7 @@ type offcpuObjs struct {
 
 func (o *offcpuObjs) close() []error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuTake, o.OffcpuWalkNative, o.OffcpuWalkCpython} {
+	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuTake, o.OffcpuWalkNative, o.OffcpuWalkHotspot, o.OffcpuWalkCpython} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -70,6 +71,9 @@ func (o *offcpuObjs) close() []error {
 func (o *offcpuObjs) offCPUWalkers(cfg runtimes.Config) map[uint32]*ebpf.Program {
 	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative,
 		uint32(bpf.ProfileWalkProgWALK_PROGS): o.OffcpuTake} // OFFCPU_PROG_TAKE
+	if cfg.HotSpot {
+		w[uint32(bpf.ProfileWalkProgWALK_HOTSPOT)] = o.OffcpuWalkHotspot
+	}
 	if cfg.CPython {
 		w[uint32(bpf.ProfileWalkProgWALK_CPYTHON)] = o.OffcpuWalkCpython
 	}
