@@ -6,7 +6,10 @@
 // engine, the locate chain, the CLI and the collector components all share it.
 package frame
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Frame is one source-level frame for an address. A lookup returns a slice of
 // frames, innermost (most deeply inlined) first and the real, outermost
@@ -83,4 +86,15 @@ func Reason(err error) string {
 		return ""
 	}
 	return "error"
+}
+
+// JavaMethod is the function name of a Java frame, the same from every
+// source (JFR recordings, the HotSpot walker): the class in source form
+// ("java.lang.String", from the JVM's "java/lang/String") and the method,
+// "java.lang.String.hashCode".
+func JavaMethod(internalClass, method string) string {
+	if internalClass == "" {
+		return method
+	}
+	return strings.ReplaceAll(internalClass, "/", ".") + "." + method
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/jfr"
 	"github.com/profsym/profsym/internal/jfr/jfrtest"
 )
@@ -149,7 +150,7 @@ func TestJDKRecording(t *testing.T) {
 		n++
 		st, _ := c.Stack(s.Stack)
 		m, _ := c.Method(st.Frames[0].Method)
-		leaf[jfr.JavaName(c.ClassName(m.Class))+"."+c.Symbol(m.Name)]++
+		leaf[frame.JavaMethod(c.ClassName(m.Class), c.Symbol(m.Name))]++
 		return nil
 	}})
 	if err != nil {

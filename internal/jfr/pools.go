@@ -2,7 +2,6 @@ package jfr
 
 import (
 	"fmt"
-	"strings"
 )
 
 // readPools follows the chunk's chain of constant-pool events from the
@@ -287,9 +286,6 @@ func (c *Chunk) ClassName(id int64) string {
 	}
 	return c.Symbol(e.name)
 }
-
-// JavaName returns a class name in source form: "java.lang.String".
-func JavaName(internal string) string { return strings.ReplaceAll(internal, "/", ".") }
 
 // FrameType returns the description of frame type id in the chunk's
 // FrameType pool; ok is false for ids the pool does not list (the Datadog

@@ -488,11 +488,7 @@ func (c *converter) newLocation(ch *jfr.Chunk, f *jfr.Frame, caller bool) int32 
 	if ftype != frame.TypeJVM {
 		return c.namedLocation(name, name, ftype, 0)
 	}
-	jc := jfr.JavaName(class)
-	fn := name
-	if jc != "" {
-		fn = jc + "." + name
-	}
+	fn := frame.JavaMethod(class, name)
 	line := int64(0)
 	if f.Line > 0 {
 		line = int64(f.Line)

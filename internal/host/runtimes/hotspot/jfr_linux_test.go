@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/jfr"
@@ -140,7 +141,7 @@ func jfrTops(t *testing.T, path string, from, to time.Time) map[string]float64 {
 			return nil
 		}
 		m, _ := c.Method(st.Frames[0].Method)
-		out[jfr.JavaName(c.ClassName(m.Class))+"."+c.Symbol(m.Name)]++
+		out[frame.JavaMethod(c.ClassName(m.Class), c.Symbol(m.Name))]++
 		return nil
 	}})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/runtimes"
-	"github.com/profsym/profsym/internal/jfr"
 )
 
 // A Java method's name, file and line table, read from its Method,
@@ -113,7 +112,7 @@ func (pr *proc) readMethod(addr uint64, maxName int) (*methodInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.name = jfr.JavaName(class) + "." + method
+	m.name = frame.JavaMethod(class, method)
 	if len(m.name) > maxName {
 		m.name = cut(m.name, maxName)
 	}
