@@ -37,4 +37,17 @@ static __always_inline struct pt_regs *current_entry_regs(void)
 	return (struct pt_regs *)((char *)stack + kernel_thread_size - bpf_core_type_size(struct pt_regs));
 }
 
+/* bpf_probe_read_user of n bytes, 1 <= n <= max (a power of two), with the
+ * bound applied to the very register the helper is given: before 5.13 the
+ * verifier forgets the bounds of a scalar spilled to the stack between the
+ * check and the call, and refuses a read it cannot bound. */
+#define probe_read_user_upto(dst, n, max, src)                                 \
+	({                                                                     \
+		__u64 __n = (n);                                               \
+		asm volatile("%[len] += -1\n\t%[len] &= %[lim]\n\t%[len] += 1"        \
+			     : [len] "+r"(__n)                                   \
+			     : [lim] "i"((max) - 1));                            \
+		bpf_probe_read_user((dst), __n, (void *)(src));                \
+	})
+
 #endif /* PROFSYM_COMPAT_H */

@@ -285,8 +285,7 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 		if (cur == 0)
 			goto fail;
 		err = CPY_ERR_READ_FRAME;
-		barrier_var(fsize);
-		if (fsize > CPY_FRAME_READ || cpy_read(b->frame, fsize, cur))
+		if (probe_read_user_upto(b->frame, fsize, CPY_FRAME_READ, cur))
 			goto fail;
 		next = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_back);
 		entry = CPY_LOAD(b->frame, CPY_FRAME_READ, __u8, p->f_entry);
@@ -305,8 +304,7 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 		else
 			instr = (__u32)(CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_instr) - code - p->co_code);
 		err = CPY_ERR_READ_CODE;
-		barrier_var(csize);
-		if (code == 0 || csize > CPY_CODE_READ || cpy_read(b->code, csize, code))
+		if (code == 0 || probe_read_user_upto(b->code, csize, CPY_CODE_READ, code))
 			goto fail;
 		err = CPY_ERR_NOT_CODE;
 		if (CPY_LOAD(b->code, CPY_CODE_READ, __u64, 8) != p->code_type)

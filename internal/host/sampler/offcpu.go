@@ -20,7 +20,6 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/offcpu"
-	"github.com/profsym/profsym/internal/host/runtimes"
 )
 
 // Off-CPU samples (bpf/offcpu.h, docs/off-cpu.md): loaded, sized and
@@ -28,29 +27,27 @@ import (
 // with them shrink to one entry otherwise.
 
 type offcpuObjs struct {
-	OffcpuSwitch      *ebpf.Program  `ebpf:"offcpu_switch"`
-	OffcpuTake        *ebpf.Program  `ebpf:"offcpu_take"`
-	OffcpuWalkNative  *ebpf.Program  `ebpf:"offcpu_walk_native"`
-	OffcpuWalkHotspot *ebpf.Program  `ebpf:"offcpu_walk_hotspot"`
-	OffcpuWalkCpython *ebpf.Program  `ebpf:"offcpu_walk_cpython"`
-	OffcpuProgs       *ebpf.Map      `ebpf:"offcpu_progs"`
-	OffcpuStatsMap    *ebpf.Map      `ebpf:"offcpu_stats_map"`
-	OffcpuWaits       *ebpf.Map      `ebpf:"offcpu_waits"`
-	OffcpuUstore      *ebpf.Map      `ebpf:"offcpu_ustore"`
-	OffcpuKstore      *ebpf.Map      `ebpf:"offcpu_kstore"`
-	OffcpuCounts0     *ebpf.Map      `ebpf:"offcpu_counts0"`
-	OffcpuCounts1     *ebpf.Map      `ebpf:"offcpu_counts1"`
-	OffcpuKstacks0    *ebpf.Map      `ebpf:"offcpu_kstacks0"`
-	OffcpuKstacks1    *ebpf.Map      `ebpf:"offcpu_kstacks1"`
-	OffcpuProcs       *ebpf.Map      `ebpf:"offcpu_procs"`
-	OffcpuSlots       *ebpf.Map      `ebpf:"offcpu_slots"`
-	OffcpuAsked       *ebpf.Map      `ebpf:"offcpu_asked"`
-	OffcpuGen         *ebpf.Variable `ebpf:"offcpu_gen"`
+	OffcpuSwitch     *ebpf.Program  `ebpf:"offcpu_switch"`
+	OffcpuTake       *ebpf.Program  `ebpf:"offcpu_take"`
+	OffcpuWalkNative *ebpf.Program  `ebpf:"offcpu_walk_native"`
+	OffcpuProgs      *ebpf.Map      `ebpf:"offcpu_progs"`
+	OffcpuStatsMap   *ebpf.Map      `ebpf:"offcpu_stats_map"`
+	OffcpuWaits      *ebpf.Map      `ebpf:"offcpu_waits"`
+	OffcpuUstore     *ebpf.Map      `ebpf:"offcpu_ustore"`
+	OffcpuKstore     *ebpf.Map      `ebpf:"offcpu_kstore"`
+	OffcpuCounts0    *ebpf.Map      `ebpf:"offcpu_counts0"`
+	OffcpuCounts1    *ebpf.Map      `ebpf:"offcpu_counts1"`
+	OffcpuKstacks0   *ebpf.Map      `ebpf:"offcpu_kstacks0"`
+	OffcpuKstacks1   *ebpf.Map      `ebpf:"offcpu_kstacks1"`
+	OffcpuProcs      *ebpf.Map      `ebpf:"offcpu_procs"`
+	OffcpuSlots      *ebpf.Map      `ebpf:"offcpu_slots"`
+	OffcpuAsked      *ebpf.Map      `ebpf:"offcpu_asked"`
+	OffcpuGen        *ebpf.Variable `ebpf:"offcpu_gen"`
 }
 
 func (o *offcpuObjs) close() []error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuTake, o.OffcpuWalkNative, o.OffcpuWalkHotspot, o.OffcpuWalkCpython} {
+	for _, p := range []*ebpf.Program{o.OffcpuSwitch, o.OffcpuTake, o.OffcpuWalkNative} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -64,17 +61,27 @@ func (o *offcpuObjs) close() []error {
 	return errs
 }
 
+// The runtime walkers' instances for off-CPU walks, loaded with their
+// runtime.
+type offcpuHotspotObjs struct {
+	OffcpuWalkHotspot *ebpf.Program `ebpf:"offcpu_walk_hotspot"`
+}
+
+type offcpuCpythonObjs struct {
+	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
+}
+
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
 // offcpu_progs (enum walk_prog): the native one, and those of the runtimes
-// cfg walks. A runtime's walker adds its instance next to the native one in
+// walked. A runtime's walker adds its instance next to the native one in
 // bpf/offcpu.h and here.
-func (o *offcpuObjs) offCPUWalkers(cfg runtimes.Config) map[uint32]*ebpf.Program {
+func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
 	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative,
 		uint32(bpf.ProfileWalkProgWALK_PROGS): o.OffcpuTake} // OFFCPU_PROG_TAKE
-	if cfg.HotSpot {
+	if o.OffcpuWalkHotspot != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_HOTSPOT)] = o.OffcpuWalkHotspot
 	}
-	if cfg.CPython {
+	if o.OffcpuWalkCpython != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_CPYTHON)] = o.OffcpuWalkCpython
 	}
 	return w
@@ -190,7 +197,7 @@ func (s *Sampler) startOffCPU() error {
 	if err := s.mapProcs(); err != nil {
 		return err
 	}
-	for slot, p := range s.objs.offCPUWalkers(s.cfg.Runtimes) {
+	for slot, p := range s.objs.offCPUWalkers() {
 		if err := s.objs.OffcpuProgs.Put(slot, p); err != nil {
 			return fmt.Errorf("sampler: installing the off-CPU walker: %w", err)
 		}

@@ -5,8 +5,6 @@ package sampler
 import (
 	"fmt"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
@@ -19,13 +17,13 @@ import (
 // processes' stacks native, marked StopRuntime.
 func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 	var rts []runtimes.Runtime
-	if s.cfg.Runtimes.HotSpot {
+	if s.walkHotSpot() {
 		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_HOTSPOT), s.objs.HotspotStep); err != nil {
 			return nil, fmt.Errorf("installing the HotSpot walker: %w", err)
 		}
 		rts = append(rts, hotspot.New(s.cfg.Runtimes, s.objs.HotspotProcs, s.objs.HotspotErrors, s.log.Named("hotspot")))
 	}
-	if s.cfg.Runtimes.CPython {
+	if s.walkCPython() {
 		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_CPYTHON), s.objs.CpythonStep); err != nil {
 			return nil, fmt.Errorf("installing the CPython walker: %w", err)
 		}
@@ -33,14 +31,4 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 			Procs: s.objs.CpythonProcs, Counters: s.objs.CpythonStats}))
 	}
 	return rts, nil
-}
-
-// sizeRuntimeMaps shrinks the maps of the runtimes that are not walked to
-// one entry (the programs that use them load either way).
-func (s *Sampler) sizeRuntimeMaps(spec *ebpf.CollectionSpec) {
-	if !s.cfg.walking() || !s.cfg.Runtimes.CPython {
-		for _, name := range []string{bpf.ProfileMapCpythonProcs, bpf.ProfileMapCpythonThreads} {
-			spec.Maps[name].MaxEntries = 1
-		}
-	}
 }

@@ -68,6 +68,8 @@ type Sampler struct {
 	drainErrors    atomic.Uint64
 
 	drainHook func(*drain) // tests: wraps the maps a drain reads
+
+	refused map[string]error // runtimes whose walkers the verifier refused
 }
 
 // Kernel objects, in groups per mode: only the chosen mode's objects are
@@ -100,12 +102,17 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+}
 
+// The runtime walkers' objects, loaded only for the runtimes walked.
+type hotspotObjs struct {
 	HotspotStep    *ebpf.Program `ebpf:"hotspot_step"`
 	HotspotProcs   *ebpf.Map     `ebpf:"hotspot_procs"`
 	HotspotErrors  *ebpf.Map     `ebpf:"hotspot_errors"`
 	HotspotScratch *ebpf.Map     `ebpf:"hotspot_scratch"`
+}
 
+type cpythonObjs struct {
 	CpythonStep    *ebpf.Program `ebpf:"cpython_step"`
 	CpythonProcs   *ebpf.Map     `ebpf:"cpython_procs"`
 	CpythonThreads *ebpf.Map     `ebpf:"cpython_threads"`
@@ -131,9 +138,13 @@ func ringSize(cpus int) uint32 {
 
 type objects struct {
 	commonObjs
-	aggObjs    // zero in ModeRingBuffer
-	rbObjs     // zero in ModeKernelAggregation
-	offcpuObjs // zero unless off-CPU samples are on
+	aggObjs     // zero in ModeRingBuffer
+	rbObjs      // zero in ModeKernelAggregation
+	hotspotObjs // zero unless HotSpot is walked
+	cpythonObjs // zero unless CPython is walked
+	offcpuObjs  // zero unless off-CPU samples are on
+	offcpuHotspotObjs
+	offcpuCpythonObjs
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -166,7 +177,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -346,7 +357,6 @@ func (s *Sampler) load() error {
 		}
 		spec.Maps[name].MaxEntries = n
 	}
-	s.sizeRuntimeMaps(spec)
 	ncpu := runtime.NumCPU()
 	if cpus, err := onlineCPUs(); err == nil {
 		ncpu = len(cpus)
@@ -364,39 +374,14 @@ func (s *Sampler) load() error {
 		return err
 	}
 
-	var err2 error
-	if s.offcpu != nil {
-		var o struct {
-			commonObjs
-			aggObjs
-			offcpuObjs
-		}
-		err2 = spec.LoadAndAssign(&o, nil)
-		s.objs = objects{commonObjs: o.commonObjs, aggObjs: o.aggObjs, offcpuObjs: o.offcpuObjs}
-	} else if s.cfg.Mode == ModeKernelAggregation {
-		var o struct {
-			commonObjs
-			aggObjs
-		}
-		err2 = spec.LoadAndAssign(&o, nil)
-		s.objs = objects{commonObjs: o.commonObjs, aggObjs: o.aggObjs}
-	} else {
-		var o struct {
-			commonObjs
-			rbObjs
-		}
-		err2 = spec.LoadAndAssign(&o, nil)
-		s.objs = objects{commonObjs: o.commonObjs, rbObjs: o.rbObjs}
+	if specHook != nil {
+		specHook(spec)
 	}
-	if err2 != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err2, &ve) {
-			s.log.Debug("BPF verifier rejected the sampler", zap.String("log", fmt.Sprintf("%+v", ve)))
-		}
-		return loadError(err2)
-	}
-	return nil
+	return s.loadObjects(spec)
 }
+
+// specHook lets a test change the programs before they load.
+var specHook func(*ebpf.CollectionSpec)
 
 // ProgramStats returns the cumulative run time and run count of the sampling
 // program (its tail calls included), as counted by the kernel while

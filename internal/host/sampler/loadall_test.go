@@ -1,0 +1,64 @@
+//go:build linux && (amd64 || arm64)
+
+package sampler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/profsym/profsym/internal/host/offcpu"
+	"github.com/profsym/profsym/internal/host/runtimes"
+)
+
+// TestLoadsEveryProgram loads what the receiver's defaults load and more:
+// the CFI walker, both runtime walkers and the off-CPU programs with their
+// walker instances. The kernel matrix (make test-kernels) runs it on every
+// kernel, so a program an older verifier refuses is found there, not by a
+// user whose receiver does not start.
+func TestLoadsEveryProgram(t *testing.T) {
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true,
+		Runtimes: runtimes.Config{HotSpot: true, CPython: true},
+		OffCPU:   offcpu.Config{Enabled: true},
+	})
+	if s.Runtimes() == nil {
+		t.Fatal("no runtimes with HotSpot and CPython on")
+	}
+	for name, err := range s.RefusedRuntimes() {
+		t.Errorf("the verifier refused the %s walker: %v", name, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: samples %d, unwind frames %d, stops %v", st.Samples, st.UnwindFrames, st.Stops)
+}
+
+// TestRefusedRuntimeWalker: a runtime walker the verifier refuses (here
+// made so: it reads its stack out of bounds) leaves the sampler running
+// without that runtime, not failing to start.
+func TestRefusedRuntimeWalker(t *testing.T) {
+	specHook = func(spec *ebpf.CollectionSpec) {
+		spec.Programs["cpython_step"].Instructions = asm.Instructions{
+			asm.LoadMem(asm.R0, asm.R10, 8, asm.DWord), // above the frame
+			asm.Return(),
+		}
+	}
+	t.Cleanup(func() { specHook = nil })
+	s := newSampler(t, Config{SampleRate: 99, Runtimes: runtimes.Config{HotSpot: true, CPython: true}})
+	refused := s.RefusedRuntimes()
+	if _, ok := refused["cpython"]; !ok || len(refused) != 1 {
+		t.Fatalf("refused %v, want cpython alone", refused)
+	}
+	t.Logf("refused: %v", refused["cpython"])
+	if s.objs.CpythonStep != nil || s.objs.HotspotStep == nil {
+		t.Errorf("loaded cpython %v, hotspot %v", s.objs.CpythonStep, s.objs.HotspotStep)
+	}
+}
