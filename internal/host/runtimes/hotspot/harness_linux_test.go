@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/profsym/profsym/internal/host/normalize"
@@ -124,8 +125,14 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 	if cfg.SampleRate == 0 {
 		cfg.SampleRate = 99
 	}
-	if cfg.Logger == nil && os.Getenv("HSDEBUG") != "" {
-		cfg.Logger = zaptest.NewLogger(t)
+	if cfg.Logger == nil {
+		// Info and above (why a JVM cannot be walked) shows with a
+		// failure; HSDEBUG shows everything.
+		level := zap.InfoLevel
+		if os.Getenv("HSDEBUG") != "" {
+			level = zap.DebugLevel
+		}
+		cfg.Logger = zaptest.NewLogger(t, zaptest.Level(level))
 	}
 	s, err := sampler.New(cfg)
 	if err != nil {

@@ -98,6 +98,10 @@ type proc struct {
 	bias  uint64
 	ready bool  // the walker has its entry
 	err   error // why it cannot be walked (permanent)
+	// failed counts attach failures: a JVM read while it starts can look
+	// inconsistent, so only a failure of its state seen attachTries times
+	// is final.
+	failed int
 
 	ranges                      [][2]uint64
 	codeLo, codeHi, callStubRet uint64
@@ -183,11 +187,23 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	case errors.Is(err, runtimes.ErrProcessGone):
 		return nil, true, err
 	case err != nil:
+		// The file's layout decides at once; the process's state (its
+		// code heaps, the interpreter) may be read half set up: it is
+		// read again on the next snapshot, which the walker asks for
+		// (at most once a second) while it runs in this code.
+		if pr.failed++; pr.l != nil && pr.failed < attachTries {
+			r.log.Debug("HotSpot attach failed, will retry", zap.Int("pid", p.PID), zap.Int("failures", pr.failed), zap.Error(err))
+			return fallbackRanges(p, pr), true, nil
+		}
 		pr.err = fmt.Errorf("%s: %w", m.Path, err)
 		return r.broken(p, pr), true, pr.err
 	}
 	return pr.ranges, true, nil
 }
+
+// attachTries is how many attach failures make a JVM one that cannot be
+// walked.
+const attachTries = 3
 
 // broken hands the code of a JVM that cannot be walked to the walker with
 // an entry that says so: its stacks say runtime, and the walker asks for
