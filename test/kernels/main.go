@@ -55,6 +55,11 @@ type config struct {
 	kvm              bool
 	timeout          time.Duration
 	mem              string
+	// What runs in the VM: -test.run patterns ("" runs none of that
+	// binary) and -test.count, to chase a rare failure on one kernel.
+	samplerRun, unwindRun string
+	count                 int
+	tcgThreads            string
 }
 
 func main() {
@@ -65,6 +70,10 @@ func main() {
 	flag.BoolVar(&cfg.kvm, "kvm", false, "use KVM instead of TCG")
 	flag.DurationVar(&cfg.timeout, "timeout", 12*time.Minute, "limit per VM (boot and tests)")
 	flag.StringVar(&cfg.mem, "mem", "2G", "VM memory")
+	flag.StringVar(&cfg.samplerRun, "sampler-run", samplerRun, "-test.run of the sampler's tests in the VM (empty: none)")
+	flag.StringVar(&cfg.unwindRun, "unwind-run", unwindRun, "-test.run of the unwinder's tests in the VM (empty: none)")
+	flag.IntVar(&cfg.count, "count", 1, "-test.count in the VM")
+	flag.StringVar(&cfg.tcgThreads, "tcg-threads", "single", "TCG's vCPU threads, single or multi (multi: faster, but see docs/kernels.md)")
 	flag.Parse()
 	log := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "test-kernels: "+format+"\n", args...)
@@ -215,7 +224,7 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 	if cfg.kvm {
 		scale = 1
 	}
-	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, script: initScript(b.skipped, scale)}
+	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, script: initScript(cfg, b.skipped, scale)}
 	return b, im.write(b.initrd)
 }
 
@@ -258,7 +267,7 @@ func rustCross(a *apt, cache, arch string) (string, string, error) {
 }
 
 // initScript runs the tests and reports between @@ markers on the console.
-func initScript(skipped []string, timeScale int) string {
+func initScript(cfg *config, skipped []string, timeScale int) string {
 	skip := ""
 	for _, s := range skipped {
 		t, _, _ := strings.Cut(s, ":")
@@ -268,7 +277,28 @@ func initScript(skipped []string, timeScale int) string {
 	if skip != "" {
 		skipArg = fmt.Sprintf(" -test.skip '%s'", skip)
 	}
+	// A binary's failed top-level tests run once more, after an @@ RETRY
+	// marker; its exit code is the second run's. Under TCG about one test
+	// in a few hundred fails for reasons not yet found (docs/kernels.md,
+	// "Known limits"); the report lists every test that needed a retry.
+	run := func(name, pattern, extra string) string {
+		if pattern == "" {
+			return ""
+		}
+		cmd := fmt.Sprintf("/tests/%s.test -test.v -test.count=%d -test.timeout 10m", name, max(cfg.count, 1))
+		return fmt.Sprintf(`%[2]s -test.run '%[3]s'%[4]s 2>&1 | tee /tmp/%[1]s.out
+code=$?
+failed=$(sed -n 's/^--- FAIL: \([^ ]*\).*/\1/p' /tmp/%[1]s.out | tr '\n' '|')
+if [ $code -ne 0 ] && [ -n "$failed" ]; then
+	echo "@@ RETRY %[1]s"
+	%[2]s -test.run "^(${failed%%|})\$"%[4]s
+	code=$?
+fi
+echo "@@ EXIT %[1]s $code"
+`, name, cmd, pattern, extra)
+	}
 	return `#!/bin/busybox sh
+set -o pipefail
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -278,11 +308,7 @@ echo 1 > /proc/sys/kernel/bpf_stats_enabled
 export CI=true PROFSYM_FIXTURES_PREBUILT=/fixtures PATH=/bin HOME=/tmp TMPDIR=/tmp PROFSYM_TEST_TIME_SCALE=` + fmt.Sprint(timeScale) + `
 cd /tmp
 echo "@@ KERNEL $(uname -r) $(uname -m) $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s"
-/tests/sampler.test -test.v -test.count=1 -test.timeout 10m -test.run '` + samplerRun + `'
-echo "@@ EXIT sampler $?"
-/tests/unwind.test -test.v -test.count=1 -test.timeout 10m -test.run '` + unwindRun + `'` + skipArg + `
-echo "@@ EXIT unwind $?"
-echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
+` + run("sampler", cfg.samplerRun, "") + run("unwind", cfg.unwindRun, skipArg) + `echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
 poweroff -f
 `
 }

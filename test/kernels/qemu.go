@@ -19,24 +19,28 @@ import (
 
 // qemuArgs boots kernel with initrd on arch, console on stdout.
 func qemuArgs(cfg *config, arch, kernel, initrd string) (string, []string) {
-	accel := "tcg,thread=multi"
+	accel := "tcg,thread=" + cfg.tcgThreads
 	if cfg.kvm {
 		accel = "kvm"
 	}
 	common := []string{"-accel", accel, "-smp", "2", "-m", cfg.mem, "-nic", "none", "-display", "none",
 		"-serial", "stdio", "-monitor", "none", "-no-reboot", "-kernel", kernel, "-initrd", initrd}
+	// A kernel that hangs panics within seconds, with every CPU's
+	// backtrace on the console (loglevel 5 shows them; quiet would not),
+	// instead of leaving the VM to its timeout.
+	const hang = "panic=-1 loglevel=5 softlockup_panic=1 softlockup_all_cpu_backtrace=1"
 	if arch == "arm64" {
 		// pauth-impdef: pointer authentication with QEMU's cheaper
 		// algorithm, so PAC-signed return addresses are exercised.
 		return "qemu-system-aarch64", append([]string{"-M", "virt", "-cpu", "max,pauth-impdef=on"},
-			append(common, "-append", "console=ttyAMA0 panic=-1 quiet")...)
+			append(common, "-append", "console=ttyAMA0 "+hang)...)
 	}
 	cpu := "max"
 	if cfg.kvm {
 		cpu = "host"
 	}
 	return "qemu-system-x86_64", append([]string{"-M", "q35", "-cpu", cpu},
-		append(common, "-append", "console=ttyS0 panic=-1 quiet clocksource=tsc tsc=reliable")...)
+		append(common, "-append", "console=ttyS0 "+hang+" clocksource=tsc tsc=reliable")...)
 }
 
 // result is what one VM reported.
@@ -52,11 +56,20 @@ type result struct {
 	bpfNs      []string          // BPF ns per sample, as the tests logged them
 	err        error
 	log        string // console log file
+	binaries   int    // test binaries the VM runs, each reporting an @@ EXIT
+	// retried: tests that failed once and were run again (initScript);
+	// what they did the second time is in passed or failed.
+	retried []string
+	settled int // failed[:settled] belong to binaries already done
 }
 
 func (r *result) ok() bool {
-	return r.err == nil && len(r.failed) == 0 && r.exits["sampler"] == 0 && r.exits["unwind"] == 0 &&
-		len(r.exits) == 2
+	for _, code := range r.exits {
+		if code != 0 {
+			return false
+		}
+	}
+	return r.err == nil && len(r.failed) == 0 && len(r.exits) == r.binaries
 }
 
 func (r *result) summary() string {
@@ -76,12 +89,18 @@ var (
 	wholeRe = regexp.MustCompile(`\s([\w+.-]+): \d+/\d+ samples whole \(([\d.]+)%\)`)
 	bpfRe   = regexp.MustCompile(`bpf_ns_per_sample=(\d+)`)
 	exitRe  = regexp.MustCompile(`^@@ EXIT (\w+) (\d+)`)
+	retryRe = regexp.MustCompile(`^@@ RETRY (\w+)`)
 	kernRe  = regexp.MustCompile(`^@@ KERNEL (.*), up ([\d.]+) s`)
 )
 
 // boot runs one VM to its end and reads what the tests said.
 func boot(cfg *config, t target, kernel string, b *built, logf func(string, ...any)) *result {
 	r := &result{target: t, exits: map[string]int{}, whole: map[string]string{}}
+	for _, run := range []string{cfg.samplerRun, cfg.unwindRun} {
+		if run != "" {
+			r.binaries++
+		}
+	}
 	r.log = filepath.Join(cfg.cache, "console-"+t.name+".log")
 	bin, args := qemuArgs(cfg, t.arch, kernel, b.initrd)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
@@ -112,7 +131,7 @@ func boot(cfg *config, t target, kernel string, b *built, logf func(string, ...a
 		r.err = fmt.Errorf("timed out after %v", cfg.timeout)
 	case werr != nil:
 		r.err = fmt.Errorf("%s: %v", bin, werr)
-	case len(r.exits) < 2:
+	case len(r.exits) < r.binaries:
 		r.err = fmt.Errorf("the tests did not finish (kernel panic or a crash: see the console)")
 	}
 	return r
@@ -130,6 +149,12 @@ func (r *result) parse(in io.Reader, logf func(string, ...any)) {
 		}
 		if m := exitRe.FindStringSubmatch(l); m != nil {
 			r.exits[m[1]], _ = strconv.Atoi(m[2])
+			r.settled = len(r.failed)
+		}
+		if m := retryRe.FindStringSubmatch(l); m != nil {
+			r.retried = append(r.retried, r.failed[r.settled:]...)
+			r.failed = r.failed[:r.settled]
+			logf("%s: running %s's failed tests again", r.name, m[1])
 		}
 		if m := passRe.FindStringSubmatch(l); m != nil {
 			r.passed = append(r.passed, m[1])
@@ -154,6 +179,9 @@ func renderReport(rs []*result, images map[string]*built, total time.Duration) s
 	sb.WriteString("| kernel | arch | tests | whole chains (fixture: %) | BPF ns/sample | boot | boot+tests |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		status := fmt.Sprintf("%d passed, %d failed", len(r.passed), len(r.failed))
+		if len(r.retried) > 0 {
+			status += fmt.Sprintf(" (failed once, then run again: %s)", strings.Join(r.retried, " "))
+		}
 		if r.err != nil {
 			status = "error: " + r.err.Error()
 		}

@@ -3,9 +3,11 @@ package sampler
 import (
 	"bufio"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,22 +65,35 @@ type mapping struct {
 // /proc/PID/maps as soon as the sampler announces a process, so that PCs of
 // processes that have exited by the time of Drain can still be mapped.
 type procWatcher struct {
+	s     *Sampler
 	mu    sync.Mutex
 	maps  map[uint32][]mapping
 	exits map[uint32]Event
 	execs map[uint32]int
+	// What it saw, for a failing test to log: every event, and why a
+	// read of the maps failed.
+	seen    []string
+	readErr map[uint32]error
 }
 
 func watch(s *Sampler) *procWatcher {
-	w := &procWatcher{maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{}}
+	w := &procWatcher{s: s, maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{},
+		readErr: map[uint32]error{}}
 	go func() {
 		for ev := range s.Events() {
+			w.mu.Lock()
+			if len(w.seen) < 200 {
+				w.seen = append(w.seen, fmt.Sprintf("%v %d", ev.Kind, ev.Pid))
+			}
+			w.mu.Unlock()
 			switch ev.Kind {
 			case ProcessNew, ProcessExec:
 				m, err := readMaps(ev.Pid)
 				w.mu.Lock()
 				if err == nil {
 					w.maps[ev.Pid] = m
+				} else {
+					w.readErr[ev.Pid] = err
 				}
 				if ev.Kind == ProcessExec {
 					w.execs[ev.Pid]++
@@ -274,4 +289,39 @@ func ksymName(syms []ksym, pc uint64) string {
 		return "?"
 	}
 	return syms[i-1].name
+}
+
+// logSnapshot says what a failing check had to go on: the watcher's maps
+// of pid, the events it saw, and a few of pid's user stacks.
+func logSnapshot(t *testing.T, w *procWatcher, pid uint32, b Batch) {
+	t.Helper()
+	w.mu.Lock()
+	maps, execs := w.maps[pid], w.execs[pid]
+	w.mu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range maps {
+		if !seen[m.path] {
+			seen[m.path] = true
+			t.Logf("  maps of %d: %#x-%#x +%#x %s", pid, m.start, m.end, m.off, m.path)
+		}
+	}
+	t.Logf("  %d mappings, %d exec events", len(maps), execs)
+	w.logEvents(t, pid)
+	for i, smp := range samplesOf(b, pid) {
+		if i == 5 {
+			break
+		}
+		t.Logf("  user stack: %#x", smp.UserPCs)
+	}
+}
+
+// logEvents logs what the watcher saw while a test waited for pid's maps.
+func (w *procWatcher) logEvents(t *testing.T, pid uint32) {
+	t.Helper()
+	w.mu.Lock()
+	seen, rerr := slices.Clone(w.seen), w.readErr[pid]
+	w.mu.Unlock()
+	st, _ := w.s.Stats()
+	t.Logf("  events seen (first 200): %v; reading pid %d's maps: %v; sampler: samples %d, lost events %d",
+		seen, pid, rerr, st.Samples, st.LostEvents)
 }

@@ -27,6 +27,7 @@ func checkHotLeaf(t *testing.T, w *procWatcher, b Batch, pid uint32, cpu time.Du
 	waitFor(2*time.Second, func() bool { return w.mapsOf(pid) != nil })
 	maps := w.mapsOf(pid)
 	if maps == nil {
+		w.logEvents(t, pid)
 		t.Fatalf("no ProcessNew event (and so no maps) for pid %d", pid)
 	}
 	var total, inHot, reaches, all uint64
@@ -172,6 +173,7 @@ func TestKernelStacks(t *testing.T) {
 		}
 		if float64(userMain) < 0.8*float64(withK) {
 			t.Errorf("%d/%d samples in the kernel have main in their user chain, want >= 80%%", userMain, withK)
+			logSnapshot(t, w, pid, b)
 		}
 	})
 }

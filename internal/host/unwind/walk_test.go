@@ -217,8 +217,12 @@ func TestWholeChains(t *testing.T) {
 						inKernel += s.Count
 					}
 				}
+				// The share varies with what a system call costs on the
+				// machine (42% in one run under qemu TCG on 5.10); a
+				// quarter still makes kernel-mode samples a large part of
+				// those checked below.
 				t.Logf("%d of %d samples in kernel mode", inKernel, all)
-				if inKernel*2 < all {
+				if inKernel*4 < all {
 					t.Errorf("only %d of %d samples hit in kernel mode", inKernel, all)
 				}
 			}
