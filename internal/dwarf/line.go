@@ -1,6 +1,7 @@
 package dwarf
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -401,12 +402,4 @@ func (t *Table) runLineProgram(lh *lineHeader, rows []row, seqs []sequence) ([]r
 	return rows[:seqStart], seqs, nil
 }
 
-func cmpRowAddr(a, b row) int {
-	switch {
-	case a.addr < b.addr:
-		return -1
-	case a.addr > b.addr:
-		return 1
-	}
-	return 0
-}
+func cmpRowAddr(a, b row) int { return cmp.Compare(a.addr, b.addr) }

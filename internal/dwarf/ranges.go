@@ -1,6 +1,7 @@
 package dwarf
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -221,15 +222,7 @@ func buildIndex(rs []cuRange) []cuRange {
 			eps = append(eps, endpoint{r.lo, r.u, true}, endpoint{r.hi, r.u, false})
 		}
 	}
-	slices.SortFunc(eps, func(a, b endpoint) int {
-		switch {
-		case a.addr < b.addr:
-			return -1
-		case a.addr > b.addr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(eps, func(a, b endpoint) int { return cmp.Compare(a.addr, b.addr) })
 	active := map[int32]int{}
 	var heap minHeap // lowest active unit, with lazy deletion
 	var out []cuRange

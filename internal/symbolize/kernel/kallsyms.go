@@ -6,6 +6,7 @@ package kernel
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -167,15 +168,7 @@ func grow[S ~[]E, E any](s S, n int) S {
 // build sorts the entries, picks one name per address and computes each
 // symbol's extent, then copies names into one exactly sized string.
 func build(ents []entry, names []byte, modules []string, stext, etext uint64) *Table {
-	slices.SortStableFunc(ents, func(a, b entry) int {
-		switch {
-		case a.addr < b.addr:
-			return -1
-		case a.addr > b.addr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(ents, func(a, b entry) int { return cmp.Compare(a.addr, b.addr) })
 	t := &Table{modules: modules, stext: stext, etext: etext}
 	if etext <= stext {
 		t.stext, t.etext = 0, 0
