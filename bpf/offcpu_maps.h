@@ -69,8 +69,6 @@ static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 #define SLOT_GAP(v) ((__u32)((v) >> SLOT_GAP_SHIFT) & SLOT_COUNT_MAX)
 #define SLOT_HISTORY(v) ((v) & (((__u64)SLOT_COUNT_MAX << SLOT_LEVEL_SHIFT) | ((__u64)SLOT_COUNT_MAX << SLOT_GAP_SHIFT)))
 
-#define PF_EXITING 0x00000004 /* include/linux/sched.h */
-
 /* Key of offcpu_counts0/1: one row per thread, stacks and flags. */
 struct offcpu_key {
 	__u32 pid; /* tgid */

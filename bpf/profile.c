@@ -35,6 +35,7 @@
 #define ENOMEM 12
 #define E2BIG 7
 #define EFAULT 14
+#define PF_EXITING 0x00000004 /* include/linux/sched.h */
 
 char LICENSE[] SEC("license") = "GPL"; /* bpf_get_stack{,id} are GPL-only */
 
@@ -215,6 +216,12 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 	__u8 one = 1;
 
 	if (bpf_map_lookup_elem(&seen, &tgid))
+		return;
+	/* A process past its exit event (handle_exit forgot it) still runs
+	 * do_exit's tail and is sampled there: announcing it again would have
+	 * userspace read the maps of a zombie, empty, in place of the ones its
+	 * last samples need. */
+	if (BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), flags) & PF_EXITING)
 		return;
 	/* NOEXIST: when two CPUs race on a new tgid only one announces it. */
 	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))

@@ -74,16 +74,21 @@ type procWatcher struct {
 	// read of the maps failed.
 	seen    []string
 	readErr map[uint32]error
+	// newAfterExit counts ProcessNew events of a pid after its ProcessExit.
+	newAfterExit map[uint32]int
 }
 
 func watch(s *Sampler) *procWatcher {
 	w := &procWatcher{s: s, maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{},
-		readErr: map[uint32]error{}}
+		readErr: map[uint32]error{}, newAfterExit: map[uint32]int{}}
 	go func() {
 		for ev := range s.Events() {
 			w.mu.Lock()
 			if len(w.seen) < 200 {
 				w.seen = append(w.seen, fmt.Sprintf("%v %d", ev.Kind, ev.Pid))
+			}
+			if _, gone := w.exits[ev.Pid]; gone && ev.Kind == ProcessNew {
+				w.newAfterExit[ev.Pid]++
 			}
 			w.mu.Unlock()
 			switch ev.Kind {

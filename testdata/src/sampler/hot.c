@@ -1,12 +1,16 @@
 /* Sampler test fixture: spins in hot() (via outer -> middle) until it has
  * used argv[1] seconds of CPU (so a loaded machine still yields a full set of
  * samples), or ten times that in wall time; with argv[2] = "syscall" it spends
- * its time in read(2) from /dev/zero instead, so samples carry kernel stacks. */
+ * its time in read(2) from /dev/zero instead, so samples carry kernel stacks;
+ * with argv[2] = "files" it first opens as many descriptors as its limit
+ * allows, so that its exit spends time closing them after the kernel's exit
+ * event. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 volatile unsigned long sink;
@@ -56,6 +60,15 @@ int main(int argc, char **argv)
 	if (sys && (fd = open("/dev/zero", O_RDONLY)) < 0) {
 		perror("/dev/zero");
 		return 1;
+	}
+	if (argc > 2 && strcmp(argv[2], "files") == 0) {
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			rl.rlim_cur = rl.rlim_max < 1 << 17 ? rl.rlim_max : 1 << 17;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		while (dup(0) >= 0)
+			;
 	}
 	while (now(CLOCK_PROCESS_CPUTIME_ID) < end_cpu && now(CLOCK_MONOTONIC) < end_wall) {
 		if (sys)

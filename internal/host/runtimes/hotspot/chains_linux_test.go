@@ -113,9 +113,9 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 		t.Errorf("whole chains in %d of %d samples, want 99%%; unwind tables %+v", whole, all, h.u.Stats())
 	}
 	// A check of the fixture, not of the walk: its main thread spends
-	// nearly all its time in hot, less on a loaded machine (92.5% in one CI
-	// run, C2 on JDK 11, every sample whole).
-	if full*100 < all*90 {
+	// nearly all its time in hot, less on a loaded machine (92.5% and
+	// 88.9% in two CI runs, C2 on JDK 11, every sample whole).
+	if full*100 < all*80 {
 		t.Errorf("%d of %d samples start at hot: the fixture should spend its time there", full, all)
 	}
 	if inlining && inlined*2 < whole {
