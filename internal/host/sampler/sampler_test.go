@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -169,7 +168,7 @@ func TestKernelStacks(t *testing.T) {
 		// The fixture's share of time in read(2); less in an emulated VM,
 		// where a system call costs relatively less (78.8% once on arm64).
 		inKernel := 0.8
-		if os.Getenv("PROFSYM_TEST_TIME_SCALE") > "1" {
+		if emulated() {
 			inKernel = 0.7
 		}
 		if float64(withK) < inKernel*float64(total) {
