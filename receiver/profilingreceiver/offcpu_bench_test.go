@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -29,8 +31,10 @@ import (
 // passing a token through pipes, pinned to the CPU: hundreds of thousands
 // of switches a second on each) runs in rounds, in turn alone, next to the receiver with its
 // defaults (CPU profiles only), and next to the receiver with off_cpu
-// enabled (defaults otherwise, whole host), so that all three see the same
-// machine. Run it once:
+// enabled (defaults otherwise, whole host), and next to an empty
+// tp_btf/sched_switch program (the floor of any design that runs a program
+// on every switch, upstream's included: what entering one costs on this
+// machine), so that all four see the same machine. Run it once:
 //
 //	PROFSYM_BENCH_ROUNDS=6 go test -run '^$' -bench OffCPUStorm -benchtime 1x -timeout 20m ./receiver/profilingreceiver
 //
@@ -45,7 +49,9 @@ import (
 //
 //	storm_ops/s, _cpu, _offcpu  the storm's throughput alone, next to the
 //	                            receiver, next to it with off_cpu
+//	storm_ops/s_empty           next to the empty sched_switch program
 //	throughput_loss_%           off_cpu's rounds against the storm alone
+//	floor_loss_%                the empty program's rounds against alone
 //	storm_us/op, _cpu, _offcpu  the storm's own CPU (user + system, which
 //	                            includes the eBPF programs it triggers) per
 //	                            round trip: on a loaded machine the figure
@@ -69,7 +75,7 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 		loops = n
 	}
 	for range b.N {
-		var alone, cpuOnly, offCPU []stormRun
+		var alone, cpuOnly, offCPU, empty []stormRun
 		var agentCPU []float64
 		for range rounds {
 			alone = append(alone, runStorm(b, perf, loops))
@@ -78,14 +84,18 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 			r, _ = stormWithAgent(b, perf, loops, true, false)
 			offCPU = append(offCPU, r.stormRun)
 			agentCPU = append(agentCPU, r.agentCPU)
+			empty = append(empty, stormWithEmptyProgram(b, perf, loops))
 		}
 		_, st := stormWithAgent(b, perf, loops, true, true)
 		opsA, opsC, opsO := median(opsOf(alone)), median(opsOf(cpuOnly)), median(opsOf(offCPU))
+		opsE := median(opsOf(empty))
 		usA, usC, usO := median(usOf(alone)), median(usOf(cpuOnly)), median(usOf(offCPU))
 		b.ReportMetric(opsA, "storm_ops/s")
 		b.ReportMetric(opsC, "storm_ops/s_cpu")
 		b.ReportMetric(opsO, "storm_ops/s_offcpu")
 		b.ReportMetric(100*(1-opsO/opsA), "throughput_loss_%")
+		b.ReportMetric(opsE, "storm_ops/s_empty")
+		b.ReportMetric(100*(1-opsE/opsA), "floor_loss_%")
 		b.ReportMetric(usA, "storm_us/op")
 		b.ReportMetric(usC, "storm_us/op_cpu")
 		b.ReportMetric(usO, "storm_us/op_offcpu")
@@ -101,10 +111,11 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 			"  alone              %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
 			"  receiver, CPU only %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
 			"  receiver, off_cpu  %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
-			"  off_cpu against alone: throughput %+.2f%%, CPU per op %+.2f%% (CPU only: %+.2f%%, %+.2f%%)\n"+
+			"  empty sched_switch %8.0f ops/s                    rounds %v\n"+
+			"  off_cpu against alone: throughput %+.2f%%, CPU per op %+.2f%% (CPU only: %+.2f%%, %+.2f%%; empty program %+.2f%%)\n"+
 			"  receiver with off_cpu: %.2f%% of a core (rounds %v); sched_switch %.0f ns/run, %.2f%% of waits chosen\n\n",
-			rounds, loops, target, loadAvg(), opsA, usA, opsOf(alone), opsC, usC, opsOf(cpuOnly), opsO, usO, opsOf(offCPU),
-			100*(opsO/opsA-1), 100*(usO/usA-1), 100*(opsC/opsA-1), 100*(usC/usA-1), median(agentCPU), agentCPU, st.bpfNs, st.chosen)
+			rounds, loops, target, loadAvg(), opsA, usA, opsOf(alone), opsC, usC, opsOf(cpuOnly), opsO, usO, opsOf(offCPU), opsE, opsOf(empty),
+			100*(opsO/opsA-1), 100*(usO/usA-1), 100*(opsC/opsA-1), 100*(usC/usA-1), 100*(opsE/opsA-1), median(agentCPU), agentCPU, st.bpfNs, st.chosen)
 	}
 }
 
@@ -151,6 +162,29 @@ func runStormT(b testing.TB, perf string, loops int) stormRun {
 	}
 	r.usPerOp = float64(cpu.Microseconds()) / float64(loops*len(cmds))
 	return r
+}
+
+// stormWithEmptyProgram runs one storm round with a program that returns at
+// once attached to sched_switch (tp_btf, as the sampler's): the cost of
+// entering a program on every switch, before it does anything.
+func stormWithEmptyProgram(b *testing.B, perf string, loops int) stormRun {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.Tracing,
+		AttachType:   ebpf.AttachTraceRawTp,
+		AttachTo:     "sched_switch",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "GPL",
+	})
+	if err != nil {
+		b.Fatalf("empty sched_switch program: %v", err)
+	}
+	defer prog.Close()
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	if err != nil {
+		b.Fatalf("attaching the empty sched_switch program: %v", err)
+	}
+	defer l.Close()
+	return runStorm(b, perf, loops)
 }
 
 type agentRun struct {
