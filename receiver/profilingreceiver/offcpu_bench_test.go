@@ -51,9 +51,9 @@ import (
 //	                            receiver, next to it with off_cpu
 //	storm_ops/s_empty           next to the empty sched_switch program
 //	throughput_loss_%           off_cpu's rounds against the storm alone
-//	floor_loss_%                the empty program's rounds against alone
+//	floor_loss_%, _cpu_loss_%   the empty program's rounds against alone
 //	storm_us/op, _cpu, _offcpu  the storm's own CPU (user + system, which
-//	                            includes the eBPF programs it triggers) per
+//	  and _empty                includes the eBPF programs it triggers) per
 //	                            round trip: on a loaded machine the figure
 //	                            that moves least; cpu_loss_% likewise
 //	agent_cpu_%                 the receiver's CPU with off_cpu (this
@@ -88,7 +88,7 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 		}
 		_, st := stormWithAgent(b, perf, loops, true, true)
 		opsA, opsC, opsO := median(opsOf(alone)), median(opsOf(cpuOnly)), median(opsOf(offCPU))
-		opsE := median(opsOf(empty))
+		opsE, usE := median(opsOf(empty)), median(usOf(empty))
 		usA, usC, usO := median(usOf(alone)), median(usOf(cpuOnly)), median(usOf(offCPU))
 		b.ReportMetric(opsA, "storm_ops/s")
 		b.ReportMetric(opsC, "storm_ops/s_cpu")
@@ -96,6 +96,8 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 		b.ReportMetric(100*(1-opsO/opsA), "throughput_loss_%")
 		b.ReportMetric(opsE, "storm_ops/s_empty")
 		b.ReportMetric(100*(1-opsE/opsA), "floor_loss_%")
+		b.ReportMetric(usE, "storm_us/op_empty")
+		b.ReportMetric(100*(usE/usA-1), "floor_cpu_loss_%")
 		b.ReportMetric(usA, "storm_us/op")
 		b.ReportMetric(usC, "storm_us/op_cpu")
 		b.ReportMetric(usO, "storm_us/op_offcpu")
@@ -111,11 +113,11 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 			"  alone              %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
 			"  receiver, CPU only %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
 			"  receiver, off_cpu  %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
-			"  empty sched_switch %8.0f ops/s                    rounds %v\n"+
-			"  off_cpu against alone: throughput %+.2f%%, CPU per op %+.2f%% (CPU only: %+.2f%%, %+.2f%%; empty program %+.2f%%)\n"+
+			"  empty sched_switch %8.0f ops/s  %6.2f us CPU/op   rounds %v\n"+
+			"  off_cpu against alone: throughput %+.2f%%, CPU per op %+.2f%% (CPU only: %+.2f%%, %+.2f%%; empty program: %+.2f%%, %+.2f%%)\n"+
 			"  receiver with off_cpu: %.2f%% of a core (rounds %v); sched_switch %.0f ns/run, %.2f%% of waits chosen\n\n",
-			rounds, loops, target, loadAvg(), opsA, usA, opsOf(alone), opsC, usC, opsOf(cpuOnly), opsO, usO, opsOf(offCPU), opsE, opsOf(empty),
-			100*(opsO/opsA-1), 100*(usO/usA-1), 100*(opsC/opsA-1), 100*(usC/usA-1), 100*(opsE/opsA-1), median(agentCPU), agentCPU, st.bpfNs, st.chosen)
+			rounds, loops, target, loadAvg(), opsA, usA, opsOf(alone), opsC, usC, opsOf(cpuOnly), opsO, usO, opsOf(offCPU), opsE, usE, opsOf(empty),
+			100*(opsO/opsA-1), 100*(usO/usA-1), 100*(opsC/opsA-1), 100*(usC/usA-1), 100*(opsE/opsA-1), 100*(usE/usA-1), median(agentCPU), agentCPU, st.bpfNs, st.chosen)
 	}
 }
 
