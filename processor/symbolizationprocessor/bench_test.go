@@ -122,10 +122,15 @@ func heapInUse() uint64 {
 // 200,000 locations over 50 binaries: the first batch (cold: every object
 // opened and parsed) against the engine's own cold cost on the same
 // addresses (target: cold-vs-engine <= 1.1), then warm batches
-// (ns/location, target <= 150), and the heap.
+// (ns/location, target <= 150), and the heap; next to them, pdata's own
+// cost of writing the same lines, which every processor pays.
 func BenchmarkProcessor(b *testing.B) {
 	set := makeBenchSet(b)
 	template := set.batch()
+	// The floor's own copy: template is dead once the warm batches are
+	// done, and so out of the heap figure, as it should be.
+	floorSrc := pprofile.NewProfiles()
+	template.CopyTo(floorSrc)
 
 	// The engine alone, cold: the floor the processor's cold cost is
 	// compared with; then the processor's first batch. Both three times,
@@ -201,6 +206,7 @@ func BenchmarkProcessor(b *testing.B) {
 		}
 	}
 	peak = max(peak, heapInUse())
+	floor := linesFloor(floorSrc, lineCounts(h.sink.AllProfiles()[0])) // the last warm batch's output
 	if sh := sharedOf(h); sh != nil {
 		for _, c := range sh.sym.Caches() {
 			b.Logf("cache %s: %d entries, %d bytes, %d hits, %d misses, %d evictions", c.Name, c.Entries, c.Bytes, c.Hits, c.Misses, c.Evictions)
@@ -212,6 +218,10 @@ func BenchmarkProcessor(b *testing.B) {
 	b.ReportMetric(float64(warmMin.Nanoseconds())/benchLocations, "warm-min-ns/location")
 	// CPU time, GC included, is steadier than wall time on a shared machine.
 	b.ReportMetric(float64(warmCPU.Nanoseconds())/float64(b.N)/benchLocations, "warm-cpu-ns/location")
+	// What pdata alone takes to give every location the lines the
+	// processor gave it (one core): a floor no processor goes below, to
+	// read the warm CPU figure against.
+	b.ReportMetric(float64(floor.Nanoseconds())/benchLocations, "pdata-lines-cpu-ns/location")
 	b.ReportMetric(float64(cold.Nanoseconds())/benchLocations, "cold-ns/location")
 	b.ReportMetric(float64(cold.Milliseconds()), "cold-ms")
 	b.ReportMetric(float64(engineCold.Milliseconds()), "engine-cold-ms")
@@ -221,6 +231,46 @@ func BenchmarkProcessor(b *testing.B) {
 	b.ReportMetric(float64(engineColdCPU.Milliseconds()), "engine-cold-cpu-ms")
 	b.ReportMetric(float64(cold)/float64(engineCold), "cold-vs-engine")
 	b.ReportMetric(float64(peak-min(peak, base))/(1<<20), "heap-MB")
+}
+
+// lineCounts is the number of lines of each location of named.
+func lineCounts(named pprofile.Profiles) []int {
+	nl := named.Dictionary().LocationTable()
+	counts := make([]int, nl.Len())
+	for i := range counts {
+		counts[i] = nl.At(i).Lines().Len()
+	}
+	return counts
+}
+
+// linesFloor times, on one goroutine, appending to a copy of template's
+// locations as many lines as counts says (the processor's output has),
+// each set as setLines sets it, and nothing else: the least of three runs.
+func linesFloor(template pprofile.Profiles, counts []int) time.Duration {
+	var best time.Duration
+	for k := 0; k < 3; k++ {
+		pd := pprofile.NewProfiles()
+		template.CopyTo(pd)
+		locs := pd.Dictionary().LocationTable()
+		runtime.GC()
+		start := time.Now()
+		for i := 1; i < locs.Len() && i < len(counts); i++ {
+			ls := locs.At(i).Lines()
+			if counts[i] > 1 {
+				ls.EnsureCapacity(counts[i])
+			}
+			for j := 0; j < counts[i]; j++ {
+				l := ls.AppendEmpty()
+				l.SetFunctionIndex(int32(j + 1))
+				l.SetLine(int64(i))
+				l.SetColumn(int64(j))
+			}
+		}
+		if d := time.Since(start); k == 0 || d < best {
+			best = d
+		}
+	}
+	return best
 }
 
 // cpuTime is this process's user+system CPU time.
