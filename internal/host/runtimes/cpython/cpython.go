@@ -157,10 +157,18 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 
 	fi, ok := r.files.Get(c.m.File.ID)
 	if !ok {
-		fi = readFile(filepath.Join(r.opt.ProcRoot, strconv.Itoa(p.PID)), c)
-		r.files.Add(c.m.File.ID, fi)
-		r.log.Debug("python interpreter", zap.String("file", c.m.Path), zap.Int("minor", fi.minor),
-			zap.String("cold_part", fi.coldFrom), zap.Error(fi.err))
+		var err error
+		if fi, err = readFile(filepath.Join(r.opt.ProcRoot, strconv.Itoa(p.PID)), c); err != nil {
+			// Not the file's fault: not kept for the file's other
+			// processes (kept, it once made a CI run refuse a python that
+			// was fine), and this one is tried again at its next
+			// snapshot.
+			fi = &fileInfo{err: fmt.Errorf("%w: %w", errNotReady, err)}
+		} else {
+			r.files.Add(c.m.File.ID, fi)
+			r.log.Debug("python interpreter", zap.String("file", c.m.Path), zap.Int("minor", fi.minor),
+				zap.String("cold_part", fi.coldFrom), zap.Error(fi.err))
+		}
 	}
 	if fi.shim {
 		// Not loaded its libpython yet: a later snapshot finds it.

@@ -83,23 +83,30 @@ const (
 const openTimeout = 10 * time.Second
 
 // readFile inspects the interpreter file of c, opened through the
-// process's own view of the file system.
-func readFile(procDir string, c candidate) *fileInfo {
-	var f *elfx.File
-	var err error
-	for _, pth := range normalize.OpenPaths(procDir, c.m.Start, c.m.End, c.m.Path) {
-		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
-		f, err = elfx.OpenContext(ctx, pth, elfx.Limits{})
-		cancel()
-		if err == nil {
-			break
-		}
-	}
+// process's own view of the file system. An error is a failure to open it
+// there, which says nothing of the file: the process may be exiting (a
+// short-lived python's /proc entries go first), or the host busy.
+func readFile(procDir string, c candidate) (*fileInfo, error) {
+	f, err := openFile(procDir, c)
 	if err != nil {
-		return &fileInfo{err: fmt.Errorf("opening %s: %w", c.m.Path, err)}
+		return nil, err
 	}
 	defer f.Close()
-	return inspect(f, c)
+	return inspect(f, c), nil
+}
+
+func openFile(procDir string, c candidate) (*elfx.File, error) {
+	err := errors.New("no path to open it by")
+	for _, pth := range normalize.OpenPaths(procDir, c.m.Start, c.m.End, c.m.Path) {
+		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+		f, oerr := elfx.OpenContext(ctx, pth, elfx.Limits{})
+		cancel()
+		if oerr == nil {
+			return f, nil
+		}
+		err = oerr
+	}
+	return nil, fmt.Errorf("opening %s: %w", c.m.Path, err)
 }
 
 // inspect reads an interpreter's symbols, version, eval loop and layout.
