@@ -78,6 +78,7 @@ type chainCheck struct {
 func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples []sampler.Sample, inlining bool) {
 	var all, whole, full, inlined uint64
 	stops := map[string]uint64{}
+	starts := map[string]uint64{} // whole samples by their innermost fixture method
 	var bad []string
 	for _, s := range samples {
 		if s.Comm != "java" {
@@ -94,6 +95,12 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 			continue
 		}
 		whole += s.Count
+		for _, f := range fs {
+			if f.java && strings.HasPrefix(f.name, "fixture.") {
+				starts[strings.TrimPrefix(f.name, "fixture.Chain.")] += s.Count
+				break
+			}
+		}
 		if fromHot {
 			full += s.Count
 		}
@@ -101,8 +108,8 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 			inlined += s.Count
 		}
 	}
-	t.Logf("%d of %d main-thread samples whole (%.2f%%), %d of them from hot, %d with inlined frames; stops %v", whole, all,
-		100*float64(whole)/float64(max(all, 1)), full, inlined, stops)
+	t.Logf("%d of %d main-thread samples whole (%.2f%%), %d of them from hot, %d with inlined frames; stops %v; innermost fixture methods %v", whole, all,
+		100*float64(whole)/float64(max(all, 1)), full, inlined, stops, starts)
 	for _, b := range bad {
 		t.Log(b)
 	}
@@ -113,9 +120,11 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 		t.Errorf("whole chains in %d of %d samples, want 99%%; unwind tables %+v", whole, all, h.u.Stats())
 	}
 	// A check of the fixture, not of the walk: its main thread spends
-	// nearly all its time in hot, less on a loaded machine (92.5% and
-	// 88.9% in two CI runs, C2 on JDK 11, every sample whole).
-	if full*100 < all*80 {
+	// most of its time in hot. With JDK 11's C2 (hot inlined into b into
+	// a) a share of the samples is named a, at a line of a's own: 92.5%
+	// and 88.9% from hot in two CI runs on one machine, 72.5% in CI and
+	// 70.8% quiet on another (143 of 496 in a), every sample whole.
+	if full*100 < all*50 {
 		t.Errorf("%d of %d samples start at hot: the fixture should spend its time there", full, all)
 	}
 	if inlining && inlined*2 < whole {
