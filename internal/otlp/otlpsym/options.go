@@ -126,6 +126,26 @@ type Stats struct {
 	Skipped     int64 // already named, or not native
 }
 
+// add adds o's counts to s.
+func (s *Stats) add(o Stats) {
+	s.Resolved += o.Resolved
+	s.CacheHits += o.CacheHits
+	s.CacheMisses += o.CacheMisses
+	s.Skipped += o.Skipped
+	for reason, n := range o.Unresolved {
+		if s.Unresolved == nil {
+			s.Unresolved = map[string]int64{}
+		}
+		s.Unresolved[reason] += n
+	}
+	for reason, n := range o.Incomplete {
+		if s.Incomplete == nil {
+			s.Incomplete = map[string]int64{}
+		}
+		s.Incomplete[reason] += n
+	}
+}
+
 func (s *Stats) incomplete(reason string) {
 	if s.Incomplete == nil {
 		s.Incomplete = map[string]int64{}

@@ -70,34 +70,89 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	}
 
 	answers := s.resolve(ctx, b, todo, &st)
-	touched := make([]mappingFlags, maps.Len()) // by mapping index
 	fi := s.funcIndexFor()
 	defer s.putFuncIndex(fi)
+	s.mu.Lock()
+	known := s.nextFunc // functions numbered before now: a slice marks them
+	s.mu.Unlock()
+	// What the batch's dictionary needs, a share of the answers per core:
+	// the functions of its answers in the order they first appear in it,
+	// the locations that get a reason, and the mappings' flags.
+	n := shares(len(todo))
+	fns, marked := make([][]*function, n), make([][]int32, n)
+	flags := make([][]mappingFlags, n)
+	parallel(len(todo), n, func(k, lo, hi int) {
+		var seen []bool // by number from fi.base
+		if known > fi.base && known-fi.base <= maxFuncSlots {
+			seen = make([]bool, known-fi.base)
+		}
+		var other map[*function]bool // numbered since, or before a new table
+		var list []*function
+		var mark []int32
+		touched := make([]mappingFlags, maps.Len()) // by mapping index
+		for i := lo; i < hi; i++ {
+			r := answers[i]
+			if r.err != nil {
+				mark = append(mark, int32(i))
+				continue
+			}
+			for _, l := range r.lines {
+				f := l.fn
+				if f.id >= fi.base && f.id-fi.base < uint64(len(seen)) {
+					if seen[f.id-fi.base] {
+						continue
+					}
+					seen[f.id-fi.base] = true
+				} else {
+					if other[f] {
+						continue
+					}
+					if other == nil {
+						other = map[*function]bool{}
+					}
+					other[f] = true
+				}
+				list = append(list, f)
+			}
+			if r.missing != "" {
+				mark = append(mark, int32(i))
+			}
+			if mi := locs.At(int(todo[i].loc)).MappingIndex(); mi > 0 && int(mi) < len(touched) {
+				touched[mi].add(r.lines)
+			}
+		}
+		fns[k], marked[k], flags[k] = list, mark, touched
+	})
+	// Then, on this goroutine, the dictionary's writes, shares in order:
+	// the functions in the order of their first use in the batch, the
+	// reasons, the mappings' flags.
 	addFn := func(f *function) int32 { return d.Function(f.name, f.system, f.file, f.startLine) }
-	// First, one pass for all that writes the batch's dictionary (the
-	// answers' functions, the reasons) and the mappings' flags.
-	for i, w := range todo {
-		r := answers[i]
-		loc := locs.At(int(w.loc))
-		if r.err != nil {
-			reason := frame.Reason(r.err)
-			// A remote frame keeps its "<remote>" line: that is its only
-			// record of build id and offset.
-			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrError); !has {
-				loc.AttributeIndices().Append(d.AttrStr(frame.AttrError, reason))
+	for _, list := range fns {
+		for _, f := range list {
+			fi.get(f, addFn)
+		}
+	}
+	for _, mark := range marked {
+		for _, i := range mark {
+			r, loc := answers[i], locs.At(int(todo[i].loc))
+			switch {
+			case r.err != nil:
+				// A remote frame keeps its "<remote>" line: that is its
+				// only record of build id and offset.
+				if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrError); !has {
+					loc.AttributeIndices().Append(d.AttrStr(frame.AttrError, frame.Reason(r.err)))
+				}
+			case r.missing != "":
+				if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
+					loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
+				}
 			}
-			continue
 		}
-		for _, l := range r.lines {
-			fi.get(l.fn, addFn)
-		}
-		if r.missing != "" {
-			if _, has := d.FindAttr(loc.AttributeIndices(), frame.AttrIncomplete); !has {
-				loc.AttributeIndices().Append(d.AttrStr(frame.AttrIncomplete, r.missing))
-			}
-		}
-		if mi := loc.MappingIndex(); mi > 0 && int(mi) < len(touched) {
-			touched[mi].add(r.lines)
+	}
+	touched := flags[0]
+	for _, f := range flags[1:] {
+		for mi := range f {
+			touched[mi].or(f[mi])
 		}
 	}
 	for mi := range touched {
@@ -108,7 +163,7 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	// Then the lines, each location's own (allocating them is most of a
 	// warm batch's work), a share of the locations per core: they touch
 	// nothing shared but the function indexes, now read only.
-	parallel(len(todo), func(lo, hi int) {
+	parallel(len(todo), n, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if r := answers[i]; r.err == nil {
 				setLines(locs.At(int(todo[i].loc)), r.lines, fi)
@@ -121,12 +176,17 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 // minShare is the fewest items worth a goroutine of their own.
 const minShare = 16 << 10
 
-// parallel runs fn over [0, n) in shares of at least minShare items, one
-// goroutine per share, at most one per CPU.
-func parallel(n int, fn func(lo, hi int)) {
-	workers := max(1, min(runtime.GOMAXPROCS(0), n/minShare))
-	if workers == 1 {
-		fn(0, n)
+// shares is how many shares parallel cuts n items into: at least minShare
+// items each, at most one per CPU.
+func shares(n int) int { return max(1, min(runtime.GOMAXPROCS(0), n/minShare)) }
+
+// parallel runs fn over [0, n) in the given number of shares (from
+// shares(n), taken once by the caller, who sizes per-share results by it:
+// GOMAXPROCS may change meanwhile), share k on [lo, hi), one goroutine per
+// share.
+func parallel(n, workers int, fn func(k, lo, hi int)) {
+	if workers <= 1 {
+		fn(0, 0, n)
 		return
 	}
 	var wg sync.WaitGroup
@@ -135,7 +195,7 @@ func parallel(n int, fn func(lo, hi int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fn(lo, hi)
+			fn(k, lo, hi)
 		}()
 	}
 	wg.Wait()
@@ -172,6 +232,14 @@ func (f *mappingFlags) add(lines []rline) {
 		f.lines = f.lines || l.line != 0
 	}
 	f.inlines = f.inlines || len(lines) > 1
+}
+
+func (f *mappingFlags) or(o mappingFlags) {
+	f.funcs = f.funcs || o.funcs
+	f.files = f.files || o.files
+	f.lines = f.lines || o.lines
+	f.inlines = f.inlines || o.inlines
+	f.seen = f.seen || o.seen
 }
 
 func (f *mappingFlags) apply(d *pdict.Dict, m pprofile.Mapping) {

@@ -22,52 +22,62 @@ func (s *Symbolizer) resolve(ctx context.Context, b *batch, todo []work, st *Sta
 	for _, o := range b.objs {
 		s.number(o)
 	}
-	var need map[*objRef]bool
-	miss := func(w *work) {
-		if need == nil {
-			need = map[*objRef]bool{}
-		}
-		need[w.obj] = true
-	}
 	at := s.stamp()
-	// The cache's keys for what needs no translation, looked up in one
-	// pass (lru.Clock.GetMany), then the partial answers for the misses.
-	keys := make([]uint64, 0, len(todo))
-	which := make([]int32, 0, len(todo))
-	s.genMu.RLock()
-	for i := range todo {
-		w := &todo[i]
-		if w.obj.fail != nil {
-			answers[i] = w.obj.fail
-			continue
-		}
-		k, ok := keyOf(w.obj.num, w.addr)
-		if w.tr.kind != asIs || !ok || w.obj.gen != s.gen || w.obj.num == 0 {
-			miss(w) // a translation is only known once the object is open
-			continue
-		}
-		keys = append(keys, k)
-		which = append(which, int32(i))
-	}
-	vals, found := make([]*result, len(keys)), make([]bool, len(keys))
+	// The caches, a share of todo per core: each share looks the keys of
+	// what needs no translation up in one pass (lru.Clock.GetMany), then
+	// the partial answers for its misses, and keeps the rest, in order,
+	// for the lookups below.
+	n := shares(len(todo))
+	misses := make([][]int32, n)
 	var hits atomic.Int64
-	parallel(len(keys), func(lo, hi int) {
-		hits.Add(int64(s.results.GetMany(keys[lo:hi], vals[lo:hi], found[lo:hi])))
+	s.genMu.RLock()
+	gen := s.gen
+	parallel(len(todo), n, func(k, lo, hi int) {
+		keys := make([]uint64, 0, hi-lo)
+		which := make([]int32, 0, hi-lo)
+		var miss []int32
+		for i := lo; i < hi; i++ {
+			w := &todo[i]
+			if w.obj.fail != nil {
+				answers[i] = w.obj.fail
+				continue
+			}
+			key, ok := keyOf(w.obj.num, w.addr)
+			if w.tr.kind != asIs || !ok || w.obj.gen != gen || w.obj.num == 0 {
+				miss = append(miss, int32(i)) // a translation is only known once the object is open
+				continue
+			}
+			keys = append(keys, key)
+			which = append(which, int32(i))
+		}
+		vals, found := make([]*result, len(keys)), make([]bool, len(keys))
+		h := int64(s.results.GetMany(keys, vals, found))
+		for j, i := range which {
+			if found[j] {
+				answers[i] = vals[j]
+				continue
+			}
+			if p, ok := s.partial.Get(keys[j]); ok && at.now < p.expires && p.gen == at.gen {
+				answers[i] = p.r
+				h++
+				continue
+			}
+			miss = append(miss, i)
+		}
+		hits.Add(h)
+		misses[k] = miss
 	})
-	st.CacheHits += hits.Load()
-	for j, i := range which {
-		if found[j] {
-			answers[i] = vals[j]
-			continue
-		}
-		if p, ok := s.partial.Get(keys[j]); ok && at.now < p.expires && p.gen == at.gen {
-			answers[i] = p.r
-			st.CacheHits++
-			continue
-		}
-		miss(&todo[i])
-	}
 	s.genMu.RUnlock()
+	st.CacheHits += hits.Load()
+	var need map[*objRef]bool
+	for _, miss := range misses {
+		for _, i := range miss {
+			if need == nil {
+				need = map[*objRef]bool{}
+			}
+			need[todo[i].obj] = true
+		}
+	}
 	if len(need) > 0 {
 		b.hints(need)
 		s.openAll(ctx, need)
@@ -95,16 +105,25 @@ func (s *Symbolizer) resolve(ctx context.Context, b *batch, todo []work, st *Sta
 			}
 		}
 	}
-	for _, r := range answers {
-		switch {
-		case r.err != nil:
-			st.unresolved(frame.Reason(r.err))
-		case r.missing != "":
-			st.Resolved++
-			st.incomplete(r.missing)
-		default:
-			st.Resolved++
+	// Counted a share per core too: a failure's reason takes a walk of
+	// its error chain.
+	counts := make([]Stats, n)
+	parallel(len(answers), n, func(k, lo, hi int) {
+		c := &counts[k]
+		for _, r := range answers[lo:hi] {
+			switch {
+			case r.err != nil:
+				c.unresolved(frame.Reason(r.err))
+			case r.missing != "":
+				c.Resolved++
+				c.incomplete(r.missing)
+			default:
+				c.Resolved++
+			}
 		}
+	})
+	for _, c := range counts {
+		st.add(c)
 	}
 	return answers
 }
