@@ -8,7 +8,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	kzlib "github.com/klauspost/compress/zlib"
 
@@ -108,6 +111,45 @@ func TestInflateTruncatedAndCorrupt(t *testing.T) {
 		c := bytes.Clone(z)
 		c[rng.IntN(len(c))] ^= 1 << rng.IntN(8)
 		checkAgainstZlib(t, c, len(data))
+	}
+}
+
+// TestInflateLargeChecksum: a stream large enough for the checksum to run
+// beside the decoder still has it checked (a flipped checksum byte, a flip
+// in the data), fails cleanly when cut short, and leaves no goroutine.
+func TestInflateLargeChecksum(t *testing.T) {
+	data := inflateSamples()[7] // the test binary: megabytes
+	if len(data) < 2*concurrentSumBytes {
+		t.Fatalf("sample of %d bytes: too small for the concurrent checksum", len(data))
+	}
+	z := compressZlib(t, data, 6)
+	before := runtime.NumGoroutine()
+	dst := make([]byte, len(data))
+	if _, err := inflateZlib(dst, z); err != nil || !bytes.Equal(dst, data) {
+		t.Fatalf("intact stream: %v", err)
+	}
+	bad := bytes.Clone(z)
+	bad[len(bad)-1] ^= 1
+	if _, err := inflateZlib(dst, bad); !errors.Is(err, frame.ErrCorruptFile) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("flipped checksum: %v", err)
+	}
+	// A stored block's byte (level 0 copies the input) changes the data
+	// and nothing else: only the checksum can tell.
+	stored := compressZlib(t, data, zlib.NoCompression)
+	stored[len(stored)/2] ^= 0x10
+	if _, err := inflateZlib(dst, stored); !errors.Is(err, frame.ErrCorruptFile) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("flipped data byte: %v", err)
+	}
+	for _, n := range []int{len(z) / 3, len(z) - 5} {
+		if _, err := inflateZlib(dst, z[:n]); err == nil {
+			t.Errorf("cut to %d of %d bytes: no error", n, len(z))
+		}
+	}
+	for i := 0; i < 50 && runtime.NumGoroutine() > before; i++ {
+		time.Sleep(10 * time.Millisecond) // a summing goroutine on its way out
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after, %d before", n, before)
 	}
 }
 
