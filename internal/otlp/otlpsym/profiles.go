@@ -82,11 +82,14 @@ func (s *Symbolizer) Profiles(ctx context.Context, pd pprofile.Profiles) Stats {
 	fns, marked := make([][]*function, n), make([][]int32, n)
 	flags := make([][]mappingFlags, n)
 	parallel(len(todo), n, func(k, lo, hi int) {
-		var seen []bool // by number from fi.base
-		if known > fi.base && known-fi.base <= maxFuncSlots {
+		// By number from fi.base where the table is not much larger than
+		// the share (a small batch of a large table would clear more
+		// than it reads), else in other.
+		var seen []bool
+		if known > fi.base && known-fi.base <= min(uint64(8*(hi-lo)), maxFuncSlots) {
 			seen = make([]bool, known-fi.base)
 		}
-		var other map[*function]bool // numbered since, or before a new table
+		var other map[*function]bool // the rest
 		var list []*function
 		var mark []int32
 		touched := make([]mappingFlags, maps.Len()) // by mapping index
