@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/sampler"
@@ -23,9 +26,11 @@ import (
 
 const offCPUFixtureSeconds = 4
 
-// ownTime bounds what one recorded wait spends in profsym's programs, part
-// of which the fixtures' clocks count as waiting.
-const ownTime = 3 * time.Microsecond
+// minOwnTime is the least allowed for what one recorded wait spends in
+// profsym's programs, part of which the fixtures' clocks count as
+// waiting; TestOffCPUAccuracy measures it (bpf_stats), and on a loaded
+// machine it is several times this.
+const minOwnTime = 3 * time.Microsecond
 
 func buildWait(t testing.TB) string {
 	return testfixture.Build(t, testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
@@ -87,18 +92,35 @@ func TestOffCPUAccuracy(t *testing.T) {
 	oc := offcpu.Config{Enabled: true, Select: func(pid int) bool { return f.MatchPID("", pid) }}
 	h := newHarness(t, sampler.Config{SampleRate: 99, KernelStacks: true, OffCPU: oc},
 		Options{SampleRate: 99, KernelSymbols: true})
+	// The programs' own time, to allow for it (checkOffCPU): kernel
+	// bpf_stats, which adds its clock reads to every run.
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		testfixture.SkipOrFail(t, "kernel.bpf_stats: %v", err)
+	}
+	defer stats.Close()
 	for _, mode := range []string{"sleep", "pipe", "mutex", "fsync"} {
 		t.Run(mode, func(t *testing.T) {
 			args := []string{mode, strconv.Itoa(offCPUFixtureSeconds)}
 			if mode == "fsync" {
 				args = append(args, filepath.Join(t.TempDir(), "fsync.dat"))
 			}
+			st0, _ := h.s.Stats()
+			run0, _, _ := h.s.OffCPUProgramStats()
 			truths, pid, peer := runStopped(t, bin, args)
 			h.exitSeen(pid, 5*time.Second)
 			r := h.collect(t)
 			st, _ := h.s.Stats()
-			t.Logf("sampler off-CPU stats %+v; report: %d waits, %v", st.OffCPU, r.OffCPUWaits, r.UnwindStops)
-			checkOffCPU(t, r, pid, bin, truths, waitCases[mode], peer)
+			run1, _, _ := h.s.OffCPUProgramStats()
+			// Every switch's program time over the waits recorded: the
+			// walks of the recorded waits are nearly all of it (the
+			// target's filter ends the others' runs after one lookup).
+			own := minOwnTime
+			if chosen := st.OffCPU.Chosen - st0.OffCPU.Chosen; chosen > 0 {
+				own = max(own, (run1-run0)/time.Duration(chosen))
+			}
+			t.Logf("sampler off-CPU stats %+v; report: %d waits, %v; programs' time %v per recorded wait", st.OffCPU, r.OffCPUWaits, r.UnwindStops, own)
+			checkOffCPU(t, r, pid, bin, truths, waitCases[mode], peer, own)
 		})
 	}
 }
@@ -260,7 +282,7 @@ func parsePeer(out string) map[truthKey]int64 {
 }
 
 // checkOffCPU compares pid's off-CPU profile with the fixture's truths.
-func checkOffCPU(t *testing.T, r Report, pid int, bin string, truths map[truthKey]int64, cases []waitCase, peer map[truthKey]int64) {
+func checkOffCPU(t *testing.T, r Report, pid int, bin string, truths map[truthKey]int64, cases []waitCase, peer map[truthKey]int64, ownTime time.Duration) {
 	t.Helper()
 	real := realPath(t, bin)
 	id := gnuBuildID(t, real)
@@ -354,10 +376,14 @@ func checkOffCPU(t *testing.T, r Report, pid int, bin string, truths map[truthKe
 			waits, whole, startup, reasons, peerTxt)
 		// The fixture's clock also counts, as waiting, part of the time each
 		// recorded wait spends in profsym's own programs (taking its
-		// stacks: a few microseconds), which no switch-to-switch timer
-		// sees; that matters only for waits of tens of microseconds (the
-		// disk's fast phases, where fsync waits page by page).
-		allow := 5 + 100*float64(waits)*float64(ownTime)/float64(truth)
+		// stacks: a few microseconds, measured as ownTime), which no
+		// switch-to-switch timer sees; that matters only for waits of tens
+		// of microseconds (the disk's fast phases, where fsync waits page
+		// by page).
+		// The thread loses more than the programs' own run time (their
+		// cache footprint, the switch path around them): 1.9 times it in
+		// the fsync case, quiet, on a 2-core EPYC VM. Twice is allowed.
+		allow := 5 + 100*float64(waits)*float64(2*ownTime)/float64(truth)
 		if math.Abs(errPct) > allow {
 			t.Errorf("%s tid %d: off-CPU time %.3fs is %+.2f%% off the fixture's %.3fs (allowed %.2f%%)", key.call, key.tid,
 				float64(got)/1e9, errPct, float64(truth)/1e9, allow)
