@@ -122,12 +122,13 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 	// A check of the fixture, not of the walk: its main thread spends
 	// most of its time in hot. With JDK 11's C2 (hot inlined into b into
 	// a) a share of the samples is named a, at a line of a's own: 92.5%
-	// and 88.9% from hot in two CI runs on one machine, 72.5% in CI and
-	// 70.8% quiet on another (143 of 496 in a), every sample whole.
-	if full*100 < all*50 {
+	// and 88.9% from hot in two CI runs on one machine, 72.5% and 49.1%
+	// in CI and 70.8% quiet on another (249 of 491 in a once), every
+	// sample whole. So a quarter is asked, of hot and of inlined frames.
+	if full*100 < all*25 {
 		t.Errorf("%d of %d samples start at hot: the fixture should spend its time there", full, all)
 	}
-	if inlining && inlined*2 < whole {
+	if inlining && inlined*4 < whole {
 		t.Errorf("inlined frames in %d of %d whole samples: C2 inlines b into a", inlined, whole)
 	}
 }
