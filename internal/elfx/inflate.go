@@ -38,13 +38,9 @@ func inflateZlib(dst, src []byte) (int, error) {
 		sum, progress = trailingSum(dst)
 	}
 	n, used, err := inflate(dst, src[2:], progress)
+	var got uint32
 	if sum != nil {
-		// inflate reported the last block's end, dst's whole length,
-		// when it decoded all of it.
-		got := sum() // always: the summing goroutine ends
-		if err == nil && n == len(dst) && len(src[2+used:]) >= 4 && binary.BigEndian.Uint32(src[2+used:]) != got {
-			return n, fmt.Errorf("zlib checksum: %w", errInflate)
-		}
+		got = sum() // always, so the summing goroutine ends
 	}
 	if err != nil {
 		return n, err
@@ -52,8 +48,11 @@ func inflateZlib(dst, src []byte) (int, error) {
 	if n != len(dst) {
 		return n, fmt.Errorf("deflate stream decodes to %d bytes, header says %d: %w", n, len(dst), ErrCorrupt)
 	}
+	if sum == nil {
+		got = adler32.Checksum(dst)
+	}
 	rest := src[2+used:]
-	if len(rest) < 4 || sum == nil && binary.BigEndian.Uint32(rest) != adler32.Checksum(dst) {
+	if len(rest) < 4 || binary.BigEndian.Uint32(rest) != got {
 		return n, fmt.Errorf("zlib checksum: %w", errInflate)
 	}
 	return n, nil
