@@ -259,6 +259,10 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 
+	// The first batch opens the objects: the collector waits until it is
+	// answered (a later batch, in a long session, runs with it on).
+	releaseGC := holdGC()
+	defer releaseGC()
 	if len(pos) > 0 {
 		// Addresses on the command line: one JSON array, like llvm.
 		target := c.defaultTarget()
@@ -308,6 +312,7 @@ func runSymbolize(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		// waiting (llvm-symbolizer writes each answer on its own, 10,000
 		// writes for 10,000 addresses).
 		w.Flush()
+		releaseGC()
 	}
 	return 0
 }
