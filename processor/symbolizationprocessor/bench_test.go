@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -206,7 +207,9 @@ func BenchmarkProcessor(b *testing.B) {
 		}
 	}
 	peak = max(peak, heapInUse())
-	floor := linesFloor(floorSrc, lineCounts(h.sink.AllProfiles()[0])) // the last warm batch's output
+	counts := lineCounts(h.sink.AllProfiles()[0]) // the last warm batch's output
+	floor := linesFloor(floorSrc, counts, 1)
+	floorAll := linesFloor(floorSrc, counts, runtime.GOMAXPROCS(0))
 	if sh := sharedOf(h); sh != nil {
 		for _, c := range sh.sym.Caches() {
 			b.Logf("cache %s: %d entries, %d bytes, %d hits, %d misses, %d evictions", c.Name, c.Entries, c.Bytes, c.Hits, c.Misses, c.Evictions)
@@ -222,6 +225,9 @@ func BenchmarkProcessor(b *testing.B) {
 	// processor gave it (one core): a floor no processor goes below, to
 	// read the warm CPU figure against.
 	b.ReportMetric(float64(floor.Nanoseconds())/benchLocations, "pdata-lines-cpu-ns/location")
+	// The same on every core, as the processor writes lines: the floor of
+	// the warm wall figure on this machine.
+	b.ReportMetric(float64(floorAll.Nanoseconds())/benchLocations, "pdata-lines-wall-ns/location")
 	b.ReportMetric(float64(cold.Nanoseconds())/benchLocations, "cold-ns/location")
 	b.ReportMetric(float64(cold.Milliseconds()), "cold-ms")
 	b.ReportMetric(float64(engineCold.Milliseconds()), "engine-cold-ms")
@@ -243,29 +249,39 @@ func lineCounts(named pprofile.Profiles) []int {
 	return counts
 }
 
-// linesFloor times, on one goroutine, appending to a copy of template's
-// locations as many lines as counts says (the processor's output has),
-// each set as setLines sets it, and nothing else: the least of three runs.
-func linesFloor(template pprofile.Profiles, counts []int) time.Duration {
+// linesFloor times appending to a copy of template's locations as many
+// lines as counts says (the processor's output has), each set as setLines
+// sets it, and nothing else, on the given number of goroutines (a share of
+// the locations each): the least of three runs.
+func linesFloor(template pprofile.Profiles, counts []int, workers int) time.Duration {
 	var best time.Duration
 	for k := 0; k < 3; k++ {
 		pd := pprofile.NewProfiles()
 		template.CopyTo(pd)
 		locs := pd.Dictionary().LocationTable()
+		n := min(locs.Len(), len(counts))
 		runtime.GC()
 		start := time.Now()
-		for i := 1; i < locs.Len() && i < len(counts); i++ {
-			ls := locs.At(i).Lines()
-			if counts[i] > 1 {
-				ls.EnsureCapacity(counts[i])
-			}
-			for j := 0; j < counts[i]; j++ {
-				l := ls.AppendEmpty()
-				l.SetFunctionIndex(int32(j + 1))
-				l.SetLine(int64(i))
-				l.SetColumn(int64(j))
-			}
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := max(1, n*w/workers); i < n*(w+1)/workers; i++ {
+					ls := locs.At(i).Lines()
+					if counts[i] > 1 {
+						ls.EnsureCapacity(counts[i])
+					}
+					for j := 0; j < counts[i]; j++ {
+						l := ls.AppendEmpty()
+						l.SetFunctionIndex(int32(j + 1))
+						l.SetLine(int64(i))
+						l.SetColumn(int64(j))
+					}
+				}
+			}()
 		}
+		wg.Wait()
 		if d := time.Since(start); k == 0 || d < best {
 			best = d
 		}

@@ -17,7 +17,8 @@ import (
 // A batch big enough to be cut into shares (one per core) comes out byte
 // for byte as it does in one share: the dictionary's functions, reasons and
 // mapping flags in the order a single pass writes them, cold and warm, with
-// the same counts.
+// the same counts; frames without a mapping and other runtimes' frames
+// among them.
 func TestSharesKeepSerialOrder(t *testing.T) {
 	bin := fixture(t, "otlpsym-shares")
 	ids := idsOf(t, bin)
@@ -36,6 +37,7 @@ func TestSharesKeepSerialOrder(t *testing.T) {
 		pd := pprofile.NewProfiles()
 		d := pdict.New(pd.Dictionary())
 		native := d.AttrStr(frame.AttrFrameType, frame.TypeNative)
+		jvm := d.AttrStr(frame.AttrFrameType, "jvm")
 		var locs []int32
 		for m := range mappings {
 			mi := d.Mapping(pdict.Mapping{Start: 0x1000 + uint64(m)<<20, Limit: 0x2000 + uint64(m)<<20, File: bin,
@@ -45,8 +47,15 @@ func TestSharesKeepSerialOrder(t *testing.T) {
 			part := text.Size / parts
 			lo := text.Addr + uint64(m*parts/mappings)*part
 			for a := lo; a < lo+part; a++ {
-				if a%11 == 5 {
+				switch {
+				case a%11 == 5:
 					locs = append(locs, d.Location(pdict.Location{Mapping: gone, Address: a, Attrs: []int32{native}}))
+					continue
+				case a%13 == 7: // no mapping: a reason
+					locs = append(locs, d.Location(pdict.Location{Address: a, Attrs: []int32{native}}))
+					continue
+				case a%17 == 3: // another runtime's frame: left alone
+					locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: a, Attrs: []int32{jvm}}))
 					continue
 				}
 				locs = append(locs, d.Location(pdict.Location{Mapping: mi, Address: a, Attrs: []int32{native}}))
@@ -88,7 +97,8 @@ func TestSharesKeepSerialOrder(t *testing.T) {
 	}
 	cold1, warm1, stCold1, stWarm1 := run(1)
 	cold4, warm4, stCold4, stWarm4 := run(4)
-	if stWarm1.Resolved == 0 || stWarm1.Unresolved["no_debug_info"] == 0 || stWarm1.CacheHits == 0 {
+	if stWarm1.Resolved == 0 || stWarm1.Unresolved["no_debug_info"] == 0 || stWarm1.Unresolved["no_mapping"] == 0 ||
+		stWarm1.Skipped == 0 || stWarm1.CacheHits == 0 {
 		t.Fatalf("the batch does not cover what it should: %+v", stWarm1)
 	}
 	if fmt.Sprint(stCold1) != fmt.Sprint(stCold4) || fmt.Sprint(stWarm1) != fmt.Sprint(stWarm4) {
