@@ -1,8 +1,14 @@
 package main
 
 import (
+	"debug/elf"
+	"fmt"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
+
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // gcPercent reads the collector's GOGC setting.
@@ -41,4 +47,48 @@ func TestHoldGCKeepsTheUsersSetting(t *testing.T) {
 		t.Errorf("GOGC set by the user: %d, want %d kept", p, before)
 	}
 	release()
+}
+
+// Symbolizing libc with libc6-dbg's DWARF (about 16 MB of heap for its
+// index: five collections at GOGC=100, checked by turning the hold off)
+// answers its one batch without a collection, and leaves the collector as
+// it found it.
+func TestSymbolizeHoldsGCForTheFirstBatch(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(libc)
+	if err != nil {
+		testfixture.SkipOrFail(t, "no libc: %v", err)
+		return
+	}
+	text := f.Section(".text")
+	f.Close()
+	debugFileOf(t, libc)
+	var in strings.Builder
+	for i := range uint64(400) {
+		fmt.Fprintf(&in, "0x%x\n", text.Addr+i*(text.Size/400))
+	}
+	before := gcPercent()
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	out, stderr, code := runCLI(t, in.String(), "--obj="+libc)
+	runtime.ReadMemStats(&m1)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if n := strings.Count(out, "\n\n"); n != 400 {
+		t.Fatalf("%d answers of 400", n)
+	}
+	t.Logf("%d MB allocated, %d collections", (m1.TotalAlloc-m0.TotalAlloc)>>20, m1.NumGC-m0.NumGC)
+	if m1.TotalAlloc-m0.TotalAlloc < 3*m0.HeapAlloc {
+		t.Fatalf("only %d bytes allocated against a %d-byte heap: not enough to show the hold", m1.TotalAlloc-m0.TotalAlloc, m0.HeapAlloc)
+	}
+	if m1.NumGC != m0.NumGC {
+		t.Errorf("%d collections during the first batch", m1.NumGC-m0.NumGC)
+	}
+	if p := gcPercent(); p != before {
+		t.Errorf("after the run: GOGC %d, want %d", p, before)
+	}
 }
