@@ -1,14 +1,11 @@
 package main
 
 import (
-	"debug/elf"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
-
-	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // gcPercent reads the collector's GOGC setting.
@@ -56,18 +53,10 @@ func TestHoldGCKeepsTheUsersSetting(t *testing.T) {
 func TestSymbolizeHoldsGCForTheFirstBatch(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	libc := "/lib/x86_64-linux-gnu/libc.so.6"
-	f, err := elf.Open(libc)
-	if err != nil {
-		testfixture.SkipOrFail(t, "no libc: %v", err)
-		return
-	}
-	text := f.Section(".text")
-	f.Close()
-	debugFileOf(t, libc)
+	libc, text, _ := libcWithDebug(t)
 	var in strings.Builder
 	for i := range uint64(400) {
-		fmt.Fprintf(&in, "0x%x\n", text.Addr+i*(text.Size/400))
+		fmt.Fprintf(&in, "0x%x\n", text.lo+i*(text.size/400))
 	}
 	before := gcPercent()
 	runtime.GC()

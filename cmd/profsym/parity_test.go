@@ -36,21 +36,13 @@ import (
 func TestJSONParityLibc(t *testing.T) {
 	testfixture.NeedTool(t, "llvm-symbolizer-19")
 	dwarfdump := testfixture.NeedTool(t, "llvm-dwarfdump-19")
-	libc := "/lib/x86_64-linux-gnu/libc.so.6"
-	f, err := elf.Open(libc)
-	if err != nil {
-		testfixture.SkipOrFail(t, "no libc: %v", err)
-		return
-	}
-	text := f.Section(".text")
-	f.Close()
-	debug := debugFileOf(t, libc)
+	libc, text, debug := libcWithDebug(t)
 
 	rng := rand.New(rand.NewPCG(10, 300))
 	var in strings.Builder
 	const n = 400
 	for range n {
-		fmt.Fprintf(&in, "%s 0x%x\n", libc, text.Addr+rng.Uint64N(text.Size))
+		fmt.Fprintf(&in, "%s 0x%x\n", libc, text.lo+rng.Uint64N(text.size))
 	}
 	ours, _, code := runCLI(t, in.String(), "--output-style=JSON")
 	if code != 0 {
@@ -190,6 +182,25 @@ func implicitDeclFiles(dump string) map[string]map[string]bool {
 		}
 	}
 	return out
+}
+
+// textRange is a .text section's address and size.
+type textRange struct{ lo, size uint64 }
+
+// libcWithDebug is the host's libc, its .text and libc6-dbg's file for it.
+func libcWithDebug(t *testing.T) (libc string, text textRange, debug string) {
+	t.Helper()
+	libc = "/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(libc)
+	if err != nil {
+		testfixture.SkipOrFail(t, "no libc: %v", err) // ends the test
+	}
+	defer f.Close()
+	s := f.Section(".text")
+	if s == nil {
+		t.Fatalf("%s has no .text", libc)
+	}
+	return libc, textRange{s.Addr, s.Size}, debugFileOf(t, libc)
 }
 
 // debugFileOf is libc6-dbg's file for bin, by build id.
