@@ -64,17 +64,23 @@ func (r *Runtime) layoutFor(pid int, m *normalize.Mapping, mem memory, bias uint
 			l, err = newLayout(t, m.File.Loads, bias, mem)
 		}
 	}
-	// Only what the file itself decides is remembered; a process that
-	// exits mid-read says nothing about the file.
-	if err == nil || errors.Is(err, errLayout) {
-		r.mu.Lock()
-		if len(r.layouts) >= maxLayouts {
-			clear(r.layouts)
-		}
-		r.layouts[key] = layoutEntry{l: l, err: err}
-		r.mu.Unlock()
+	// A layout read whole is the file's. A failure may be the
+	// process's (read before its loader relocated the tables): Attach
+	// remembers it for the file only once it is final.
+	if err == nil {
+		r.rememberLayout(m, layoutEntry{l: l})
 	}
 	return l, err
+}
+
+// rememberLayout keeps e as the layout of m's file.
+func (r *Runtime) rememberLayout(m *normalize.Mapping, e layoutEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.layouts) >= maxLayouts {
+		clear(r.layouts)
+	}
+	r.layouts[layoutKey{file: m.File.ID, buildID: m.File.GNUBuildID}] = e
 }
 
 // maxLayouts bounds the libjvm builds remembered.

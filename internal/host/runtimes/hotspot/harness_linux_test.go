@@ -112,9 +112,11 @@ type harness struct {
 	u    *unwind.Manager
 	norm *normalize.Normalizer
 	done chan struct{}
-	// snapshotAfterWarm takes one more snapshot of the process after the
-	// warm-up, as a change of its mappings would.
-	snapshotAfterWarm bool
+	// snapshotEarly, when set, takes a snapshot of the process that long
+	// after it starts; snapshotsAfterWarm are taken after the warm-up, as
+	// changes of its mappings (or the walker's asking) would.
+	snapshotEarly      time.Duration
+	snapshotsAfterWarm int
 }
 
 func newHarness(t testing.TB, cfg sampler.Config) *harness {
@@ -196,11 +198,19 @@ func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Dur
 		}
 		h.s.Runtimes().Forget(pid)
 	}()
-	time.Sleep(warm)
-	if h.snapshotAfterWarm {
+	snapshot := func() {
 		if p, err := h.norm.Refresh(pid); err == nil {
 			h.s.Runtimes().Attach(p)
 		}
+	}
+	if h.snapshotEarly > 0 && h.snapshotEarly < warm {
+		time.Sleep(h.snapshotEarly)
+		snapshot()
+		warm -= h.snapshotEarly
+	}
+	time.Sleep(warm)
+	for range h.snapshotsAfterWarm {
+		snapshot()
 	}
 	if _, err := h.s.Drain(); err != nil {
 		t.Fatal(err)

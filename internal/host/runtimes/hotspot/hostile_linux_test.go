@@ -26,27 +26,34 @@ import (
 // code cache with a segment map of garbage (the walker must give up on
 // each frame, mark the stack runtime and leave it to the native walker).
 // The program's stacks keep their native frames either way, and the
-// agent neither hangs nor grows.
+// agent neither hangs nor grows. In walker-late the tables stay as linked
+// (pointers to nowhere, as before a loader relocates them) for a second,
+// and a snapshot reads them then: that failure is retried, not final, and
+// the JVM is walked once its tables are set.
 func TestHostileProcess(t *testing.T) {
 	h := newHarness(t, sampler.Config{Runtimes: runtimes.Config{HotSpot: true}})
 	// The program forges its tables as it starts; a snapshot taken while
-	// the loader ran saw the honest ones.
-	h.snapshotAfterWarm = true
+	// the loader ran saw the honest ones. A refusal of what the process's
+	// memory holds takes attachTries failures: the snapshots a process
+	// running in its JVM's code would bring (the walker asks for them).
+	h.snapshotsAfterWarm = 3
 	bin := forgedJVM(t)
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for _, tc := range []struct {
-		mode   string
-		walked bool // the layout passes: the walker runs and gives up, stop runtime
+		name, mode string
+		walked     bool   // the layout passes: the walker runs and gives up, stop runtime
+		delay      string // seconds before the program forges its tables
 	}{
-		{"cyclic", false},
-		{"endless", false},
-		{"wild", false},
-		{"walker", true},
-		{"walker-zero", true},
+		{"cyclic", "cyclic", false, ""},
+		{"endless", "endless", false, ""},
+		{"wild", "wild", false, ""},
+		{"walker", "walker", true, ""},
+		{"walker-zero", "walker-zero", true, ""},
+		{"walker-late", "walker", true, "0.8"},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			failed := h.s.Runtimes().Stats().Failed["hotspot"]
 			// A copy per mode: layouts are remembered per libjvm file
 			// (its version: a fresh mtime, even where an inode is
@@ -55,9 +62,17 @@ func TestHostileProcess(t *testing.T) {
 			for _, f := range []string{"hostile", "libjvm.so"} {
 				testfixture.Run(t, "cp", filepath.Join(filepath.Dir(bin), f), dir)
 			}
-			cmd := exec.Command(filepath.Join(dir, "hostile"), tc.mode, "30")
+			args := []string{tc.mode, "30"}
+			warm := 1500 * time.Millisecond
+			h.snapshotEarly = 0
+			if tc.delay != "" {
+				args = append(args, tc.delay)
+				warm = 2 * time.Second
+				h.snapshotEarly = 300 * time.Millisecond // the tables not set yet
+			}
+			cmd := exec.Command(filepath.Join(dir, "hostile"), args...)
 			cmd.Stderr = os.Stderr
-			h.sampleJVMAtLeast(t, cmd, 1500*time.Millisecond, 3*time.Second, 150, false, func(pid int, samples []sampler.Sample) {
+			h.sampleJVMAtLeast(t, cmd, warm, 3*time.Second, 150, false, func(pid int, samples []sampler.Sample) {
 				p, err := h.norm.Refresh(pid)
 				if err != nil {
 					t.Fatal(err)
@@ -93,6 +108,9 @@ func TestHostileProcess(t *testing.T) {
 			})
 			if !tc.walked && h.s.Runtimes().Stats().Failed["hotspot"] == failed {
 				t.Error("the forged layout was not counted as a failure")
+			}
+			if tc.walked && h.s.Runtimes().Stats().Failed["hotspot"] != failed {
+				t.Error("a layout that passes was counted as a failure")
 			}
 		})
 	}

@@ -187,13 +187,19 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	case errors.Is(err, runtimes.ErrProcessGone):
 		return nil, true, err
 	case err != nil:
-		// The file's layout decides at once; the process's state (its
-		// code heaps, the interpreter) may be read half set up: it is
-		// read again on the next snapshot, which the walker asks for
-		// (at most once a second) while it runs in this code.
-		if pr.failed++; pr.l != nil && pr.failed < attachTries {
+		// Everything is read from the process's memory, which may be
+		// half set up: the tables' pointers before the loader relocated
+		// them (a layout that looks unusable), its code heaps, the
+		// interpreter. It is read again on the next snapshot, which the
+		// walker asks for (at most once a second) while it runs in this
+		// code; attachTries failures are final, and a final verdict on
+		// the layout is the file's.
+		if pr.failed++; pr.failed < attachTries {
 			r.log.Debug("HotSpot attach failed, will retry", zap.Int("pid", p.PID), zap.Int("failures", pr.failed), zap.Error(err))
 			return fallbackRanges(p, pr), true, nil
+		}
+		if pr.l == nil && errors.Is(err, errLayout) {
+			r.rememberLayout(m, layoutEntry{err: err})
 		}
 		pr.err = fmt.Errorf("%s: %w", m.Path, err)
 		return r.broken(p, pr), true, pr.err

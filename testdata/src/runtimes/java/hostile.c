@@ -3,7 +3,9 @@
  * test, that exports gHotSpotVM* tables, and calls forge(mode, lo, hi) to
  * set them up as mode says before spinning in main -> spin_a -> spin_b ->
  * leaf. lo and hi bound the pages of this program's code, which a forged
- * code cache claims. Usage: hostile MODE SECONDS */
+ * code cache claims. Usage: hostile MODE SECONDS [DELAY]: with DELAY, the
+ * tables stay as linked (pointers a loader has not relocated yet, to read)
+ * for DELAY seconds first. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -51,6 +53,11 @@ int main(int argc, char **argv)
 	}
 	lo &= ~(page - 1);
 	hi = (hi + 2 * page) & ~(page - 1);
+	if (argc > 3) {
+		double d = atof(argv[3]);
+		struct timespec delay = {(time_t)d, (long)((d - (time_t)d) * 1e9)};
+		nanosleep(&delay, NULL);
+	}
 	forge(argv[1], lo, hi);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	spin_a(ts.tv_sec + ts.tv_nsec / 1e9 + atof(argv[2]));
