@@ -49,9 +49,8 @@ type layoutKey struct {
 
 // layoutFor reads libjvm's layout, once per file.
 func (r *Runtime) layoutFor(pid int, m *normalize.Mapping, mem memory, bias uint64) (*layout, error) {
-	key := layoutKey{file: m.File.ID, buildID: m.File.GNUBuildID}
 	r.mu.Lock()
-	e, ok := r.layouts[key]
+	e, ok := r.layouts[layoutKeyOf(m)]
 	r.mu.Unlock()
 	if ok {
 		return e.l, e.err
@@ -80,7 +79,11 @@ func (r *Runtime) rememberLayout(m *normalize.Mapping, e layoutEntry) {
 	if len(r.layouts) >= maxLayouts {
 		clear(r.layouts)
 	}
-	r.layouts[layoutKey{file: m.File.ID, buildID: m.File.GNUBuildID}] = e
+	r.layouts[layoutKeyOf(m)] = e
+}
+
+func layoutKeyOf(m *normalize.Mapping) layoutKey {
+	return layoutKey{file: m.File.ID, buildID: m.File.GNUBuildID}
 }
 
 // maxLayouts bounds the libjvm builds remembered.

@@ -98,9 +98,9 @@ type proc struct {
 	bias  uint64
 	ready bool  // the walker has its entry
 	err   error // why it cannot be walked (permanent)
-	// failed counts attach failures: a JVM read while it starts can look
-	// inconsistent, so only a failure of its state seen attachTries times
-	// is final.
+	// failed counts attach failures: a JVM read while it starts (its
+	// tables not yet relocated, its code heaps not yet made) can look
+	// inconsistent, so only the attachTries-th failure is final.
 	failed int
 
 	ranges                      [][2]uint64
