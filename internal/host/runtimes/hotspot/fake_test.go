@@ -283,5 +283,11 @@ func sortInt32(s []int32) {
 
 // proc is a ready process over the fake memory.
 func (j *fakeJVM) proc(pid int) *proc {
-	return &proc{pid: pid, mem: j.m, l: j.l, ready: true, codeLo: j.m.base, codeHi: j.m.base + uint64(len(j.m.b))}
+	return attached(&proc{pid: pid, mem: j.m, l: j.l, codeLo: j.m.base, codeHi: j.m.base + uint64(len(j.m.b))})
+}
+
+// attached marks pr as an attached process, as attach does last.
+func attached(pr *proc) *proc {
+	pr.ready.Store(true)
+	return pr
 }

@@ -80,7 +80,7 @@ func FuzzNames(f *testing.F) {
 		}
 		m := &fakeMem{base: j.m.base, b: b}
 		r := New(runtimes.Config{MaxNameBytes: 256}, nopMap{}, nil, nil)
-		r.procs[1] = &proc{pid: 1, mem: m, l: jdk17(), ready: true, codeLo: m.base, codeHi: m.base + uint64(len(b))}
+		r.procs[1] = attached(&proc{pid: 1, mem: m, l: jdk17(), codeLo: m.base, codeHi: m.base + uint64(len(b))})
 		for i := 0; i < 2; i++ { // the second time through the caches
 			sym, err := r.Name(1, runtimes.Frame{Kind: kind % 4, Ptr: m.base + uint64(ptr), Aux: aux})
 			if err == nil && len(sym.Frames) == 0 {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -52,13 +53,21 @@ type Counters interface {
 // Bytes the name caches may hold, each.
 const cacheBytes = 16 << 20
 
-// Runtime walks HotSpot JVMs. Safe for concurrent use.
+// Runtime walks HotSpot JVMs. Safe for concurrent use: the sampler's
+// event goroutine attaches processes while its report goroutine names
+// their frames and forgets those that exited.
 type Runtime struct {
 	cfg      runtimes.Config
 	procMap  ProcMap
 	errs     Counters
 	log      *zap.Logger
 	procRoot string
+	openMem  func(pid int) (memory, error)
+
+	// attachMu serializes Attach and Forget, the two writers of a proc's
+	// attach state (its fields above ready). Name never takes it: an
+	// attach reads the process and must not hold up naming.
+	attachMu sync.Mutex
 
 	mu      sync.Mutex
 	layouts map[layoutKey]layoutEntry
@@ -89,15 +98,22 @@ type memory interface {
 }
 
 // proc is one JVM process.
+//
+// pid, file, start and mem are set when it is made, before it is
+// published in Runtime.procs. The attach state (l, bias, err, failed,
+// ranges and the code cache's bounds) is written only under
+// Runtime.attachMu, and Name reads it only once ready says the attach is
+// complete: ready is stored last and the fields it covers are never
+// written again, so that load orders Name's reads after the writes.
 type proc struct {
 	pid   int
 	file  normalize.FileID
 	start uint64 // libjvm's mapping: a new one means a new JVM (exec)
 	mem   memory
-	l     *layout
-	bias  uint64
-	ready bool  // the walker has its entry
-	err   error // why it cannot be walked (permanent)
+
+	l    *layout
+	bias uint64
+	err  error // why it cannot be walked (permanent)
 	// failed counts attach failures: a JVM read while it starts (its
 	// tables not yet relocated, its code heaps not yet made) can look
 	// inconsistent, so only the attachTries-th failure is final.
@@ -105,6 +121,8 @@ type proc struct {
 
 	ranges                      [][2]uint64
 	codeLo, codeHi, callStubRet uint64
+
+	ready atomic.Bool // the walker has its entry; the fields above are final
 
 	mu    sync.Mutex
 	stubs []stubEntry
@@ -123,10 +141,12 @@ func New(cfg runtimes.Config, procMap ProcMap, errs Counters, log *zap.Logger) *
 		}
 		return n
 	}
-	return &Runtime{cfg: cfg, procMap: procMap, errs: errs, log: log, procRoot: "/proc",
+	r := &Runtime{cfg: cfg, procMap: procMap, errs: errs, log: log, procRoot: "/proc",
 		layouts: map[layoutKey]layoutEntry{}, procs: map[int]*proc{},
 		methods: lru.New[methodKey](cacheBytes, cfg.MaxNames, (*methodInfo).cost, nil),
 		names:   lru.NewKeyed(cacheBytes, cfg.MaxNames, symCost, nil)}
+	r.openMem = func(pid int) (memory, error) { return runtimes.OpenMem(r.procRoot, pid) }
+	return r
 }
 
 // Kind is runtimes.KindHotSpot.
@@ -144,20 +164,22 @@ func (r *Runtime) Owns(kind uint8) bool {
 // it runs (when known) with the error, so that its stacks say runtime.
 func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	m := libjvm(p)
+	r.attachMu.Lock()
+	defer r.attachMu.Unlock()
 	r.mu.Lock()
 	pr := r.procs[p.PID]
 	r.mu.Unlock()
 	if m == nil {
 		if pr != nil {
-			r.Forget(p.PID)
+			r.forget(p.PID)
 		}
 		return nil, false, nil
 	}
 	if pr != nil && (pr.start != m.Start || pr.file != m.File.ID) {
-		r.Forget(p.PID) // exec'd another JVM
+		r.forget(p.PID) // exec'd another JVM
 		pr = nil
 	}
-	if pr != nil && pr.ready {
+	if pr != nil && pr.ready.Load() {
 		return pr.ranges, true, nil
 	}
 	if pr != nil && pr.err != nil {
@@ -166,7 +188,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		return r.broken(p, pr), true, pr.err
 	}
 	if pr == nil {
-		mem, err := runtimes.OpenMem(r.procRoot, p.PID)
+		mem, err := r.openMem(p.PID)
 		if err != nil {
 			return nil, true, err
 		}
@@ -247,7 +269,7 @@ func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) e
 		return fmt.Errorf("hotspot_procs: %w", err)
 	}
 	pr.ranges = [][2]uint64{{pr.codeLo, pr.codeHi}}
-	pr.ready = true
+	pr.ready.Store(true)
 	r.log.Debug("HotSpot attached", zap.Int("pid", p.PID), zap.Int("jdk", pr.l.version),
 		zap.Uint32("code_heaps", v.Nheaps), zap.Uint64("code_cache_bytes", pr.codeHi-pr.codeLo))
 	return nil
@@ -281,6 +303,13 @@ func fallbackRanges(p *normalize.Process, pr *proc) [][2]uint64 {
 
 // Forget drops pid.
 func (r *Runtime) Forget(pid int) {
+	r.attachMu.Lock()
+	defer r.attachMu.Unlock()
+	r.forget(pid)
+}
+
+// forget is Forget with attachMu held.
+func (r *Runtime) forget(pid int) {
 	r.mu.Lock()
 	pr := r.procs[pid]
 	delete(r.procs, pid)
@@ -289,7 +318,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	pr.mem.Close()
-	if pr.ready || pr.err != nil {
+	if pr.ready.Load() || pr.err != nil {
 		_ = r.procMap.Delete(uint32(pid))
 	}
 	r.methods.EvictWhere(func(k methodKey, _ *methodInfo) bool { return k.pid == pid }, func() bool { return false })
@@ -308,6 +337,13 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 		if pr == nil {
 			return sym, nil
 		}
+		if !pr.ready.Load() {
+			// A JVM that replaced the one named (exec, or a reused pid)
+			// while this name was cached: without its layout nothing
+			// can be checked, and the frame is not its.
+			r.names.Remove(key)
+			return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
+		}
 		err := pr.same(f)
 		if err == nil || errors.Is(err, runtimes.ErrProcessGone) {
 			return sym, nil
@@ -315,7 +351,7 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 		r.names.Remove(key)
 		return runtimes.Symbol{}, err
 	}
-	if pr == nil || !pr.ready {
+	if pr == nil || !pr.ready.Load() {
 		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
 	}
 	var sym runtimes.Symbol
