@@ -137,5 +137,6 @@ type Stats struct {
 	Evictions     uint64 // unused tables dropped to make room
 	NoRoom        uint64 // tables that did not fit even after evicting (frame pointers instead)
 	ProcsNoRoom   uint64 // processes left to frame pointers: no room for their mappings
+	Republished   uint64 // ready tables the BPF side marked pending over, found by Poll
 	BuildTime     time.Duration
 }

@@ -184,3 +184,52 @@ func TestNoBuildsForExitedProcesses(t *testing.T) {
 	m.Forget(late.Process.Pid)
 	_, _ = warm, living
 }
+
+// TestPendingOverReadyRepaired: a sample that read "lazy" just before the
+// table was published writes "pending" over "ready" (a plain store in
+// bpf/unwind.h) and sends an event; when that event is lost (ring full) the
+// file must not stay on frame pointers: Poll publishes the table again.
+func TestPendingOverReadyRepaired(t *testing.T) {
+	sleep := testfixture.NeedTool(t, "sleep")
+	m, maps := newManagerMaps(t, unwind.Config{})
+	norm := normalize.New(normalize.Options{})
+	cmd := track(t, m, norm, sleep)
+	// No sample asks for a table here: ask for each as one would.
+	var slots []uint32
+	var tab bpf.ProfileUnwindTable
+	for slot := uint32(0); slot < uint32(maps.Tables.MaxEntries()); slot++ {
+		if maps.Tables.Lookup(slot, &tab) == nil && tab.State == uint32(bpf.ProfileTableStateTABLE_LAZY) {
+			slots = append(slots, slot)
+			m.Request(slot)
+		}
+	}
+	if len(slots) == 0 {
+		t.Fatalf("no lazy table for pid %d: %+v", cmd.Process.Pid, m.Stats())
+	}
+	if !waitUntil(20*time.Second, func() bool { return settled(m) }) {
+		t.Fatalf("tables still pending: %+v", m.Stats())
+	}
+	var ready []uint32
+	for _, slot := range slots {
+		if maps.Tables.Lookup(slot, &tab) == nil && tab.State == uint32(bpf.ProfileTableStateTABLE_READY) {
+			ready = append(ready, slot)
+		}
+	}
+	if len(ready) == 0 {
+		t.Fatalf("no table built: %+v", m.Stats())
+	}
+	for _, slot := range ready {
+		if err := maps.Tables.Put(slot, bpf.ProfileUnwindTable{State: uint32(bpf.ProfileTableStateTABLE_PENDING)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Poll()
+	for _, slot := range ready {
+		if err := maps.Tables.Lookup(slot, &tab); err != nil || tab.State != uint32(bpf.ProfileTableStateTABLE_READY) || tab.Count == 0 {
+			t.Errorf("slot %d after Poll: %+v, %v; want its ready table again", slot, tab, err)
+		}
+	}
+	if st := m.Stats(); st.Republished != uint64(len(ready)) {
+		t.Errorf("republished %d, want %d", st.Republished, len(ready))
+	}
+}

@@ -521,19 +521,28 @@ func (m *Manager) request(f *file, wanted bool) {
 }
 
 // Poll finds tables the BPF side asked for whose event was lost (events
-// ring full) and queues them. Cheap: one lookup per lazy table; run it once
-// per report interval.
+// ring full) and queues them, and republishes ready tables the BPF side
+// marked pending over (it read "lazy" just before the table was published,
+// and its store is a plain one: 5.10 has no BPF compare-and-swap), which
+// Request does when that event arrives. Cheap: one lookup per table; run
+// it once per report interval.
 func (m *Manager) Poll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var t bpf.ProfileUnwindTable
 	for slot, f := range m.bySlot {
-		if f.state != stateLazy && (f.state != statePending || f.wanted) {
+		if f.state != stateReady && f.state != stateLazy && (f.state != statePending || f.wanted) {
 			continue
 		}
-		if err := m.maps.Tables.Lookup(slot, &t); err == nil && t.State == statePending {
-			m.request(f, true)
+		if err := m.maps.Tables.Lookup(slot, &t); err != nil || t.State != statePending {
+			continue
 		}
+		if f.state == stateReady {
+			m.stats.Republished++
+			m.publish(f)
+			continue
+		}
+		m.request(f, true)
 	}
 }
 
