@@ -243,6 +243,7 @@ enum stop_reason *unused_stop_reason __attribute__((unused));
 enum sample_origin *unused_sample_origin __attribute__((unused));
 enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
 enum table_state *unused_table_state __attribute__((unused));
+enum table_slot *unused_table_slot __attribute__((unused));
 enum row_kind *unused_row_kind __attribute__((unused));
 enum cfa_rule *unused_cfa_rule __attribute__((unused));
 enum stack_word_bits *unused_stack_word_bits __attribute__((unused));

@@ -395,6 +395,13 @@ const (
 	ProfileStopReasonSTOP_SLOTS           ProfileStopReason = 16
 )
 
+type ProfileTableSlot uint32
+
+const (
+	ProfileTableSlotTABLE_FP   ProfileTableSlot = 4294967295
+	ProfileTableSlotTABLE_VDSO ProfileTableSlot = 4294967294
+)
+
 type ProfileTableState uint32
 
 const (
@@ -601,6 +608,7 @@ const (
 	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
 	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
 	ProfileVarUnusedStopReason       = "unused_stop_reason"
+	ProfileVarUnusedTableSlot        = "unused_table_slot"
 	ProfileVarUnusedTableState       = "unused_table_state"
 	ProfileVarUnusedUnwindLimits     = "unused_unwind_limits"
 	ProfileVarUnusedUnwindMapping    = "unused_unwind_mapping"
@@ -757,6 +765,7 @@ type ProfileVariableSpecs struct {
 	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
 	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
+	UnusedTableSlot        *ebpf.VariableSpec `ebpf:"unused_table_slot"`
 	UnusedTableState       *ebpf.VariableSpec `ebpf:"unused_table_state"`
 	UnusedUnwindLimits     *ebpf.VariableSpec `ebpf:"unused_unwind_limits"`
 	UnusedUnwindMapping    *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
@@ -917,6 +926,7 @@ type ProfileVariables struct {
 	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
 	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
+	UnusedTableSlot        *ebpf.Variable `ebpf:"unused_table_slot"`
 	UnusedTableState       *ebpf.Variable `ebpf:"unused_table_state"`
 	UnusedUnwindLimits     *ebpf.Variable `ebpf:"unused_unwind_limits"`
 	UnusedUnwindMapping    *ebpf.Variable `ebpf:"unused_unwind_mapping"`

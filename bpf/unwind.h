@@ -34,9 +34,12 @@ enum unwind_limits {
 	MAX_TAIL_CALLS = 30,    /* the kernel allows 33 */
 };
 
-/* unwind_mapping.table values that are not slots. */
-#define TABLE_FP 0xffffffffu  /* JIT, anonymous code: frame pointers */
-#define TABLE_VDSO 0xfffffffeu /* [vdso]: frame pointers, or its signal trampoline */
+/* unwind_mapping.table values that are not slots (an enum, so that Go
+ * gets them from the generated types, not a copy). */
+enum table_slot {
+	TABLE_FP = 0xffffffffu,   /* JIT, anonymous code: frame pointers */
+	TABLE_VDSO = 0xfffffffeu, /* [vdso]: frame pointers, or its signal trampoline */
+};
 
 /* unwind_table.state */
 enum table_state {

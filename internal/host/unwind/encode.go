@@ -38,8 +38,8 @@ const (
 	// MaxMappingsPerProcess is what the BPF mapping search reaches.
 	MaxMappingsPerProcess = 1<<bpf.ProfileUnwindLimitsMAP_SEARCH_STEPS - 1
 
-	tableFP      = math.MaxUint32     // mapping without table: frame pointers (TABLE_FP)
-	tableVDSO    = math.MaxUint32 - 1 // [vdso]: frame pointers, or the kernel's signal trampoline (TABLE_VDSO, arm64)
+	tableFP      = uint32(bpf.ProfileTableSlotTABLE_FP)   // mapping without table: frame pointers
+	tableVDSO    = uint32(bpf.ProfileTableSlotTABLE_VDSO) // [vdso]: frame pointers, or the kernel's signal trampoline (arm64)
 	statePending = uint32(bpf.ProfileTableStateTABLE_PENDING)
 	stateReady   = uint32(bpf.ProfileTableStateTABLE_READY)
 	stateNone    = uint32(bpf.ProfileTableStateTABLE_NONE)
