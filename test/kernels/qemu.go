@@ -57,10 +57,6 @@ type result struct {
 	err        error
 	log        string // console log file
 	binaries   int    // test binaries the VM runs, each reporting an @@ EXIT
-	// retried: tests that failed once and were run again (initScript);
-	// what they did the second time is in passed or failed.
-	retried []string
-	settled int // failed[:settled] belong to binaries already done
 }
 
 func (r *result) ok() bool {
@@ -89,7 +85,6 @@ var (
 	wholeRe = regexp.MustCompile(`\s([\w+.-]+): \d+/\d+ samples whole \(([\d.]+)%\)`)
 	bpfRe   = regexp.MustCompile(`bpf_ns_per_sample=(\d+)`)
 	exitRe  = regexp.MustCompile(`^@@ EXIT (\w+) (\d+)`)
-	retryRe = regexp.MustCompile(`^@@ RETRY (\w+)`)
 	kernRe  = regexp.MustCompile(`^@@ KERNEL (.*), up ([\d.]+) s`)
 )
 
@@ -149,12 +144,6 @@ func (r *result) parse(in io.Reader, logf func(string, ...any)) {
 		}
 		if m := exitRe.FindStringSubmatch(l); m != nil {
 			r.exits[m[1]], _ = strconv.Atoi(m[2])
-			r.settled = len(r.failed)
-		}
-		if m := retryRe.FindStringSubmatch(l); m != nil {
-			r.retried = append(r.retried, r.failed[r.settled:]...)
-			r.failed = r.failed[:r.settled]
-			logf("%s: running %s's failed tests again", r.name, m[1])
 		}
 		if m := passRe.FindStringSubmatch(l); m != nil {
 			r.passed = append(r.passed, m[1])
@@ -179,9 +168,6 @@ func renderReport(rs []*result, images map[string]*built, total time.Duration) s
 	sb.WriteString("| kernel | arch | tests | whole chains (fixture: %) | BPF ns/sample | boot | boot+tests |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		status := fmt.Sprintf("%d passed, %d failed", len(r.passed), len(r.failed))
-		if len(r.retried) > 0 {
-			status += fmt.Sprintf(" (failed once, then run again: %s)", strings.Join(r.retried, " "))
-		}
 		if r.err != nil {
 			status = "error: " + r.err.Error()
 		}
