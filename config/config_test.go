@@ -65,6 +65,7 @@ func TestConfigsValidate(t *testing.T) {
 // (6.6 MB in 42 s on a busy host).
 func TestRunOutputRotates(t *testing.T) {
 	bin := distribution(t)
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "make run samples this host: %v", err)
 	}

@@ -135,6 +135,7 @@ func TestTopAndConvertOffCPU(t *testing.T) {
 // profile whose time is the fixture's own, in nanosleep, reason sleep, and
 // a wall profile with --wall; `top --type off_cpu` reads it.
 func TestRecordOffCPU(t *testing.T) {
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

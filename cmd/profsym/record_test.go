@@ -48,6 +48,7 @@ func TestRecordFlags(t *testing.T) {
 // copy under a name of its own (its comm) and selects it by that name.
 func recordFixture(t *testing.T, format string, extra ...string) (string, int) {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

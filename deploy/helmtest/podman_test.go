@@ -38,6 +38,7 @@ type podman struct {
 }
 
 func newPodman(t *testing.T) *podman {
+	testfixture.Short(t, "rootful podman and eBPF")
 	t.Helper()
 	p := &podman{t: t, bin: testfixture.NeedTool(t, "podman"), dir: t.TempDir()}
 	testfixture.NeedTool(t, "runc")

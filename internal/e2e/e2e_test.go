@@ -58,6 +58,7 @@ func (s *syncBuffer) String() string {
 }
 
 func startCollector(t *testing.T, bin, name string, env []string, configs ...string) *collector {
+	testfixture.Short(t, "eBPF (the built collector samples this host)")
 	t.Helper()
 	c, err := launchCollector(t, bin, name, env, configs...)
 	if err != nil {

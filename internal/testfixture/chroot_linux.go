@@ -34,6 +34,7 @@ func DebianMirror() string {
 // container's.
 func Chroot(t testing.TB, suite string, pkgs ...string) string {
 	t.Helper()
+	Short(t, "a debootstrap chroot")
 	NeedTool(t, "debootstrap")
 	if os.Geteuid() != 0 {
 		SkipOrFail(t, "building a %s chroot needs root", suite)

@@ -254,3 +254,13 @@ func Helm(t testing.TB) string {
 	SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
 	return ""
 }
+
+// Short skips t under go test -short (make test-short), CI or not: the
+// developer's fast loop runs what needs no privilege, eBPF, VM or chroot,
+// and need says which of those t needs.
+func Short(t testing.TB, need string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: needs %s (make test runs it)", need)
+	}
+}

@@ -32,6 +32,7 @@ func lifecycleHost(t *testing.T) component.Host {
 
 func needSampler(t testing.TB) {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

@@ -22,6 +22,7 @@ import (
 // lacks what it needs.
 func newSampler(t testing.TB, cfg Config) *Sampler {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

@@ -27,6 +27,7 @@ func countFDs(t *testing.T) int {
 }
 
 func TestLifecycle(t *testing.T) {
+	testfixture.Short(t, "eBPF")
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
@@ -95,6 +96,7 @@ func TestLifecycle(t *testing.T) {
 
 // A sampler that is never started must close cleanly too.
 func TestCloseWithoutStart(t *testing.T) {
+	testfixture.Short(t, "eBPF")
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
@@ -202,6 +204,7 @@ func TestNewWithoutCapabilities(t *testing.T) {
 		os.Stdout.WriteString("ERR: " + err.Error() + "\n")
 		os.Exit(0)
 	}
+	testfixture.Short(t, "eBPF")
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
@@ -256,6 +259,7 @@ func TestMemlock(t *testing.T) {
 		}
 		os.Exit(0)
 	}
+	testfixture.Short(t, "eBPF")
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

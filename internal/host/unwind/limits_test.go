@@ -30,6 +30,7 @@ func newManager(t testing.TB, cfg unwind.Config) *unwind.Manager {
 // newManagerMaps is newManager, also returning the maps.
 func newManagerMaps(t testing.TB, cfg unwind.Config) (*unwind.Manager, unwind.Maps) {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

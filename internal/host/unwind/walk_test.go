@@ -37,6 +37,7 @@ type harness struct {
 
 func newHarness(t testing.TB, cfg sampler.Config) *harness {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

@@ -287,23 +287,50 @@ func TestEndlessBodyDoesNotBlockOthers(t *testing.T) {
 	// A healthy file of about 3 MiB: the debug file, padded.
 	body := append(read(t, debugA), make([]byte, 3<<20)...)
 	endlessID := strings.Repeat("e0", 20)
-	slow := endless(64<<10, 10*time.Millisecond) // about 6 MB/s
+	// The endless body stops after 6 of the 8 MiB until released, so that
+	// the healthy file is asked for while it holds them, however fast the
+	// machine (a fixed sleep here once let the file fit, under -race).
+	const hold = 6 << 20
+	release := make(chan struct{})
 	srv := startLoop(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, endlessID) {
-			slow(w, r)
+		if !strings.Contains(r.URL.Path, endlessID) {
+			serveFiles(map[string][]byte{idA + "/debuginfo": body})(w, r)
 			return
 		}
-		serveFiles(map[string][]byte{idA + "/debuginfo": body})(w, r)
+		buf := make([]byte, 64<<10)
+		for sent := 0; ; sent += len(buf) {
+			if sent == hold {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
 	})
-	c := newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: budget, Timeout: 5 * time.Second, NegativeTTL: time.Hour})
+	c := newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: budget, Timeout: 30 * time.Second, NegativeTTL: time.Hour})
 	done := make(chan error, 1)
 	go func() { _, err := c.Fetch(context.Background(), endlessID, DebugInfo); done <- err }()
-	time.Sleep(time.Second) // the endless body holds about 6 of the 8 MiB
+	held := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.reserved == hold
+	}
+	for deadline := time.Now().Add(20 * time.Second); !held(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the endless body never held 6 MiB of the cache")
+		}
+	}
 	_, err := c.Fetch(context.Background(), idA, DebugInfo)
 	wantErr(t, err, frame.ErrLimitExceeded)
 	if !frame.Transient(err) {
 		t.Errorf("a healthy file refused for room the endless body holds: %v, want transient", err)
 	}
+	close(release)
 	wantErr(t, <-done, frame.ErrLimitExceeded)
 	p, err := c.Fetch(context.Background(), idA, DebugInfo)
 	if err != nil || fileID(t, p) != idA {

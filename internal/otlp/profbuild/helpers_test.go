@@ -26,6 +26,7 @@ type harness struct {
 
 func newHarness(t testing.TB, scfg sampler.Config, opt Options) *harness {
 	t.Helper()
+	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}

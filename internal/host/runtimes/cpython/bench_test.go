@@ -59,6 +59,7 @@ func BenchmarkPythonCost(b *testing.B) {
 
 func measurePython(b *testing.B, v cpython.Interpreter, walk bool, dur time.Duration) {
 	b.StopTimer()
+	testfixture.Short(b, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(b, "%v", err)
 	}

@@ -38,6 +38,7 @@ import (
 //	                 mark over the steady window
 //	java_frames/sample  runtime frames per sample of the JVM
 func BenchmarkHotSpotCost(b *testing.B) {
+	testfixture.Short(b, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(b, "%v", err)
 	}
