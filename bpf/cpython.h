@@ -134,7 +134,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WALK_SLOTS); /* enum walk_slot */
 	__type(key, __u32);
 	__type(value, struct cpython_bufs);
 } cpython_scratch SEC(".maps");
@@ -241,10 +241,10 @@ static __always_inline void cpython_ask_attach(struct unwind_state *s, struct st
 
 static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
 {
-	__u32 zero = 0, err = CPY_ERR_NOT_ATTACHED;
+	__u32 zero = 0, slot = s->slot, err = CPY_ERR_NOT_ATTACHED;
 	__u64 fsize, csize; /* 64-bit: the bounds checked are those of the register passed */
 	struct cpython_proc *p = bpf_map_lookup_elem(&cpython_procs, &s->tgid);
-	struct cpython_bufs *b = bpf_map_lookup_elem(&cpython_scratch, &zero);
+	struct cpython_bufs *b = bpf_map_lookup_elem(&cpython_scratch, &slot);
 	struct cpython_counters *cs = bpf_map_lookup_elem(&cpython_stats, &zero);
 	__u64 cur, next, code, instr, h, ts;
 	__u8 entry;
@@ -345,7 +345,7 @@ done:
 	return walk_native(ctx, s, st, progs);
 }
 
-WALK_PROGRAM("perf_event", cpython_step, unwind_progs, cpython_walk)
+WALK_PROGRAM("perf_event", cpython_step, unwind_progs, cpython_walk, WALK_SLOT_CPU)
 
 /* Anchors for bpf2go's -type. */
 struct cpython_bufs *unused_cpython_bufs __attribute__((unused));

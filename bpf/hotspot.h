@@ -106,7 +106,7 @@ struct hotspot_blob {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WALK_SLOTS); /* enum walk_slot */
 	__type(key, __u32);
 	__type(value, struct hotspot_blob);
 } hotspot_scratch SEC(".maps");
@@ -426,10 +426,10 @@ static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struc
 {
 	struct hotspot_proc *p = bpf_map_lookup_elem(&hotspot_procs, &s->tgid);
 	struct hotspot_blob *b;
-	__u32 zero = 0;
+	__u32 slot = s->slot;
 	int r;
 
-	b = bpf_map_lookup_elem(&hotspot_scratch, &zero);
+	b = bpf_map_lookup_elem(&hotspot_scratch, &slot);
 	if (!HS_WALKS || !p || p->broken || !b) {
 		/* Known to run HotSpot, but not walkable: its native frames,
 		 * marked. A JVM still starting up (no entry yet) gets walked
@@ -461,7 +461,7 @@ static __always_inline int hotspot_walk(void *ctx, struct unwind_state *s, struc
 	return finish_walk(s, st);
 }
 
-WALK_PROGRAM("perf_event", hotspot_step, unwind_progs, hotspot_walk)
+WALK_PROGRAM("perf_event", hotspot_step, unwind_progs, hotspot_walk, WALK_SLOT_CPU)
 
 /* Anchors for bpf2go's -type. */
 struct hotspot_proc *unused_hotspot_proc __attribute__((unused));

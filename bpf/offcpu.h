@@ -47,9 +47,9 @@
 /* The walker instances for off-CPU walks. A runtime's walker adds its own
  * here, next to the native one, and the sampler installs it in its slot of
  * offcpu_progs (offCPUWalkers in internal/host/sampler/offcpu.go). */
-WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_native, offcpu_progs, native_step)
-WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_hotspot, offcpu_progs, hotspot_walk)
-WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_cpython, offcpu_progs, cpython_walk)
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_native, offcpu_progs, native_step, WALK_SLOT_OFF_CPU)
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_hotspot, offcpu_progs, hotspot_walk, WALK_SLOT_OFF_CPU)
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_cpython, offcpu_progs, cpython_walk, WALK_SLOT_OFF_CPU)
 
 static __always_inline struct offcpu_stats *offcpu_get_stats(void)
 {

@@ -478,7 +478,7 @@ type ProfileUnwindState struct {
 	Origin    uint32
 	RtKind    uint32
 	RtHandled uint32
-	RtPad     uint32
+	Slot      uint32
 	Rt        [2]struct {
 		_  structs.HostLayout
 		Lo uint64

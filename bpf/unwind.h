@@ -148,7 +148,7 @@ struct unwind_state {
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
 	__u32 rt_kind;        /* the process's enum runtime_kind; NONE once its walker failed */
 	__u32 rt_handled;     /* the runtime walker pushed s->pc's frames: step it, push nothing */
-	__u32 rt_pad;
+	__u32 slot;           /* enum walk_slot: the scratch values this walk uses */
 	struct rt_range rt[RT_RANGES];
 	/* The runtime walkers' own state between their runs in one walk (a
 	 * cursor in the interpreter's frame chain, ...); zero at the start. */
@@ -187,9 +187,21 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+/* A walk of a CPU sample and one of an off-CPU wait each have scratch
+ * values of their own (here and in the runtime walkers' scratch maps): a
+ * sample taken by an NMI (a hardware event) can interrupt sched_switch's
+ * walk on its CPU, and must not overwrite it. The cpu-clock event is an
+ * hrtimer, which cannot fire while sched_switch runs with interrupts off,
+ * but the walk should not depend on which event the sampler opens. */
+enum walk_slot {
+	WALK_SLOT_CPU = 0,
+	WALK_SLOT_OFF_CPU = 1,
+	WALK_SLOTS = 2,
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WALK_SLOTS);
 	__type(key, __u32);
 	__type(value, struct unwind_state);
 } unwind_scratch SEC(".maps");

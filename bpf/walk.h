@@ -14,14 +14,14 @@
 #define PROFSYM_WALK_H
 
 /* Instantiates a walker program: fn(ctx, s, st, progs) runs with the walk
- * state and tail-calls through progs (a PROG_ARRAY indexed by enum
- * walk_prog). */
-#define WALK_PROGRAM(sec, name, progs, fn)                                     \
+ * state in scratch slot (enum walk_slot) and tail-calls through progs (a
+ * PROG_ARRAY indexed by enum walk_prog). */
+#define WALK_PROGRAM(sec, name, progs, fn, slot)                               \
 	SEC(sec)                                                               \
 	int name(void *ctx)                                                    \
 	{                                                                      \
-		__u32 zero = 0;                                                \
-		struct unwind_state *s = bpf_map_lookup_elem(&unwind_scratch, &zero); \
+		__u32 key = slot;                                              \
+		struct unwind_state *s = bpf_map_lookup_elem(&unwind_scratch, &key); \
 		struct stats *st = get_stats();                                \
 		if (!s || !st)                                                 \
 			return 0;                                              \
@@ -168,7 +168,7 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 	return finish_walk(s, st);
 }
 
-WALK_PROGRAM("perf_event", unwind_step, unwind_progs, native_step)
+WALK_PROGRAM("perf_event", unwind_step, unwind_progs, native_step, WALK_SLOT_CPU)
 
 /* Sets up a walk of the current task's user stack and starts it through
  * progs. A CPU sample that hit user mode has the user registers in its
@@ -180,12 +180,13 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	struct unwind_state *s;
 	struct unwind_proc *p;
 	struct pt_regs *regs;
-	__u32 zero = 0;
+	__u32 slot = origin == ORIGIN_OFF_CPU ? WALK_SLOT_OFF_CPU : WALK_SLOT_CPU;
 	long id = -1;
 
-	s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	s = bpf_map_lookup_elem(&unwind_scratch, &slot);
 	if (!s)
 		return 0;
+	s->slot = slot;
 	s->buf = active_buf & 1;
 	s->tgid = tgid;
 	s->tid = tid;
