@@ -41,7 +41,9 @@ type profilingReceiver struct {
 	loops      sync.WaitGroup // report loop
 	last       sampler.Stats  // counters already reported
 	lastUnwind unwind.Stats
-	from       time.Time // start of the current interval
+	// lastRuntimes: the runtime walkers' counters already reported.
+	lastRuntimes runtimeCounters
+	from         time.Time // start of the current interval
 }
 
 func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error) {
@@ -221,6 +223,7 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 		r.lastUnwind = us
 	}
 	r.tel.ReceiverProfilingProcessesTracked.Record(ctx, int64(r.builder.Tracked()))
+	r.recordRuntimes(ctx, r.sampler.Runtimes())
 	st, err := r.sampler.Stats()
 	if err != nil {
 		return

@@ -35,6 +35,10 @@ type TelemetryBuilder struct {
 	ReceiverProfilingProcessesTracked      metric.Int64Gauge
 	ReceiverProfilingReportDuration        metric.Float64Histogram
 	ReceiverProfilingReportsFailed         metric.Int64Counter
+	ReceiverProfilingRuntimeAttached       metric.Int64Counter
+	ReceiverProfilingRuntimeFramesUnnamed  metric.Int64Counter
+	ReceiverProfilingRuntimeRefused        metric.Int64Counter
+	ReceiverProfilingRuntimeWalkErrors     metric.Int64Counter
 	ReceiverProfilingSamples               metric.Int64Counter
 	ReceiverProfilingSamplesFiltered       metric.Int64Counter
 	ReceiverProfilingSamplesLost           metric.Int64Counter
@@ -129,6 +133,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_profiling_reports_failed",
 		metric.WithDescription("Report intervals whose drain failed or whose profiles or logs the next consumer refused. [Development]"),
 		metric.WithUnit("{report}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingRuntimeAttached, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_runtime_attached",
+		metric.WithDescription("Processes whose runtime (a JVM, a CPython interpreter) the walkers take. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingRuntimeFramesUnnamed, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_runtime_frames_unnamed",
+		metric.WithDescription("Runtime frames the agent could not name, by reason (runtime_not_attached, bad_runtime_frame, process_gone, limit_exceeded, ...): they reach the profile raw, with that reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingRuntimeRefused, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_runtime_refused",
+		metric.WithDescription("Processes running a runtime that cannot be walked (unknown version, a layout check failed, an architecture not walked): their stacks keep their native frames, ending with reason runtime. The agent's log says why, once per process. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingRuntimeWalkErrors, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_runtime_walk_errors",
+		metric.WithDescription("Runtime walks the BPF walker could not finish, by runtime and reason (hotspot: no_proc, no_blob, blob_read, interpreter, return_address, stub; cpython: not_attached, refused, no_thread, read, read_frame, read_code, not_code, chain_end, loop). [Development]"),
+		metric.WithUnit("{walk}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingSamples, err = builder.meter.Int64Counter(

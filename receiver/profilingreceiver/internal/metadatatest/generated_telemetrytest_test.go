@@ -28,6 +28,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingProcessesTracked.Record(context.Background(), 1)
 	tb.ReceiverProfilingReportDuration.Record(context.Background(), 1)
 	tb.ReceiverProfilingReportsFailed.Add(context.Background(), 1)
+	tb.ReceiverProfilingRuntimeAttached.Add(context.Background(), 1)
+	tb.ReceiverProfilingRuntimeFramesUnnamed.Add(context.Background(), 1)
+	tb.ReceiverProfilingRuntimeRefused.Add(context.Background(), 1)
+	tb.ReceiverProfilingRuntimeWalkErrors.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamples.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamplesFiltered.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamplesLost.Add(context.Background(), 1)
@@ -63,6 +67,18 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingReportsFailed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingRuntimeAttached(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingRuntimeFramesUnnamed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingRuntimeRefused(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingRuntimeWalkErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingSamples(t, testTel,

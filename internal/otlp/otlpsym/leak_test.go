@@ -1,0 +1,10 @@
+package otlpsym
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// The package starts goroutines; none may outlive its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,46 @@
+package profilingreceiver
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/profsym/profsym/internal/host/runtimes"
+)
+
+// runtimeCounters are the runtime walkers' cumulative counters already
+// reported.
+type runtimeCounters struct {
+	set  runtimes.Stats
+	walk map[string]map[string]uint64
+}
+
+// recordRuntimes reports what the runtime walkers did since the last
+// report: processes attached and refused, walks the BPF walkers could not
+// finish, frames left unnamed.
+func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set) {
+	if s == nil {
+		return
+	}
+	st, walk := s.Stats(), s.WalkErrors()
+	last := r.lastRuntimes
+	addDelta(ctx, r.tel.ReceiverProfilingRuntimeAttached, st.Attached, last.set.Attached)
+	for rt, n := range st.Failed {
+		addDelta(ctx, r.tel.ReceiverProfilingRuntimeRefused, n, last.set.Failed[rt], attrs(attribute.String("runtime", rt)))
+	}
+	for reason, n := range st.Unnamed {
+		addDelta(ctx, r.tel.ReceiverProfilingRuntimeFramesUnnamed, n, last.set.Unnamed[reason], reasonAttr(reason))
+	}
+	for rt, byReason := range walk {
+		for reason, n := range byReason {
+			addDelta(ctx, r.tel.ReceiverProfilingRuntimeWalkErrors, n, last.walk[rt][reason],
+				attrs(attribute.String("runtime", rt), attribute.String("reason", reason)))
+		}
+	}
+	r.lastRuntimes = runtimeCounters{set: st, walk: walk}
+}
+
+func attrs(kv ...attribute.KeyValue) metric.AddOption {
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
