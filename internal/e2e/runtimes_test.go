@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -183,7 +184,7 @@ func pyMarks(t *testing.T) map[string][]int64 {
 		t.Fatal(err)
 	}
 	marks := map[string][]int64{}
-	re := regexp.MustCompile(`# L:(\S+)$`)
+	re := regexp.MustCompile(`# L:([a-z<>]+)`)
 	for i, l := range strings.Split(string(b), "\n") {
 		if m := re.FindStringSubmatch(l); m != nil {
 			marks[m[1]] = append(marks[m[1]], int64(i+1))
@@ -201,8 +202,8 @@ func pyMarks(t *testing.T) map[string][]int64 {
 // frames, leaf first, are exactly pyChain, each of type cpython, in the
 // fixture's file, on a marked line of its function. Native frames may lie
 // above the leaf (C it calls), between Python frames (up to 3.10 each
-// call is an eval call of its own) and below <module>. Otherwise it says
-// what the Python frames were.
+// call is an eval call of its own) and below <module>. It also says what
+// the Python frames and the leaf frame were.
 func pyWhole(frames []userFrame, script string, marks map[string][]int64) (bool, string) {
 	var py []userFrame
 	for _, f := range frames {
@@ -223,7 +224,11 @@ func pyWhole(frames []userFrame, script string, marks map[string][]int64) (bool,
 			ok = false
 		}
 	}
-	return ok, "[" + strings.Join(desc, " ") + "]"
+	leaf := "none"
+	if len(frames) > 0 {
+		leaf = cmp.Or(frames[0].fn, "raw("+frames[0].err+")") + " " + frames[0].typ
+	}
+	return ok, "[" + strings.Join(desc, " ") + "] leaf frame " + leaf
 }
 
 // checkPy counts, per fixture, the samples of its measured work (stamped
@@ -259,6 +264,9 @@ func checkPy(t *testing.T, path string, runs []*pyRun) {
 			}
 			t.Logf("%s (pid %d): %d of %d samples hold the whole chain (%.1f%%); stop reasons %v",
 				r.it.name, r.pid, whole, total, 100*share, stops)
+			if len(bad) > 0 && share >= pyWholeShare {
+				t.Logf("the others' Python frames (leaf first):\n%s", topCounts(bad, 8))
+			}
 			if total < pyMinSamples {
 				t.Errorf("%s: %d samples of the measured work, want at least %d", r.it.name, total, pyMinSamples)
 			}

@@ -34,7 +34,7 @@ def warm(gofile, limit):
 
 def leaf(deadline):
     x = 0
-    while True:
+    while True:  # L:leaf (3.11+: the outer loop's JUMP_BACKWARD)
         for i in range(20000):  # L:leaf
             x += i * i  # L:leaf
         if time.process_time() > deadline:  # L:leaf
