@@ -157,7 +157,11 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := record(ctx, o)
+	rep, err := record(ctx, o, stderr)
+	// Ctrl-C ends the recording, not what follows it: symbolized under a
+	// canceled ctx, every native frame stayed raw (timeout). A second
+	// Ctrl-C still ends the process.
+	stop()
 	if err != nil {
 		fmt.Fprintln(stderr, "profsym record:", err)
 		return 1
@@ -175,7 +179,7 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "profsym record:", err)
 			return 1
 		}
-		st := sym.Profiles(ctx, rep.Profiles)
+		st := sym.Profiles(context.Background(), rep.Profiles)
 		sym.Close()
 		if client != nil {
 			client.Close()
@@ -200,7 +204,9 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 }
 
 // record samples for o.duration (or until ctx ends) and builds one report.
-func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
+// It says on stderr when the sampler runs: loading it can take seconds on
+// a busy machine, and a run is only worth its samples from there.
+func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Report, error) {
 	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
 		Unwinding: unwind.Config{Mode: o.unwinding},
 		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters}})
@@ -229,6 +235,7 @@ func record(ctx context.Context, o *recordOpts) (profbuild.Report, error) {
 	if err := s.Start(); err != nil {
 		return profbuild.Report{}, err
 	}
+	fmt.Fprintf(stderr, "profsym record: sampling for %v (Ctrl-C stops)\n", o.duration)
 	select {
 	case <-ctx.Done():
 	case <-time.After(o.duration):

@@ -166,17 +166,35 @@ type tally struct {
 }
 
 // userFrame is one non-kernel frame of a sample: its outermost line's
-// function and file:line, or raw (no lines).
+// function and file:line, or raw (no lines), with its
+// profile.frame.type and, when raw, why (profsym.symbolization.error).
 type userFrame struct {
 	fn, file string
+	path     string // the file as the profile names it (file is its base)
 	line     int64
 	raw      bool
+	typ, err string
+}
+
+// sampleOf is one sample of a profiles file: its process, value, first
+// timestamp, stop reason and user frames, leaf first.
+type sampleOf struct {
+	pid, n int64
+	time   uint64 // unix ns of the first time the stack was sampled
+	stop   string // profsym.unwind.stop_reason, "" for a whole stack
+	frames []userFrame
 }
 
 // eachSample reads a profiles file (one document per line, a line being
 // written is skipped) and calls fn for every sample of the pids of
 // interest with its value and its user frames, leaf first.
 func eachSample(t *testing.T, path string, pids map[int64]bool, fn func(pid, n int64, frames []userFrame)) {
+	t.Helper()
+	eachSampleOf(t, path, pids, func(s sampleOf) { fn(s.pid, s.n, s.frames) })
+}
+
+// eachSampleOf is eachSample with every field of a sample.
+func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s sampleOf)) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -204,7 +222,8 @@ func eachSample(t *testing.T, path string, pids map[int64]bool, fn func(pid, n i
 						var frames []userFrame
 						for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 							loc := dict.LocationTable().At(int(li))
-							if ft, _ := d.FindAttr(loc.AttributeIndices(), "profile.frame.type"); ft.Str() == "kernel" {
+							ft, _ := d.FindAttr(loc.AttributeIndices(), "profile.frame.type")
+							if ft.Str() == "kernel" {
 								continue
 							}
 							// The agent names [vdso] frames itself (no file
@@ -215,14 +234,24 @@ func eachSample(t *testing.T, path string, pids map[int64]bool, fn func(pid, n i
 								continue
 							}
 							if loc.Lines().Len() == 0 {
-								frames = append(frames, userFrame{raw: true})
+								why, _ := d.FindAttr(loc.AttributeIndices(), "profsym.symbolization.error")
+								frames = append(frames, userFrame{raw: true, typ: ft.Str(), err: why.Str()})
 								continue
 							}
 							ln := loc.Lines().At(loc.Lines().Len() - 1)
 							f := dict.FunctionTable().At(int(ln.FunctionIndex()))
-							frames = append(frames, userFrame{fn: d.Str(f.NameStrindex()), file: filepath.Base(d.Str(f.FilenameStrindex())), line: ln.Line()})
+							file := d.Str(f.FilenameStrindex())
+							frames = append(frames, userFrame{fn: d.Str(f.NameStrindex()), file: filepath.Base(file), path: file,
+								line: ln.Line(), typ: ft.Str()})
 						}
-						fn(v.Int(), s.Values().At(0), frames)
+						smp := sampleOf{pid: v.Int(), n: s.Values().At(0), frames: frames}
+						if s.TimestampsUnixNano().Len() > 0 {
+							smp.time = s.TimestampsUnixNano().At(0)
+						}
+						if stop, ok := d.FindAttr(s.AttributeIndices(), "profsym.unwind.stop_reason"); ok {
+							smp.stop = stop.Str()
+						}
+						fn(smp)
 					}
 				}
 			}

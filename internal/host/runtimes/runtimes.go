@@ -32,12 +32,26 @@ const (
 )
 
 // First frame kind of each runtime's block (enum frame_kind): a runtime
-// numbers its frame kinds from there, 16 at most.
+// numbers its frame kinds from there, up to the next block (HotSpot's is
+// 1-15, kind 0 being no runtime frame; CPython's 16-31).
 const (
 	FrameHotSpotFirst = uint8(bpf.ProfileFrameKindFRAME_HOTSPOT_FIRST)
 	FrameCPythonFirst = uint8(bpf.ProfileFrameKindFRAME_CPYTHON_FIRST)
 	FrameKinds        = uint8(bpf.ProfileFrameKindFRAME_KINDS)
 )
+
+// KindOf is the runtime whose block a frame kind is in, KindNone for
+// none. The blocks are decided here only: each runtime once computed its
+// own, and HotSpot's took CPython's first kind (issue 26).
+func KindOf(frameKind uint8) Kind {
+	switch {
+	case frameKind >= FrameHotSpotFirst && frameKind < FrameCPythonFirst:
+		return KindHotSpot
+	case frameKind >= FrameCPythonFirst && frameKind < FrameCPythonFirst+16:
+		return KindCPython
+	}
+	return KindNone
+}
 
 // Frame is one runtime frame as the walker recorded it.
 type Frame struct {
@@ -56,10 +70,9 @@ type Symbol struct {
 
 // Runtime is one runtime's host half.
 type Runtime interface {
-	// Kind says which runtime this is; its walker has that walk_progs slot.
+	// Kind says which runtime this is; its walker has that walk_progs slot,
+	// and the frames whose kind is in its block (KindOf) are its.
 	Kind() Kind
-	// Owns reports whether a frame kind is this runtime's.
-	Owns(kind uint8) bool
 	// Attach inspects a process snapshot. found is false when the process
 	// does not run this runtime. Otherwise Attach loads what the BPF
 	// walker needs for the process and returns the code ranges (process
@@ -98,10 +111,10 @@ func Reason(err error) string {
 
 // FrameType is the profile.frame.type of a frame kind.
 func FrameType(kind uint8) string {
-	switch {
-	case kind >= FrameHotSpotFirst && kind < FrameCPythonFirst:
+	switch KindOf(kind) {
+	case KindHotSpot:
 		return frame.TypeJVM
-	case kind >= FrameCPythonFirst && kind < FrameCPythonFirst+16:
+	case KindCPython:
 		return frame.TypeCPython
 	}
 	return frame.TypeNative

@@ -1,9 +1,13 @@
 package runtimes
 
 import (
+	"errors"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/normalize"
 )
 
 // Each runtime owns its block of frame kinds, HotSpot's 1-15 and
@@ -13,6 +17,37 @@ func TestFrameType(t *testing.T) {
 		16: frame.TypeCPython, 31: frame.TypeCPython, 32: frame.TypeNative} {
 		if got := FrameType(kind); got != want {
 			t.Errorf("kind %d: %s, want %s", kind, got, want)
+		}
+	}
+}
+
+// fakeRuntime names every frame it is given after itself.
+type fakeRuntime struct{ kind Kind }
+
+func (f fakeRuntime) Kind() Kind                                           { return f.kind }
+func (f fakeRuntime) Attach(*normalize.Process) ([][2]uint64, bool, error) { return nil, false, nil }
+func (f fakeRuntime) Forget(int)                                           {}
+func (f fakeRuntime) Name(int, Frame) (Symbol, error) {
+	return Symbol{Frames: []frame.Frame{{Name: f.kind.String()}}}, nil
+}
+
+// Issue 26: with HotSpot and CPython both on, as the binaries run them,
+// CPython's first frame kind went to HotSpot, which did not know the
+// process (runtime_not_attached). A Set routes each block to its runtime,
+// whatever the order the runtimes come in.
+func TestSetRoutesKindsToTheirRuntime(t *testing.T) {
+	hs, py := fakeRuntime{KindHotSpot}, fakeRuntime{KindCPython}
+	for _, order := range [][]Runtime{{hs, py}, {py, hs}} {
+		s := NewSet(zap.NewNop(), nil, order...)
+		for kind, want := range map[uint8]string{1: "hotspot", 15: "hotspot", 16: "cpython", 31: "cpython", 0: "", 32: "", 63: ""} {
+			sym, err := s.Name(1, Frame{Kind: kind})
+			got := ""
+			if err == nil {
+				got = sym.Frames[0].Name
+			}
+			if got != want || (want == "") != errors.Is(err, ErrNotAttached) {
+				t.Errorf("order %v, kind %d: named by %q (%v), want %q", order, kind, got, err, want)
+			}
 		}
 	}
 }

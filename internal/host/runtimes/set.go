@@ -121,13 +121,15 @@ func (s *Set) Forget(pid int) {
 	}
 }
 
-// Name names one runtime frame of pid.
+// Name names one runtime frame of pid, through the runtime whose block
+// its kind is in (whatever order the runtimes were given in).
 func (s *Set) Name(pid int, f Frame) (Symbol, error) {
 	var sym Symbol
 	err := kindError(f)
 	if s != nil {
+		k := KindOf(f.Kind)
 		for _, r := range s.rts {
-			if r.Owns(f.Kind) {
+			if k != KindNone && r.Kind() == k {
 				sym, err = r.Name(pid, f)
 				break
 			}

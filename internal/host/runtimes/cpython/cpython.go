@@ -117,11 +117,6 @@ func New(opt Options) *Runtime {
 // Kind is runtimes.KindCPython.
 func (r *Runtime) Kind() runtimes.Kind { return runtimes.KindCPython }
 
-// Owns reports whether kind is a CPython frame kind.
-func (r *Runtime) Owns(kind uint8) bool {
-	return kind >= runtimes.FrameCPythonFirst && kind < runtimes.FrameCPythonFirst+16
-}
-
 // Attach finds the interpreter p runs, if any: its eval loop is what the
 // walker hands to the CPython walker. A build or process that cannot be
 // walked still returns the ranges (its stacks keep native frames and say

@@ -152,11 +152,6 @@ func New(cfg runtimes.Config, procMap ProcMap, errs Counters, log *zap.Logger) *
 // Kind is runtimes.KindHotSpot.
 func (r *Runtime) Kind() runtimes.Kind { return runtimes.KindHotSpot }
 
-// Owns reports whether kind is one of HotSpot's frame kinds.
-func (r *Runtime) Owns(kind uint8) bool {
-	return kind >= runtimes.FrameHotSpotFirst && kind < runtimes.FrameHotSpotFirst+16
-}
-
 // Attach finds libjvm in p and hands its code cache to the walker. A JVM
 // still starting is found but not attached yet: its code goes to the
 // walker without the walker's entry, so that running there asks for the

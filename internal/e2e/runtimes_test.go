@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// Issue 26: Python frames came out of the built binaries unnamed
+// (runtime_not_attached) while the cpython package's harness, which loads
+// the CPython runtime alone, named them. These tests run the binaries as a
+// user does, with HotSpot and CPython both on, against real interpreters
+// running testdata/src/e2e/pychain.py.
+
+// pyChainSeconds is the CPU time each fixture spends in its chain: about
+// 300 samples at 99 Hz, of which the tests want at least 200.
+const (
+	pyChainSeconds = 3
+	pyMinSamples   = 200
+	pyWholeShare   = 0.99
+)
+
+// pyChain is what every measured sample must hold, leaf first.
+var pyChain = []string{"leaf", "mid", "top", "<module>"}
+
+// pyInterp is one interpreter the fixture runs with.
+type pyInterp struct {
+	name   string // "3.11-pyenv", "3.11-bookworm"
+	python string // the executable, as the process sees it
+	root   string // its chroot, "" for the host's
+}
+
+// pyInterps lists the interpreters: pyenv's 3.9, 3.11, 3.12 and 3.13 where
+// the host has them, and Debian's python3 of bookworm (3.11) and trixie
+// (3.13) in the runtime chroots the cpython package's tests share. At
+// least one 3.11 is required.
+func pyInterps(t *testing.T) []pyInterp {
+	t.Helper()
+	var out []pyInterp
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		home, _ := os.UserHomeDir()
+		root = filepath.Join(home, ".pyenv")
+	}
+	re := regexp.MustCompile(`^3\.(9|11|12|13)\.\d+$`)
+	dirs, _ := os.ReadDir(filepath.Join(root, "versions"))
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		m := re.FindStringSubmatch(d.Name())
+		if m == nil || seen[m[1]] {
+			continue
+		}
+		py := filepath.Join(root, "versions", d.Name(), "bin", "python3."+m[1])
+		if _, err := os.Stat(py); err == nil {
+			seen[m[1]] = true
+			out = append(out, pyInterp{name: "3." + m[1] + "-pyenv", python: py})
+		}
+	}
+	if len(out) == 0 {
+		t.Logf("no pyenv Pythons in %s: Debian's only", root)
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		testfixture.SkipPart(t, "debian-chroots", "debootstrap is not installed: no Debian python3 (bookworm 3.11, trixie 3.13)")
+	} else {
+		for _, c := range testfixture.RuntimeChroots {
+			if c.Suite == "bookworm" || c.Suite == "trixie" {
+				// Built once (debootstrap) before anything starts.
+				out = append(out, pyInterp{name: c.Python + "-" + c.Suite, python: "/usr/bin/python" + c.Python, root: c.Root(t)})
+			}
+		}
+	}
+	if !slices.ContainsFunc(out, func(i pyInterp) bool { return strings.HasPrefix(i.name, "3.11-") }) {
+		testfixture.SkipOrFail(t, "no Python 3.11 (pyenv's, or Debian bookworm's in a chroot)")
+	}
+	return out
+}
+
+// pyRun is one fixture process.
+type pyRun struct {
+	it     pyInterp
+	cmd    *exec.Cmd
+	pid    int64
+	script string // pychain.py as the interpreter names it
+	gofile string // host path of the file that ends the warm-up
+	lines  chan string
+	goNs   uint64 // the measured work's start and end (time.time_ns)
+	doneNs uint64
+}
+
+// startPy starts pychain.py under it; it warms until go is called.
+func startPy(t *testing.T, it pyInterp) *pyRun {
+	t.Helper()
+	src := testfixture.Src(t, "e2e/pychain.py")
+	r := &pyRun{it: it, lines: make(chan string, 16)}
+	if it.root == "" {
+		dir := t.TempDir()
+		r.script, r.gofile = src, filepath.Join(dir, "go")
+		r.cmd = exec.Command(it.python, src, strconv.Itoa(pyChainSeconds), r.gofile)
+	} else {
+		root := it.root
+		r.script = testfixture.ChrootCopy(t, root, src)[0]
+		dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "pychain-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		r.gofile = filepath.Join(dir, "go")
+		inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+		r.cmd = testfixture.ChrootCommand(root, it.python, r.script, strconv.Itoa(pyChainSeconds), inside)
+	}
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Stderr = os.Stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", it.name, err)
+	}
+	r.pid = int64(r.cmd.Process.Pid)
+	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	return r
+}
+
+// start ends the warm-up.
+func (r *pyRun) start(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(r.gofile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect waits for the fixture's "WORD NS" line and returns NS.
+func (r *pyRun) expect(t *testing.T, word string, limit time.Duration) uint64 {
+	t.Helper()
+	select {
+	case l, ok := <-r.lines:
+		ns, err := strconv.ParseUint(strings.TrimPrefix(l, word+" "), 10, 64)
+		if !ok || !strings.HasPrefix(l, word+" ") || err != nil {
+			t.Fatalf("%s (pid %d): %q instead of %q", r.it.name, r.pid, l, word)
+		}
+		return ns
+	case <-time.After(limit):
+		t.Fatalf("%s (pid %d): no %q within %v", r.it.name, r.pid, word, limit)
+	}
+	return 0
+}
+
+// waitPy waits until every fixture has done its measured work.
+func waitPy(t *testing.T, runs []*pyRun) {
+	t.Helper()
+	for _, r := range runs {
+		r.goNs = r.expect(t, "go", 2*time.Minute)
+	}
+	for _, r := range runs {
+		r.doneNs = r.expect(t, "done", 3*time.Minute)
+	}
+}
+
+// pyMarks reads the lines of pychain.py marked "# L:NAME".
+func pyMarks(t *testing.T) map[string][]int64 {
+	t.Helper()
+	b, err := os.ReadFile(testfixture.Src(t, "e2e/pychain.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string][]int64{}
+	re := regexp.MustCompile(`# L:([a-z<>]+)`)
+	for i, l := range strings.Split(string(b), "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			marks[m[1]] = append(marks[m[1]], int64(i+1))
+		}
+	}
+	for _, fn := range pyChain {
+		if len(marks[fn]) == 0 {
+			t.Fatalf("pychain.py marks no line of %s", fn)
+		}
+	}
+	return marks
+}
+
+// pyWhole says whether frames hold the whole named chain: its Python
+// frames, leaf first, are exactly pyChain, each of type cpython, in the
+// fixture's file, on a marked line of its function. Native frames may lie
+// above the leaf (C it calls), between Python frames (up to 3.10 each
+// call is an eval call of its own) and below <module>. It also says what
+// the Python frames and the leaf frame were.
+func pyWhole(frames []userFrame, script string, marks map[string][]int64) (bool, string) {
+	var py []userFrame
+	for _, f := range frames {
+		if f.typ == "cpython" {
+			py = append(py, f)
+		}
+	}
+	ok := len(py) == len(pyChain)
+	desc := make([]string, len(py))
+	for i, f := range py {
+		if f.raw {
+			desc[i] = "raw(" + f.err + ")"
+			ok = false
+			continue
+		}
+		desc[i] = fmt.Sprintf("%s@%s:%d", f.fn, f.file, f.line)
+		if i >= len(pyChain) || f.fn != pyChain[i] || f.path != script || !slices.Contains(marks[f.fn], f.line) {
+			ok = false
+		}
+	}
+	leaf := "none"
+	if len(frames) > 0 {
+		leaf = cmp.Or(frames[0].fn, "raw("+frames[0].err+")") + " " + frames[0].typ
+	}
+	return ok, "[" + strings.Join(desc, " ") + "] leaf frame " + leaf
+}
+
+// checkPy counts, per fixture, the samples of its measured work (stamped
+// from "go" to "done"; the warm-up's are before, the sleep after has
+// none) in the profiles file at path, and holds them to pyMinSamples and
+// pyWholeShare.
+func checkPy(t *testing.T, path string, runs []*pyRun) {
+	t.Helper()
+	marks := pyMarks(t)
+	for _, r := range runs {
+		t.Run(r.it.name, func(t *testing.T) {
+			var total, whole int64
+			stops := map[string]int64{}
+			bad := map[string]int64{}
+			eachSampleOf(t, path, map[int64]bool{r.pid: true}, func(s sampleOf) {
+				if s.time < r.goNs || s.time > r.doneNs {
+					return
+				}
+				total += s.n
+				ok, desc := pyWhole(s.frames, r.script, marks)
+				if ok {
+					whole += s.n
+				} else {
+					bad[desc+" stop="+s.stop] += s.n
+				}
+				if s.stop != "" {
+					stops[s.stop] += s.n
+				}
+			})
+			share := 0.0
+			if total > 0 {
+				share = float64(whole) / float64(total)
+			}
+			t.Logf("%s (pid %d): %d of %d samples hold the whole chain (%.1f%%); stop reasons %v",
+				r.it.name, r.pid, whole, total, 100*share, stops)
+			if len(bad) > 0 && share >= pyWholeShare {
+				t.Logf("the others' Python frames (leaf first):\n%s", topCounts(bad, 8))
+			}
+			if total < pyMinSamples {
+				t.Errorf("%s: %d samples of the measured work, want at least %d", r.it.name, total, pyMinSamples)
+			}
+			if share < pyWholeShare {
+				t.Errorf("%s: %.1f%% of %d samples hold %s with names, file %s and marked lines, want >= %.0f%%; the others' Python frames (leaf first):\n%s",
+					r.it.name, 100*share, total, strings.Join(pyChain, " <- "), r.script, 100*pyWholeShare, topCounts(bad, 8))
+			}
+		})
+	}
+}
+
+// topCounts lists the n largest entries of m, one a line.
+func topCounts(m map[string]int64, n int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
+	var b strings.Builder
+	for i, k := range keys {
+		if i == n {
+			fmt.Fprintf(&b, "  ... %d more\n", len(keys)-n)
+			break
+		}
+		fmt.Fprintf(&b, "  %6d %s\n", m[k], k)
+	}
+	return b.String()
+}
+
+// needBuilt returns the path of a built binary under _build, or skips (or
+// fails, under CI) the test.
+func needBuilt(t *testing.T, name, target string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testfixture.SkipOrFail(t, "the eBPF sampler needs root (CAP_BPF, CAP_PERFMON)")
+	}
+	bin := filepath.Join(testfixture.Root(t), "_build", name)
+	if _, err := os.Stat(bin); err != nil {
+		testfixture.SkipOrFail(t, "%s is not built: run make %s (make test does)", bin, target)
+	}
+	return bin
+}
+
+// TestCollectorPythonChains runs the distribution with config/default.yaml
+// (profiling receiver, symbolization processor, file exporter; output,
+// health endpoint and a 1 s report interval through its variables),
+// starts the fixtures after it, lets each warm up until the output names
+// its warm frame, and checks the chains in the file.
+func TestCollectorPythonChains(t *testing.T) {
+	bin := needBuilt(t, "otelcol-profsym", "otelcol")
+	interps := pyInterps(t)
+	root := testfixture.Root(t)
+	out := filepath.Join(t.TempDir(), "profiles.json")
+	env := []string{
+		"PROFSYM_OUTPUT=" + out,
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		// The sample stamps split warm-up from work only if no report
+		// spans both (the fixture sleeps 0.2 s between them).
+		"PROFSYM_REPORT_INTERVAL=1s",
+	}
+	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	runs := make([]*pyRun, len(interps))
+	for i, it := range interps {
+		runs[i] = startPy(t, it)
+	}
+
+	// Warm-up: the work starts once the output names the fixture's warm
+	// frame (attached and walked), or after 45 s anyway, so that a failure
+	// still gives the figures.
+	pending := map[int64]*pyRun{}
+	for _, r := range runs {
+		pending[r.pid] = r
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		pids := map[int64]bool{}
+		for pid := range pending {
+			pids[pid] = true
+		}
+		eachSampleOf(t, out, pids, func(s sampleOf) {
+			for _, f := range s.frames {
+				if r := pending[s.pid]; r != nil && f.typ == "cpython" && f.fn == "warm" {
+					r.start(t)
+					delete(pending, s.pid)
+				}
+			}
+		})
+	}
+	for _, r := range pending {
+		t.Errorf("%s (pid %d): no named warm frame in 45 s of warm-up", r.it.name, r.pid)
+		r.start(t)
+	}
+	waitPy(t, runs)
+	time.Sleep(2500 * time.Millisecond) // the last reports
+	c.stop(t)
+	checkPy(t, out, runs)
+	if t.Failed() {
+		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
+	}
+}
+
+// TestRecordPythonChains runs `profsym record --symbolize --pid ...` over
+// fixtures started before it (the other half of the issue's cases),
+// warms them for 3 s of its sampling, stops it with SIGINT (Ctrl-C) when
+// they are done, and checks the chains in its output.
+func TestRecordPythonChains(t *testing.T) {
+	bin := needBuilt(t, "profsym", "build")
+	interps := pyInterps(t)
+	runs := make([]*pyRun, len(interps))
+	for i, it := range interps {
+		runs[i] = startPy(t, it)
+	}
+	out := filepath.Join(t.TempDir(), "rec.json")
+	args := []string{"record", "--symbolize", "--duration", "5m", "--output", out}
+	for _, r := range runs {
+		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
+	}
+	rec := exec.Command(bin, args...)
+	log := new(syncBuffer)
+	rec.Stdout, rec.Stderr = log, log
+	time.Sleep(time.Second) // the fixtures are past their interpreter's start
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var recErr error
+	go func() { recErr = rec.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		rec.Process.Kill()
+		<-exited
+	})
+	// It says when its sampler runs (loading it took 5 s under a load
+	// average of 23 on 2 cores); 3 s of warm-up walked from there.
+	ready := time.Now().Add(90 * time.Second)
+	for !strings.Contains(log.String(), "profsym record: sampling") {
+		select {
+		case <-exited:
+			t.Fatalf("profsym record exited (%v) before sampling:\n%s", recErr, log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(ready) {
+			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
+		}
+	}
+	time.Sleep(3 * time.Second)
+	for _, r := range runs {
+		r.start(t)
+	}
+	waitPy(t, runs)
+	rec.Process.Signal(syscall.SIGINT) // ends the recording, then symbolizes and writes
+	select {
+	case <-exited:
+		if recErr != nil {
+			t.Fatalf("profsym record: %v\n%s", recErr, log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", log.String())
+	}
+	t.Logf("%s", strings.TrimSpace(log.String()))
+	checkPy(t, out, runs)
+}

@@ -1,0 +1,59 @@
+# Python fixture of the end-to-end runtime test (internal/e2e/runtimes_test.go):
+# the built binaries must name <module> -> top -> mid -> leaf.
+#
+#   python3 pychain.py SECONDS GOFILE
+#
+# 1. warm: half busy in warm() (a function of its own) until GOFILE exists
+#    (at most 60 s), so that the sampler has met the process and attached
+#    its interpreter before the measured work; the test watches the output
+#    for a named warm frame, or waits, then creates GOFILE;
+# 2. sleeps 0.2 s (off CPU: no sample is stamped near the switch), prints
+#    "go NS" (time.time_ns()) and runs top -> mid -> leaf for SECONDS of CPU
+#    time (process_time: a loaded machine makes the run longer, not the
+#    sample count smaller);
+# 3. prints "done NS" and sleeps until killed (no samples after the work).
+#
+# The test counts the samples stamped at or after "go": each of them must
+# have exactly leaf, mid, top, <module> as its Python frames, leaf first,
+# on the lines marked "# L:NAME".
+import os
+import sys
+import time
+
+
+def warm(gofile, limit):
+    s = ""
+    while not os.path.exists(gofile) and time.monotonic() < limit:
+        busy = time.monotonic() + 0.01
+        while time.monotonic() < busy:
+            for i in range(200):
+                s = str(i) + s[:64]
+        time.sleep(0.01)
+    return s
+
+
+def leaf(deadline):
+    x = 0
+    while True:  # L:leaf (3.11+: the outer loop's JUMP_BACKWARD)
+        for i in range(20000):  # L:leaf
+            x += i * i  # L:leaf
+        if time.process_time() > deadline:  # L:leaf
+            return x  # L:leaf
+
+
+def mid(deadline):
+    return leaf(deadline)  # L:mid
+
+
+def top(deadline):
+    return mid(deadline)  # L:top
+
+
+seconds, gofile = float(sys.argv[1]), sys.argv[2]
+warm(gofile, time.monotonic() + 60)
+time.sleep(0.2)
+print("go", time.time_ns(), flush=True)
+top(time.process_time() + seconds)  # L:<module>
+print("done", time.time_ns(), flush=True)
+while True:
+    time.sleep(3600)
