@@ -1,0 +1,562 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+const (
+	k8sRelease, k8sReleaseNS = "ps", "profiling"
+	k8sNode                  = "e2e-node"
+	k8sAppNS                 = "shop"
+)
+
+// k8sFixture is one busy process and, for those in a pod, the pod the API
+// server knows it by.
+type k8sFixture struct {
+	deployment, hash, container string
+	driver                      string // "systemd" or "cgroupfs": how the kubelet names the cgroups; "" for a host process
+	unshare                     bool   // in a PID namespace of its own
+	containerID                 string
+
+	podName, podUID string
+	pid, vpid       int
+}
+
+// TestKubernetesMetadata runs the built distribution with the chart's
+// rendered agent configuration against a real kube-apiserver and etcd:
+// processes in cgroups named as the kubelet names them (systemd and
+// cgroupfs drivers) for pods the API server holds, under Deployments, get
+// their namespace, pod, container and deployment names through
+// k8s_attributes authenticated with the token of the chart's agent
+// ServiceAccount and limited by the chart's ClusterRole. A process outside
+// any pod is profiled with none of them. Then the ClusterRole loses one
+// verb and the same check must fail.
+func TestKubernetesMetadata(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testfixture.SkipOrFail(t, "the agent's eBPF sampler and the test's cgroups need root")
+	}
+	root := testfixture.Root(t)
+	bin := filepath.Join(root, "_build", "otelcol-profsym")
+	if _, err := os.Stat(bin); err != nil {
+		testfixture.SkipOrFail(t, "%s is not built: run make otelcol (make test does)", bin)
+	}
+	helm := testfixture.Helm(t)
+	if helm == "" {
+		testfixture.SkipOrFail(t, "helm is not installed (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
+	}
+	unshare := testfixture.NeedTool(t, "unshare")
+	tools := kubeTools(t)
+	cgRoot := testCgroupV2(t)
+
+	work := t.TempDir()
+	api := startKubeAPI(t, tools, filepath.Join(work, "kube"))
+
+	// The chart as a user installs it, narrowed to the fixtures (the
+	// machine runs other things) with a short report interval; symbol
+	// upload is off (no store here).
+	rendered := renderChart(t, helm, filepath.Join(root, "deploy", "helm", "profsym"),
+		"--set", "symbols.enabled=false", "--set", "agent.profiling.reportInterval=2s",
+		"--set", "agent.profiling.targets[0].process_name=^k8sspin$")
+	api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": k8sReleaseNS}})
+	api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": k8sAppNS}})
+	var role map[string]any
+	var saName string
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+		o := rendered.one(t, kind)
+		api.create(t, o)
+		switch kind {
+		case "ClusterRole":
+			role = o
+		case "ServiceAccount":
+			saName = o["metadata"].(map[string]any)["name"].(string)
+		}
+	}
+	tok := api.do(t, "POST", "/api/v1/namespaces/"+k8sReleaseNS+"/serviceaccounts/"+saName+"/token", map[string]any{
+		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600}})
+	token := tok["status"].(map[string]any)["token"].(string)
+
+	fixtures := []*k8sFixture{
+		{deployment: "web", hash: "7c9f8d6b5", container: "app", driver: "systemd", unshare: true,
+			containerID: "7e3f6b1c2d9a4e8f0b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f70"},
+		{deployment: "api", hash: "58d4b9c7f6", container: "server", driver: "cgroupfs",
+			containerID: "c0ffee00d15ea5e0b0a710ad5eed0fbadc0de0000000000000000000000000a1"},
+		{}, // on the host
+	}
+	for _, f := range fixtures {
+		if f.driver != "" {
+			createWorkload(t, api, f)
+		}
+	}
+
+	spin := testfixture.Build(t, testfixture.Spec{Name: "k8sspin", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-DE2E_ID=k8sspin"}})
+	for _, f := range fixtures {
+		startInCgroup(t, cgRoot, f, spin, unshare)
+	}
+
+	cfg := agentConfig(t, rendered)
+	kubeconfig := api.kubeconfig(t, work, token)
+	run := func(name string) string {
+		out := filepath.Join(work, name+".json")
+		health := testfixture.FreePort(t)
+		cfgPath := filepath.Join(work, name+".yaml")
+		c := setPath(cfg, fmt.Sprintf("127.0.0.1:%d", health), "extensions", "health_check", "endpoint")
+		c = setPath(c, map[string]any{"file": map[string]any{"path": out, "format": "json"}}, "exporters")
+		b, _ := yaml.Marshal(c)
+		os.WriteFile(cfgPath, b, 0o644)
+		startCollector(t, bin, name, []string{
+			"KUBECONFIG=" + kubeconfig, "K8S_NODE_NAME=" + k8sNode, "HOST_NAME=" + k8sNode, "MY_POD_IP=127.0.0.1",
+			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", health),
+		}, cfgPath)
+		return out
+	}
+
+	start := time.Now()
+	out := run("agent")
+	var problems []string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if problems = checkK8sProfiles(t, out, fixtures, 1); len(problems) == 0 {
+			break
+		}
+	}
+	if len(problems) > 0 {
+		t.Fatalf("profiles lack what the API server and the node know:\n%s", strings.Join(problems, "\n"))
+	}
+	t.Logf("every fixture named after %v", time.Since(start).Round(time.Millisecond))
+
+	// One verb less (list on pods: the informer can no longer list its
+	// node's pods) and the names are gone, while the host's own view stays.
+	t.Run("ClusterRoleWithoutPodList", func(t *testing.T) {
+		cut := withoutVerb(role, "pods", "list")
+		name := cut["metadata"].(map[string]any)["name"].(string)
+		api.do(t, "PUT", "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+name, cut)
+		out := run("agent-no-list")
+		// Enough reports that a permitted agent would have named them
+		// (the run above took well under this).
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+			if countReports(t, out, fixtures) >= 4 {
+				break
+			}
+		}
+		problems := checkK8sProfiles(t, out, fixtures, 4)
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, "k8s.pod.name") }) {
+			t.Fatalf("with list on pods removed from the ClusterRole, the fixtures are still named: the RBAC check proves nothing (problems: %v)", problems)
+		}
+		for pid, reports := range k8sResources(t, out, fixtures) {
+			for _, f := range fixtures {
+				if f.pid != pid || f.driver == "" {
+					continue
+				}
+				for _, a := range reports {
+					if a["container.id"] != f.containerID || a["k8s.pod.uid"] != f.podUID || a["k8s.pod.name"] != nil {
+						t.Errorf("pod %s without API access: %v, want the node's container.id and k8s.pod.uid and no name", f.podName, a)
+					}
+				}
+			}
+		}
+		t.Logf("without list on pods: %s", strings.Join(problems, "; "))
+	})
+}
+
+// testCgroupV2 returns a cgroup v2 directory for the test's cgroups, below
+// this process's own (v2 alone, or the unified hierarchy of a hybrid host),
+// removed at the end.
+func testCgroupV2(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	mnt := "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(mnt, "cgroup.controllers")); err != nil {
+		mnt = "/sys/fs/cgroup/unified"
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil || own == "" {
+		testfixture.SkipOrFail(t, "no cgroup v2 hierarchy mounted (/sys/fs/cgroup or /sys/fs/cgroup/unified)")
+	}
+	dir := filepath.Join(mnt, own, "profsym-k8s-"+secretHex(t, 4))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		testfixture.SkipOrFail(t, "cannot make a cgroup v2 directory: %v", err)
+	}
+	t.Cleanup(func() { removeCgroupTree(dir) })
+	return dir
+}
+
+// removeCgroupTree removes a cgroup and its children, deepest first, once
+// their processes are gone.
+func removeCgroupTree(dir string) {
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		for end := time.Now().Add(10 * time.Second); os.Remove(d) != nil && time.Now().Before(end); {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// kubeletCgroup is the cgroup the kubelet and the runtime give a
+// container of a burstable pod.
+func kubeletCgroup(f *k8sFixture) string {
+	switch f.driver {
+	case "systemd":
+		u := strings.ReplaceAll(f.podUID, "-", "_")
+		return filepath.Join("kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-pod"+u+".slice", "cri-containerd-"+f.containerID+".scope")
+	case "cgroupfs":
+		return filepath.Join("kubepods", "burstable", "pod"+f.podUID, f.containerID)
+	}
+	return filepath.Join("system.slice", "k8sspin.service")
+}
+
+// startInCgroup starts the busy fixture in its cgroup (through unshare
+// --pid --fork when asked) and records the pid the host sees.
+func startInCgroup(t *testing.T, cgRoot string, f *k8sFixture, spin, unshare string) {
+	t.Helper()
+	dir := filepath.Join(cgRoot, kubeletCgroup(f))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{spin, "900"}
+	if f.unshare {
+		argv = append([]string{unshare, "--pid", "--fork", "--kill-child"}, argv...)
+	}
+	// The shell moves itself into the cgroup before it becomes the fixture.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, filepath.Join(dir, "cgroup.procs")}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if f.unshare && f.pid != 0 {
+			if p, err := os.FindProcess(f.pid); err == nil {
+				p.Kill()
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	f.pid = cmd.Process.Pid
+	if !f.unshare {
+		return
+	}
+	// unshare forks the fixture as pid 1 of the new namespace.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		if fs := strings.Fields(string(b)); len(fs) > 0 {
+			f.pid, _ = strconv.Atoi(fs[0])
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.pid))
+			f.vpid = normalize.ReadNSpid(string(st))
+			if f.vpid != 1 {
+				t.Fatalf("fixture %d in a new PID namespace has NSpid %d there, want 1", f.pid, f.vpid)
+			}
+			return
+		}
+	}
+	t.Fatal("unshare --pid --fork started no child")
+}
+
+// createWorkload creates a Deployment, its ReplicaSet and one Pod on the
+// test's node, owned the way the controllers own them, and gives the pod
+// the status a kubelet would report for a running container.
+func createWorkload(t *testing.T, api *kubeAPI, f *k8sFixture) {
+	t.Helper()
+	labels := map[string]any{"app": f.deployment}
+	template := map[string]any{
+		"metadata": map[string]any{"labels": labels},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": f.container, "image": "registry.example/" + f.deployment + ":1"}}},
+	}
+	dep := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": f.deployment, "namespace": k8sAppNS, "labels": labels},
+		"spec":     map[string]any{"selector": map[string]any{"matchLabels": labels}, "template": template}})
+	owner := func(o map[string]any, kind string) []any {
+		m := o["metadata"].(map[string]any)
+		return []any{map[string]any{"apiVersion": "apps/v1", "kind": kind, "name": m["name"], "uid": m["uid"], "controller": true, "blockOwnerDeletion": true}}
+	}
+	rsLabels := map[string]any{"app": f.deployment, "pod-template-hash": f.hash}
+	rs := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash, "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(dep, "Deployment")},
+		"spec": map[string]any{"replicas": 1, "selector": map[string]any{"matchLabels": rsLabels},
+			"template": map[string]any{"metadata": map[string]any{"labels": rsLabels}, "spec": template["spec"]}}})
+	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash + "-x7k2q", "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(rs, "ReplicaSet")},
+		"spec":     map[string]any{"nodeName": k8sNode, "containers": template["spec"].(map[string]any)["containers"]}})
+	m := pod["metadata"].(map[string]any)
+	f.podName, f.podUID = m["name"].(string), m["uid"].(string)
+	now := time.Now().UTC().Format(time.RFC3339)
+	pod["status"] = map[string]any{
+		"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.244.0.10", "startTime": now,
+		"containerStatuses": []any{map[string]any{
+			"name": f.container, "ready": true, "restartCount": 0, "started": true,
+			"image": "registry.example/" + f.deployment + ":1", "imageID": "registry.example/" + f.deployment + "@sha256:" + strings.Repeat("ab", 32),
+			"containerID": "containerd://" + f.containerID,
+			"state":       map[string]any{"running": map[string]any{"startedAt": now}},
+		}},
+	}
+	api.do(t, "PUT", "/api/v1/namespaces/"+k8sAppNS+"/pods/"+f.podName+"/status", pod)
+}
+
+// chartObjects is a rendered chart.
+type chartObjects []map[string]any
+
+func renderChart(t *testing.T, helm, chart string, args ...string) chartObjects {
+	t.Helper()
+	cmd := exec.Command(helm, append([]string{"template", k8sRelease, chart, "--namespace", k8sReleaseNS}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	var out chartObjects
+	dec := yaml.NewDecoder(&stdout)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// one returns the agent's object of a kind (the agent's ServiceAccount,
+// not the shared one).
+func (c chartObjects) one(t *testing.T, kind string) map[string]any {
+	t.Helper()
+	for _, o := range c {
+		m, _ := o["metadata"].(map[string]any)
+		labels, _ := m["labels"].(map[string]any)
+		if o["kind"] == kind && (kind != "ServiceAccount" && kind != "ConfigMap" || labels["app.kubernetes.io/component"] == "agent") {
+			return o
+		}
+	}
+	t.Fatalf("the chart rendered no agent %s", kind)
+	return nil
+}
+
+// agentConfig is the chart's agent configuration adapted to a process on
+// loopback: the API reached through a kubeconfig (in a pod: the mounted
+// service account token), profiles written to a file instead of the
+// gateway, no self-metrics endpoint. Everything else is as rendered.
+func agentConfig(t *testing.T, c chartObjects) map[string]any {
+	t.Helper()
+	cm := c.one(t, "ConfigMap")
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm["data"].(map[string]any)["config.yaml"].(string)), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	k, ok := getPath(cfg, "processors", "k8s_attributes").(map[string]any)
+	if !ok {
+		t.Fatal("the chart's agent config has no k8s_attributes")
+	}
+	k["auth_type"] = "kubeConfig"
+	for _, p := range getPath(cfg, "service", "pipelines").(map[string]any) {
+		p.(map[string]any)["exporters"] = []any{"file"}
+	}
+	cfg = setPath(cfg, map[string]any{"level": "none"}, "service", "telemetry", "metrics")
+	return cfg
+}
+
+func getPath(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+// setPath returns a deep copy of cfg with path set to v.
+func setPath(cfg map[string]any, v any, path ...string) map[string]any {
+	b, _ := yaml.Marshal(cfg)
+	var c map[string]any
+	yaml.Unmarshal(b, &c)
+	m := c
+	for _, p := range path[:len(path)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
+	return c
+}
+
+// withoutVerb returns a copy of a ClusterRole where resource lacks verb.
+func withoutVerb(role map[string]any, resource, verb string) map[string]any {
+	var rules []any
+	for _, r := range role["rules"].([]any) {
+		rm := r.(map[string]any)
+		var others []any
+		had := false
+		for _, res := range rm["resources"].([]any) {
+			if res == resource {
+				had = true
+			} else {
+				others = append(others, res)
+			}
+		}
+		if !had {
+			rules = append(rules, rm)
+			continue
+		}
+		if len(others) > 0 {
+			rules = append(rules, map[string]any{"apiGroups": rm["apiGroups"], "resources": others, "verbs": rm["verbs"]})
+		}
+		var verbs []any
+		for _, v := range rm["verbs"].([]any) {
+			if v != verb {
+				verbs = append(verbs, v)
+			}
+		}
+		rules = append(rules, map[string]any{"apiGroups": rm["apiGroups"], "resources": []any{resource}, "verbs": verbs})
+	}
+	out := map[string]any{}
+	for k, v := range role {
+		out[k] = v
+	}
+	out["rules"] = rules
+	return out
+}
+
+// k8sResources reads the profiles file and returns, per fixture pid, the
+// resource attributes of each report that carried a profile of it.
+func k8sResources(t *testing.T, path string, fixtures []*k8sFixture) map[int][]map[string]any {
+	t.Helper()
+	want := map[int64]bool{}
+	for _, f := range fixtures {
+		want[int64(f.pid)] = true
+	}
+	out := map[int][]map[string]any{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	var um pprofile.JSONUnmarshaler
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		pd, err := um.UnmarshalProfiles(line)
+		if err != nil {
+			continue // empty, or being written
+		}
+		for _, rp := range pd.ResourceProfiles().All() {
+			a := rp.Resource().Attributes().AsRaw()
+			pid, _ := a["process.pid"].(int64)
+			if want[pid] {
+				out[int(pid)] = append(out[int(pid)], a)
+			}
+		}
+	}
+	return out
+}
+
+func countReports(t *testing.T, path string, fixtures []*k8sFixture) int {
+	res := k8sResources(t, path, fixtures)
+	n := -1
+	for _, f := range fixtures {
+		if c := len(res[f.pid]); n < 0 || c < n {
+			n = c
+		}
+	}
+	return n
+}
+
+// checkK8sProfiles says what is wrong with the fixtures' profiles: a pod's
+// process must have been named (in at least one of its reports, from the
+// minReports-th on: the agent learns pods while it samples) and never
+// misnamed; the host process must be profiled and never named.
+func checkK8sProfiles(t *testing.T, path string, fixtures []*k8sFixture, minReports int) []string {
+	t.Helper()
+	res := k8sResources(t, path, fixtures)
+	var problems []string
+	for _, f := range fixtures {
+		reports := res[f.pid]
+		label := "host process " + strconv.Itoa(f.pid)
+		if f.driver != "" {
+			label = fmt.Sprintf("pod %s (%s driver) process %d", f.podName, f.driver, f.pid)
+		}
+		if len(reports) < minReports {
+			problems = append(problems, fmt.Sprintf("%s: not profiled (%d reports)", label, len(reports)))
+			continue
+		}
+		if f.driver == "" {
+			for _, a := range reports {
+				for k := range a {
+					if strings.HasPrefix(k, "k8s.") || strings.HasPrefix(k, "container.") {
+						problems = append(problems, fmt.Sprintf("%s: carries %s=%v", label, k, a[k]))
+					}
+				}
+			}
+			continue
+		}
+		want := map[string]any{
+			"container.id": f.containerID, "k8s.pod.uid": f.podUID,
+			"k8s.namespace.name": k8sAppNS, "k8s.pod.name": f.podName, "k8s.container.name": f.container,
+			"k8s.deployment.name": f.deployment, "k8s.replicaset.name": f.deployment + "-" + f.hash, "k8s.node.name": k8sNode,
+		}
+		if f.driver == "systemd" {
+			want["container.runtime.name"] = "containerd"
+		}
+		if f.vpid != 0 {
+			want["process.vpid"] = int64(f.vpid)
+		}
+		var missing []string
+		named := false
+		for _, a := range reports {
+			var miss []string
+			for k, v := range want {
+				got, ok := a[k]
+				switch {
+				case !ok:
+					miss = append(miss, k)
+				case got != v:
+					problems = append(problems, fmt.Sprintf("%s: %s=%v, want %v", label, k, got, v))
+				}
+			}
+			if len(miss) == 0 {
+				named = true
+			}
+			missing = miss
+		}
+		if !named {
+			slices.Sort(missing)
+			problems = append(problems, fmt.Sprintf("%s: no report carries %s (last report: %v)", label, strings.Join(missing, ", "), reports[len(reports)-1]))
+		}
+	}
+	return problems
+}
