@@ -114,7 +114,7 @@ func TestKubernetesMetadata(t *testing.T) {
 
 	cfg := agentConfig(t, rendered)
 	kubeconfig := api.kubeconfig(t, work, token)
-	run := func(name string) string {
+	run := func(t *testing.T, name string) (*collector, string) {
 		out := filepath.Join(work, name+".json")
 		health := testfixture.FreePort(t)
 		cfgPath := filepath.Join(work, name+".yaml")
@@ -122,15 +122,14 @@ func TestKubernetesMetadata(t *testing.T) {
 		c = setPath(c, map[string]any{"file": map[string]any{"path": out, "format": "json"}}, "exporters")
 		b, _ := yaml.Marshal(c)
 		os.WriteFile(cfgPath, b, 0o644)
-		startCollector(t, bin, name, []string{
+		return startCollector(t, bin, name, []string{
 			"KUBECONFIG=" + kubeconfig, "K8S_NODE_NAME=" + k8sNode, "HOST_NAME=" + k8sNode, "MY_POD_IP=127.0.0.1",
 			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", health),
-		}, cfgPath)
-		return out
+		}, cfgPath), out
 	}
 
 	start := time.Now()
-	out := run("agent")
+	agent, out := run(t, "agent")
 	var problems []string
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
 		if problems = checkK8sProfiles(t, out, fixtures, 1); len(problems) == 0 {
@@ -141,39 +140,70 @@ func TestKubernetesMetadata(t *testing.T) {
 		t.Fatalf("profiles lack what the API server and the node know:\n%s", strings.Join(problems, "\n"))
 	}
 	t.Logf("every fixture named after %v", time.Since(start).Round(time.Millisecond))
+	agent.stop(t)
 
-	// One verb less (list on pods: the informer can no longer list its
-	// node's pods) and the names are gone, while the host's own view stays.
-	t.Run("ClusterRoleWithoutPodList", func(t *testing.T) {
-		cut := withoutVerb(role, "pods", "list")
-		name := cut["metadata"].(map[string]any)["name"].(string)
-		api.do(t, "PUT", "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+name, cut)
-		out := run("agent-no-list")
-		// Enough reports that a permitted agent would have named them
-		// (the run above took well under this).
-		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
-			if countReports(t, out, fixtures) >= 4 {
-				break
+	// The ClusterRole less some verbs on pods. The informer needs only one
+	// of list and watch: client-go (v0.37, in contrib's k8s_attributes)
+	// first asks for a watch that streams the initial state (WatchList;
+	// watch alone suffices), and falls back to list-then-watch when that is
+	// refused (list alone fills the cache; the failing watch relists). So
+	// one verb less still names every pod, and both less names none, while
+	// the host's own view (container.id, k8s.pod.uid) does not change.
+	for _, tc := range []struct {
+		name   string
+		remove []string
+		named  bool
+	}{
+		{"WithoutList", []string{"list"}, true},
+		{"WithoutWatch", []string{"watch"}, true},
+		{"WithoutListAndWatch", []string{"list", "watch"}, false},
+	} {
+		t.Run("ClusterRole"+tc.name, func(t *testing.T) {
+			cut := role
+			for _, v := range tc.remove {
+				cut = withoutVerb(cut, "pods", v)
 			}
-		}
-		problems := checkK8sProfiles(t, out, fixtures, 4)
-		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, "k8s.pod.name") }) {
-			t.Fatalf("with list on pods removed from the ClusterRole, the fixtures are still named: the RBAC check proves nothing (problems: %v)", problems)
-		}
-		for pid, reports := range k8sResources(t, out, fixtures) {
-			for _, f := range fixtures {
-				if f.pid != pid || f.driver == "" {
-					continue
+			roleName := cut["metadata"].(map[string]any)["name"].(string)
+			api.do(t, "PUT", "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+roleName, cut)
+			agent, out := run(t, "agent-"+strings.ToLower(tc.name))
+			defer agent.stop(t)
+			var problems []string
+			// Enough reports that a permitted agent would have named them
+			// (the first run took well under this).
+			for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+				problems = checkK8sProfiles(t, out, fixtures, 4)
+				if tc.named && len(problems) == 0 || countReports(t, out, fixtures) >= 4 {
+					break
 				}
-				for _, a := range reports {
-					if a["container.id"] != f.containerID || a["k8s.pod.uid"] != f.podUID || a["k8s.pod.name"] != nil {
-						t.Errorf("pod %s without API access: %v, want the node's container.id and k8s.pod.uid and no name", f.podName, a)
+			}
+			unnamed := slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, "k8s.pod.name") })
+			switch {
+			case tc.named && len(problems) > 0:
+				t.Fatalf("without %v on pods:\n%s", tc.remove, strings.Join(problems, "\n"))
+			case !tc.named && !unnamed:
+				t.Fatalf("without %v on pods the fixtures are still named: the RBAC check proves nothing (problems: %v)", tc.remove, problems)
+			}
+			for pid, reports := range k8sResources(t, out, fixtures) {
+				for _, f := range fixtures {
+					if f.pid != pid || f.driver == "" {
+						continue
+					}
+					for _, a := range reports {
+						if a["container.id"] != f.containerID || a["k8s.pod.uid"] != f.podUID {
+							t.Errorf("pod %s: %v, want the node's container.id and k8s.pod.uid whatever the API allows", f.podName, a)
+						}
+						if !tc.named && a["k8s.pod.name"] != nil {
+							t.Errorf("pod %s named without %v on pods: %v", f.podName, tc.remove, a)
+						}
 					}
 				}
 			}
-		}
-		t.Logf("without list on pods: %s", strings.Join(problems, "; "))
-	})
+			if !tc.named {
+				t.Logf("without %v on pods: %s", tc.remove, strings.Join(problems, "; "))
+			}
+		})
+	}
+	api.do(t, "PUT", "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+role["metadata"].(map[string]any)["name"].(string), role)
 }
 
 // testCgroupV2 returns a cgroup v2 directory for the test's cgroups, below

@@ -75,6 +75,9 @@ func startKubeAPI(t *testing.T, tools, dir string) *kubeAPI {
 		"sa.key": saKey, "sa.pub": saPub,
 		"tokens.csv": []byte(admin + `,admin,admin,"system:masters"` + "\n"),
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
@@ -107,7 +110,10 @@ func startKubeAPI(t *testing.T, tools, dir string) *kubeAPI {
 		// No controller manager runs: nothing creates the default
 		// ServiceAccount the admission plugin would insist on.
 		"--disable-admission-plugins", "ServiceAccount",
-		"--enable-priority-and-fairness=false")
+		"--enable-priority-and-fairness=false",
+		// The kubernetes Service's endpoint may not be a loopback address;
+		// nothing here needs that Service.
+		"--endpoint-reconciler-type", "none")
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	k := &kubeAPI{
