@@ -33,8 +33,11 @@ const (
 type k8sFixture struct {
 	deployment, hash, container string
 	driver                      string // "systemd" or "cgroupfs": how the kubelet names the cgroups; "" for a host process
-	unshare                     bool   // in a PID namespace of its own
-	containerID                 string
+	// static: a static pod, whose cgroup carries its manifest's hash, not
+	// the UID of its mirror pod in the API: found by container.id alone.
+	static      bool
+	unshare     bool // in a PID namespace of its own
+	containerID string
 
 	podName, podUID string
 	pid, vpid       int
@@ -47,7 +50,8 @@ type k8sFixture struct {
 // their namespace, pod, container and deployment names through
 // k8s_attributes authenticated with the token of the chart's agent
 // ServiceAccount and limited by the chart's ClusterRole. A process outside
-// any pod is profiled with none of them. Then the ClusterRole loses one
+// any pod is profiled with none of them, and a static pod's process (whose
+// cgroup names no API UID) is found by its container id. Then the ClusterRole loses one
 // verb and the same check must fail.
 func TestKubernetesMetadata(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -98,10 +102,15 @@ func TestKubernetesMetadata(t *testing.T) {
 			containerID: "7e3f6b1c2d9a4e8f0b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f70"},
 		{deployment: "api", hash: "58d4b9c7f6", container: "server", driver: "cgroupfs",
 			containerID: "c0ffee00d15ea5e0b0a710ad5eed0fbadc0de0000000000000000000000000a1"},
+		{container: "etcd", driver: "systemd", static: true,
+			containerID: "5ca1ab1e0ddba11c0c0a1e5ceb0a710ad00dfeed5ca1ab1e0ddba11c0c0a1e5c"},
 		{}, // on the host
 	}
 	for _, f := range fixtures {
-		if f.driver != "" {
+		switch {
+		case f.static:
+			createMirrorPod(t, api, f)
+		case f.driver != "":
 			createWorkload(t, api, f)
 		}
 	}
@@ -189,7 +198,14 @@ func TestKubernetesMetadata(t *testing.T) {
 						continue
 					}
 					for _, a := range reports {
-						if a["container.id"] != f.containerID || a["k8s.pod.uid"] != f.podUID {
+						hostUID := any(f.podUID)
+						if f.static {
+							hostUID = nil
+							if tc.named {
+								hostUID = f.podUID // from the API
+							}
+						}
+						if a["container.id"] != f.containerID || a["k8s.pod.uid"] != hostUID {
 							t.Errorf("pod %s: %v, want the node's container.id and k8s.pod.uid whatever the API allows", f.podName, a)
 						}
 						if !tc.named && a["k8s.pod.name"] != nil {
@@ -260,6 +276,9 @@ func kubeletCgroup(f *k8sFixture) string {
 	switch f.driver {
 	case "systemd":
 		u := strings.ReplaceAll(f.podUID, "-", "_")
+		if f.static {
+			u = staticPodHash
+		}
 		return filepath.Join("kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-pod"+u+".slice", "cri-containerd-"+f.containerID+".scope")
 	case "cgroupfs":
 		return filepath.Join("kubepods", "burstable", "pod"+f.podUID, f.containerID)
@@ -314,6 +333,21 @@ func startInCgroup(t *testing.T, cgRoot string, f *k8sFixture, spin, unshare str
 	t.Fatal("unshare --pid --fork started no child")
 }
 
+// staticPodHash is what the kubelet names a static pod's cgroup by: the
+// hash of its manifest (kubernetes.io/config.hash), not a UUID.
+const staticPodHash = "6a0f3c4b8e1c2d3e4f5a6b7c8d9e0f1a"
+
+// createMirrorPod creates the mirror pod the kubelet makes in the API for
+// a static pod (etcd's, say): no owning workload.
+func createMirrorPod(t *testing.T, api *kubeAPI, f *k8sFixture) {
+	t.Helper()
+	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": f.container + "-" + k8sNode, "namespace": "kube-system",
+			"annotations": map[string]any{"kubernetes.io/config.mirror": staticPodHash, "kubernetes.io/config.hash": staticPodHash, "kubernetes.io/config.source": "file"}},
+		"spec": map[string]any{"nodeName": k8sNode, "containers": []any{map[string]any{"name": f.container, "image": "registry.example/etcd:3"}}}})
+	setRunning(t, api, f, pod)
+}
+
 // createWorkload creates a Deployment, its ReplicaSet and one Pod on the
 // test's node, owned the way the controllers own them, and gives the pod
 // the status a kubelet would report for a running container.
@@ -339,19 +373,28 @@ func createWorkload(t *testing.T, api *kubeAPI, f *k8sFixture) {
 	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": f.deployment + "-" + f.hash + "-x7k2q", "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(rs, "ReplicaSet")},
 		"spec":     map[string]any{"nodeName": k8sNode, "containers": template["spec"].(map[string]any)["containers"]}})
+	setRunning(t, api, f, pod)
+}
+
+// setRunning gives pod the status a kubelet reports for a running
+// container, with f's container id.
+func setRunning(t *testing.T, api *kubeAPI, f *k8sFixture, pod map[string]any) {
+	t.Helper()
 	m := pod["metadata"].(map[string]any)
 	f.podName, f.podUID = m["name"].(string), m["uid"].(string)
+	ns := m["namespace"].(string)
+	image := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"].(string)
 	now := time.Now().UTC().Format(time.RFC3339)
 	pod["status"] = map[string]any{
 		"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.244.0.10", "startTime": now,
 		"containerStatuses": []any{map[string]any{
 			"name": f.container, "ready": true, "restartCount": 0, "started": true,
-			"image": "registry.example/" + f.deployment + ":1", "imageID": "registry.example/" + f.deployment + "@sha256:" + strings.Repeat("ab", 32),
+			"image": image, "imageID": strings.SplitN(image, ":", 2)[0] + "@sha256:" + strings.Repeat("ab", 32),
 			"containerID": "containerd://" + f.containerID,
 			"state":       map[string]any{"running": map[string]any{"startedAt": now}},
 		}},
 	}
-	api.do(t, "PUT", "/api/v1/namespaces/"+k8sAppNS+"/pods/"+f.podName+"/status", pod)
+	api.do(t, "PUT", "/api/v1/namespaces/"+ns+"/pods/"+f.podName+"/status", pod)
 }
 
 // chartObjects is a rendered chart.
@@ -558,6 +601,12 @@ func checkK8sProfiles(t *testing.T, path string, fixtures []*k8sFixture, minRepo
 			"container.id": f.containerID, "k8s.pod.uid": f.podUID,
 			"k8s.namespace.name": k8sAppNS, "k8s.pod.name": f.podName, "k8s.container.name": f.container,
 			"k8s.deployment.name": f.deployment, "k8s.replicaset.name": f.deployment + "-" + f.hash, "k8s.node.name": k8sNode,
+		}
+		if f.static {
+			// The pod UID comes from the API (the cgroup has none).
+			want["k8s.namespace.name"] = "kube-system"
+			delete(want, "k8s.deployment.name")
+			delete(want, "k8s.replicaset.name")
 		}
 		if f.driver == "systemd" {
 			want["container.runtime.name"] = "containerd"
