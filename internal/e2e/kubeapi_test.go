@@ -322,3 +322,67 @@ func secretHex(t *testing.T, n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// staticPodHash is what the kubelet names a static pod's cgroup by: the
+// hash of its manifest (kubernetes.io/config.hash), not a UUID.
+const staticPodHash = "6a0f3c4b8e1c2d3e4f5a6b7c8d9e0f1a"
+
+// createMirrorPod creates the mirror pod the kubelet makes in the API for
+// a static pod (etcd's, say): no owning workload.
+func createMirrorPod(t *testing.T, api *kubeAPI, f *k8sFixture) {
+	t.Helper()
+	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": f.container + "-" + k8sNode, "namespace": "kube-system",
+			"annotations": map[string]any{"kubernetes.io/config.mirror": staticPodHash, "kubernetes.io/config.hash": staticPodHash, "kubernetes.io/config.source": "file"}},
+		"spec": map[string]any{"nodeName": k8sNode, "containers": []any{map[string]any{"name": f.container, "image": "registry.example/etcd:3"}}}})
+	setRunning(t, api, f, pod)
+}
+
+// createWorkload creates a Deployment, its ReplicaSet and one Pod on the
+// test's node, owned the way the controllers own them, and gives the pod
+// the status a kubelet would report for a running container.
+func createWorkload(t *testing.T, api *kubeAPI, f *k8sFixture) {
+	t.Helper()
+	labels := map[string]any{"app": f.deployment}
+	template := map[string]any{
+		"metadata": map[string]any{"labels": labels},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": f.container, "image": "registry.example/" + f.deployment + ":1"}}},
+	}
+	dep := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": f.deployment, "namespace": k8sAppNS, "labels": labels},
+		"spec":     map[string]any{"selector": map[string]any{"matchLabels": labels}, "template": template}})
+	owner := func(o map[string]any, kind string) []any {
+		m := o["metadata"].(map[string]any)
+		return []any{map[string]any{"apiVersion": "apps/v1", "kind": kind, "name": m["name"], "uid": m["uid"], "controller": true, "blockOwnerDeletion": true}}
+	}
+	rsLabels := map[string]any{"app": f.deployment, "pod-template-hash": f.hash}
+	rs := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash, "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(dep, "Deployment")},
+		"spec": map[string]any{"replicas": 1, "selector": map[string]any{"matchLabels": rsLabels},
+			"template": map[string]any{"metadata": map[string]any{"labels": rsLabels}, "spec": template["spec"]}}})
+	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash + "-x7k2q", "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(rs, "ReplicaSet")},
+		"spec":     map[string]any{"nodeName": k8sNode, "containers": template["spec"].(map[string]any)["containers"]}})
+	setRunning(t, api, f, pod)
+}
+
+// setRunning gives pod the status a kubelet reports for a running
+// container, with f's container id.
+func setRunning(t *testing.T, api *kubeAPI, f *k8sFixture, pod map[string]any) {
+	t.Helper()
+	m := pod["metadata"].(map[string]any)
+	f.podName, f.podUID = m["name"].(string), m["uid"].(string)
+	ns := m["namespace"].(string)
+	image := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"].(string)
+	now := time.Now().UTC().Format(time.RFC3339)
+	pod["status"] = map[string]any{
+		"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.244.0.10", "startTime": now,
+		"containerStatuses": []any{map[string]any{
+			"name": f.container, "ready": true, "restartCount": 0, "started": true,
+			"image": image, "imageID": strings.SplitN(image, ":", 2)[0] + "@sha256:" + strings.Repeat("ab", 32),
+			"containerID": "containerd://" + f.containerID,
+			"state":       map[string]any{"running": map[string]any{"startedAt": now}},
+		}},
+	}
+	api.do(t, "PUT", "/api/v1/namespaces/"+ns+"/pods/"+f.podName+"/status", pod)
+}
