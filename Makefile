@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: kube-tools all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -35,6 +35,23 @@ check-cross:
 	GOOS=linux GOARCH=arm64 $(GO) build ./...
 	GOOS=linux GOARCH=arm64 $(GO) vet ./internal/host/... ./bpf/...
 	GOOS=linux GOARCH=riscv64 $(GO) build ./...
+
+# The real kube-apiserver and etcd of test/e2e/k8s, built from source in
+# their own module (test/tools/kube) and kept between runs in a folder named
+# by the hash of that module's files (test/e2e/k8s finds it the same way, or
+# through PROFSYM_KUBE_TOOLS): the first build takes minutes, later ones
+# are a stat, whatever a fresh clone does to file times.
+KUBE_SRC   := test/tools/kube/go.mod test/tools/kube/go.sum test/tools/kube/etcd/main.go
+KUBE_TOOLS ?= $(HOME)/.cache/profsym/kube-$(shell cat $(KUBE_SRC) | sha256sum | cut -c1-12)
+kube-tools: $(KUBE_TOOLS)/kube-apiserver $(KUBE_TOOLS)/etcd
+
+$(KUBE_TOOLS)/kube-apiserver:
+	@mkdir -p $(KUBE_TOOLS)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags='-s -w' -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv -f $@.tmp $@
+
+$(KUBE_TOOLS)/etcd:
+	@mkdir -p $(KUBE_TOOLS)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags='-s -w' -o $@.tmp ./etcd && mv -f $@.tmp $@
 
 # Unit, accuracy (against llvm-symbolizer-19) and real-eBPF tests, and the
 # image run in podman (deploy/helmtest). Under CI=true, tests that lack a

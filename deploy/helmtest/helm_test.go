@@ -245,8 +245,13 @@ func TestDefaults(t *testing.T) {
 		d.must(t, want[0], want[1])
 	}
 	for _, o := range d {
-		if o["kind"] == "PersistentVolumeClaim" || o["kind"] == "ClusterRole" || o["kind"] == "Role" {
+		// The agent's ClusterRole (kubernetesMetadata) is the only RBAC
+		// (TestKubernetesMetadataRBAC).
+		if o["kind"] == "PersistentVolumeClaim" || o["kind"] == "Role" {
 			t.Errorf("unexpected %v %s by default", o["kind"], str(o, "metadata", "name"))
+		}
+		if o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding" {
+			continue
 		}
 		if ns := str(o, "metadata", "namespace"); ns != namespace {
 			t.Errorf("%v %s in namespace %q, want %q", o["kind"], str(o, "metadata", "name"), ns, namespace)

@@ -228,8 +228,10 @@ func TestImageRunsChart(t *testing.T) {
 	archive := imageArchive(t)
 	p := newPodman(t)
 	p.must("load", "-q", "-i", archive)
+	// No API server in podman: k8s_attributes would fail to start without
+	// one (internal/e2e TestKubernetesMetadata runs it against a real one).
 	fast := []string{"--set", "agent.profiling.reportInterval=2s", "--set", "symbols.store.rescan=2s",
-		"--set", "agent.config.processors.symbolupload.query_interval=1s"}
+		"--set", "agent.config.processors.symbolupload.query_interval=1s", "--set", "kubernetesMetadata.enabled=false"}
 	t.Run("defaults", func(t *testing.T) { runChartInPodman(t, p, 20, "imagedefaults", fast, nil) })
 	t.Run("tls", func(t *testing.T) {
 		tlsSet := []string{"--set", "tls.enabled=true", "--set", "tls.existingSecret=ps-tls"}

@@ -7,12 +7,17 @@ import semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 // profsym's or pprof's own.
 const (
 	// Resource.
-	AttrPID           = string(semconv.ProcessPIDKey)
-	AttrExePath       = string(semconv.ProcessExecutablePathKey)
-	AttrExeName       = string(semconv.ProcessExecutableNameKey)
-	AttrContainerID   = string(semconv.ContainerIDKey)
-	AttrHostName      = string(semconv.HostNameKey)
-	AttrKernelRelease = "os.kernel.release" // not in semconv; `uname -r`
+	AttrPID         = string(semconv.ProcessPIDKey)
+	AttrExePath     = string(semconv.ProcessExecutablePathKey)
+	AttrExeName     = string(semconv.ProcessExecutableNameKey)
+	AttrContainerID = string(semconv.ContainerIDKey)
+	// What the cgroup path and /proc/PID/status say beyond the id
+	// (docs/frame-format.md): k8sattributes associates pods by the first.
+	AttrK8sPodUID        = string(semconv.K8SPodUIDKey)
+	AttrContainerRuntime = string(semconv.ContainerRuntimeNameKey)
+	AttrVPID             = string(semconv.ProcessVpidKey)
+	AttrHostName         = string(semconv.HostNameKey)
+	AttrKernelRelease    = "os.kernel.release" // not in semconv; `uname -r`
 
 	// Resource: who sent a profile (JFR intakes, docs/jfr.md).
 	AttrServiceName           = string(semconv.ServiceNameKey)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -58,9 +57,16 @@ type Process struct {
 	Comm        string
 	ExePath     string
 	CgroupPath  string
-	ContainerID string
-	Mappings    []Mapping // executable ones, sorted by Start
-	ReadAt      time.Time
+	ContainerID string // 64 hex, when the process is in a container
+	// PodUID and ContainerRuntime are what the cgroup path says of a
+	// container's pod and runtime (Cgroup); empty when it does not say.
+	PodUID           string
+	ContainerRuntime string
+	// VPID is the pid the process has in its innermost PID namespace when
+	// that is not the reader's (a container's pid 1, say); 0 otherwise.
+	VPID     int
+	Mappings []Mapping // executable ones, sorted by Start
+	ReadAt   time.Time
 }
 
 // Find returns the mapping holding addr.
@@ -188,7 +194,9 @@ func (n *Normalizer) read(pid int) (*Process, error) {
 	}
 	p.ExePath, _ = os.Readlink(filepath.Join(dir, "exe"))
 	p.ExePath = strings.TrimSuffix(p.ExePath, " (deleted)")
-	p.CgroupPath, p.ContainerID = readCgroup(filepath.Join(dir, "cgroup"))
+	cg := readCgroupFile(filepath.Join(dir, "cgroup"))
+	p.CgroupPath, p.ContainerID, p.PodUID, p.ContainerRuntime = cg.Path, cg.ContainerID, cg.PodUID, cg.Runtime
+	p.VPID = readVPID(filepath.Join(dir, "status"))
 
 	add := func(m addrmap.Mapping) error {
 		if m.Perms&addrmap.Exec == 0 {
@@ -287,32 +295,4 @@ func identify(openPath, path string) *FileInfo {
 		}
 	}
 	return fi
-}
-
-// containerID finds a 64-hex container id in a cgroup path, as Docker,
-// containerd, CRI-O and Kubernetes name their cgroups
-// ("docker-<id>.scope", "cri-containerd-<id>.scope", ".../<id>").
-var containerID = regexp.MustCompile(`([0-9a-f]{64})(?:\.scope)?$`)
-
-func readCgroup(path string) (cgroup, id string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// cgroup v2: "0::/path"; v1 lines have controllers in field 2.
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" || cgroup == "" {
-			cgroup = parts[2]
-		}
-		for _, seg := range strings.Split(parts[2], "/") {
-			if m := containerID.FindStringSubmatch(seg); m != nil {
-				id = m[1]
-			}
-		}
-	}
-	return cgroup, id
 }

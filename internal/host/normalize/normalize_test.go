@@ -3,7 +3,6 @@ package normalize
 import (
 	"debug/elf"
 	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"testing"
@@ -67,22 +66,5 @@ func TestGone(t *testing.T) {
 	n := New(Options{ProcRoot: t.TempDir()})
 	if _, err := n.Process(12345); err == nil {
 		t.Fatal("a process without /proc entry must fail")
-	}
-}
-
-func TestCgroup(t *testing.T) {
-	id := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	for _, tc := range []struct{ content, path, id string }{
-		{"0::/system.slice/docker-" + id + ".scope\n", "/system.slice/docker-" + id + ".scope", id},
-		{"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope\n", "/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope", id},
-		{"12:cpu,cpuacct:/docker/" + id + "\n0::/\n", "/", id},
-		{"0::/user.slice/session-3.scope\n", "/user.slice/session-3.scope", ""},
-	} {
-		p := filepath.Join(t.TempDir(), "cgroup")
-		os.WriteFile(p, []byte(tc.content), 0o644)
-		path, got := readCgroup(p)
-		if path != tc.path || got != tc.id {
-			t.Errorf("%q: path %q id %q, want %q %q", tc.content, path, got, tc.path, tc.id)
-		}
 	}
 }

@@ -204,8 +204,19 @@ func (r *run) fillResource(res pcommon.Resource, po *procOut) {
 	if path != "" {
 		a.PutStr(pframe.AttrExePath, path)
 	}
-	if po.p != nil && po.p.ContainerID != "" {
-		a.PutStr(pframe.AttrContainerID, po.p.ContainerID)
+	if po.p != nil {
+		if po.p.VPID != 0 {
+			a.PutInt(pframe.AttrVPID, int64(po.p.VPID))
+		}
+		if po.p.ContainerID != "" {
+			a.PutStr(pframe.AttrContainerID, po.p.ContainerID)
+		}
+		if po.p.ContainerRuntime != "" {
+			a.PutStr(pframe.AttrContainerRuntime, po.p.ContainerRuntime)
+		}
+		if po.p.PodUID != "" {
+			a.PutStr(pframe.AttrK8sPodUID, po.p.PodUID)
+		}
 	}
 	if r.b.opt.HostName != "" {
 		a.PutStr(pframe.AttrHostName, r.b.opt.HostName)

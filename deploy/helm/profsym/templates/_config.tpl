@@ -33,6 +33,9 @@ processors:
     limit_percentage: {{ int $a.memoryLimiter.limitPercentage }}
     spike_limit_percentage: {{ int $a.memoryLimiter.spikeLimitPercentage }}
     {{- end }}
+  {{- if .Values.kubernetesMetadata.enabled }}
+  {{- include "profsym.agent.k8sAttributes" . | nindent 2 }}
+  {{- end }}
   {{- if .Values.symbols.enabled }}
   {{- $u := $a.symbolUpload }}
   symbolupload:
@@ -83,14 +86,55 @@ service:
   pipelines:
     profiles:
       receivers: [profiling]
-      processors: [memory_limiter{{ if .Values.symbols.enabled }}, symbolupload{{ end }}]
+      processors: [memory_limiter{{ if .Values.kubernetesMetadata.enabled }}, k8s_attributes{{ end }}{{ if .Values.symbols.enabled }}, symbolupload{{ end }}]
       exporters: [otlp_grpc]
     {{- if $a.profileEvents.enabled }}
     logs:
       receivers: [profiling]
-      processors: [memory_limiter]
+      processors: [memory_limiter{{ if .Values.kubernetesMetadata.enabled }}, k8s_attributes{{ end }}]
       exporters: [otlp_grpc]
     {{- end }}
+{{- end }}
+
+{{/*
+The agent's k8s_attributes processor (kubernetesMetadata): pods of this
+node only, joined by what the receiver read from each process's cgroup.
+The pod UID comes first: it is known as soon as the pod's cgroup exists,
+while a container's id reaches the pod's status only once it runs. The
+processor tries the first association whose attributes a resource has and
+no other, and static pods (whose cgroup names no API UID) have only
+container.id, so both are listed. Deployment names come from the
+ReplicaSet's name, statefulset and daemonset names from owner references:
+watching pods is all these need (namespaces and replicasets in the
+ClusterRole serve namespace labels and deployment UIDs added through
+agent.config).
+*/}}
+{{- define "profsym.agent.k8sAttributes" -}}
+k8s_attributes:
+  auth_type: serviceAccount
+  passthrough: false
+  filter:
+    node_from_env_var: K8S_NODE_NAME
+  pod_association:
+    - sources:
+        - from: resource_attribute
+          name: k8s.pod.uid
+    - sources:
+        - from: resource_attribute
+          name: container.id
+  extract:
+    metadata:
+      - k8s.namespace.name
+      - k8s.pod.name
+      - k8s.pod.uid
+      - k8s.node.name
+      - k8s.container.name
+      - k8s.deployment.name
+      - k8s.replicaset.name
+      - k8s.statefulset.name
+      - k8s.daemonset.name
+      - k8s.job.name
+      - k8s.cronjob.name
 {{- end }}
 
 {{/*

@@ -44,6 +44,26 @@ unless fullnameOverride is set, truncated so that the longest suffix
 {{- end }}
 
 {{/*
+The agent's ServiceAccount: its own when it reads the API
+(kubernetesMetadata), so that the gateway's and the store's pods hold no
+right to it; the shared one otherwise.
+*/}}
+{{- define "profsym.agentServiceAccountName" -}}
+{{- if and .Values.kubernetesMetadata.enabled .Values.serviceAccount.create }}
+{{- default (include "profsym.agentName" .) .Values.serviceAccount.agentName }}
+{{- else if .Values.kubernetesMetadata.enabled }}
+{{- default (include "profsym.serviceAccountName" .) .Values.serviceAccount.agentName }}
+{{- else }}
+{{- include "profsym.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped names carry the namespace: release names repeat across namespaces. */}}
+{{- define "profsym.agentClusterRoleName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "profsym.agentName" .) }}
+{{- end }}
+
+{{/*
 Labels. Call with (dict "ctx" $ "component" "agent").
 */}}
 {{- define "profsym.selectorLabels" -}}
