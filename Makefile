@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: all build test test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -42,6 +42,12 @@ check-cross:
 # test would, then every skipped test and why.
 test: vet check-cross build otelcol image $(TESTSUMMARY)
 	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
+
+# The quick check while working: vet and every package's tests in -short
+# mode, without the image, the cross builds or the kernel matrix. Tests
+# that lack a tool or privilege skip (outside CI=true).
+test-short: vet
+	$(GO) test -short -count=1 -timeout 30m ./...
 
 bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
