@@ -9,9 +9,11 @@
 // Limits.MaxFileBytes, and charges every decompressed byte of a file (all
 // sections, MiniDebugInfo included) against Limits.MaxDecompressedBytes.
 // A section's claimed size is checked against (and reserved from) that
-// budget before a byte is decoded; its buffer is address space that only
-// the decoder's writes make resident, so a claim costs no memory the
-// stream does not back. Sections decode in parallel, each once.
+// budget, and against what its compressed bytes can expand to, before a
+// byte is decoded; its buffer is address space that only the decoder's
+// writes make resident, so a claim costs no memory the stream does not
+// back, and takes at most half of the address space RLIMIT_AS leaves.
+// Sections decode in parallel, each once.
 package elfx
 
 import (
