@@ -60,11 +60,11 @@ $(KUBE_TOOLS)/etcd:
 test: vet check-cross build otelcol image $(TESTSUMMARY)
 	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
 
-# The developer's loop: every test that needs no privilege, eBPF, VM or
-# chroot (those skip under -short, CI or not: testfixture.Short), and no
-# build of the distribution. Run it while you work; run make test before
-# you push.
-test-short:
+# The developer's loop: vet and every test that needs no privilege, eBPF,
+# VM or chroot (those skip under -short, CI or not: testfixture.Short), and
+# no build of the distribution, the image or the kernel matrix. Run it
+# while you work; make test before you push.
+test-short: vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
 bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr

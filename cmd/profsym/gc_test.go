@@ -81,3 +81,31 @@ func TestSymbolizeHoldsGCForTheFirstBatch(t *testing.T) {
 		t.Errorf("after the run: GOGC %d, want %d", p, before)
 	}
 }
+
+// The hold never lets the heap take more than half of the room RLIMIT_AS
+// or the memory cgroup leaves, and is not taken at all when that is small.
+// It was always gcHoldLimit (1 GiB): under `ulimit -v 2097152`, where the
+// runtime's reservations and thread stacks already take about 1.6 GiB, a
+// held heap that grew into the rest died with "fatal error: out of memory".
+func TestHoldLimit(t *testing.T) {
+	const goNow = 8 << 20
+	for _, c := range []struct {
+		name   string
+		lim    sysLimits
+		want   int64
+		wantOK bool
+	}{
+		{"unlimited", sysLimits{-1, -1}, gcHoldLimit, true},
+		{"address space", sysLimits{400 << 20, -1}, goNow + 200<<20, true},
+		{"cgroup", sysLimits{-1, 300 << 20}, goNow + 150<<20, true},
+		{"both, the least", sysLimits{1 << 30, 200 << 20}, goNow + 100<<20, true},
+		{"above the budget", sysLimits{8 << 30, 8 << 30}, gcHoldLimit, true},
+		{"no room", sysLimits{100 << 20, -1}, 0, false},
+		{"none at all", sysLimits{0, 0}, 0, false},
+	} {
+		got, ok := holdLimit(goNow, c.lim)
+		if got != c.want || ok != c.wantOK {
+			t.Errorf("%s: holdLimit = %d, %v; want %d, %v", c.name, got, ok, c.want, c.wantOK)
+		}
+	}
+}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,6 +29,8 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	compression := fs.String("compression", "zstd", "DWARF compression: zstd, zlib or none")
 	bandwidth := fs.Int64("max-bandwidth", 0, "upload rate limit in bytes per second (0: none)")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for ids another uploader is sending")
+	timeout := fs.Duration("timeout", 30*time.Minute, "deadline of the whole run's talk with the store (queries, uploads, waits)")
+	answer := fs.Duration("response-timeout", time.Minute, "how long one request may wait for the store's answer once sent")
 	var dirs listFlag
 	fs.Var(&dirs, "debug-file-directory", "where to look for separate debug files by build id (repeatable; default /usr/lib/debug)")
 	fs.Usage = func() {
@@ -53,7 +57,11 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	client, err := symstore.NewClient(*endpoint, token, nil)
+	if *timeout <= 0 || *answer <= 0 {
+		fmt.Fprintln(stderr, "profsym upload: --timeout and --response-timeout must be positive")
+		return 2
+	}
+	client, err := symstore.NewClient(*endpoint, token, uploadHTTPClient(*answer))
 	if err != nil {
 		fmt.Fprintf(stderr, "profsym upload: %v\n", err)
 		return 2
@@ -70,7 +78,10 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if len(dirs) == 0 {
 		dirs = listFlag{"/usr/lib/debug"}
 	}
-	ctx := context.Background()
+	// The deadline starts now, before the extraction: a CI step is bounded
+	// as a whole, whatever the store does.
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
 	scratch, err := os.MkdirTemp("", "profsym-upload-")
 	if err != nil {
 		fmt.Fprintf(stderr, "profsym upload: %v\n", err)
@@ -104,7 +115,7 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for len(ids) > 0 {
 		res, err := client.Missing(ctx, ids)
 		if err != nil {
-			fmt.Fprintf(stderr, "profsym upload: %v\n", err)
+			fmt.Fprintf(stderr, "profsym upload: %v\n", timeoutSays(ctx, err, *timeout))
 			return 1
 		}
 		lease := map[string]string{}
@@ -130,7 +141,7 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			stored, err := client.Upload(ctx, id, symstore.DebugInfo, it.extracted, tok)
 			switch {
 			case err != nil:
-				fmt.Fprintf(stderr, "%s: %v\n", it.file, err)
+				fmt.Fprintf(stderr, "%s: %v\n", it.file, timeoutSays(ctx, err, *timeout))
 				failed++
 			case stored:
 				st, _ := os.Stat(it.extracted)
@@ -147,13 +158,35 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				}
 				return 1
 			}
-			time.Sleep(2 * time.Second)
+			select {
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+				fmt.Fprintf(stderr, "profsym upload: %v\n", timeoutSays(ctx, ctx.Err(), *timeout))
+				return 1
+			}
 		}
 	}
 	if failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// uploadHTTPClient is the default transport with a bound on each answer:
+// a store that takes the request and never replies fails that request
+// after answer, however long the body took to send (--max-bandwidth).
+func uploadHTTPClient(answer time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = answer
+	return &http.Client{Transport: tr}
+}
+
+// timeoutSays names the flag to raise when the run's deadline ended err.
+func timeoutSays(ctx context.Context, err error, timeout time.Duration) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (the run's --timeout of %v passed)", err, timeout)
+	}
+	return err
 }
 
 type prepared struct{ id, path string }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/profsym/profsym/internal/symstore"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -87,5 +88,44 @@ func TestUploadCommand(t *testing.T) {
 	}
 	if code, o, e := upload("--token-file", tok, gobin); code != 0 || !strings.Contains(o, "uploaded "+key.String()) || !store.Has(key.String(), symstore.DebugInfo) {
 		t.Errorf("Go binary: %d %s %s", code, o, e)
+	}
+}
+
+// A store that takes the request and never answers fails the run, with
+// its reason, after --response-timeout (one request) or --timeout (the
+// whole run), whichever comes first; without them the command hung.
+func TestUploadTimesOut(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "cliuploadhang", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-Wl,--build-id", "-DE2E_ID=cliuploadhang"}})
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-stop // never answers, not even when the client gives up
+	}))
+	defer srv.Close()
+	defer close(stop)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"response-timeout", []string{"--response-timeout", "1s"}, "timeout awaiting response headers"},
+		{"timeout", []string{"--timeout", "1s"}, "--timeout of 1s passed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			done := make(chan int, 1)
+			start := time.Now()
+			go func() {
+				done <- run(append(append([]string{"upload", "--endpoint", srv.URL}, c.args...), bin), nil, &out, &errb)
+			}()
+			select {
+			case code := <-done:
+				if code != 1 || !strings.Contains(errb.String(), c.want) {
+					t.Errorf("exit %d after %v, stderr %q; want 1 and %q", code, time.Since(start), errb.String(), c.want)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("profsym upload %v still waiting on a store that never answers after a minute", c.args)
+			}
+		})
 	}
 }

@@ -9,9 +9,11 @@
 // Limits.MaxFileBytes, and charges every decompressed byte of a file (all
 // sections, MiniDebugInfo included) against Limits.MaxDecompressedBytes.
 // A section's claimed size is checked against (and reserved from) that
-// budget before a byte is decoded; its buffer is address space that only
-// the decoder's writes make resident, so a claim costs no memory the
-// stream does not back. Sections decode in parallel, each once.
+// budget, and against what its compressed bytes can expand to, before a
+// byte is decoded; its buffer is address space that only the decoder's
+// writes make resident, so a claim costs no memory the stream does not
+// back, and takes at most half of the address space RLIMIT_AS leaves.
+// Sections decode in parallel, each once.
 package elfx
 
 import (
@@ -296,9 +298,9 @@ func (f *File) decompressSHF(raw []byte) ([]byte, error) {
 	}
 	switch typ {
 	case elf.COMPRESS_ZLIB:
-		return f.decodeInto(size, len(raw), func(dst []byte) (int, error) { return inflateZlib(dst, raw[hdr:]) })
+		return f.decodeInto(size, len(raw)-hdr, maxZlibRatio, func(dst []byte) (int, error) { return inflateZlib(dst, raw[hdr:]) })
 	case elf.COMPRESS_ZSTD:
-		return f.decodeInto(size, len(raw), func(dst []byte) (int, error) {
+		return f.decodeInto(size, len(raw)-hdr, maxZstdRatio, func(dst []byte) (int, error) {
 			zr, err := newZstd(raw[hdr:], size)
 			if err != nil {
 				return 0, err
@@ -317,7 +319,29 @@ func (f *File) decompressZdebug(raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("bad .zdebug header: %w", ErrCorrupt)
 	}
 	size := binary.BigEndian.Uint64(raw[4:])
-	return f.decodeInto(size, len(raw), func(dst []byte) (int, error) { return inflateZlib(dst, raw[12:]) })
+	return f.decodeInto(size, len(raw)-12, maxZlibRatio, func(dst []byte) (int, error) { return inflateZlib(dst, raw[12:]) })
+}
+
+// The most a compressed byte can expand to. Deflate's densest code is a
+// 258-byte match in one bit of a fixed-code block plus its distance, about
+// 1032:1; a zstd block outputs at most 128 KiB, and its shortest form (an
+// RLE block) takes 4 bytes, 32768:1. A claim past that is not the stream's.
+const (
+	maxZlibRatio = 1032
+	maxZstdRatio = 32768
+	// ratioSlack covers stream headers and the last partial block.
+	ratioSlack = 1 << 17
+)
+
+// checkRatio refuses a claimed decompressed size that n compressed bytes
+// cannot produce, before anything is reserved or mapped for it: a lying
+// header (one flipped bit of ch_size) would otherwise map up to the whole
+// budget, address space the rest of the process may need.
+func checkRatio(size uint64, n, ratio int) error {
+	if n < 0 || size > uint64(n)*uint64(ratio)+ratioSlack {
+		return fmt.Errorf("header claims %d bytes from %d compressed bytes, more than %d:1: %w", size, max(n, 0), ratio, ErrCorrupt)
+	}
+	return nil
 }
 
 // check refuses a claimed size that does not fit what is left; b.mu is held.
@@ -329,17 +353,22 @@ func (b *budget) check(size uint64) error {
 	return nil
 }
 
-// decodeInto decodes a section that claims size bytes: the claim is
-// checked against what is left of the file's budget and reserved (so
+// decodeInto decodes a section that claims size bytes from compressed
+// bytes of a format that expands at most ratio:1: the claim is checked
+// against that, and against what is left of the file's budget, and reserved (so
 // sections decode in parallel within it), and against the pool; decode
 // then fills a buffer of exactly that size, which must come out full. The
 // buffer is address space that the decoder's writes make resident, so a
 // claim the stream does not back costs no memory. decode reports how many
 // bytes it wrote; on failure those stay charged to the budget.
-func (f *File) decodeInto(size uint64, compressed int, decode func(dst []byte) (int, error)) ([]byte, error) {
+func (f *File) decodeInto(size uint64, compressed, ratio int, decode func(dst []byte) (int, error)) ([]byte, error) {
 	b := f.budget
 	b.mu.Lock()
 	if err := b.check(size); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if err := checkRatio(size, compressed, ratio); err != nil {
 		b.mu.Unlock()
 		return nil, err
 	}

@@ -262,3 +262,19 @@ func TestCompressedSymtabCharged(t *testing.T) {
 		t.Fatalf("Symbols() over a 1 GiB compressed .symtab: %v, want %v", err, frame.ErrLimitExceeded)
 	}
 }
+
+// The symbol versions DynamicSymbols reads with .dynsym are charged too: a
+// .gnu.version_r flagged compressed, claiming 1 GiB, was read by debug/elf
+// at its claim.
+func TestCompressedVersionsCharged(t *testing.T) {
+	dynsym := testfixture.Section{Name: ".dynsym", Type: elf.SHT_DYNSYM, Data: make([]byte, 2*elf.Sym64Size)}
+	vers := testfixture.CompressedSection(t, ".gnu.version_r", elf.COMPRESS_ZLIB, 1<<30, 1<<10)
+	vers.Type = elf.SHT_GNU_VERNEED
+	f, err := elfx.NewFile(testfixture.BuildELF(dynsym, vers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.DynamicSymbols(); !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Fatalf("DynamicSymbols() with a 1 GiB compressed .gnu.version_r: %v, want %v", err, frame.ErrLimitExceeded)
+	}
+}

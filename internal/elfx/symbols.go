@@ -49,6 +49,15 @@ func (f *File) checkSymbols(typ elf.SectionType) error {
 	if int(s.Link) < len(f.Sections) {
 		sections = append(sections, f.Sections[s.Link])
 	}
+	if typ == elf.SHT_DYNSYM {
+		// DynamicSymbols also reads the symbol versions, each section
+		// whole at the size its header claims.
+		for _, vt := range []elf.SectionType{elf.SHT_GNU_VERSYM, elf.SHT_GNU_VERNEED, elf.SHT_GNU_VERDEF} {
+			if vs := f.SectionByType(vt); vs != nil {
+				sections = append(sections, vs)
+			}
+		}
+	}
 	// debug/elf reads exactly the size a compressed header claims, so
 	// charging that size bounds what it allocates.
 	f.budget.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 )
@@ -23,8 +24,11 @@ import (
 // table in .data.rel.ro), else, when section headers or symbols are gone,
 // by one pass over the read-only segments for its header's magic.
 //
-// It returns an error wrapping frame.ErrNoDebugInfo when f has no pclntab.
-func New(f *elfx.File) (*Table, error) {
+// It returns an error wrapping frame.ErrNoDebugInfo when f has no pclntab,
+// and one wrapping frame.ErrCorruptFile when parsing it panicked (New runs
+// on goroutines of its own, where a panic would end the process).
+func New(f *elfx.File) (t *Table, err error) {
+	defer contain.Panic(func(r any) { t, err = nil, fmt.Errorf("gopclntab: %v: %w", r, frame.ErrCorruptFile) })
 	m := newImage(f)
 	img := m.img
 	var tab []byte
@@ -46,7 +50,7 @@ func New(f *elfx.File) (*Table, error) {
 			return nil, fmt.Errorf("gopclntab: no Go symbol table: %w", frame.ErrNoDebugInfo)
 		}
 	}
-	t, err := Parse(Image{Pclntab: tab})
+	t, err = Parse(Image{Pclntab: tab})
 	if err != nil {
 		return nil, err
 	}

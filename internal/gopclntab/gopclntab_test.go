@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/testfixture"
@@ -779,5 +780,24 @@ func TestManyProgramHeaders(t *testing.T) {
 	}
 	if got := searched.Load() - searched0; got > 4*int64(len(img)) {
 		t.Fatalf("searched %d bytes of a %d-byte file", got, len(img))
+	}
+}
+
+// New runs on goroutines of its own (the symbolizer's open builds it beside
+// the DWARF index), where a panic ends the process whatever the caller
+// recovers: New contains its own, as a corrupt file, and counts it. An
+// elfx.File without its ELF headers stands in for a parser bug.
+func TestNewContainsAPanic(t *testing.T) {
+	before := contain.Count()
+	done := make(chan error, 1)
+	go func() {
+		_, err := New(&elfx.File{})
+		done <- err
+	}()
+	if err := <-done; !errors.Is(err, frame.ErrCorruptFile) {
+		t.Errorf("New on a File without headers: %v; want a corrupt file", err)
+	}
+	if n := contain.Count() - before; n != 1 {
+		t.Errorf("%d panics counted, want 1", n)
 	}
 }

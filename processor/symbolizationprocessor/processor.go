@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/profsym/profsym/internal/contain"
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/locate"
 	"github.com/profsym/profsym/internal/locate/debuginfod"
@@ -31,6 +32,8 @@ type symbolizer struct {
 	shared *sharedSym
 	sym    *otlpsym.Symbolizer
 	client *debuginfod.Client
+	// unwatch stops the logging of contained parser panics' stacks.
+	unwatch func()
 }
 
 // sharedSym is the symbolizer (caches, debuginfod client) of one
@@ -158,6 +161,9 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		return err
 	}
 	p.shared, p.sym, p.client = e, e.sym, e.client
+	// A parser's contained panic is a bug that users should be able to
+	// report: its first stack per site goes to the collector's log.
+	p.unwatch = contain.Watch(p.log)
 	return nil
 }
 
@@ -193,6 +199,9 @@ func (c *Config) newShared(ctx context.Context, host component.Host, set compone
 
 func (p *symbolizer) shutdown(context.Context) error {
 	defer p.tel.Shutdown()
+	if p.unwatch != nil {
+		p.unwatch()
+	}
 	if p.shared == nil {
 		return nil
 	}
@@ -238,6 +247,7 @@ func (p *symbolizer) record(ctx context.Context, st otlpsym.Stats, start time.Ti
 	}
 	t.SymbolizationCacheHits.Add(ctx, st.CacheHits)
 	t.SymbolizationCacheMisses.Add(ctx, st.CacheMisses)
+	t.SymbolizationParserPanics.Record(ctx, contain.Count())
 	caches := p.sym.Caches()
 	p.shared.mu.Lock()
 	for _, c := range caches {

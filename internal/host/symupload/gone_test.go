@@ -83,3 +83,38 @@ func mapFilesPath(t *testing.T, pid int64, bin string) string {
 	t.Fatalf("%s not mapped in %d", bin, pid)
 	return ""
 }
+
+// A file not found drops the id's sightings; the next round, with no new
+// sighting, has no candidate at all. That is the file still gone: looked
+// for again until maxNotFound rounds, then counted as skipped file_gone.
+// It was counted once as skipped with an empty reason, and given up at once.
+func TestNoCandidateLeftIsFileGone(t *testing.T) {
+	c := &counts{}
+	_, srv := startStore(t, c)
+	u := newUploader(t, srv.URL, c, nil)
+	cand := Candidate{Path: "/nonexistent/profsym-gone", BuildID: "0123456789abcdef0123456789abcdef01234567"}
+	key, err := cand.Key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := key.String()
+	u.Observe(cand)
+	for round := 1; round <= maxNotFound; round++ {
+		u.mu.Lock()
+		u.ids[id].state = running // as round leaves it
+		u.mu.Unlock()
+		if u.resolve(id) {
+			t.Fatalf("round %d: resolved a file that does not exist", round)
+		}
+		if got := c.get("skipped:file_gone"); (round < maxNotFound) != (got == 0) {
+			t.Errorf("round %d: skipped:file_gone %d", round, got)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, n := range c.m {
+		if k != "skipped:file_gone" || n != 1 {
+			t.Errorf("counted %s %d; want only skipped:file_gone, once (all: %v)", k, n, c.m)
+		}
+	}
+}

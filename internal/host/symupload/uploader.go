@@ -366,6 +366,11 @@ func (u *Uploader) resolve(id string) bool {
 		return true
 	}
 	var lastErr error
+	if len(cands) == 0 {
+		// fileGone dropped the sightings and no process mapped the file
+		// since: nothing to open is the file gone, not a reason-less skip.
+		lastErr = fmt.Errorf("build id %s: no sighting left to open: %w", id, frame.ErrNotFound)
+	}
 	for _, c := range cands {
 		src, err := FindSource(u.cfg.ProcRoot, c, u.cfg.DebugDirs)
 		if err != nil {

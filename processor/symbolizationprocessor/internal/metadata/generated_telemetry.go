@@ -42,6 +42,7 @@ type TelemetryBuilder struct {
 	SymbolizationFramesResolved              metric.Int64Counter
 	SymbolizationFramesSkipped               metric.Int64Counter
 	SymbolizationFramesUnresolved            metric.Int64Counter
+	SymbolizationParserPanics                metric.Int64Gauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -169,6 +170,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_symbolization_frames_unresolved",
 		metric.WithDescription("Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, pending, fetch_failed, timeout, corrupt_file, not_found). [Alpha]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationParserPanics, err = builder.meter.Int64Gauge(
+		"otelcol_symbolization_parser_panics",
+		metric.WithDescription("Panics contained in the parsers of untrusted files (ELF, DWARF, symbol tables, pclntab) in this process so far; each read its file as corrupt, and is a bug whose stack is logged once per site. [Alpha]"),
+		metric.WithUnit("{panic}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

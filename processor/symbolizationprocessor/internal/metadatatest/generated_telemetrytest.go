@@ -266,3 +266,17 @@ func AssertEqualSymbolizationFramesUnresolved(t *testing.T, tt *componenttest.Te
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
+
+func AssertEqualSymbolizationParserPanics(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_symbolization_parser_panics",
+		Description: "Panics contained in the parsers of untrusted files (ELF, DWARF, symbol tables, pclntab) in this process so far; each read its file as corrupt, and is a bug whose stack is logged once per site. [Alpha]",
+		Unit:        "{panic}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_symbolization_parser_panics")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}

@@ -35,6 +35,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.SymbolizationFramesResolved.Add(context.Background(), 1)
 	tb.SymbolizationFramesSkipped.Add(context.Background(), 1)
 	tb.SymbolizationFramesUnresolved.Add(context.Background(), 1)
+	tb.SymbolizationParserPanics.Record(context.Background(), 1)
 	AssertEqualSymbolizationBatchDuration(t, testTel,
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
@@ -81,6 +82,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualSymbolizationFramesUnresolved(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualSymbolizationParserPanics(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 
