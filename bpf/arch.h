@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the walker (unwind.h) needs to know about the CPU, behind small
  * inline functions: the registers of a perf_event sample and of the task's

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Kernel compatibility: code paths for helpers older kernels lack, chosen at
  * load time by feature probes (internal/host/sampler/features.go), never by

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Off-CPU samples: where threads wait, and for how long (docs/off-cpu.md).
  *

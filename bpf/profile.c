@@ -1,6 +1,6 @@
 //go:build ignore
 
-// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * profsym CPU sampler.
  *

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Enumerations shared by the programs and userspace. bpf2go exports them
  * (-type), so the Go side uses these values instead of copies.

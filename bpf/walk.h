@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The user stack walk: start, one program's worth of frames, finish.
  *
