@@ -1,0 +1,81 @@
+package profilingreceiver
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/unwind"
+	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
+	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadatatest"
+)
+
+// fakeRuntime takes pids 1 and 2 (refusing 2), names nothing, and says
+// what its walker failed.
+type fakeRuntime struct{ errs map[string]uint64 }
+
+func (fakeRuntime) Kind() runtimes.Kind { return runtimes.KindCPython }
+func (fakeRuntime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
+	switch p.PID {
+	case 1:
+		return [][2]uint64{{0x1000, 0x2000}}, true, nil
+	case 2:
+		return nil, true, errors.New("unknown version")
+	}
+	return nil, false, nil
+}
+func (fakeRuntime) Forget(int) {}
+func (fakeRuntime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
+	return runtimes.Symbol{}, runtimes.ErrNotAttached
+}
+func (r *fakeRuntime) Errors() map[string]uint64 { return r.errs }
+
+type nopUnwinder struct{}
+
+func (nopUnwinder) SetRuntime(int, unwind.Runtime) error { return nil }
+
+// The runtime metrics count what happened since the last report: a second
+// report with nothing new adds nothing.
+func TestRuntimeTelemetry(t *testing.T) {
+	ctx := context.Background()
+	tt := componenttest.NewTelemetry()
+	defer tt.Shutdown(ctx)
+	tel, err := metadata.NewTelemetryBuilder(tt.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{errs: map[string]uint64{"no_thread": 3}}
+	set := runtimes.NewSet(zap.NewNop(), nopUnwinder{}, rt)
+	set.Attach(&normalize.Process{PID: 1})
+	set.Attach(&normalize.Process{PID: 2})
+	for range 2 {
+		_, _ = set.Name(1, runtimes.Frame{Kind: runtimes.FrameCPythonFirst})
+	}
+	r := &profilingReceiver{tel: tel}
+	r.recordRuntimes(ctx, set)
+	rt.errs = map[string]uint64{"no_thread": 5, "read": 1}
+	r.recordRuntimes(ctx, set)
+	r.recordRuntimes(ctx, set)
+
+	one := func(n int64, kv ...attribute.KeyValue) metricdata.DataPoint[int64] {
+		return metricdata.DataPoint[int64]{Value: n, Attributes: attribute.NewSet(kv...)}
+	}
+	opts := []metricdatatest.Option{metricdatatest.IgnoreTimestamp()}
+	metadatatest.AssertEqualReceiverProfilingRuntimeAttached(t, tt, []metricdata.DataPoint[int64]{one(1)}, opts...)
+	metadatatest.AssertEqualReceiverProfilingRuntimeRefused(t, tt,
+		[]metricdata.DataPoint[int64]{one(1, attribute.String("runtime", "cpython"))}, opts...)
+	metadatatest.AssertEqualReceiverProfilingRuntimeFramesUnnamed(t, tt,
+		[]metricdata.DataPoint[int64]{one(2, attribute.String("reason", "runtime_not_attached"))}, opts...)
+	metadatatest.AssertEqualReceiverProfilingRuntimeWalkErrors(t, tt, []metricdata.DataPoint[int64]{
+		one(5, attribute.String("runtime", "cpython"), attribute.String("reason", "no_thread")),
+		one(1, attribute.String("runtime", "cpython"), attribute.String("reason", "read")),
+	}, opts...)
+}
