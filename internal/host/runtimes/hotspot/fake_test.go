@@ -141,9 +141,10 @@ func lineTable(x byte, pairs ...[2]int) []byte {
 func jdk17() *layout {
 	return &layout{version: 17,
 		blobName: 96, blobSize: 12, blobCodeBegin: 32, blobCodeEnd: 40, blobHeader: 104,
-		blobFrameComplete: 20, blobFrameSize: 28, nmSize: 352,
+		blobFrameComplete: 20, blobFrameSize: 28, nmSize: 352, completeWidth: 4, blobDataOffset: 24,
 		nmCompileID: 304, nmOrigPCOffset: 300, nmDeoptHandler: 128,
 		nmMethod: 112, nmScopesData: 120, nmMetadataOff: 260, nmScopesPCsOff: 268, nmDepsOff: 272,
+		scopesPointer: true, metaWidth: 4,
 		pcDescSize: 16, pcDescPCOffset: 0, pcDescScope: 4, heapBlockSize: 16,
 		methodConst: 8, constMethodSize: 48, cmCodeSize: 32, cmConstants: 8, cmNameIndex: 34, cmSigIndex: 36,
 		cmFlags: 28, cmHasLineTable: 1, cpHolder: 24, cpSize: 72, cpLength: 60, cpSourceFile: 54, klassName: 24,

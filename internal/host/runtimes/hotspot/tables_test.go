@@ -262,7 +262,7 @@ func TestHostileTables(t *testing.T) {
 					f, _ := im.a.m.U64(e + 8)
 					if fn, _ := im.a.m.CString(f, 64); fn == "_vm_major_version" {
 						addr, _ := im.a.m.U64(e + 40)
-						im.a.u32(addr, 25)
+						im.a.u32(addr, 99)
 					}
 				}
 			}
