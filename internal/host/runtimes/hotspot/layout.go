@@ -226,9 +226,13 @@ func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout,
 
 	// x86-64: the last SP slot is exported; Method*, then mirror, mdp,
 	// cache, locals, bcp follow below it (frame_x86.hpp, JDK 9+). JDK 8
-	// has no mirror slot, and its tables do not say so.
-	l.ifSenderSP = b.constant("frame::interpreter_frame_sender_sp_offset")
-	last := b.constant("frame::interpreter_frame_last_sp_offset")
+	// exports no slot and has no mirror: its frame_x86.hpp's are used.
+	last := int64(-2)
+	l.ifSenderSP = -1
+	if l.version > 8 || b.hasConstant("frame::interpreter_frame_last_sp_offset") {
+		l.ifSenderSP = b.constant("frame::interpreter_frame_sender_sp_offset")
+		last = b.constant("frame::interpreter_frame_last_sp_offset")
+	}
 	l.ifMethod = last - 1
 	l.ifBCP = l.ifMethod - 5
 	if l.version == 8 {
@@ -401,6 +405,11 @@ func (b *builder) inLoads(addr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+func (b *builder) hasConstant(name string) bool {
+	_, ok := b.t.ints[name]
+	return ok
 }
 
 func (b *builder) constant(names ...string) int64 {
