@@ -52,7 +52,11 @@ func TestDumpTables(t *testing.T) {
 		if f.static {
 			lines = append(lines, fmt.Sprintf("F %s static @%#x", k, f.value-bias))
 		} else {
-			lines = append(lines, fmt.Sprintf("F %s %d", k, f.value))
+			w := ""
+			if f.width != 0 {
+				w = fmt.Sprintf(" %d", f.width)
+			}
+			lines = append(lines, fmt.Sprintf("F %s %d%s", k, f.value, w))
 		}
 	}
 	for k, v := range tb.types {
