@@ -297,11 +297,11 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 				       __u64 blob, __u64 code, __u64 fsize, __u32 complete)
 {
 	__u64 pc = s->pc, deopt = hs_field(b, p->nm_deopt), w[2], cfa, v;
+	__u32 id = (__u32)hs_field(b, p->nm_compile_id), aux;
+	__s32 orig = (__s32)hs_field(b, p->nm_orig_pc);
 
 	if (p->flags & HS_CODE_OFFSETS)
 		deopt = blob + (__u32)deopt;
-	__u32 id = (__u32)hs_field(b, p->nm_compile_id), aux;
-	__s32 orig = (__s32)hs_field(b, p->nm_orig_pc);
 
 	/* A frame being deoptimized returns to the deopt handler; the PC it
 	 * had is saved in the frame. */
