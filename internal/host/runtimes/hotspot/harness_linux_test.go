@@ -41,9 +41,8 @@ type jdk struct {
 var hostJDKs = []jdk{{name: "jdk25-temurin", feature: 25, java: "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"}}
 
 // jdks are the JDKs the tests run: 11 (bullseye), 17 (the host's), 21
-// (trixie), Temurin 25 (on the host), and 8, 25, 26 and 27 (sid).
-// Building a chroot takes minutes the first time. A host JDK that is not
-// installed is skipped, or fails the test in CI.
+// (trixie), Temurin 25 (on the host, when installed), and 8, 25, 26 and
+// 27 (sid). Building a chroot takes minutes the first time.
 func jdks(t *testing.T) []jdk {
 	t.Helper()
 	testfixture.NeedTool(t, "java", "javac", "jar", "javap", "unshare")
@@ -63,8 +62,11 @@ func jdks(t *testing.T) []jdk {
 		if !want(j.name) {
 			continue
 		}
+		// Installed by hand, not by .ci/run: sid's OpenJDK 25 covers
+		// the release where Temurin is missing.
 		if _, err := os.Stat(j.java); err != nil {
-			testfixture.SkipOrFail(t, "%s: %v", j.name, err)
+			t.Logf("%s left out: %v", j.name, err)
+			continue
 		}
 		out = append(out, j)
 	}
