@@ -38,11 +38,20 @@ func TestJavaChains(t *testing.T) {
 		{name: "interpreted", jvm: []string{"-Xint"}, warm: 2 * time.Second},
 		{name: "c1", jvm: []string{"-XX:TieredStopAtLevel=1"}, warm: 3 * time.Second},
 		{name: "c2", warm: 6 * time.Second},
+		// C2 alone with the inlining pinned: hot compiled on its own,
+		// b inlined into a, so every compiled sample from hot has one
+		// known shape.
+		{name: "c2-pinned", jvm: []string{"-XX:-TieredCompilation", "-XX:CompileCommand=quiet",
+			"-XX:CompileCommand=dontinline,fixture.Chain::hot", "-XX:CompileCommand=inline,fixture.Chain::b",
+			"-XX:CompileCommand=dontinline,fixture.Chain::a"}, warm: 6 * time.Second},
 		{name: "jni", jni: true, warm: 6 * time.Second},
 		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
 	}
 	for _, j := range jdks(t) {
 		for _, m := range modes {
+			if only := os.Getenv("HSMODE"); only != "" && only != m.name {
+				continue // a developer's shortcut, as HSJDK
+			}
 			t.Run(j.name+"/"+m.name, func(t *testing.T) {
 				arg := "chain"
 				want := []string{"hot", "b", "a", "main"}
@@ -50,7 +59,7 @@ func TestJavaChains(t *testing.T) {
 					arg = "jni"
 					want = []string{"hot", "back", "viaNative", "a", "main"}
 				}
-				c := chainCheck{want: want, lines: lines, calls: calls, lib: lib, jni: m.jni}
+				c := chainCheck{want: want, lines: lines, calls: calls, lib: lib, jni: m.jni, pinned: m.name == "c2-pinned"}
 				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, fixtureSeconds)
 				h.sampleJVMAtLeast(t, cmd, m.warm, 5*time.Second, 300, false, func(pid int, samples []sampler.Sample) {
 					p, err := h.norm.Refresh(pid)
@@ -72,10 +81,13 @@ type chainCheck struct {
 	calls map[string]uint32
 	lib   string
 	jni   bool
+	// pinned: hot not inlined, b inlined into a, a not inlined into main
+	// (c2-pinned's CompileCommands).
+	pinned bool
 }
 
 func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples []sampler.Sample, inlining bool) {
-	var all, whole, full, inlined uint64
+	var all, whole, full, inlined, shaped uint64
 	stops := map[string]uint64{}
 	starts := map[string]uint64{} // whole samples by their innermost fixture method
 	var bad []string
@@ -102,6 +114,9 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 		}
 		if fromHot {
 			full += s.Count
+			if c.pinned && pinnedShape(fs) {
+				shaped += s.Count
+			}
 		}
 		if slices.ContainsFunc(fs, func(f frameOf) bool { return f.inlined }) {
 			inlined += s.Count
@@ -109,6 +124,9 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 	}
 	t.Logf("%d of %d main-thread samples whole (%.2f%%), %d of them from hot, %d with inlined frames; stops %v; innermost fixture methods %v", whole, all,
 		100*float64(whole)/float64(max(all, 1)), full, inlined, stops, starts)
+	if c.pinned {
+		t.Logf("%d of the %d from hot with hot on its own and b inlined into a", shaped, full)
+	}
 	for _, b := range bad {
 		t.Log(b)
 	}
@@ -126,6 +144,11 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 	// sample whole. So a quarter is asked, of hot and of inlined frames.
 	if full*100 < all*25 {
 		t.Errorf("%d of %d samples start at hot: the fixture should spend its time there", full, all)
+	}
+	// C2 compiles a within the warm-up: samples of the interpreted a
+	// before it are few.
+	if c.pinned && shaped*100 < full*95 {
+		t.Errorf("%d of %d samples from hot have hot compiled on its own and b inlined into a", shaped, full)
 	}
 	if inlining && inlined*4 < whole {
 		t.Errorf("inlined frames in %d of %d whole samples: C2 inlines b into a", inlined, whole)
@@ -206,6 +229,18 @@ func (c chainCheck) whole(t *testing.T, p *normalize.Process, fs []frameOf, s sa
 		return "stop reason " + s.Stop.String(), false
 	}
 	return "", len(want) == len(c.want)
+}
+
+// pinnedShape reports whether fs, a whole chain from hot, has the shape
+// c2-pinned compiles: hot on its own, b inlined into a, a on its own.
+func pinnedShape(fs []frameOf) bool {
+	var java []frameOf
+	for _, f := range fs {
+		if f.java && strings.HasPrefix(f.name, "fixture.") {
+			java = append(java, f)
+		}
+	}
+	return len(java) == 4 && !java[0].inlined && java[1].inlined && !java[2].inlined && !java[3].inlined
 }
 
 func describe(fs []frameOf) string {
