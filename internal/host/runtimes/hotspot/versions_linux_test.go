@@ -51,7 +51,7 @@ func TestJavaVersions(t *testing.T) {
 			failed := h.s.Runtimes().Stats().Failed["hotspot"]
 			c := chainCheck{want: []string{"hot", "b", "a", "main"}, lines: lines, calls: calls, lib: lib}
 			cmd := javaCmd(t, j, jar, lib, nil, "fixture.Chain", "chain", "20")
-			h.sampleJVMAtLeast(t, cmd, 6*time.Second, 4*time.Second, 200, false, func(pid int, samples []sampler.Sample) {
+			h.sampleJVMAtLeast(t, cmd, 5*time.Second, 3*time.Second, 100, false, func(pid int, samples []sampler.Sample) {
 				p, err := h.norm.Refresh(pid)
 				if err != nil {
 					t.Fatal(err)
