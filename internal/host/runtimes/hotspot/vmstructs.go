@@ -59,7 +59,7 @@ type field struct {
 // integer or pointer.
 func typeWidth(typ string) uint8 {
 	switch typ {
-	case "u1", "uint8_t", "int8_t", "jbyte", "jubyte", "bool", "char", "signed char", "unsigned char", "CodeBlobKind", "CompLevel":
+	case "u1", "uint8_t", "int8_t", "jbyte", "jubyte", "bool", "char", "signed char", "unsigned char", "CodeBlobKind":
 		return 1
 	case "u2", "uint16_t", "int16_t", "jshort", "jushort", "short", "unsigned short":
 		return 2
