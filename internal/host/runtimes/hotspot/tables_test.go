@@ -232,6 +232,7 @@ func TestHostileTables(t *testing.T) {
 		{"stride zero", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryArrayStride"]+im.bias, 0) }},
 		{"stride huge", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryArrayStride"]+im.bias, 1<<40) }},
 		{"column past stride", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryAddressOffset"]+im.bias, 44) }},
+		{"type column past stride", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryTypeStringOffset"]+im.bias, 48) }},
 		{"wild table", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructs"]+im.bias, 0xdeadbeef000) }},
 		{"no end", func(im *image) {
 			// Entries that never end: the parse stops at maxEntries.
@@ -272,6 +273,20 @@ func TestHostileTables(t *testing.T) {
 				}
 			}
 		}},
+		{"frame_complete_offset a pointer", func(im *image) {
+			// A width the walker cannot read: refused, not misread.
+			base, _ := im.a.m.U64(im.syms["gHotSpotVMStructs"] + im.bias)
+			for e := base; ; e += structStride {
+				p, _ := im.a.m.U64(e)
+				if p == 0 {
+					break
+				}
+				f, _ := im.a.m.U64(e + 8)
+				if n, _ := im.a.m.CString(f, 64); n == "_frame_complete_offset" {
+					im.a.u64(e+16, im.a.cstring("address"))
+				}
+			}
+		}},
 		{"static outside libjvm", func(im *image) {
 			base, _ := im.a.m.U64(im.syms["gHotSpotVMStructs"] + im.bias)
 			for e := base; ; e += structStride {
@@ -302,7 +317,7 @@ func TestHostileTables(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			im := buildImage(readDump(t, 17), 17)
+			im := buildImage(readDump(t, 25), 25)
 			tc.forge(im)
 			im.a.m.bytes = 0
 			_, err := im.layout()
