@@ -62,6 +62,12 @@ enum hotspot_error {
 	HS_ERR_SLOTS = 8,
 };
 
+/* How this JDK lays out a CodeBlob (from its tables). */
+enum hotspot_flags {
+	HS_CODE_OFFSETS = 1, /* code begin and deopt handler are int offsets from the blob (8, 23+), not pointers */
+	HS_COMPLETE_16 = 2,  /* _frame_complete_offset is an int16_t (23+), not an int */
+};
+
 struct hotspot_heap {
 	__u64 lo, hi; /* the heap's reserved memory */
 	__u64 segmap; /* its segment map: one byte per segment */
@@ -83,7 +89,8 @@ struct hotspot_proc {
 	__u16 blob_bytes;           /* the part of a blob holding the fields above, <= HS_BLOB_BYTES */
 	__s16 if_sender_sp, if_method, if_bcp;
 	__u16 broken; /* a JVM profsym cannot walk: its stacks say runtime */
-	__u16 pad[3];
+	__u16 flags;  /* enum hotspot_flags */
+	__u16 pad[2];
 };
 
 struct {
@@ -293,6 +300,9 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 	__u32 id = (__u32)hs_field(b, p->nm_compile_id), aux;
 	__s32 orig = (__s32)hs_field(b, p->nm_orig_pc);
 
+	if (p->flags & HS_CODE_OFFSETS)
+		deopt = blob + (__u32)deopt;
+
 	/* A frame being deoptimized returns to the deopt handler; the PC it
 	 * had is saved in the frame. */
 	if (!s->pc_exact && pc == deopt && orig > 0 && orig < HS_MAX_FRAME &&
@@ -388,9 +398,14 @@ static __always_inline int hs_frame(struct hotspot_proc *p, struct unwind_state 
 		goto out;
 	}
 	code = hs_field(b, p->blob_code_begin);
+	if (p->flags & HS_CODE_OFFSETS)
+		code = blob + (__u32)code;
 	size = (__u32)hs_field(b, p->blob_size);
 	fsize = (__u64)(__u32)hs_field(b, p->blob_frame_size) * 8;
 	complete = (__u32)hs_field(b, p->blob_frame_complete);
+	/* Sign-extended: -1 (never complete) stays past any PC. */
+	if (p->flags & HS_COMPLETE_16)
+		complete = (__u32)(__s32)(__s16)complete;
 	if (lookup < code || lookup >= blob + size || fsize > HS_MAX_FRAME ||
 	    bpf_probe_read_user(&name, sizeof(name), (void *)hs_field(b, p->blob_name))) {
 		r = HS_UNKNOWN;
@@ -468,5 +483,6 @@ struct hotspot_proc *unused_hotspot_proc __attribute__((unused));
 enum hotspot_frame_kind *unused_hotspot_frame_kind __attribute__((unused));
 enum hotspot_limits *unused_hotspot_limits __attribute__((unused));
 enum hotspot_error *unused_hotspot_error __attribute__((unused));
+enum hotspot_flags *unused_hotspot_flags __attribute__((unused));
 
 #endif /* PROFSYM_HOTSPOT_H */

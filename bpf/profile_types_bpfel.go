@@ -136,6 +136,13 @@ const (
 	ProfileHotspotErrorHS_ERR_SLOTS     ProfileHotspotError = 8
 )
 
+type ProfileHotspotFlags uint32
+
+const (
+	ProfileHotspotFlagsHS_CODE_OFFSETS ProfileHotspotFlags = 1
+	ProfileHotspotFlagsHS_COMPLETE_16  ProfileHotspotFlags = 2
+)
+
 type ProfileHotspotFrameKind uint32
 
 const (
@@ -189,7 +196,8 @@ type ProfileHotspotProc struct {
 	IfMethod          int16
 	IfBcp             int16
 	Broken            uint16
-	Pad               [3]uint16
+	Flags             uint16
+	Pad               [2]uint16
 }
 
 type ProfileKernelStack struct {
@@ -589,6 +597,7 @@ const (
 	ProfileVarUnusedCpythonLimits    = "unused_cpython_limits"
 	ProfileVarUnusedFrameKind        = "unused_frame_kind"
 	ProfileVarUnusedHotspotError     = "unused_hotspot_error"
+	ProfileVarUnusedHotspotFlags     = "unused_hotspot_flags"
 	ProfileVarUnusedHotspotFrameKind = "unused_hotspot_frame_kind"
 	ProfileVarUnusedHotspotLimits    = "unused_hotspot_limits"
 	ProfileVarUnusedHotspotProc      = "unused_hotspot_proc"
@@ -746,6 +755,7 @@ type ProfileVariableSpecs struct {
 	UnusedCpythonLimits    *ebpf.VariableSpec `ebpf:"unused_cpython_limits"`
 	UnusedFrameKind        *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
 	UnusedHotspotError     *ebpf.VariableSpec `ebpf:"unused_hotspot_error"`
+	UnusedHotspotFlags     *ebpf.VariableSpec `ebpf:"unused_hotspot_flags"`
 	UnusedHotspotFrameKind *ebpf.VariableSpec `ebpf:"unused_hotspot_frame_kind"`
 	UnusedHotspotLimits    *ebpf.VariableSpec `ebpf:"unused_hotspot_limits"`
 	UnusedHotspotProc      *ebpf.VariableSpec `ebpf:"unused_hotspot_proc"`
@@ -907,6 +917,7 @@ type ProfileVariables struct {
 	UnusedCpythonLimits    *ebpf.Variable `ebpf:"unused_cpython_limits"`
 	UnusedFrameKind        *ebpf.Variable `ebpf:"unused_frame_kind"`
 	UnusedHotspotError     *ebpf.Variable `ebpf:"unused_hotspot_error"`
+	UnusedHotspotFlags     *ebpf.Variable `ebpf:"unused_hotspot_flags"`
 	UnusedHotspotFrameKind *ebpf.Variable `ebpf:"unused_hotspot_frame_kind"`
 	UnusedHotspotLimits    *ebpf.Variable `ebpf:"unused_hotspot_limits"`
 	UnusedHotspotProc      *ebpf.Variable `ebpf:"unused_hotspot_proc"`

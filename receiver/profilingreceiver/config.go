@@ -112,7 +112,7 @@ type UnwindingConfig struct {
 // walker follows (unwinding.mode auto only) and bounds what naming them
 // keeps (docs/runtimes.md).
 type InterpretersConfig struct {
-	// HotSpot walks Java stacks of HotSpot JVMs (OpenJDK 11 and later).
+	// HotSpot walks Java stacks of HotSpot JVMs (OpenJDK 8 to 27).
 	HotSpot bool `mapstructure:"hotspot"`
 	// CPython walks Python stacks of CPython 3.9 and later.
 	CPython bool `mapstructure:"cpython"`

@@ -5,7 +5,7 @@ import "fmt"
 // Config selects the runtimes the sampler walks and bounds what naming
 // their frames keeps.
 type Config struct {
-	HotSpot bool // Java: HotSpot JVMs (OpenJDK 11+)
+	HotSpot bool // Java: HotSpot JVMs (OpenJDK 8 to 27)
 	CPython bool // Python: CPython 3.9+
 	// MaxNames bounds the names cached per runtime (methods, code
 	// objects); the least recently used go first.

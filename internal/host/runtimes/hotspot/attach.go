@@ -104,7 +104,7 @@ func (r *Runtime) symbols(pid int, m *normalize.Mapping) (tableSyms, error) {
 			last = err
 			continue
 		}
-		syms, err := dynamicSymbols(f, tableSymbols)
+		syms, err := dynamicSymbols(f, tableSymbols, optionalSymbols)
 		f.Close()
 		return syms, err
 	}
@@ -116,45 +116,54 @@ func (r *Runtime) symbols(pid int, m *normalize.Mapping) (tableSyms, error) {
 func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 	l, mem, bias := pr.l, pr.mem, pr.bias
 	var v bpf.ProfileHotspotProc
-	lo, err := mem.U64(l.ccLow + bias)
-	if err != nil {
-		return v, err
+	var lo, hi uint64
+	var ptrs []byte // the CodeHeap*s
+	if l.ccHeap != 0 {
+		// JDK 8: one heap; the code cache is its memory.
+		h, err := mem.U64(l.ccHeap + bias)
+		if err != nil || h == 0 {
+			return v, errors.Join(err, errNotReady)
+		}
+		ptrs = binary.LittleEndian.AppendUint64(nil, h)
+		lo, hi = 0, 1<<47
+	} else {
+		var err error
+		if lo, err = mem.U64(l.ccLow + bias); err != nil {
+			return v, err
+		}
+		if hi, err = mem.U64(l.ccHigh + bias); err != nil {
+			return v, err
+		}
+		if lo == 0 || hi == 0 {
+			return v, errNotReady
+		}
+		if lo >= hi || hi-lo > maxCodeCache || lo%pageSize != 0 || hi > 1<<47 {
+			return v, layoutErr("code cache [%#x, %#x)", lo, hi)
+		}
+		heaps, err := mem.U64(l.ccHeaps + bias)
+		if err != nil || heaps == 0 {
+			return v, errors.Join(err, errNotReady)
+		}
+		n, err := mem.U32(heaps + l.gaLen)
+		if err != nil {
+			return v, err
+		}
+		data, err := mem.U64(heaps + l.gaData)
+		if err != nil {
+			return v, err
+		}
+		if n == 0 || data == 0 {
+			return v, errNotReady
+		}
+		if n > uint32(len(v.Heaps)) {
+			return v, layoutErr("%d code heaps (at most %d)", n, len(v.Heaps))
+		}
+		ptrs = make([]byte, 8*n)
+		if err := mem.Read(data, ptrs); err != nil {
+			return v, err
+		}
 	}
-	hi, err := mem.U64(l.ccHigh + bias)
-	if err != nil {
-		return v, err
-	}
-	if lo == 0 || hi == 0 {
-		return v, errNotReady
-	}
-	if lo >= hi || hi-lo > maxCodeCache || lo%pageSize != 0 || hi > 1<<47 {
-		return v, layoutErr("code cache [%#x, %#x)", lo, hi)
-	}
-	pr.codeLo, pr.codeHi = lo, hi
-	v.CodeLo, v.CodeHi = lo, hi
-
-	heaps, err := mem.U64(l.ccHeaps + bias)
-	if err != nil || heaps == 0 {
-		return v, errors.Join(err, errNotReady)
-	}
-	n, err := mem.U32(heaps + l.gaLen)
-	if err != nil {
-		return v, err
-	}
-	data, err := mem.U64(heaps + l.gaData)
-	if err != nil {
-		return v, err
-	}
-	if n == 0 || data == 0 {
-		return v, errNotReady
-	}
-	if n > uint32(len(v.Heaps)) {
-		return v, layoutErr("%d code heaps (at most %d)", n, len(v.Heaps))
-	}
-	ptrs := make([]byte, 8*n)
-	if err := mem.Read(data, ptrs); err != nil {
-		return v, err
-	}
+	n := uint32(len(ptrs) / 8)
 	heap := make([]byte, max(l.heapMemory, l.heapSegmap)+l.vsHighBoundary+8)
 	if int(l.heapLog2Seg)+4 > len(heap) {
 		heap = make([]byte, l.heapLog2Seg+4)
@@ -174,6 +183,12 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 		if memLo == 0 || memHi == 0 || segmap == 0 || shift == 0 {
 			return v, errNotReady // the heap is being set up
 		}
+		if l.ccHeap != 0 {
+			lo, hi = memLo, memHi
+			if lo%pageSize != 0 || hi-lo > maxCodeCache || hi > 1<<47 {
+				return v, layoutErr("code cache [%#x, %#x)", lo, hi)
+			}
+		}
 		if memLo < lo || memHi > hi || memLo >= memHi || shift < 4 || shift > 12 {
 			return v, layoutErr("code heap %d: [%#x, %#x), segment map %#x, segments of 2^%d", i, memLo, memHi, segmap, shift)
 		}
@@ -184,6 +199,8 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 		v.SegShift = shift
 	}
 	v.Nheaps = n
+	pr.codeLo, pr.codeHi = lo, hi
+	v.CodeLo, v.CodeHi = lo, hi
 
 	// The interpreter: AbstractInterpreter::_code is its StubQueue.
 	q, err := mem.U64(l.interpCode + bias)
@@ -218,6 +235,12 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 	v.BlobFrameComplete, v.BlobFrameSize = uint16(l.blobFrameComplete), uint16(l.blobFrameSize)
 	v.NmCompileId, v.NmOrigPc, v.NmDeopt = uint16(l.nmCompileID), uint16(l.nmOrigPCOffset), uint16(l.nmDeoptHandler)
 	v.MethodConst, v.CmSize, v.CmCodeSize = uint16(l.methodConst), uint16(l.constMethodSize), uint16(l.cmCodeSize)
+	if l.codeOffsets {
+		v.Flags |= uint16(bpf.ProfileHotspotFlagsHS_CODE_OFFSETS)
+	}
+	if l.completeWidth == 2 {
+		v.Flags |= uint16(bpf.ProfileHotspotFlagsHS_COMPLETE_16)
+	}
 	v.IfSenderSp, v.IfMethod, v.IfBcp = int16(8*l.ifSenderSP), int16(8*l.ifMethod), int16(8*l.ifBCP)
 	return v, nil
 }

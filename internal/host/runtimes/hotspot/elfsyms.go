@@ -15,8 +15,8 @@ const maxDynsyms = 1 << 18
 // dynamicSymbols finds names in f's .dynsym without decoding the whole
 // table: debug/elf's DynamicSymbols allocates per entry, and the file may
 // be a hostile one named libjvm.so. It returns the symbols' ELF virtual
-// addresses.
-func dynamicSymbols(f *elfx.File, names []string) (tableSyms, error) {
+// addresses: every one of names, and those of optional that are there.
+func dynamicSymbols(f *elfx.File, names, optional []string) (tableSyms, error) {
 	var dynsym *elf.Section
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_DYNSYM {
@@ -39,7 +39,7 @@ func dynamicSymbols(f *elfx.File, names []string) (tableSyms, error) {
 	syms := data[dynsym.Offset : dynsym.Offset+dynsym.Size]
 	strs := data[strtab.Offset : strtab.Offset+strtab.Size]
 	want := map[string]bool{}
-	for _, n := range names {
+	for _, n := range append(names, optional...) {
 		want[n] = true
 	}
 	out := tableSyms{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"testing"
 
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/runtimes"
@@ -141,9 +142,10 @@ func lineTable(x byte, pairs ...[2]int) []byte {
 func jdk17() *layout {
 	return &layout{version: 17,
 		blobName: 96, blobSize: 12, blobCodeBegin: 32, blobCodeEnd: 40, blobHeader: 104,
-		blobFrameComplete: 20, blobFrameSize: 28, nmSize: 352,
+		blobFrameComplete: 20, blobFrameSize: 28, nmSize: 352, completeWidth: 4, blobDataOffset: 24,
 		nmCompileID: 304, nmOrigPCOffset: 300, nmDeoptHandler: 128,
 		nmMethod: 112, nmScopesData: 120, nmMetadataOff: 260, nmScopesPCsOff: 268, nmDepsOff: 272,
+		scopesPointer: true, metaWidth: 4,
 		pcDescSize: 16, pcDescPCOffset: 0, pcDescScope: 4, heapBlockSize: 16,
 		methodConst: 8, constMethodSize: 48, cmCodeSize: 32, cmConstants: 8, cmNameIndex: 34, cmSigIndex: 36,
 		cmFlags: 28, cmHasLineTable: 1, cpHolder: 24, cpSize: 72, cpLength: 60, cpSourceFile: 54, klassName: 24,
@@ -151,14 +153,27 @@ func jdk17() *layout {
 		ifSenderSP: -1, ifMethod: -3, ifBCP: -8, stubs: map[string]uint64{}}
 }
 
-// fakeJVM builds Java structures in an arena with the JDK 17 layout.
+// fakeJVM builds Java structures in an arena with the JDK 17 layout, or
+// another JDK's.
 type fakeJVM struct {
 	*arena
 	l *layout
 }
 
-func newFakeJVM() *fakeJVM {
-	return &fakeJVM{arena: newArena(0x7f0000000000, 1<<20), l: jdk17()}
+func newFakeJVM() *fakeJVM { return newFakeJVMOf(jdk17()) }
+
+func newFakeJVMOf(l *layout) *fakeJVM {
+	return &fakeJVM{arena: newArena(0x7f0000000000, 1<<20), l: l}
+}
+
+// tablesLayout is the layout the dumped tables of JDK v give.
+func tablesLayout(t testing.TB, v int) *layout {
+	t.Helper()
+	l, err := buildImage(readDump(t, v), v).layout()
+	if err != nil {
+		t.Fatalf("JDK %d: %v", v, err)
+	}
+	return l
 }
 
 func (j *fakeJVM) symbol(s string) uint64 {
@@ -172,7 +187,7 @@ func (j *fakeJVM) symbol(s string) uint64 {
 // bytes of bytecode and a line table of pairs. It returns the Method*.
 func (j *fakeJVM) method(class, file, name string, code int, pairs ...[2]int) uint64 {
 	l := j.l
-	klass := j.alloc(64)
+	klass := j.alloc(512)
 	j.u64(klass+l.klassName, j.symbol(class))
 	const entries = 8
 	cp := j.alloc(int(l.cpSize) + 8*entries)
@@ -181,7 +196,11 @@ func (j *fakeJVM) method(class, file, name string, code int, pairs ...[2]int) ui
 	j.u64(cp+l.cpSize+8*1, j.symbol(name))
 	j.u64(cp+l.cpSize+8*2, j.symbol("(J)J"))
 	j.u64(cp+l.cpSize+8*3, j.symbol(file))
-	j.u16(cp+l.cpSourceFile, 3)
+	if l.cpSourceFile != 0 {
+		j.u16(cp+l.cpSourceFile, 3)
+	} else {
+		j.u16(klass+l.ikSourceFile, 3)
+	}
 	lt := lineTable(l.u5x(), pairs...)
 	cm := j.alloc(int(l.constMethodSize) + code + len(lt))
 	j.u64(cm+l.cmConstants, cp)
@@ -247,21 +266,59 @@ func (j *fakeJVM) nmethod(owner uint64, id uint32, scopes []scope, pcs map[int32
 	pcsOff := dataOff + (data.Len()+7)&^7
 	depsOff := pcsOff + int(l.pcDescSize)*(len(keys)+1)
 	nm := j.alloc(depsOff + 16)
-	j.u64(nm+l.blobCodeBegin, nm+uint64(codeOff))
-	j.u64(nm+l.blobCodeEnd, nm+uint64(codeOff+codeLen))
+	if l.codeOffsets {
+		j.u32(nm+l.blobCodeBegin, uint32(codeOff))
+		j.u32(nm+l.blobCodeEnd, uint32(codeOff+codeLen))
+	} else {
+		j.u64(nm+l.blobCodeBegin, nm+uint64(codeOff))
+		j.u64(nm+l.blobCodeEnd, nm+uint64(codeOff+codeLen))
+	}
 	j.u32(nm+l.blobSize, uint32(depsOff+16))
 	j.u32(nm+l.nmCompileID, id)
 	j.u64(nm+l.nmMethod, owner)
-	j.u64(nm+l.nmScopesData, nm+uint64(dataOff))
-	j.u32(nm+l.nmMetadataOff, uint32(metaOff))
-	j.u32(nm+l.nmScopesPCsOff, uint32(pcsOff))
-	j.u32(nm+l.nmDepsOff, uint32(depsOff))
-	for i, m := range meta {
-		j.u64(nm+uint64(metaOff+8*i), m)
+	putw := func(at uint64, w uint8, v int) {
+		if w == 2 {
+			j.u16(at, uint16(v))
+		} else {
+			j.u32(at, uint32(v))
+		}
 	}
-	j.put(nm+uint64(dataOff), data.Bytes())
+	// Where each part goes: the nmethod (8-22), or immutable data (PcDescs,
+	// scopes data) and mutable data (relocations, metadata; 25+).
+	metaAt, dataAt, pcsAt := nm+uint64(metaOff), nm+uint64(dataOff), nm+uint64(pcsOff)
+	switch {
+	case l.nmDebug == nmInBlob:
+		if l.scopesPointer {
+			j.u64(nm+l.nmScopesData, nm+uint64(dataOff))
+		} else {
+			j.u32(nm+l.nmScopesData, uint32(dataOff))
+		}
+		putw(nm+l.nmMetadataOff, l.metaWidth, metaOff)
+		j.u32(nm+l.nmScopesPCsOff, uint32(pcsOff))
+		j.u32(nm+l.nmDepsOff, uint32(depsOff))
+	case l.mutableData:
+		pcsLen := int(l.pcDescSize) * (len(keys) + 1)
+		imm := j.alloc(16 + pcsLen + data.Len() + 4)
+		pcsAt, dataAt = imm+16, imm+16+uint64(pcsLen)
+		j.u64(nm+l.nmImmutableData, imm)
+		j.u32(nm+l.nmImmutableSize, uint32(16+pcsLen+data.Len()+4))
+		j.u32(nm+l.nmScopesPCsOff, 16)
+		j.u32(nm+l.nmScopesData, uint32(16+pcsLen))
+		const relocs = 24
+		mut := j.alloc(relocs + 8*len(meta))
+		metaAt = mut + relocs
+		j.u64(nm+l.blobMutable, mut)
+		j.u32(nm+l.blobRelocSize, relocs)
+		j.u32(nm+l.blobMutableSize, uint32(relocs+8*len(meta)))
+	default:
+		panic("no fake nmethod for this layout")
+	}
+	for i, m := range meta {
+		j.u64(metaAt+uint64(8*i), m)
+	}
+	j.put(dataAt, data.Bytes())
 	// The first PcDesc is HotSpot's sentinel at -1.
-	at := nm + uint64(pcsOff)
+	at := pcsAt
 	j.u32(at+l.pcDescPCOffset, 0xffffffff)
 	for i, k := range keys {
 		d := at + uint64(i+1)*l.pcDescSize

@@ -9,14 +9,14 @@ import (
 )
 
 // FuzzTables parses tables out of forged process memory: the real tables
-// of JDK 11, 17 or 21 (as buildImage lays them out, the variables that
+// of JDK 8, 11, 17, 21, 25 or 27 (as buildImage lays them out, the variables that
 // describe them first) with patches applied, each 12 bytes: where (a
 // 32-bit offset into the image) and what (a 64-bit value) to write. Small
 // inputs keep the fuzzer fast; the patches reach every table, name and
 // variable.
 func FuzzTables(f *testing.F) {
 	images := map[int][]byte{}
-	for _, v := range []int{11, 17, 21} {
+	for _, v := range []int{8, 11, 17, 21, 25, 27} {
 		images[v] = buildImage(readDump(f, v), v).a.m.b
 	}
 	syms := tableSyms{}
@@ -27,6 +27,8 @@ func FuzzTables(f *testing.F) {
 		return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint32(nil, off), v)
 	}
 	f.Add(uint8(17), []byte{})
+	f.Add(uint8(8), []byte{})
+	f.Add(uint8(25), []byte{})
 	f.Add(uint8(11), patch(8, 0))         // a stride of zero
 	f.Add(uint8(21), patch(0, imageBase)) // the structs at the variables
 	f.Add(uint8(17), patch(24, 1<<63))    // a column past the stride

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,28 +28,73 @@ import (
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
-// A JDK of the test matrix: the host's, or a Debian release's in a chroot.
+// A JDK of the test matrix: the host's, one installed on the host
+// (Temurin), or a Debian release's in a chroot.
 type jdk struct {
-	name string
-	root string // "" for the host
+	name    string
+	feature int    // its feature release
+	root    string // "" for the host
+	java    string // the java binary on the host; "" for the host's default
 }
 
-// jdks are the JDKs the tests run: 11 (bullseye), 17 (the host's) and 21
-// (trixie). Building a chroot takes minutes the first time.
+// hostJDKs are JDKs other than the default one installed on the build
+// machine: Temurin 25, the current LTS.
+var hostJDKs = []jdk{{name: "jdk25-temurin", feature: 25, java: "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"}}
+
+// jdks are the JDKs the tests run: 11 (bullseye), 17 (the host's), 21
+// (trixie), Temurin 25 (on the host, when installed; else sid's 25), and
+// 8, 26 and 27 (sid). Building a chroot takes minutes the first time.
 func jdks(t *testing.T) []jdk {
 	t.Helper()
 	testfixture.NeedTool(t, "java", "javac", "jar", "javap", "unshare")
-	out := []jdk{{name: "jdk17"}}
+	// HSJDK=name runs one JDK of the matrix (a developer's shortcut).
+	only := os.Getenv("HSJDK")
+	want := func(name string) bool { return only == "" || only == name }
+	var out []jdk
+	if want("jdk17") {
+		out = append(out, jdk{name: "jdk17", feature: 17})
+	}
 	for _, c := range testfixture.RuntimeChroots {
-		if c.JDK == 11 || c.JDK == 21 {
-			out = append(out, jdk{name: "jdk" + strconv.Itoa(c.JDK), root: c.Root(t)})
+		if name := "jdk" + strconv.Itoa(c.JDK); (c.JDK == 11 || c.JDK == 21) && want(name) {
+			out = append(out, jdk{name: name, feature: c.JDK, root: c.Root(t)})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	for _, j := range hostJDKs {
+		if !want(j.name) {
+			continue
+		}
+		// Installed by hand, not by .ci/run: sid's OpenJDK 25 covers
+		// the release where Temurin is missing.
+		if _, err := os.Stat(j.java); err != nil {
+			t.Logf("%s left out: %v", j.name, err)
+			continue
+		}
+		out = append(out, j)
+	}
+	for _, v := range sidJDKs {
+		// The same release twice costs minutes of CI for little: sid's
+		// stands in only for a host JDK that is missing.
+		name := fmt.Sprintf("jdk%d-sid", v)
+		if only != name && slices.ContainsFunc(out, func(j jdk) bool { return j.feature == v }) {
+			continue
+		}
+		if want(name) {
+			out = append(out, jdk{name: name, feature: v, root: testfixture.Chroot(t, "sid", sidJDKPackages...),
+				java: fmt.Sprintf("/usr/lib/jvm/java-%d-openjdk-amd64/bin/java", v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].feature < out[j].feature })
 	return out
 }
 
-// javaFixtures compiles the fixtures once (javac --release 11, so every
+// sidJDKs are the JDKs the sid chroot brings (the JREs: the fixtures are
+// compiled on the host).
+var (
+	sidJDKs        = []int{8, 25, 26, 27}
+	sidJDKPackages = []string{"openjdk-8-jre-headless", "openjdk-25-jre-headless", "openjdk-26-jre-headless", "openjdk-27-jre-headless"}
+)
+
+// javaFixtures compiles the fixtures once (javac --release 8, so every
 // JDK runs them) into a jar, and builds libchain.so against the host
 // JDK's jni.h.
 func javaFixtures(t testing.TB) (jar, lib string) {
@@ -68,9 +114,10 @@ func javaFixtures(t testing.TB) (jar, lib string) {
 	}
 	ver, _ := exec.Command(javac, "-version").CombinedOutput()
 	h.Write(ver)
+	h.Write([]byte("--release 8"))
 	jar = testfixture.Cached(t, "java-"+hex.EncodeToString(h.Sum(nil))[:16], "fixture.jar", func(tmp string) {
 		classes := filepath.Join(tmp, "classes")
-		testfixture.Run(t, javac, append([]string{"--release", "11", "-d", classes}, srcs...)...)
+		testfixture.Run(t, javac, append([]string{"--release", "8", "-d", classes}, srcs...)...)
 		testfixture.Run(t, jarTool, "cf", filepath.Join(tmp, "fixture.jar"), "-C", classes, ".")
 	})
 	real, err := filepath.EvalSymlinks(javac)
@@ -94,11 +141,15 @@ func javaCmd(t testing.TB, j jdk, jar, lib string, jvmArgs []string, class strin
 	argv := append([]string{"-Djava.library.path=" + libDir, "-cp", cp}, jvmArgs...)
 	argv = append(argv, class)
 	argv = append(argv, args...)
+	java := "java"
+	if j.java != "" {
+		java = j.java
+	}
 	var cmd *exec.Cmd
 	if j.root == "" {
-		cmd = exec.Command("java", argv...)
+		cmd = exec.Command(java, argv...)
 	} else {
-		cmd = testfixture.ChrootCommand(j.root, append([]string{"java"}, argv...)...)
+		cmd = testfixture.ChrootCommand(j.root, append([]string{java}, argv...)...)
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -6,28 +6,53 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 )
 
-// Versions walked: the layouts of OpenJDK 11 to 22 (CodeBlob with code
-// pointers, CompiledMethod with scopes in the nmethod). 23 moved scopes to
-// immutable data and code to offsets; its tables lack fields read here.
+// Versions walked: JDK 8 to 27, whose layouts differ where their tables
+// say so (layout.go's newLayout); a newer one is refused until tested.
 const (
-	minVersion = 11
-	maxVersion = 22
+	minVersion = 8
+	maxVersion = 27
+)
+
+// Where a JDK keeps an nmethod's debug information.
+const (
+	// 8-22: metadata, scopes data and PcDescs one after the other in the
+	// nmethod (9-22: scopes data through a pointer).
+	nmInBlob = iota
+	// 23+: PcDescs and scopes data in immutable data on the C heap;
+	// metadata in the blob's data (23, 24) or its mutable data (25+).
+	nmImmutable
 )
 
 // layout is what profsym reads of one libjvm build, from its tables:
 // offsets of fields in bytes, sizes of types, and the link-time addresses
 // (ELF virtual addresses, load bias not added) of statics.
 type layout struct {
-	version int // feature release (11, 17, 21)
+	version int // feature release (8, 11, 17, 21, 25)
 
-	// CodeBlob and its subclasses (BPF and host).
+	// CodeBlob and its subclasses (BPF and host). With codeOffsets (8,
+	// 23+) the code's bounds and the deopt handler are int offsets from
+	// the blob, else (9-22) pointers.
 	blobName, blobSize, blobCodeBegin, blobCodeEnd, blobHeader       uint64
 	blobFrameComplete, blobFrameSize                                 uint64
+	codeOffsets                                                      bool
+	completeWidth                                                    uint8 // int (4) or int16_t (2, 23+)
 	nmSize                                                           uint64
 	nmCompileID, nmOrigPCOffset, nmDeoptHandler                      uint64
 	nmMethod, nmScopesData, nmMetadataOff, nmScopesPCsOff, nmDepsOff uint64
 	pcDescSize, pcDescPCOffset, pcDescScope                          uint64
 	heapBlockSize                                                    uint64
+
+	// The nmethod's debug information: nmInBlob or nmImmutable.
+	nmDebug       int
+	scopesPointer bool  // nmScopesData is a pointer (9-22), else an offset
+	metaWidth     uint8 // of nmMetadataOff: int (8-22), uint16_t (23, 24)
+	// 23+: the immutable data; 23, 24: metadata at the blob's data
+	// (CodeBlob::_data_offset) + nmMetadataOff; 25+ (mutableData): after
+	// the relocations in the blob's mutable data.
+	nmImmutableData, nmImmutableSize            uint64
+	blobDataOffset                              uint64
+	mutableData                                 bool
+	blobMutable, blobMutableSize, blobRelocSize uint64
 
 	// Methods and classes (host; the BPF side reads the first three).
 	methodConst, constMethodSize, cmCodeSize      uint64
@@ -37,8 +62,9 @@ type layout struct {
 	cpSourceFile, ikSourceFile                    uint64 // one of the two is 0
 	symLength, symBody                            uint64
 
-	// The code cache (statics are link-time addresses).
-	ccHeaps, ccLow, ccHigh              uint64
+	// The code cache (statics are link-time addresses). JDK 8 has one
+	// heap (ccHeap), the code cache's bounds its own.
+	ccHeaps, ccHeap, ccLow, ccHigh      uint64
 	gaLen, gaData                       uint64
 	heapMemory, heapSegmap, heapLog2Seg uint64
 	vsLowBoundary, vsHighBoundary       uint64
@@ -60,7 +86,7 @@ func init() {
 	for _, t := range []string{"CodeBlob", "CompiledMethod", "nmethod", "PcDesc", "HeapBlock", "Method",
 		"ConstMethod", "ConstMethodFlags", "ConstantPool", "InstanceKlass", "Klass", "Symbol", "CodeCache",
 		"GrowableArrayBase", "GenericGrowableArray", "GrowableArray<int>", "CodeHeap", "VirtualSpace",
-		"Abstract_VM_Version", "StubRoutines", "frame", "AbstractInterpreter", "StubQueue"} {
+		"Abstract_VM_Version", "JDK_Version", "StubRoutines", "frame", "AbstractInterpreter", "StubQueue"} {
 		wantTypes[t] = true
 	}
 }
@@ -77,7 +103,14 @@ const (
 func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout, error) {
 	b := builder{t: t, loads: loads, bias: bias}
 	l := &layout{stubs: map[string]uint64{}}
-	major := b.static("Abstract_VM_Version::_vm_major_version")
+	// JDK_Version::_current starts with the feature release (8 for
+	// 1.8) up to 21; Abstract_VM_Version's is HotSpot's own (25 on JDK 8).
+	var major uint64
+	if b.hasStatic("JDK_Version::_current") {
+		major = b.static("JDK_Version::_current") + b.off("JDK_Version", "_major")
+	} else {
+		major = b.static("Abstract_VM_Version::_vm_major_version")
+	}
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -85,27 +118,64 @@ func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout,
 	if err := r.Read(major+bias, v[:]); err != nil {
 		return nil, err
 	}
-	l.version = int(int32(uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24))
+	if b.hasStatic("JDK_Version::_current") {
+		l.version = int(v[0])
+	} else {
+		l.version = int(int32(uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24))
+	}
 	if l.version < minVersion || l.version > maxVersion {
 		return nil, layoutErr("JDK %d (walked: %d to %d)", l.version, minVersion, maxVersion)
 	}
 
 	l.blobName = b.off("CodeBlob", "_name")
 	l.blobSize = b.off("CodeBlob", "_size")
-	l.blobCodeBegin = b.off("CodeBlob", "_code_begin")
-	l.blobCodeEnd = b.off("CodeBlob", "_code_end")
+	// 9-22 keep pointers to the code; 8 and 23+ offsets from the blob.
+	l.codeOffsets = !b.has("CodeBlob", "_code_begin")
+	if l.codeOffsets {
+		l.blobCodeBegin = b.off("CodeBlob", "_code_offset")
+		l.blobCodeEnd = b.off("CodeBlob", "_data_offset")
+	} else {
+		l.blobCodeBegin = b.off("CodeBlob", "_code_begin")
+		l.blobCodeEnd = b.off("CodeBlob", "_code_end")
+	}
+	l.blobDataOffset = b.off("CodeBlob", "_data_offset")
 	l.blobHeader = b.size("CodeBlob")
 	l.nmSize = b.size("nmethod")
 	l.blobFrameComplete = b.off("CodeBlob", "_frame_complete_offset")
+	l.completeWidth = b.width("CodeBlob", "_frame_complete_offset", 4)
 	l.blobFrameSize = b.off("CodeBlob", "_frame_size")
 	l.nmCompileID = b.off("nmethod", "_compile_id")
 	l.nmOrigPCOffset = b.off("nmethod", "_orig_pc_offset")
-	l.nmDeoptHandler = b.off("CompiledMethod", "_deopt_handler_begin")
-	l.nmMethod = b.off("CompiledMethod", "_method")
-	l.nmScopesData = b.off("CompiledMethod", "_scopes_data_begin")
-	l.nmMetadataOff = b.off("nmethod", "_metadata_offset")
+	// 9-22 have CompiledMethod between CodeBlob and nmethod.
+	nm := "nmethod"
+	if b.has("CompiledMethod", "_method") {
+		nm = "CompiledMethod"
+	}
+	l.nmMethod = b.off(nm, "_method")
+	// A pointer in 9-22; an offset from the blob in 8 (_deoptimize_offset)
+	// and 23+.
+	l.nmDeoptHandler = b.off(nm, "_deopt_handler_begin", "_deopt_handler_offset", "_deoptimize_offset", "_deopt_handler_entry_offset")
+	l.scopesPointer = b.has(nm, "_scopes_data_begin")
+	l.nmScopesData = b.off(nm, "_scopes_data_begin", "_scopes_data_offset")
 	l.nmScopesPCsOff = b.off("nmethod", "_scopes_pcs_offset")
-	l.nmDepsOff = b.off("nmethod", "_dependencies_offset")
+	if b.has("nmethod", "_immutable_data") {
+		l.nmDebug = nmImmutable
+		l.nmImmutableData = b.off("nmethod", "_immutable_data")
+		l.nmImmutableSize = b.off("nmethod", "_immutable_data_size")
+		if b.has("CodeBlob", "_mutable_data") {
+			l.mutableData = true
+			l.blobMutable = b.off("CodeBlob", "_mutable_data")
+			l.blobMutableSize = b.off("CodeBlob", "_mutable_data_size")
+			l.blobRelocSize = b.off("CodeBlob", "_relocation_size")
+		} else {
+			l.nmMetadataOff = b.off("nmethod", "_metadata_offset")
+			l.metaWidth = b.width("nmethod", "_metadata_offset", 2)
+		}
+	} else {
+		l.nmMetadataOff = b.off("nmethod", "_metadata_offset")
+		l.metaWidth = b.width("nmethod", "_metadata_offset", 4)
+		l.nmDepsOff = b.off("nmethod", "_dependencies_offset")
+	}
 	l.pcDescSize = b.size("PcDesc")
 	l.pcDescPCOffset = b.off("PcDesc", "_pc_offset")
 	l.pcDescScope = b.off("PcDesc", "_scope_decode_offset")
@@ -131,15 +201,19 @@ func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout,
 	l.symLength = b.off("Symbol", "_length")
 	l.symBody = b.off("Symbol", "_body")
 
-	l.ccHeaps = b.static("CodeCache::_heaps")
-	l.ccLow = b.static("CodeCache::_low_bound")
-	l.ccHigh = b.static("CodeCache::_high_bound")
-	if b.has("GrowableArrayBase", "_len") { // 16+
-		l.gaLen = b.off("GrowableArrayBase", "_len")
+	if b.hasStatic("CodeCache::_heaps") {
+		l.ccHeaps = b.static("CodeCache::_heaps")
+		l.ccLow = b.static("CodeCache::_low_bound")
+		l.ccHigh = b.static("CodeCache::_high_bound")
+		if b.has("GrowableArrayBase", "_len") { // 16+
+			l.gaLen = b.off("GrowableArrayBase", "_len")
+		} else {
+			l.gaLen = b.off("GenericGrowableArray", "_len")
+		}
+		l.gaData = b.off("GrowableArray<int>", "_data")
 	} else {
-		l.gaLen = b.off("GenericGrowableArray", "_len")
+		l.ccHeap = b.static("CodeCache::_heap") // 8: one heap
 	}
-	l.gaData = b.off("GrowableArray<int>", "_data")
 	l.heapMemory = b.off("CodeHeap", "_memory")
 	l.heapSegmap = b.off("CodeHeap", "_segmap")
 	l.heapLog2Seg = b.off("CodeHeap", "_log2_segment_size")
@@ -151,11 +225,19 @@ func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout,
 	l.callStubRet = b.static("StubRoutines::_call_stub_return_address")
 
 	// x86-64: the last SP slot is exported; Method*, then mirror, mdp,
-	// cache, locals, bcp follow below it (frame_x86.hpp, JDK 9+).
-	l.ifSenderSP = b.constant("frame::interpreter_frame_sender_sp_offset")
-	last := b.constant("frame::interpreter_frame_last_sp_offset")
+	// cache, locals, bcp follow below it (frame_x86.hpp, JDK 9+). JDK 8
+	// exports no slot and has no mirror: its frame_x86.hpp's are used.
+	last := int64(-2)
+	l.ifSenderSP = -1
+	if l.version > 8 || b.hasConstant("frame::interpreter_frame_last_sp_offset") {
+		l.ifSenderSP = b.constant("frame::interpreter_frame_sender_sp_offset")
+		last = b.constant("frame::interpreter_frame_last_sp_offset")
+	}
 	l.ifMethod = last - 1
 	l.ifBCP = l.ifMethod - 5
+	if l.version == 8 {
+		l.ifBCP = l.ifMethod - 4
+	}
 	if b.err == nil && (l.ifSenderSP != -1 || last != -2) {
 		b.fail("interpreter frame slots %d, %d (x86-64 has -1, -2)", l.ifSenderSP, last)
 	}
@@ -197,12 +279,13 @@ func (l *layout) check() error {
 		}
 	}
 	// Fields read from the headers the host reads whole.
-	for _, o := range []uint64{l.blobName, l.blobCodeBegin, l.blobCodeEnd} {
+	for _, o := range []uint64{l.blobName, l.blobCodeBegin, l.blobCodeEnd, l.blobDataOffset, l.blobMutable, l.blobMutableSize, l.blobRelocSize} {
 		if o+8 > l.blobHeader {
 			return layoutErr("CodeBlob field at %d of %d bytes", o, l.blobHeader)
 		}
 	}
-	for _, o := range []uint64{l.nmMethod + 8, l.nmScopesData + 8, l.nmMetadataOff + 4, l.nmScopesPCsOff + 4, l.nmDepsOff + 4} {
+	for _, o := range []uint64{l.nmMethod + 8, l.nmScopesData + 8, l.nmMetadataOff + uint64(l.metaWidth), l.nmScopesPCsOff + 4,
+		l.nmDepsOff + 4, l.nmImmutableData + 8, l.nmImmutableSize + 4} {
 		if o > l.nmSize {
 			return layoutErr("nmethod field at %d of %d bytes", o, l.nmSize)
 		}
@@ -272,6 +355,24 @@ func (b *builder) off(typ string, names ...string) uint64 {
 	return 0
 }
 
+func (b *builder) hasStatic(name string) bool {
+	f, ok := b.t.fields[name]
+	return ok && f.static
+}
+
+// width is the width of an integer field from its C type, def when the
+// tables do not say; anything but 2 or 4 bytes fails.
+func (b *builder) width(typ, name string, def uint8) uint8 {
+	w := b.t.fields[typ+"::"+name].width
+	if w == 0 {
+		w = def
+	}
+	if w != 2 && w != 4 {
+		b.fail("%s::%s of %d bytes", typ, name, w)
+	}
+	return w
+}
+
 func (b *builder) size(typ string) uint64 {
 	s, ok := b.t.types[typ]
 	if !ok || s == 0 || s > maxTypeSize {
@@ -304,6 +405,11 @@ func (b *builder) inLoads(addr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+func (b *builder) hasConstant(name string) bool {
+	_, ok := b.t.ints[name]
+	return ok
 }
 
 func (b *builder) constant(names ...string) int64 {

@@ -86,8 +86,20 @@ func TestInterpretedRevalidated(t *testing.T) {
 	}
 }
 
+// fakeLayouts are the layouts the naming tests build JVM structures with:
+// JDK 17's by hand, and those the tables of 8 (debug information by
+// offsets in the nmethod), 25 and 27 (immutable and mutable data) give.
+func fakeLayouts(t *testing.T) map[string]*layout {
+	return map[string]*layout{"jdk17": jdk17(), "jdk8": tablesLayout(t, 8), "jdk25": tablesLayout(t, 25), "jdk27": tablesLayout(t, 27)}
+}
+
 func TestCompiledInlined(t *testing.T) {
-	j := newFakeJVM()
+	for name, l := range fakeLayouts(t) {
+		t.Run(name, func(t *testing.T) { testCompiledInlined(t, newFakeJVMOf(l)) })
+	}
+}
+
+func testCompiledInlined(t *testing.T, j *fakeJVM) {
 	hot := j.method("fixture/Chain", "Chain.java", "hot", 40, [2]int{0, 17}, [2]int{12, 19})
 	b := j.method("fixture/Chain", "Chain.java", "b", 9, [2]int{0, 25}, [2]int{5, 26})
 	a := j.method("fixture/Chain", "Chain.java", "a", 22, [2]int{0, 30}, [2]int{13, 33})
@@ -136,7 +148,12 @@ func TestCompiledInlined(t *testing.T) {
 }
 
 func TestCompiledWithoutScopes(t *testing.T) {
-	j := newFakeJVM()
+	for name, l := range fakeLayouts(t) {
+		t.Run(name, func(t *testing.T) { testCompiledWithoutScopes(t, newFakeJVMOf(l)) })
+	}
+}
+
+func testCompiledWithoutScopes(t *testing.T, j *fakeJVM) {
 	native := j.method("fixture/Chain", "Chain.java", "viaNative", 0)
 	nm := j.nmethod(native, 5, nil, map[int32]int{0x20: -1})
 	r := newTestRuntime(t, j, runtimes.Config{})

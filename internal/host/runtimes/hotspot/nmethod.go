@@ -18,14 +18,16 @@ import (
 //                bci + 1, then locals and monitors (not read)
 //   metadata     Method* and other Metadata*, 8 bytes each
 //
-// In the nmethod (11 to 22): metadata at this + _metadata_offset up to
-// _scopes_data_begin, scopes data up to this + _scopes_pcs_offset, PcDescs
-// up to this + _dependencies_offset.
+// Where these are depends on the JDK (layout.nmDebug): in the nmethod
+// (8 to 22: metadata, scopes data, PcDescs, dependencies, in this order);
+// in immutable data (23+: PcDescs, then scopes data), metadata in the
+// blob's data (23, 24) or after the relocations in its mutable data (25+).
 
 // Bounds: an nmethod's PcDescs (real ones: hundreds) and inlining depth
 // (MaxInlineLevel is 15).
 const (
 	maxPCDescBytes = 1 << 20
+	maxDebugBytes  = 16 << 20 // scopes data, metadata
 	maxScopes      = 64
 	scopeWindow    = 16 // bytes holding a scope's three leading values
 )
@@ -44,17 +46,15 @@ func (r *Runtime) compiledSymbol(pr *proc, nm uint64, off uint32, leaf bool, id 
 		return runtimes.Symbol{}, fmt.Errorf("nmethod %#x is compile %d, the frame's was %d (flushed): %w", nm, got, id, runtimes.ErrBadFrame)
 	}
 	owner := le.Uint64(hdr[l.nmMethod:])
-	scopes := le.Uint64(hdr[l.nmScopesData:])
-	meta := nm + uint64(le.Uint32(hdr[l.nmMetadataOff:]))
-	pcs := nm + uint64(le.Uint32(hdr[l.nmScopesPCsOff:]))
-	deps := nm + uint64(le.Uint32(hdr[l.nmDepsOff:]))
-	code := le.Uint64(hdr[l.blobCodeBegin:])
-	if !(meta <= scopes && scopes <= pcs && pcs <= deps) || deps-pcs > maxPCDescBytes || code < nm {
-		return runtimes.Symbol{}, fmt.Errorf("nmethod %#x: metadata %#x, scopes %#x, pcs %#x, end %#x: %w",
-			nm, meta, scopes, pcs, deps, runtimes.ErrBadFrame)
+	code, _ := l.codeBounds(nm, hdr)
+	d := l.debugInfo(nm, hdr)
+	if d.meta > d.metaEnd || d.scopes > d.scopesEnd || d.pcs > d.pcsEnd || d.pcsEnd-d.pcs > maxPCDescBytes ||
+		d.scopesEnd-d.scopes > maxDebugBytes || d.metaEnd-d.meta > maxDebugBytes || code < nm {
+		return runtimes.Symbol{}, fmt.Errorf("nmethod %#x: metadata [%#x, %#x), scopes [%#x, %#x), pcs [%#x, %#x): %w",
+			nm, d.meta, d.metaEnd, d.scopes, d.scopesEnd, d.pcs, d.pcsEnd, runtimes.ErrBadFrame)
 	}
 	pc := code + uint64(off)
-	decode, err := pr.scopeAt(pcs, deps, int64(pc-code), leaf)
+	decode, err := pr.scopeAt(d.pcs, d.pcsEnd, int64(pc-code), leaf)
 	if err != nil {
 		return runtimes.Symbol{}, err
 	}
@@ -70,21 +70,21 @@ func (r *Runtime) compiledSymbol(pr *proc, nm uint64, off uint32, leaf bool, id 
 	var frames []frame.Frame
 	x := l.u5x()
 	for n := 0; decode != 0; n++ {
-		if n == maxScopes || decode >= pcs-scopes {
+		if n == maxScopes || decode >= d.scopesEnd-d.scopes {
 			return runtimes.Symbol{}, fmt.Errorf("nmethod %#x: scope at %d: %w", nm, decode, runtimes.ErrBadFrame)
 		}
-		w := make([]byte, min(scopeWindow, pcs-scopes-decode))
-		if err := pr.mem.Read(scopes+decode, w); err != nil {
+		w := make([]byte, min(scopeWindow, d.scopesEnd-d.scopes-decode))
+		if err := pr.mem.Read(d.scopes+decode, w); err != nil {
 			return runtimes.Symbol{}, err
 		}
 		s := stream{b: w, x: x}
 		sender, e1 := s.uint()
 		idx, e2 := s.uint()
 		bci, e3 := s.uint()
-		if e1 != nil || e2 != nil || e3 != nil || idx == 0 || uint64(idx)*8 > scopes-meta {
+		if e1 != nil || e2 != nil || e3 != nil || idx == 0 || uint64(idx)*8 > d.metaEnd-d.meta {
 			return runtimes.Symbol{}, fmt.Errorf("nmethod %#x: scope at %d: %w", nm, decode, runtimes.ErrBadFrame)
 		}
-		mp, err := pr.mem.U64(meta + 8*uint64(idx-1))
+		mp, err := pr.mem.U64(d.meta + 8*uint64(idx-1))
 		if err != nil {
 			return runtimes.Symbol{}, err
 		}
@@ -138,4 +138,62 @@ func (pr *proc) scopeAt(pcs, end uint64, off int64, leaf bool) (uint64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// debugRanges are where an nmethod's metadata, scopes data and PcDescs
+// are.
+type debugRanges struct {
+	meta, metaEnd, scopes, scopesEnd, pcs, pcsEnd uint64
+}
+
+// debugInfo finds the debug information of nmethod nm from its header.
+func (l *layout) debugInfo(nm uint64, hdr []byte) debugRanges {
+	le := binary.LittleEndian
+	var d debugRanges
+	if l.nmDebug == nmInBlob {
+		d.meta = nm + leUint(hdr, l.nmMetadataOff, l.metaWidth)
+		if l.scopesPointer {
+			d.scopes = le.Uint64(hdr[l.nmScopesData:])
+		} else {
+			d.scopes = nm + uint64(le.Uint32(hdr[l.nmScopesData:]))
+		}
+		d.metaEnd = d.scopes
+		d.pcs = nm + uint64(le.Uint32(hdr[l.nmScopesPCsOff:]))
+		d.scopesEnd = d.pcs
+		d.pcsEnd = nm + uint64(le.Uint32(hdr[l.nmDepsOff:]))
+		return d
+	}
+	imm := le.Uint64(hdr[l.nmImmutableData:])
+	d.pcs = imm + uint64(le.Uint32(hdr[l.nmScopesPCsOff:]))
+	d.scopes = imm + uint64(le.Uint32(hdr[l.nmScopesData:]))
+	d.pcsEnd = d.scopes
+	// The speculations and a reference count may follow (JVMCI, 26+):
+	// the immutable data's end bounds the scopes all the same.
+	d.scopesEnd = imm + uint64(le.Uint32(hdr[l.nmImmutableSize:]))
+	if l.mutableData {
+		m := le.Uint64(hdr[l.blobMutable:])
+		d.meta = m + uint64(le.Uint32(hdr[l.blobRelocSize:]))
+		d.metaEnd = m + uint64(le.Uint32(hdr[l.blobMutableSize:]))
+	} else {
+		d.meta = nm + uint64(le.Uint32(hdr[l.blobDataOffset:])) + leUint(hdr, l.nmMetadataOff, l.metaWidth)
+		d.metaEnd = nm + uint64(le.Uint32(hdr[l.blobSize:]))
+	}
+	return d
+}
+
+// codeBounds is a blob's code, [begin, end), from its header.
+func (l *layout) codeBounds(blob uint64, hdr []byte) (uint64, uint64) {
+	le := binary.LittleEndian
+	if l.codeOffsets {
+		return blob + uint64(le.Uint32(hdr[l.blobCodeBegin:])), blob + uint64(le.Uint32(hdr[l.blobCodeEnd:]))
+	}
+	return le.Uint64(hdr[l.blobCodeBegin:]), le.Uint64(hdr[l.blobCodeEnd:])
+}
+
+// leUint reads an unsigned field of w bytes (2 or 4).
+func leUint(b []byte, off uint64, w uint8) uint64 {
+	if w == 2 {
+		return uint64(binary.LittleEndian.Uint16(b[off:]))
+	}
+	return uint64(binary.LittleEndian.Uint32(b[off:]))
 }

@@ -43,7 +43,7 @@ func (r *Runtime) stubSymbol(pr *proc, blob uint64, off uint32) (runtimes.Symbol
 		return runtimes.Symbol{}, err
 	}
 	name = strings.ToValidUTF8(name, "\uFFFD")
-	code, end := le.Uint64(hdr[l.blobCodeBegin:]), le.Uint64(hdr[l.blobCodeEnd:])
+	code, end := l.codeBounds(blob, hdr)
 	pc := code + uint64(off)
 	if routine := pr.routine(pc, code, end); routine != "" {
 		name += " [" + routine + "]"

@@ -12,10 +12,11 @@ import (
 	"github.com/profsym/profsym/internal/elfx"
 )
 
-// testdata/jdkN.tables hold what the tables of Debian's OpenJDK 11, 17
-// and 21 say about the types profsym reads (dumped from running JVMs):
-// "F Type::_field offset", "F Type::_field static @linkaddr",
-// "T Type size", "I name value".
+// testdata/jdkN.tables hold what the tables of Debian's OpenJDK 8, 11,
+// 17, 21, 26 and 27 and Temurin 25 say about the types profsym reads
+// (dumped from running JVMs by TestDumpTables): "F Type::_field offset
+// [width]", "F Type::_field static @linkaddr", "T Type size", "I name
+// value". The width, from the field's C type, is in the newer dumps.
 
 type tableDump struct {
 	fields []dumpField
@@ -27,6 +28,7 @@ type dumpField struct {
 	typ, name string
 	static    bool
 	value     uint64
+	width     uint8
 }
 
 func readDump(t testing.TB, version int) tableDump {
@@ -49,6 +51,10 @@ func readDump(t testing.TB, version int) tableDump {
 				df.value, _ = strconv.ParseUint(strings.TrimPrefix(w[3], "@0x"), 16, 64)
 			} else {
 				df.value, _ = strconv.ParseUint(w[2], 10, 64)
+				if len(w) > 3 {
+					n, _ := strconv.ParseUint(w[3], 10, 8)
+					df.width = uint8(n)
+				}
 			}
 			d.fields = append(d.fields, df)
 		case "T":
@@ -81,10 +87,12 @@ const (
 func buildImage(d tableDump, version int) *image {
 	a := newArena(imageBase, 1<<20)
 	im := &image{a: a, syms: tableSyms{}, bias: imageBase, loads: []elfx.Segment{{Memsz: 1 << 20, Filesz: 1 << 20}}}
-	vars := a.alloc(8 * len(tableSymbols))
-	for i, n := range tableSymbols {
+	all := append(append([]string(nil), tableSymbols...), optionalSymbols...)
+	vars := a.alloc(8 * len(all))
+	for i, n := range all {
 		im.syms[n] = vars + uint64(8*i) - imageBase
 	}
+	ctype := map[uint8]string{1: "u1", 2: "uint16_t", 4: "int", 8: "address"}
 	set := func(name string, v uint64) { a.u64(im.syms[name]+imageBase, v) }
 	names := map[string]uint64{}
 	str := func(s string) uint64 {
@@ -101,13 +109,16 @@ func buildImage(d tableDump, version int) *image {
 		a.u64(e+8, str(f.name))
 		if f.static {
 			v := a.alloc(8)
-			if f.typ+"::"+f.name == "Abstract_VM_Version::_vm_major_version" {
-				a.u32(v, uint32(version))
+			if n := f.typ + "::" + f.name; n == "Abstract_VM_Version::_vm_major_version" || n == "JDK_Version::_current" {
+				a.u32(v, uint32(version)) // JDK_Version's _major is its first byte
 			}
 			a.u32(e+24, 1)
 			a.u64(e+40, v)
 		} else {
 			a.u64(e+32, f.value)
+		}
+		if t, ok := ctype[f.width]; ok {
+			a.u64(e+16, str(t))
 		}
 	}
 	types := a.alloc(typeStride * (len(d.types) + 1))
@@ -130,6 +141,7 @@ func buildImage(d tableDump, version int) *image {
 	set("gHotSpotVMStructs", structs)
 	set("gHotSpotVMStructEntryArrayStride", structStride)
 	set("gHotSpotVMStructEntryFieldNameOffset", 8)
+	set("gHotSpotVMStructEntryTypeStringOffset", 16)
 	set("gHotSpotVMStructEntryIsStaticOffset", 24)
 	set("gHotSpotVMStructEntryOffsetOffset", 32)
 	set("gHotSpotVMStructEntryAddressOffset", 40)
@@ -157,15 +169,36 @@ func (im *image) layout() (*layout, error) {
 // The layouts the real tables give: JDK 17's must be the one the naming
 // tests build by hand; 11 and 21 differ where their classes do.
 func TestLayoutFromTables(t *testing.T) {
-	for _, v := range []int{11, 17, 21} {
+	for _, v := range []int{8, 11, 17, 21, 25, 26, 27} {
 		l, err := buildImage(readDump(t, v), v).layout()
 		if err != nil {
 			t.Fatalf("JDK %d: %v", v, err)
 		}
-		if l.version != v || len(l.stubs) < 40 || l.ifMethod != -3 || l.ifBCP != -8 || l.ccLow == 0 || l.callStubRet == 0 {
+		// 25 exports only the call stub's return address of StubRoutines.
+		stubs := 40
+		if v == 8 {
+			stubs = 10
+		} else if v >= 25 {
+			stubs = 1
+		}
+		if l.version != v || len(l.stubs) < stubs || l.ifMethod != -3 || l.callStubRet == 0 {
 			t.Errorf("JDK %d: %+v", v, l)
 		}
+		if v > 8 && (l.ifBCP != -8 || l.ccLow == 0 || l.ccHeap != 0) {
+			t.Errorf("JDK %d: interpreter slots or code heaps: %+v", v, l)
+		}
+		// 8 and 23+ keep offsets from the blob; 23+ narrowed
+		// frame_complete_offset and moved the debug information.
+		if l.codeOffsets != (v == 8 || v >= 23) || (l.completeWidth == 2) != (v >= 23) ||
+			(l.nmDebug == nmImmutable) != (v >= 23) || l.mutableData != (v >= 25) || l.scopesPointer != (v > 8 && v < 23) {
+			t.Errorf("JDK %d: code offsets %v, frame_complete_offset of %d bytes, debug information %d, mutable data %v, scopes pointer %v",
+				v, l.codeOffsets, l.completeWidth, l.nmDebug, l.mutableData, l.scopesPointer)
+		}
 		switch v {
+		case 8:
+			if l.ifBCP != -7 || l.ccHeap == 0 || l.ikSourceFile == 0 || l.symLength != 0 || l.symBody != 8 || l.metaWidth != 4 {
+				t.Errorf("JDK 8: bcp at -7, one code heap, source file in InstanceKlass, Symbol body at 8: %+v", l)
+			}
 		case 11:
 			if l.ikSourceFile == 0 || l.cpSourceFile != 0 || l.symLength != 0 || l.gaData != 24 {
 				t.Errorf("JDK 11: source file in InstanceKlass, Symbol length at 0, GrowableArray data at 24: %+v", l)
@@ -199,6 +232,7 @@ func TestHostileTables(t *testing.T) {
 		{"stride zero", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryArrayStride"]+im.bias, 0) }},
 		{"stride huge", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryArrayStride"]+im.bias, 1<<40) }},
 		{"column past stride", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryAddressOffset"]+im.bias, 44) }},
+		{"type column past stride", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructEntryTypeStringOffset"]+im.bias, 48) }},
 		{"wild table", func(im *image) { im.a.u64(im.syms["gHotSpotVMStructs"]+im.bias, 0xdeadbeef000) }},
 		{"no end", func(im *image) {
 			// Entries that never end: the parse stops at maxEntries.
@@ -239,6 +273,20 @@ func TestHostileTables(t *testing.T) {
 				}
 			}
 		}},
+		{"frame_complete_offset a pointer", func(im *image) {
+			// A width the walker cannot read: refused, not misread.
+			base, _ := im.a.m.U64(im.syms["gHotSpotVMStructs"] + im.bias)
+			for e := base; ; e += structStride {
+				p, _ := im.a.m.U64(e)
+				if p == 0 {
+					break
+				}
+				f, _ := im.a.m.U64(e + 8)
+				if n, _ := im.a.m.CString(f, 64); n == "_frame_complete_offset" {
+					im.a.u64(e+16, im.a.cstring("address"))
+				}
+			}
+		}},
 		{"static outside libjvm", func(im *image) {
 			base, _ := im.a.m.U64(im.syms["gHotSpotVMStructs"] + im.bias)
 			for e := base; ; e += structStride {
@@ -262,14 +310,14 @@ func TestHostileTables(t *testing.T) {
 					f, _ := im.a.m.U64(e + 8)
 					if fn, _ := im.a.m.CString(f, 64); fn == "_vm_major_version" {
 						addr, _ := im.a.m.U64(e + 40)
-						im.a.u32(addr, 25)
+						im.a.u32(addr, 99)
 					}
 				}
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			im := buildImage(readDump(t, 17), 17)
+			im := buildImage(readDump(t, 25), 25)
 			tc.forge(im)
 			im.a.m.bytes = 0
 			_, err := im.layout()

@@ -43,11 +43,35 @@ var tableSymbols = []string{
 	"gHotSpotVMLongConstantEntryNameOffset", "gHotSpotVMLongConstantEntryValueOffset",
 }
 
+// optionalSymbols are read when there: the column of a field's C type,
+// which gives its width (fields narrowed from int to int16_t in JDK 23).
+var optionalSymbols = []string{"gHotSpotVMStructEntryTypeStringOffset"}
+
 // field is one gHotSpotVMStructs entry: an offset in its type, or the
 // run-time address of a static.
 type field struct {
 	static bool
 	value  uint64 // offset, or address
+	width  uint8  // bytes, from the C type; 0 when unknown
+}
+
+// typeWidth is the width of a field of C type typ, 0 when not a plain
+// integer or pointer.
+func typeWidth(typ string) uint8 {
+	switch typ {
+	case "u1", "uint8_t", "int8_t", "jbyte", "jubyte", "bool", "char", "signed char", "unsigned char", "CodeBlobKind":
+		return 1
+	case "u2", "uint16_t", "int16_t", "jshort", "jushort", "short", "unsigned short":
+		return 2
+	case "u4", "uint32_t", "int32_t", "jint", "juint", "int", "unsigned int", "unsigned", "uint":
+		return 4
+	case "u8", "uint64_t", "int64_t", "jlong", "julong", "intptr_t", "uintptr_t", "intx", "uintx", "size_t", "address":
+		return 8
+	}
+	if strings.HasSuffix(typ, "*") {
+		return 8
+	}
+	return 0
 }
 
 // tables is what the parse kept: only the names layout asks for (and the
@@ -233,6 +257,17 @@ func readTables(r reader, syms tableSyms, bias uint64, want map[string]bool) (*t
 	if err != nil {
 		return nil, err
 	}
+	typeCol := -1
+	if a, ok := syms["gHotSpotVMStructEntryTypeStringOffset"]; ok {
+		off, err := t.u64(a + bias)
+		if err != nil {
+			return nil, err
+		}
+		if off > d.stride-8 {
+			return nil, layoutErr("type string column %d past the stride %d", off, d.stride)
+		}
+		typeCol = int(off)
+	}
 	err = t.each(d, func(e []byte) error {
 		typ, err := t.cstring(u64(e, d.offs[0]))
 		if err != nil || (want != nil && !want[typ]) {
@@ -245,6 +280,15 @@ func readTables(r reader, syms tableSyms, bias uint64, want map[string]bool) (*t
 		f := field{static: binary.LittleEndian.Uint32(e[d.offs[2]:]) != 0, value: u64(e, d.offs[3])}
 		if f.static {
 			f.value = u64(e, d.offs[4])
+		}
+		if typeCol >= 0 {
+			if p := u64(e, uint64(typeCol)); p != 0 {
+				ts, err := t.cstring(p)
+				if err != nil {
+					return err
+				}
+				f.width = typeWidth(ts)
+			}
 		}
 		out.fields[typ+"::"+name] = f
 		return nil
