@@ -236,13 +236,22 @@ func (r *Runtime) probe(pid int, l *layout, a addrs) error {
 	if err := fromMembers(m, l, a); err != nil {
 		return notReady(err)
 	}
-	for try := 0; ; try++ {
+	// A wrong layout fails every try; a chain read while the interpreter
+	// pushes and pops frames fails some (freed code objects: 206 of 206
+	// samples lost once when 3 tries back to back all failed, the agent
+	// slowed by the race detector), so tries are spread over a few ms.
+	for try := 1; ; try++ {
 		err = checkLive(m, l, a)
-		if err == nil || errors.Is(err, errNotReady) || try == 2 {
+		if err == nil || errors.Is(err, errNotReady) || try == liveChecks {
 			return notReady(err)
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
+
+// liveChecks is how many times probe checks a live interpreter's frames
+// before a failure is the layout's.
+const liveChecks = 10
 
 // notReady turns a failed read into errNotReady: a process that is still
 // mapping its libraries, or frames that went away while read, are looked

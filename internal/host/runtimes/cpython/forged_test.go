@@ -43,11 +43,29 @@ func TestForgedInterpreter(t *testing.T) {
 			}
 			cmd := exec.Command(bin, mode)
 			cmd.Stderr = os.Stderr
+			verdicts := func() uint64 {
+				st := h.s.Runtimes().Stats()
+				n := st.Attached
+				for _, f := range st.Failed {
+					n += f
+				}
+				return n
+			}
+			before := verdicts()
 			start := time.Now()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			// What is measured is what follows the agent's verdict on the
+			// process (attached or refused): samples taken while it still
+			// looks (not_ready, more of them the busier the machine) are
+			// the first-samples question, not this test's.
+			for deadline := time.Now().Add(15 * time.Second); verdicts() == before; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no verdict on pid %d after 15 s: %+v", cmd.Process.Pid, h.s.Runtimes().Stats())
+				}
+			}
 			h.collect(t)
 			time.Sleep(3 * time.Second)
 			pid := cmd.Process.Pid
