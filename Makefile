@@ -57,8 +57,23 @@ $(KUBE_TOOLS)/etcd:
 # image run in podman (deploy/helmtest). Under CI=true, tests that lack a
 # tool or privilege fail instead of skipping. testsummary prints what go
 # test would, then every skipped test and why.
+#
+# Every package runs under the race detector but those below, each for its
+# reason; the race pass replaces the plain one, and what it leaves out runs
+# plain after it:
+# - test/kernels, deploy/..., internal/e2e: their tests drive other
+#   processes (qemu, podman, the built binaries), so the detector would
+#   watch only the launcher;
+# - NORACE_TESTS: peak-RSS budgets (VmHWM of a child process), which the
+#   detector's shadow memory breaks.
+NORACE_PKGS  := ./test/kernels ./deploy/... ./internal/e2e
+NORACE_TESTS := TestHostileFileRSS
+RACE_PKGS     = $(shell $(GO) list ./... | grep -v -e '/test/kernels$$' -e '/deploy/' -e '/internal/e2e$$')
+
 test: vet check-cross build otelcol image $(TESTSUMMARY)
-	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 75m ./...
+	$(TESTSUMMARY) $(GO) test -json -count=1 -race -timeout 75m -skip '^($(NORACE_TESTS))$$' $(RACE_PKGS)
+	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 30m $(NORACE_PKGS)
+	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 30m -run '^($(NORACE_TESTS))$$' ./internal/elfx
 
 # The developer's loop: vet and every test that needs no privilege, eBPF,
 # VM or chroot (those skip under -short, CI or not: testfixture.Short), and
