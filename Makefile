@@ -64,16 +64,21 @@ $(KUBE_TOOLS)/etcd:
 # - test/kernels, deploy/..., internal/e2e: their tests drive other
 #   processes (qemu, podman, the built binaries), so the detector would
 #   watch only the launcher;
-# - NORACE_TESTS: peak-RSS budgets (VmHWM of a child process), which the
-#   detector's shadow memory breaks.
-NORACE_PKGS  := ./test/kernels ./deploy/... ./internal/e2e
-NORACE_TESTS := TestHostileFileRSS
+# - NORACE_TESTS (in NORACE_TEST_PKGS): memory figures the detector's shadow
+#   memory breaks: elfx's peak RSS of a child (TestHostileFileRSS), the
+#   processor's RSS growth against its budget (TestMemoryBudget: 174 MB for
+#   a 38 MB budget under -race), and the CLI's collector hold under a 2 GiB
+#   address space (TestHoldGCUnderAddressSpaceLimit: a race binary maps
+#   2.1 GiB before it starts).
+NORACE_PKGS      := ./test/kernels ./deploy/... ./internal/e2e
+NORACE_TESTS     := TestHostileFileRSS|TestMemoryBudget|TestHoldGCUnderAddressSpaceLimit
+NORACE_TEST_PKGS := ./internal/elfx ./processor/symbolizationprocessor ./cmd/profsym
 RACE_PKGS     = $(shell $(GO) list ./... | grep -v -e '/test/kernels$$' -e '/deploy/' -e '/internal/e2e$$')
 
 test: vet check-cross build otelcol image $(TESTSUMMARY)
 	$(TESTSUMMARY) $(GO) test -json -count=1 -race -timeout 75m -skip '^($(NORACE_TESTS))$$' $(RACE_PKGS)
 	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 30m $(NORACE_PKGS)
-	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 30m -run '^($(NORACE_TESTS))$$' ./internal/elfx
+	$(TESTSUMMARY) $(GO) test -json -count=1 -timeout 30m -run '^($(NORACE_TESTS))$$' $(NORACE_TEST_PKGS)
 
 # The developer's loop: vet and every test that needs no privilege, eBPF,
 # VM or chroot (those skip under -short, CI or not: testfixture.Short), and

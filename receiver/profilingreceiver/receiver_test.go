@@ -44,6 +44,12 @@ func countFDs(t testing.TB) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if t.Failed() || testing.Verbose() {
+		for _, e := range ents {
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			t.Logf("fd %s -> %s", e.Name(), l)
+		}
+	}
 	return len(ents)
 }
 

@@ -1,5 +1,7 @@
 package runtimes
 
+import "io"
+
 // WalkErrors is implemented by a runtime whose BPF walker counts the walks
 // it could not finish, by reason.
 type WalkErrors interface {
@@ -19,4 +21,17 @@ func (s *Set) WalkErrors() map[string]map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// Close releases what each runtime holds (the process memory files it
+// keeps open for naming); the Set is not used after it.
+func (s *Set) Close() {
+	if s == nil {
+		return
+	}
+	for _, r := range s.rts {
+		if c, ok := r.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }

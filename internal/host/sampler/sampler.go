@@ -536,6 +536,8 @@ func (s *Sampler) release() error {
 	}
 	s.wg.Wait()
 	s.eventsRd, s.samplesRd = nil, nil
+	// The readers are joined: nothing attaches or names any more.
+	s.runtimes.Close()
 	if s.unwinder != nil {
 		s.unwinder.Close()
 		s.unwinder = nil

@@ -1,6 +1,9 @@
 package cpython
 
-import "github.com/profsym/profsym/bpf"
+import (
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/runtimes"
+)
 
 // errorNames are the walker's reasons (enum cpython_error), by value.
 var errorNames = map[bpf.ProfileCpythonError]string{
@@ -34,4 +37,14 @@ func (r *Runtime) Errors() map[string]uint64 {
 		out[name] += n
 	}
 	return out
+}
+
+// Close closes the process memory files kept open for naming: the agent
+// is stopping (a collector reload would otherwise leave up to
+// maxOpenMems open per cycle, until the garbage collector finalized them).
+func (r *Runtime) Close() error {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	return nil
 }

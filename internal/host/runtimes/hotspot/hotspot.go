@@ -449,3 +449,20 @@ func (r *Runtime) Errors() map[string]uint64 {
 	}
 	return out
 }
+
+// Close forgets every process, closing the memory file each JVM keeps
+// open: the agent is stopping.
+func (r *Runtime) Close() error {
+	r.attachMu.Lock()
+	defer r.attachMu.Unlock()
+	r.mu.Lock()
+	pids := make([]int, 0, len(r.procs))
+	for pid := range r.procs {
+		pids = append(pids, pid)
+	}
+	r.mu.Unlock()
+	for _, pid := range pids {
+		r.forget(pid)
+	}
+	return nil
+}
