@@ -21,6 +21,7 @@ import (
 func distribution(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(testfixture.Root(t), "_build", "otelcol-profsym")
+	testfixture.Short(t, "the built binaries (make test builds them)")
 	if _, err := os.Stat(p); err != nil {
 		// make test builds it first, so under CI this is a failure.
 		testfixture.SkipOrFail(t, "the otelcol-profsym distribution is not built (make otelcol)")

@@ -62,6 +62,7 @@ func makeImageRepository(t *testing.T) string {
 func imageArchive(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(testfixture.Root(t), "_build", "image", "otelcol-profsym-"+distVersion(t)+".oci.tar")
+	testfixture.Short(t, "the image (make image)")
 	if _, err := os.Stat(p); err != nil {
 		testfixture.SkipOrFail(t, "no image archive %s (make image)", p)
 	}

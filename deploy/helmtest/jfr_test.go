@@ -119,6 +119,7 @@ func servicePort(d docs, name string) string {
 func TestJFRServes(t *testing.T) {
 	helm(t)
 	bin := collectorBinary(t)
+	testfixture.Short(t, "the built binaries (make test builds them)")
 	if bin == "" {
 		testfixture.SkipOrFail(t, "the otelcol-profsym distribution is not built (make otelcol)")
 	}

@@ -263,6 +263,7 @@ func hostOf(t *testing.T, url string) string {
 func TestTLSAndTokensServe(t *testing.T) {
 	helm(t)
 	bin := collectorBinary(t)
+	testfixture.Short(t, "the built binaries (make test builds them)")
 	if bin == "" {
 		testfixture.SkipOrFail(t, "the otelcol-profsym distribution is not built (make otelcol)")
 	}

@@ -57,6 +57,7 @@ func TestKubernetesMetadata(t *testing.T) {
 	}
 	root := testfixture.Root(t)
 	bin := filepath.Join(root, "_build", "otelcol-profsym")
+	testfixture.Short(t, "the built binaries (make test builds them)")
 	if _, err := os.Stat(bin); err != nil {
 		testfixture.SkipOrFail(t, "%s is not built: run make otelcol (make test does)", bin)
 	}

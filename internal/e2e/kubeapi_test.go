@@ -47,6 +47,7 @@ func kubeTools(t *testing.T) string {
 		dir = filepath.Join(home, ".cache", "profsym", "kube-"+hex.EncodeToString(h.Sum(nil))[:12])
 	}
 	for _, b := range []string{"kube-apiserver", "etcd"} {
+		testfixture.Short(t, "kube-apiserver and etcd (make kube-tools)")
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			testfixture.SkipOrFail(t, "%s is not built: run make kube-tools (.ci/run does)", filepath.Join(dir, b))
 		}

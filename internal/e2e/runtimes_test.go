@@ -304,6 +304,7 @@ func needBuilt(t *testing.T, name, target string) string {
 		testfixture.SkipOrFail(t, "the eBPF sampler needs root (CAP_BPF, CAP_PERFMON)")
 	}
 	bin := filepath.Join(testfixture.Root(t), "_build", name)
+	testfixture.Short(t, "the built binaries (make test builds them)")
 	if _, err := os.Stat(bin); err != nil {
 		testfixture.SkipOrFail(t, "%s is not built: run make %s (make test does)", bin, target)
 	}

@@ -44,6 +44,7 @@ func BenchmarkAgentUploadOverhead(b *testing.B) {
 	}
 	root := testfixture.Root(b)
 	bin := filepath.Join(root, "_build", "otelcol-profsym")
+	testfixture.Short(b, "the built binaries (make test builds them)")
 	if _, err := os.Stat(bin); err != nil {
 		testfixture.SkipOrFail(b, "%s is not built: run make otelcol", bin)
 	}
