@@ -24,8 +24,8 @@ import java.lang.management.ThreadMXBean;
 // The test counts the main thread's samples stamped from "go" to "done":
 // their Java frames must be exactly hotLoop, middle, outer, main, leaf
 // first, on the lines marked "// L:NAME". The CPU clock is read in main,
-// between calls that each run for 20 ms compiled (0.3 s interpreted): 2 ms
-// left 1% of the samples in main and the clock's methods.
+// after each call, and the calls are made to last 50 ms at least: with
+// calls of 2 ms, 1% of the samples were in main and the clock's methods.
 public class JChain {
     static volatile long sink;
 
@@ -63,9 +63,15 @@ public class JChain {
         Thread.sleep(200);
         System.out.println("go " + System.currentTimeMillis() * 1_000_000L);
         System.out.flush();
-        long end = mx.getCurrentThreadCpuTime() + (long) (seconds * 1e9);
-        while (mx.getCurrentThreadCpuTime() < end) {
-            sink += outer(20_000_000); // L:main
+        long last = mx.getCurrentThreadCpuTime(), end = last + (long) (seconds * 1e9);
+        long n = 20_000_000;
+        while (last < end) {
+            sink += outer(n); // L:main
+            long now = mx.getCurrentThreadCpuTime();
+            if (now - last < 50_000_000L) {
+                n *= 2; // calls of 50 ms at least
+            }
+            last = now;
         }
         System.out.println("done " + System.currentTimeMillis() * 1_000_000L);
         System.out.flush();
