@@ -338,6 +338,7 @@ func TestCollectorJavaChains(t *testing.T) {
 		t.Errorf("%s (pid %d): no named warm frame in 90 s of warm-up", r.it.name, r.pid)
 		r.start(t)
 	}
+	t.Logf("warm-up until every JVM's warm frame was named: %v", time.Until(deadline.Add(-90*time.Second)).Abs().Round(time.Second))
 	start := time.Now()
 	waitPy(t, runs)
 	t.Logf("measured work of all fixtures: %v", time.Since(start).Round(time.Second))
