@@ -182,6 +182,7 @@ type sampleOf struct {
 	pid, n int64
 	time   uint64 // unix ns of the first time the stack was sampled
 	stop   string // profsym.unwind.stop_reason, "" for a whole stack
+	thread string // thread.name (the thread's comm)
 	frames []userFrame
 }
 
@@ -250,6 +251,9 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 						}
 						if stop, ok := d.FindAttr(s.AttributeIndices(), "profsym.unwind.stop_reason"); ok {
 							smp.stop = stop.Str()
+						}
+						if th, ok := d.FindAttr(s.AttributeIndices(), "thread.name"); ok {
+							smp.thread = th.Str()
 						}
 						fn(smp)
 					}

@@ -1,0 +1,407 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// The Java half of issue 26: the built binaries, as a user runs them, must
+// name a HotSpot JVM's frames on every JDK of the matrix, running
+// testdata/src/e2e/JChain.java interpreted and compiled by C2.
+
+// javaChain is what every measured sample's Java frames must be, leaf first.
+var javaChain = []string{"hotLoop", "middle", "outer", "main"}
+
+const (
+	javaClass     = "e2e.JChain"
+	javaFile      = "JChain.java"
+	javaMainComm  = "java" // the thread the launcher runs main in
+	javaWarmFrame = javaClass + ".warm"
+)
+
+// javaJDK is one JDK of the matrix: java is the binary as the process
+// sees it, root its chroot ("" for the host).
+type javaJDK struct {
+	name, java, root string
+	feature          int
+}
+
+// sidJDKPackages must stay the hotspot package's (harness_linux_test.go):
+// the chroot is cached by its package list, so both share one.
+var sidJDKPackages = []string{"openjdk-8-jre-headless", "openjdk-25-jre-headless", "openjdk-26-jre-headless", "openjdk-27-jre-headless"}
+
+// javaJDKs is the hotspot package's matrix (jdks there): 17 (the host's),
+// 11 (bullseye) and 21 (trixie) from the runtime chroots, Temurin 25 where
+// installed, and 8, 26, 27 (and 25 without Temurin) from sid. Missing
+// chroots are built (debootstrap), as there.
+func javaJDKs(t *testing.T) []javaJDK {
+	t.Helper()
+	testfixture.NeedTool(t, "java", "javac")
+	var out []javaJDK
+	// The host's default java: 17 on the build machine, as in jdks there.
+	if java, err := exec.LookPath("java"); err == nil {
+		out = append(out, javaJDK{name: "jdk17", java: java, feature: 17})
+	}
+	if j := "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"; fileExists(j) {
+		out = append(out, javaJDK{name: "jdk25-temurin", java: j, feature: 25})
+	} else {
+		t.Logf("Temurin 25 is not installed: sid's 25 instead")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		// As pyInterps: the host's JDKs still run (CI fails here).
+		testfixture.SkipPart(t, "debian-chroots", "debootstrap is not installed: no JDK 8, 11, 21, 26, 27")
+	} else {
+		for _, c := range testfixture.RuntimeChroots {
+			if c.JDK == 11 || c.JDK == 21 {
+				out = append(out, javaJDK{name: "jdk" + strconv.Itoa(c.JDK), java: "java", root: c.Root(t), feature: c.JDK})
+			}
+		}
+		sid := testfixture.Chroot(t, "sid", sidJDKPackages...)
+		for _, v := range []int{8, 25, 26, 27} {
+			if slices.ContainsFunc(out, func(j javaJDK) bool { return j.feature == v }) {
+				continue // sid's stands in only for a missing host JDK
+			}
+			out = append(out, javaJDK{name: fmt.Sprintf("jdk%d-sid", v), root: sid, feature: v,
+				java: fmt.Sprintf("/usr/lib/jvm/java-%d-openjdk-amd64/bin/java", v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].feature < out[j].feature })
+	// JAVAE2E=jdk17,jdk8-sid runs those only (a developer's shortcut).
+	if only := os.Getenv("JAVAE2E"); only != "" {
+		out = slices.DeleteFunc(out, func(j javaJDK) bool { return !slices.Contains(strings.Split(only, ","), j.name) })
+	}
+	return out
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// javaModes pin how the chain runs, so that its frames are known: every
+// method interpreted, or every method of the chain compiled by C2 on its
+// own (not inlined; -Xbatch: compiled when warm() crosses the threshold,
+// before "go").
+var javaModes = []struct {
+	name string
+	jvm  []string
+}{
+	{"xint", []string{"-Xint"}},
+	{"c2", []string{"-XX:-TieredCompilation", "-Xbatch", "-XX:CompileCommand=quiet",
+		"-XX:CompileCommand=dontinline," + javaClass + "::*"}},
+}
+
+// javaClasses compiles JChain.java once (javac --release 8) and returns
+// the class directory.
+func javaClasses(t *testing.T) string {
+	t.Helper()
+	javac := testfixture.NeedTool(t, "javac")
+	src := testfixture.Src(t, "e2e/"+javaFile)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, _ := exec.Command(javac, "-version").CombinedOutput()
+	h := sha256.Sum256(append(append(b, ver...), "--release 8"...))
+	return testfixture.Cached(t, "jchain-"+hex.EncodeToString(h[:])[:16], "classes", func(tmp string) {
+		testfixture.Run(t, javac, "--release", "8", "-d", filepath.Join(tmp, "classes"), src)
+	})
+}
+
+// startJava starts JChain under j in mode; it warms until start is called.
+// It is a pyRun: the same go/done protocol.
+func startJava(t *testing.T, j javaJDK, mode string, jvm []string, classes string) *pyRun {
+	t.Helper()
+	r := &pyRun{it: pyInterp{name: j.name + "/" + mode}, lines: make(chan string, 16)}
+	args := append([]string{"-Xmx64m", "-cp"}, "CP")
+	args = append(args, jvm...)
+	args = append(args, javaClass, strconv.Itoa(pyChainSeconds), "GOFILE")
+	if j.root == "" {
+		r.gofile = filepath.Join(t.TempDir(), "go")
+		args[2], args[len(args)-1] = filepath.Clean(classes), r.gofile
+		r.cmd = exec.Command(j.java, args...)
+	} else {
+		dir, err := os.MkdirTemp(filepath.Join(j.root, "tmp"), "jchain-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.CopyFS(filepath.Join(dir, "classes"), os.DirFS(classes)); err != nil {
+			t.Fatal(err)
+		}
+		inside := filepath.Join("/tmp", filepath.Base(dir))
+		r.gofile = filepath.Join(dir, "go")
+		args[2], args[len(args)-1] = inside+"/classes", inside+"/go"
+		r.cmd = testfixture.ChrootCommand(j.root, append([]string{j.java}, args...)...)
+	}
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Stderr = os.Stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", r.it.name, err)
+	}
+	r.pid = int64(r.cmd.Process.Pid)
+	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	return r
+}
+
+// startJavas starts JChain on every JDK in every mode, all at once.
+func startJavas(t *testing.T) []*pyRun {
+	t.Helper()
+	jdks := javaJDKs(t)
+	classes := javaClasses(t)
+	var runs []*pyRun
+	for _, j := range jdks {
+		for _, m := range javaModes {
+			runs = append(runs, startJava(t, j, m.name, m.jvm, classes))
+		}
+	}
+	return runs
+}
+
+// javaMarks reads the lines of JChain.java marked "// L:NAME".
+func javaMarks(t *testing.T) map[string][]int64 {
+	t.Helper()
+	b, err := os.ReadFile(testfixture.Src(t, "e2e/"+javaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string][]int64{}
+	re := regexp.MustCompile(`// L:([A-Za-z]+)`)
+	for i, l := range strings.Split(string(b), "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			marks[m[1]] = append(marks[m[1]], int64(i+1))
+		}
+	}
+	for _, fn := range javaChain {
+		if len(marks[fn]) == 0 {
+			t.Fatalf("%s marks no line of %s", javaFile, fn)
+		}
+	}
+	return marks
+}
+
+// javaWhole says whether frames hold the whole chain: their Java frames
+// (type jvm with a source file), leaf first, are exactly javaChain, named
+// e2e.JChain.METHOD, in JChain.java, on a marked line of the method.
+// HotSpot stubs (type jvm, no file: the call stub below main) and native
+// frames may lie anywhere; an unnamed jvm frame fails the sample.
+func javaWhole(frames []userFrame, marks map[string][]int64) (bool, string) {
+	ok := true
+	var desc []string
+	var n int
+	for _, f := range frames {
+		if f.typ != "jvm" {
+			continue
+		}
+		if f.raw {
+			desc = append(desc, "raw("+f.err+")")
+			ok = false
+			continue
+		}
+		if f.path == "" {
+			continue // a stub
+		}
+		desc = append(desc, fmt.Sprintf("%s@%s:%d", f.fn, f.file, f.line))
+		if n >= len(javaChain) || f.fn != javaClass+"."+javaChain[n] || f.file != javaFile || !slices.Contains(marks[javaChain[n]], f.line) {
+			ok = false
+		}
+		n++
+	}
+	if n != len(javaChain) {
+		ok = false
+	}
+	leaf := "none"
+	if len(frames) > 0 {
+		leaf = frames[0].fn + " " + frames[0].typ
+		if frames[0].raw {
+			leaf = "raw(" + frames[0].err + ") " + frames[0].typ
+		}
+	}
+	return ok, "[" + strings.Join(desc, " ") + "] leaf frame " + leaf
+}
+
+// checkJava holds each fixture's main-thread samples stamped from "go" to
+// "done" to pyMinSamples and pyWholeShare; the JVM's other threads (JIT,
+// GC) are counted apart, for the log.
+func checkJava(t *testing.T, path string, runs []*pyRun) {
+	t.Helper()
+	marks := javaMarks(t)
+	var summary []string
+	for _, r := range runs {
+		t.Run(r.it.name, func(t *testing.T) {
+			var total, whole, others int64
+			stops := map[string]int64{}
+			bad := map[string]int64{}
+			eachSampleOf(t, path, map[int64]bool{r.pid: true}, func(s sampleOf) {
+				if s.time < r.goNs || s.time > r.doneNs {
+					return
+				}
+				if s.thread != javaMainComm {
+					others += s.n
+					return
+				}
+				total += s.n
+				ok, desc := javaWhole(s.frames, marks)
+				if ok {
+					whole += s.n
+				} else {
+					bad[desc+" stop="+s.stop] += s.n
+				}
+				if s.stop != "" {
+					stops[s.stop] += s.n
+				}
+			})
+			share := 0.0
+			if total > 0 {
+				share = float64(whole) / float64(total)
+			}
+			summary = append(summary, fmt.Sprintf("%-18s %4d/%4d %.1f%%", r.it.name, whole, total, 100*share))
+			t.Logf("%s (pid %d): %d of %d main-thread samples hold the whole chain (%.1f%%); %d of other threads; stop reasons %v",
+				r.it.name, r.pid, whole, total, 100*share, others, stops)
+			if len(bad) > 0 && share >= pyWholeShare {
+				t.Logf("the others' Java frames (leaf first):\n%s", topCounts(bad, 8))
+			}
+			if total < pyMinSamples {
+				t.Errorf("%s: %d main-thread samples of the measured work, want at least %d", r.it.name, total, pyMinSamples)
+			}
+			if share < pyWholeShare {
+				t.Errorf("%s: %.1f%% of %d samples hold %s (%s.METHOD, %s, marked lines), want >= %.0f%%; the others' Java frames (leaf first):\n%s",
+					r.it.name, 100*share, total, strings.Join(javaChain, " <- "), javaClass, javaFile, 100*pyWholeShare, topCounts(bad, 8))
+			}
+		})
+	}
+	t.Logf("whole chains of the main thread's samples:\n%s", strings.Join(summary, "\n"))
+}
+
+// TestCollectorJavaChains runs the distribution with config/default.yaml,
+// as TestCollectorPythonChains, against JChain on every JDK of the matrix
+// in both modes at once, each warmed until the output names its warm
+// frame.
+func TestCollectorJavaChains(t *testing.T) {
+	bin := needBuilt(t, "otelcol-profsym", "otelcol")
+	root := testfixture.Root(t)
+	out := filepath.Join(t.TempDir(), "profiles.json")
+	env := []string{
+		"PROFSYM_OUTPUT=" + out,
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		"PROFSYM_REPORT_INTERVAL=1s",
+	}
+	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	runs := startJavas(t)
+
+	// A dozen JVMs start on a loaded machine: 90 s for all of them to be
+	// named warm.
+	pending := map[int64]*pyRun{}
+	for _, r := range runs {
+		pending[r.pid] = r
+	}
+	warm := time.Now()
+	deadline := warm.Add(90 * time.Second)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		pids := map[int64]bool{}
+		for pid := range pending {
+			pids[pid] = true
+		}
+		eachSampleOf(t, out, pids, func(s sampleOf) {
+			for _, f := range s.frames {
+				if r := pending[s.pid]; r != nil && f.typ == "jvm" && f.fn == javaWarmFrame {
+					r.start(t)
+					delete(pending, s.pid)
+				}
+			}
+		})
+	}
+	for _, r := range pending {
+		t.Errorf("%s (pid %d): no named warm frame in 90 s of warm-up", r.it.name, r.pid)
+		r.start(t)
+	}
+	t.Logf("warm-up until every JVM's warm frame was named: %v", time.Since(warm).Round(time.Second))
+	start := time.Now()
+	waitPy(t, runs)
+	t.Logf("measured work of all fixtures: %v", time.Since(start).Round(time.Second))
+	time.Sleep(2500 * time.Millisecond) // the last reports
+	c.stop(t)
+	checkJava(t, out, runs)
+	if t.Failed() {
+		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
+	}
+}
+
+// TestRecordJavaChains runs `profsym record --symbolize --pid ...` over
+// the JVMs started before it, as TestRecordPythonChains.
+func TestRecordJavaChains(t *testing.T) {
+	bin := needBuilt(t, "profsym", "build")
+	runs := startJavas(t)
+	out := filepath.Join(t.TempDir(), "rec.json")
+	args := []string{"record", "--symbolize", "--duration", "5m", "--output", out}
+	for _, r := range runs {
+		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
+	}
+	rec := exec.Command(bin, args...)
+	log := new(syncBuffer)
+	rec.Stdout, rec.Stderr = log, log
+	time.Sleep(2 * time.Second) // the JVMs are past their start
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var recErr error
+	go func() { recErr = rec.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		rec.Process.Kill()
+		<-exited
+	})
+	ready := time.Now().Add(90 * time.Second)
+	for !strings.Contains(log.String(), "profsym record: sampling") {
+		select {
+		case <-exited:
+			t.Fatalf("profsym record exited (%v) before sampling:\n%s", recErr, log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(ready) {
+			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
+		}
+	}
+	// 8 s of warm-up walked: the JVMs are attached and past warm()'s
+	// 20000 calls (compiled) meanwhile.
+	time.Sleep(8 * time.Second)
+	for _, r := range runs {
+		r.start(t)
+	}
+	waitPy(t, runs)
+	rec.Process.Signal(syscall.SIGINT) // ends the recording, then symbolizes and writes
+	select {
+	case <-exited:
+		if recErr != nil {
+			t.Fatalf("profsym record: %v\n%s", recErr, log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", log.String())
+	}
+	t.Logf("%s", strings.TrimSpace(log.String()))
+	checkJava(t, out, runs)
+}
