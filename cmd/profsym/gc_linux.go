@@ -2,13 +2,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/internal/elfx"
 )
 
 // readSysLimits reads RLIMIT_AS with the address space mapped now
@@ -25,23 +26,7 @@ func readSysLimits() sysLimits {
 }
 
 // vmSize is the VmSize line of a /proc/PID/status file, in bytes.
-func vmSize(status string) (int64, bool) {
-	b, err := os.ReadFile(status)
-	if err != nil {
-		return 0, false
-	}
-	for line := range bytes.Lines(b) {
-		if rest, ok := bytes.CutPrefix(line, []byte("VmSize:")); ok {
-			f := strings.Fields(string(rest))
-			if len(f) == 2 && f[1] == "kB" {
-				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return kb << 10, true
-				}
-			}
-		}
-	}
-	return 0, false
-}
+func vmSize(status string) (int64, bool) { return elfx.VmSize(status) }
 
 // cgroupRoom is the least of limit less usage over the memory cgroups
 // holding the process (cgroupFile, as /proc/self/cgroup) and their

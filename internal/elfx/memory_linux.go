@@ -83,8 +83,12 @@ func roomFor(n, limit, used int64) bool {
 }
 
 // mappedBytes is this process's VmSize.
-func mappedBytes() (int64, bool) {
-	b, err := os.ReadFile("/proc/self/status")
+func mappedBytes() (int64, bool) { return VmSize("/proc/self/status") }
+
+// VmSize is the VmSize line of a /proc/PID/status file, in bytes: the
+// address space a process maps, which RLIMIT_AS bounds.
+func VmSize(status string) (int64, bool) {
+	b, err := os.ReadFile(status)
 	if err != nil {
 		return 0, false
 	}
