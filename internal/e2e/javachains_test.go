@@ -357,51 +357,8 @@ func TestRecordJavaChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
 	runs := startJavas(t)
 	out := filepath.Join(t.TempDir(), "rec.json")
-	args := []string{"record", "--symbolize", "--duration", "5m", "--output", out}
-	for _, r := range runs {
-		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
-	}
-	rec := exec.Command(bin, args...)
-	log := new(syncBuffer)
-	rec.Stdout, rec.Stderr = log, log
-	time.Sleep(2 * time.Second) // the JVMs are past their start
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var recErr error
-	go func() { recErr = rec.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		rec.Process.Kill()
-		<-exited
-	})
-	ready := time.Now().Add(90 * time.Second)
-	for !strings.Contains(log.String(), "profsym record: sampling") {
-		select {
-		case <-exited:
-			t.Fatalf("profsym record exited (%v) before sampling:\n%s", recErr, log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(ready) {
-			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
-		}
-	}
 	// 8 s of warm-up walked: the JVMs are attached and past warm()'s
 	// 20000 calls (compiled) meanwhile.
-	time.Sleep(8 * time.Second)
-	for _, r := range runs {
-		r.start(t)
-	}
-	waitPy(t, runs)
-	rec.Process.Signal(syscall.SIGINT) // ends the recording, then symbolizes and writes
-	select {
-	case <-exited:
-		if recErr != nil {
-			t.Fatalf("profsym record: %v\n%s", recErr, log.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", log.String())
-	}
-	t.Logf("%s", strings.TrimSpace(log.String()))
+	recordWhile(t, bin, out, runs, 2*time.Second, 8*time.Second)
 	checkJava(t, out, runs)
 }

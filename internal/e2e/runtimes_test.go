@@ -382,6 +382,19 @@ func TestRecordPythonChains(t *testing.T) {
 		runs[i] = startPy(t, it)
 	}
 	out := filepath.Join(t.TempDir(), "rec.json")
+	// It says when its sampler runs (loading it took 5 s under a load
+	// average of 23 on 2 cores); 3 s of warm-up walked from there.
+	recordWhile(t, bin, out, runs, time.Second, 3*time.Second)
+	checkPy(t, out, runs)
+}
+
+// recordWhile runs `profsym record --symbolize` over runs' processes,
+// settle after they started (past their runtime's start), and once it
+// samples and warmUp more has been walked, has them do their measured
+// work; then it stops the recording with SIGINT (Ctrl-C), which
+// symbolizes and writes out.
+func recordWhile(t *testing.T, bin, out string, runs []*pyRun, settle, warmUp time.Duration) {
+	t.Helper()
 	args := []string{"record", "--symbolize", "--duration", "5m", "--output", out}
 	for _, r := range runs {
 		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
@@ -389,7 +402,7 @@ func TestRecordPythonChains(t *testing.T) {
 	rec := exec.Command(bin, args...)
 	log := new(syncBuffer)
 	rec.Stdout, rec.Stderr = log, log
-	time.Sleep(time.Second) // the fixtures are past their interpreter's start
+	time.Sleep(settle)
 	if err := rec.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -400,8 +413,6 @@ func TestRecordPythonChains(t *testing.T) {
 		rec.Process.Kill()
 		<-exited
 	})
-	// It says when its sampler runs (loading it took 5 s under a load
-	// average of 23 on 2 cores); 3 s of warm-up walked from there.
 	ready := time.Now().Add(90 * time.Second)
 	for !strings.Contains(log.String(), "profsym record: sampling") {
 		select {
@@ -413,12 +424,12 @@ func TestRecordPythonChains(t *testing.T) {
 			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
 		}
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(warmUp)
 	for _, r := range runs {
 		r.start(t)
 	}
 	waitPy(t, runs)
-	rec.Process.Signal(syscall.SIGINT) // ends the recording, then symbolizes and writes
+	rec.Process.Signal(syscall.SIGINT)
 	select {
 	case <-exited:
 		if recErr != nil {
@@ -428,5 +439,4 @@ func TestRecordPythonChains(t *testing.T) {
 		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", log.String())
 	}
 	t.Logf("%s", strings.TrimSpace(log.String()))
-	checkPy(t, out, runs)
 }
