@@ -312,6 +312,9 @@ func TestEndlessBodyDoesNotBlockOthers(t *testing.T) {
 			w.(http.Flusher).Flush()
 		}
 	})
+	// The download's timeout spans the hold, which lasts as long as the
+	// healthy fetch takes (5 s before, when the body never stopped): it
+	// must not be what ends the endless body, the budget must.
 	c := newClient(t, Config{URLs: []string{srv.URL}, MaxCacheBytes: budget, Timeout: 30 * time.Second, NegativeTTL: time.Hour})
 	done := make(chan error, 1)
 	go func() { _, err := c.Fetch(context.Background(), endlessID, DebugInfo); done <- err }()
