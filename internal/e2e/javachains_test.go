@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -183,24 +182,7 @@ func startJavas(t *testing.T) []*pyRun {
 
 // javaMarks reads the lines of JChain.java marked "// L:NAME".
 func javaMarks(t *testing.T) map[string][]int64 {
-	t.Helper()
-	b, err := os.ReadFile(testfixture.Src(t, "e2e/"+javaFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	marks := map[string][]int64{}
-	re := regexp.MustCompile(`// L:([A-Za-z]+)`)
-	for i, l := range strings.Split(string(b), "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
-			marks[m[1]] = append(marks[m[1]], int64(i+1))
-		}
-	}
-	for _, fn := range javaChain {
-		if len(marks[fn]) == 0 {
-			t.Fatalf("%s marks no line of %s", javaFile, fn)
-		}
-	}
-	return marks
+	return fixtureMarks(t, javaFile, `// L:([A-Za-z]+)`, javaChain)
 }
 
 // javaWhole says whether frames hold the whole chain: their Java frames
@@ -249,51 +231,14 @@ func javaWhole(frames []userFrame, marks map[string][]int64) (bool, string) {
 func checkJava(t *testing.T, path string, runs []*pyRun) {
 	t.Helper()
 	marks := javaMarks(t)
-	var summary []string
-	for _, r := range runs {
-		t.Run(r.it.name, func(t *testing.T) {
-			var total, whole, others int64
-			stops := map[string]int64{}
-			bad := map[string]int64{}
-			eachSampleOf(t, path, map[int64]bool{r.pid: true}, func(s sampleOf) {
-				if s.time < r.goNs || s.time > r.doneNs {
-					return
-				}
-				if s.thread != javaMainComm {
-					others += s.n
-					return
-				}
-				total += s.n
-				ok, desc := javaWhole(s.frames, marks)
-				if ok {
-					whole += s.n
-				} else {
-					bad[desc+" stop="+s.stop] += s.n
-				}
-				if s.stop != "" {
-					stops[s.stop] += s.n
-				}
-			})
-			share := 0.0
-			if total > 0 {
-				share = float64(whole) / float64(total)
-			}
-			summary = append(summary, fmt.Sprintf("%-18s %4d/%4d %.1f%%", r.it.name, whole, total, 100*share))
-			t.Logf("%s (pid %d): %d of %d main-thread samples hold the whole chain (%.1f%%); %d of other threads; stop reasons %v",
-				r.it.name, r.pid, whole, total, 100*share, others, stops)
-			if len(bad) > 0 && share >= pyWholeShare {
-				t.Logf("the others' Java frames (leaf first):\n%s", topCounts(bad, 8))
-			}
-			if total < pyMinSamples {
-				t.Errorf("%s: %d main-thread samples of the measured work, want at least %d", r.it.name, total, pyMinSamples)
-			}
-			if share < pyWholeShare {
-				t.Errorf("%s: %.1f%% of %d samples hold %s (%s.METHOD, %s, marked lines), want >= %.0f%%; the others' Java frames (leaf first):\n%s",
-					r.it.name, 100*share, total, strings.Join(javaChain, " <- "), javaClass, javaFile, 100*pyWholeShare, topCounts(bad, 8))
-			}
-		})
-	}
-	t.Logf("whole chains of the main thread's samples:\n%s", strings.Join(summary, "\n"))
+	checkChains(t, path, runs, chainCheck{
+		kind: "Java", samples: "main-thread samples",
+		keep:  func(s sampleOf) bool { return s.thread == javaMainComm },
+		whole: func(_ *pyRun, s sampleOf) (bool, string) { return javaWhole(s.frames, marks) },
+		want: func(*pyRun) string {
+			return fmt.Sprintf("%s (%s.METHOD, %s, marked lines)", strings.Join(javaChain, " <- "), javaClass, javaFile)
+		},
+	})
 }
 
 // TestCollectorJavaChains runs the distribution with config/default.yaml,

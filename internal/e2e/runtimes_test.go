@@ -178,21 +178,28 @@ func waitPy(t *testing.T, runs []*pyRun) {
 
 // pyMarks reads the lines of pychain.py marked "# L:NAME".
 func pyMarks(t *testing.T) map[string][]int64 {
+	return fixtureMarks(t, "pychain.py", `# L:([a-z<>]+)`, pyChain)
+}
+
+// fixtureMarks reads the lines of testdata/src/e2e/file that mark (with
+// re's one group) which function they belong to, and fails unless every
+// function of chain has one.
+func fixtureMarks(t *testing.T, file, re string, chain []string) map[string][]int64 {
 	t.Helper()
-	b, err := os.ReadFile(testfixture.Src(t, "e2e/pychain.py"))
+	b, err := os.ReadFile(testfixture.Src(t, "e2e/"+file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	marks := map[string][]int64{}
-	re := regexp.MustCompile(`# L:([a-z<>]+)`)
+	mark := regexp.MustCompile(re)
 	for i, l := range strings.Split(string(b), "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
+		if m := mark.FindStringSubmatch(l); m != nil {
 			marks[m[1]] = append(marks[m[1]], int64(i+1))
 		}
 	}
-	for _, fn := range pyChain {
+	for _, fn := range chain {
 		if len(marks[fn]) == 0 {
-			t.Fatalf("pychain.py marks no line of %s", fn)
+			t.Fatalf("%s marks no line of %s", file, fn)
 		}
 	}
 	return marks
@@ -238,17 +245,45 @@ func pyWhole(frames []userFrame, script string, marks map[string][]int64) (bool,
 func checkPy(t *testing.T, path string, runs []*pyRun) {
 	t.Helper()
 	marks := pyMarks(t)
+	checkChains(t, path, runs, chainCheck{
+		kind: "Python", samples: "samples",
+		whole: func(r *pyRun, s sampleOf) (bool, string) { return pyWhole(s.frames, r.script, marks) },
+		want: func(r *pyRun) string {
+			return fmt.Sprintf("%s with names, file %s and marked lines", strings.Join(pyChain, " <- "), r.script)
+		},
+	})
+}
+
+// chainCheck says what checkChains counts in each fixture's samples.
+type chainCheck struct {
+	kind    string                                    // the frames' runtime, for messages
+	samples string                                    // what is counted, for messages
+	keep    func(s sampleOf) bool                     // the samples counted (nil: all); the rest are logged
+	whole   func(r *pyRun, s sampleOf) (bool, string) // whether s holds the chain, else what it holds
+	want    func(r *pyRun) string                     // the chain, for the failure message
+}
+
+// checkChains checks every fixture's samples of its measured work in the
+// output file at path: at least pyMinSamples, and a pyWholeShare of them
+// holding the whole named chain.
+func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
+	t.Helper()
+	var summary []string
 	for _, r := range runs {
 		t.Run(r.it.name, func(t *testing.T) {
-			var total, whole int64
+			var total, whole, others int64
 			stops := map[string]int64{}
 			bad := map[string]int64{}
 			eachSampleOf(t, path, map[int64]bool{r.pid: true}, func(s sampleOf) {
 				if s.time < r.goNs || s.time > r.doneNs {
 					return
 				}
+				if c.keep != nil && !c.keep(s) {
+					others += s.n
+					return
+				}
 				total += s.n
-				ok, desc := pyWhole(s.frames, r.script, marks)
+				ok, desc := c.whole(r, s)
 				if ok {
 					whole += s.n
 				} else {
@@ -262,20 +297,22 @@ func checkPy(t *testing.T, path string, runs []*pyRun) {
 			if total > 0 {
 				share = float64(whole) / float64(total)
 			}
-			t.Logf("%s (pid %d): %d of %d samples hold the whole chain (%.1f%%); stop reasons %v",
-				r.it.name, r.pid, whole, total, 100*share, stops)
+			summary = append(summary, fmt.Sprintf("%-18s %4d/%4d %.1f%%", r.it.name, whole, total, 100*share))
+			t.Logf("%s (pid %d): %d of %d %s hold the whole chain (%.1f%%); %d others; stop reasons %v",
+				r.it.name, r.pid, whole, total, c.samples, 100*share, others, stops)
 			if len(bad) > 0 && share >= pyWholeShare {
-				t.Logf("the others' Python frames (leaf first):\n%s", topCounts(bad, 8))
+				t.Logf("the others' %s frames (leaf first):\n%s", c.kind, topCounts(bad, 8))
 			}
 			if total < pyMinSamples {
-				t.Errorf("%s: %d samples of the measured work, want at least %d", r.it.name, total, pyMinSamples)
+				t.Errorf("%s: %d %s of the measured work, want at least %d", r.it.name, total, c.samples, pyMinSamples)
 			}
 			if share < pyWholeShare {
-				t.Errorf("%s: %.1f%% of %d samples hold %s with names, file %s and marked lines, want >= %.0f%%; the others' Python frames (leaf first):\n%s",
-					r.it.name, 100*share, total, strings.Join(pyChain, " <- "), r.script, 100*pyWholeShare, topCounts(bad, 8))
+				t.Errorf("%s: %.1f%% of %d %s hold %s, want >= %.0f%%; the others' %s frames (leaf first):\n%s",
+					r.it.name, 100*share, total, c.samples, c.want(r), 100*pyWholeShare, c.kind, topCounts(bad, 8))
 			}
 		})
 	}
+	t.Logf("whole chains:\n%s", strings.Join(summary, "\n"))
 }
 
 // topCounts lists the n largest entries of m, one a line.
