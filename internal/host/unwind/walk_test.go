@@ -218,12 +218,12 @@ func TestWholeChains(t *testing.T) {
 						inKernel += s.Count
 					}
 				}
-				// The share varies with what a system call costs on the
-				// machine (42% in one run under qemu TCG on 5.10); a
-				// quarter still makes kernel-mode samples a large part of
-				// those checked below.
+				// The fixture's system call (getrandom, 4 KiB) spends its
+				// time with interrupts on, so its kernel time is sampled
+				// in kernel mode on any machine (cfareg.c says why a cheap
+				// call was not: 42% once under qemu TCG).
 				t.Logf("%d of %d samples in kernel mode", inKernel, all)
-				if inKernel*4 < all {
+				if inKernel*2 < all {
 					t.Errorf("only %d of %d samples hit in kernel mode", inKernel, all)
 				}
 			}

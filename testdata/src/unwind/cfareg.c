@@ -2,20 +2,31 @@
  * OpenSSL's (aesni, sha, bn): it keeps its entry stack pointer in a register
  * and realigns the stack, so its CFI says CFA = reg + 8 for the whole body
  * and the table must take the CFA from a register, not from SP or FP.
- * Built -O2 -fomit-frame-pointer like chain.c, with the CFA in %rax; with
- * -DIN_SYSCALL the CFA is in %rsi and the loop makes a system call
- * (getppid) each turn, so most samples come from the registers saved on
- * kernel entry (a syscall clobbers rax, rcx and r11, not rsi). */
+ * Built -O2 -fomit-frame-pointer like chain.c, with the CFA in %rax.
+ *
+ * With -DIN_SYSCALL the CFA is in %r9, which a system call leaves alone
+ * (it clobbers rax, rcx and r11) and getrandom takes no argument in, and the
+ * loop asks getrandom(2) for 4 KiB each turn, so most samples come from the
+ * registers saved on kernel entry. getrandom, not a cheap call such as
+ * getppid: a timer that expires while the kernel runs with interrupts off
+ * (most of a trivial call's time is entry and exit, which do) fires after
+ * the return to user mode, so a cheap call's kernel time is sampled in user
+ * mode, by how much depending on the machine (42% in kernel mode once under
+ * qemu TCG). getrandom spends its time generating bytes, interrupts on. */
 #include "chain.h"
 
 #ifdef IN_SYSCALL
-#define REG "rsi"
-#define TURNS "2000"
-#define SYSCALL "	mov $110, %eax\n	syscall\n"
+#define REG "r9"
+#define TURNS "200"
+/* getrandom(buf = rsp, 4096, GRND_INSECURE): 318 on x86-64; never blocks,
+ * even before a fresh VM's entropy pool is ready (5.6 and later). */
+#define SYSCALL "	mov %rsp, %rdi\n	mov $4096, %esi\n	mov $4, %edx\n	mov $318, %eax\n	syscall\n"
+#define FRAME "4224"
 #else
 #define REG "rax"
 #define TURNS "200000"
 #define SYSCALL ""
+#define FRAME "128"
 #endif
 
 unsigned long leaf(unsigned long n);
@@ -29,7 +40,7 @@ __asm__(
 	".cfi_def_cfa_register %" REG "\n"
 	"	push %rbx\n"
 	".cfi_offset %rbx, -16\n"
-	"	sub $128, %rsp\n"
+	"	sub $" FRAME ", %rsp\n"
 	"	and $-64, %rsp\n"
 	"	mov %rdi, %rbx\n"
 	"	mov $" TURNS ", %r8\n"
