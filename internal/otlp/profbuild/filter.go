@@ -84,6 +84,29 @@ func (f *Filter) MatchPID(procRoot string, pid int) bool {
 	return ok && f.Match(info)
 }
 
+// CgroupMatcher returns whether a process in the cgroup at path (v2, as
+// /proc/PID/cgroup writes it) can be selected by f. ok is false when f
+// selects every process, or when a target selects processes in any
+// cgroup: then no set of cgroups bounds what f selects.
+func (f *Filter) CgroupMatcher() (match func(path string) bool, ok bool) {
+	if f.All() {
+		return nil, false
+	}
+	for _, t := range f.Targets {
+		if t.Cgroup == nil {
+			return nil, false
+		}
+	}
+	return func(path string) bool {
+		for _, t := range f.Targets {
+			if t.Cgroup.MatchString(path) {
+				return true
+			}
+		}
+		return false
+	}, true
+}
+
 // PIDOnly reports whether every target names pids only, so that a pid
 // decides without reading /proc.
 func (f *Filter) PIDOnly() bool {
