@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -19,31 +20,12 @@ func TestCgroupSelection(t *testing.T) {
 	}
 	bin := buildC(t)
 	sel, other := testfixture.NewCgroup(t), testfixture.NewCgroup(t)
-	s, err := New(Config{SelectCgroups: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.SetCgroups(map[uint64]struct{}{sel.ID(t): {}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := selectingSampler(t, Config{}, sel)
 	before, err := s.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(cg *testfixture.Cgroup) *exec.Cmd {
-		argv := cg.Wrap(bin, "2")
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	a, b := run(sel), run(other)
+	a, b := startIn(t, sel, bin, "2"), startIn(t, other, bin, "2")
 	cpu := func(cmd *exec.Cmd) time.Duration {
 		if err := cmd.Wait(); err != nil {
 			t.Fatal(err)
@@ -104,5 +86,84 @@ func TestNoCgroupSelectionCountsNothing(t *testing.T) {
 	}
 	if err := s.SetCgroups(map[uint64]struct{}{1: {}}); err == nil {
 		t.Fatal("SetCgroups without SelectCgroups did not fail")
+	}
+}
+
+// selectingSampler starts a sampler that selects cgroup sel only.
+func selectingSampler(t *testing.T, cfg Config, sel *testfixture.Cgroup) *Sampler {
+	t.Helper()
+	cfg.SelectCgroups = 4
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.SetCgroups(map[uint64]struct{}{sel.ID(t): {}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startIn starts argv in cgroup cg.
+func startIn(t *testing.T, cg *testfixture.Cgroup, argv ...string) *exec.Cmd {
+	t.Helper()
+	argv = cg.Wrap(argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// Off CPU, the same set decides at sched_switch: the waits of the
+// selected cgroup's threads are recorded, none of the other's, whose
+// switches are counted not_selected.
+func TestCgroupSelectionOffCPU(t *testing.T) {
+	testfixture.Short(t, "eBPF")
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	bin, _ := waitFixture(t)
+	sel, other := testfixture.NewCgroup(t), testfixture.NewCgroup(t)
+	s := selectingSampler(t, Config{KernelStacks: true, OffCPU: offcpu.Config{Enabled: true}}, sel)
+	before, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := startIn(t, sel, bin, "threads", "1", "8"), startIn(t, other, bin, "threads", "1", "8")
+	for _, c := range []*exec.Cmd{a, b} {
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selected := st.OffCPU.Selection.Selected - before.OffCPU.Selection.Selected
+	notSelected := st.OffCPU.Selection.NotSelected - before.OffCPU.Selection.NotSelected
+	got, gotOther := offCPUOf(batch, uint32(a.Process.Pid)), offCPUOf(batch, uint32(b.Process.Pid))
+	t.Logf("switches: %d selected, %d not selected; threads with waits: %d selected, %d other; %+v",
+		selected, notSelected, len(got), len(gotOther), st.OffCPU)
+	if len(got) == 0 {
+		t.Error("no wait of the selected cgroup's process")
+	}
+	if len(gotOther) != 0 || len(samplesOf(batch, uint32(b.Process.Pid))) != 0 {
+		t.Errorf("the other cgroup's process has waits of %d threads, %d rows", len(gotOther), len(samplesOf(batch, uint32(b.Process.Pid))))
+	}
+	// Its 9 threads switch out at least once each.
+	if notSelected < 9 {
+		t.Errorf("%d switches not selected", notSelected)
+	}
+	if seen := st.OffCPU.Seen - before.OffCPU.Seen; seen > selected {
+		t.Errorf("%d waits seen, %d switches selected: a wait not selected was looked at", seen, selected)
 	}
 }
