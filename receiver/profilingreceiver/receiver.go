@@ -153,7 +153,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		r.loops.Add(1) // shutdown waits for it: no update after Close
 		go func() {
 			defer r.loops.Done()
-			sel.h.Watch(ctx, r.cfg.Selection.RescanInterval, sel.match, s.SetCgroups, r.log)
+			sel.h.Watch(ctx, r.cfg.Selection.RescanInterval, sel.m, s.SetCgroups, r.log)
 		}()
 	}
 	if r.cfg.KernelStacks {

@@ -19,8 +19,8 @@ var mountinfo = "/proc/self/mountinfo"
 // cgroupSelection is the selection of targets in the kernel: the cgroups
 // whose paths a target matches, below the v2 hierarchy.
 type cgroupSelection struct {
-	h     cgsel.Hierarchy
-	match func(path string) bool
+	h cgsel.Hierarchy
+	m cgsel.Matcher
 }
 
 // cgroupSelection returns the selection in the kernel, or nil when the
@@ -30,7 +30,7 @@ func (r *profilingReceiver) cgroupSelection() *cgroupSelection {
 	if r.filter.All() {
 		return nil
 	}
-	match, ok := r.filter.CgroupMatcher()
+	match, below, ok := r.filter.CgroupMatcher()
 	if !ok {
 		r.log.Info("a target names no cgroup: targets are filtered after sampling (every process is sampled and walked)")
 		return nil
@@ -41,13 +41,13 @@ func (r *profilingReceiver) cgroupSelection() *cgroupSelection {
 			zap.Error(err))
 		return nil
 	}
-	return &cgroupSelection{h: h, match: match}
+	return &cgroupSelection{h: h, m: cgsel.Matcher{Match: match, Below: below}}
 }
 
 // selectCgroups puts the cgroups selected now in the sampler, before it
 // starts.
 func (c *cgroupSelection) selectCgroups(s *sampler.Sampler, log *zap.Logger) error {
-	ids, err := c.h.Scan(c.match)
+	ids, err := c.h.Scan(c.m)
 	if err != nil {
 		return err
 	}

@@ -63,8 +63,9 @@ func TestCgroupSelectionDecision(t *testing.T) {
 				t.Fatalf("selection in the kernel: %v, want %v", sel != nil, tt.kernel)
 			}
 			if sel != nil {
-				if !sel.match("/a/x") || !sel.match("/b") || sel.match("/c") {
-					t.Errorf("match: /a/x %v, /b %v, /c %v", sel.match("/a/x"), sel.match("/b"), sel.match("/c"))
+				m := sel.m
+				if !m.Match("/a/x") || !m.Match("/b") || m.Match("/c") {
+					t.Errorf("match: /a/x %v, /b %v, /c %v", m.Match("/a/x"), m.Match("/b"), m.Match("/c"))
 				}
 			}
 			if tt.log == "" {

@@ -81,10 +81,16 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// Scan returns the ids of the cgroups below h whose path (as
-// /proc/PID/cgroup writes it) match selects. Cgroups removed while it
-// walks are left out.
-func (h Hierarchy) Scan(match func(path string) bool) (map[uint64]struct{}, error) {
+// Matcher says which cgroups, by path (as /proc/PID/cgroup writes it),
+// are selected (Match), and below which ones a selected cgroup may be
+// (Below: the others' sub-trees are not read).
+type Matcher struct {
+	Match, Below func(path string) bool
+}
+
+// Scan returns the ids of the cgroups below h that m selects. Cgroups
+// removed while it walks are left out.
+func (h Hierarchy) Scan(m Matcher) (map[uint64]struct{}, error) {
 	ids := map[uint64]struct{}{}
 	err := filepath.WalkDir(h.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -100,8 +106,12 @@ func (h Hierarchy) Scan(match func(path string) bool) (map[uint64]struct{}, erro
 		if err != nil {
 			return err
 		}
-		if !match(path.Join(h.Root, filepath.ToSlash(rel))) {
-			return nil // its children may still match a pattern
+		cg := path.Join(h.Root, filepath.ToSlash(rel))
+		if !m.Match(cg) {
+			if m.Below != nil && !m.Below(cg) {
+				return fs.SkipDir
+			}
+			return nil // a cgroup below it may still match
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -125,7 +135,7 @@ func (h Hierarchy) Scan(match func(path string) bool) (map[uint64]struct{}, erro
 // ctx ends: a cgroup made later whose path matches is selected within an
 // interval. A scan or set that fails is logged and tried again at the
 // next interval.
-func (h Hierarchy) Watch(ctx context.Context, interval time.Duration, match func(string) bool,
+func (h Hierarchy) Watch(ctx context.Context, interval time.Duration, m Matcher,
 	set func(map[uint64]struct{}) error, log *zap.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -136,7 +146,7 @@ func (h Hierarchy) Watch(ctx context.Context, interval time.Duration, match func
 			return
 		case <-t.C:
 		}
-		ids, err := h.Scan(match)
+		ids, err := h.Scan(m)
 		if err == nil {
 			err = set(ids)
 		}

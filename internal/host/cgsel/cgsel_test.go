@@ -55,10 +55,10 @@ func TestScanPaths(t *testing.T) {
 		}
 	}
 	var seen []string
-	ids, err := Hierarchy{Dir: dir, Root: "/r"}.Scan(func(p string) bool {
+	ids, err := Hierarchy{Dir: dir, Root: "/r"}.Scan(Matcher{Match: func(p string) bool {
 		seen = append(seen, p)
 		return strings.HasPrefix(p, "/r/a")
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +67,18 @@ func TestScanPaths(t *testing.T) {
 	}
 	if len(ids) != 3 {
 		t.Errorf("%d ids, want 3 (a, a/x, a/y)", len(ids))
+	}
+	// Below prunes: /r/b's sub-tree is not read.
+	seen = nil
+	pruned, err := Hierarchy{Dir: dir, Root: "/r"}.Scan(Matcher{
+		Match: func(p string) bool { seen = append(seen, p); return strings.HasPrefix(p, "/r/a") },
+		Below: func(p string) bool { return strings.HasPrefix("/r/a", p) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen, " "); got != "/r /r/a /r/a/x /r/a/y /r/b" || len(pruned) != 3 {
+		t.Errorf("pruned walk: %s, %d ids", got, len(pruned))
 	}
 	fi, _ := os.Stat(filepath.Join(dir, "a/x"))
 	ino, _ := inode(fi)
@@ -84,7 +96,7 @@ func TestScanCgroupFS(t *testing.T) {
 		testfixture.SkipOrFail(t, "no cgroup v2 hierarchy: %v", err)
 	}
 	parent := testfixture.NewCgroup(t)
-	match := func(p string) bool { return strings.HasPrefix(p, parent.Path) }
+	match := Matcher{Match: func(p string) bool { return strings.HasPrefix(p, parent.Path) }}
 	ids, err := h.Scan(match)
 	if err != nil {
 		t.Fatal(err)

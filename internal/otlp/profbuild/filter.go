@@ -85,26 +85,41 @@ func (f *Filter) MatchPID(procRoot string, pid int) bool {
 }
 
 // CgroupMatcher returns whether a process in the cgroup at path (v2, as
-// /proc/PID/cgroup writes it) can be selected by f. ok is false when f
-// selects every process, or when a target selects processes in any
-// cgroup: then no set of cgroups bounds what f selects.
-func (f *Filter) CgroupMatcher() (match func(path string) bool, ok bool) {
+// /proc/PID/cgroup writes it) can be selected by f, and whether one in a
+// cgroup below path can (so that a walk of the cgroup tree skips the
+// rest). ok is false when f selects every process, or when a target
+// selects processes in any cgroup: then no set of cgroups bounds what f
+// selects.
+func (f *Filter) CgroupMatcher() (match, below func(path string) bool, ok bool) {
 	if f.All() {
-		return nil, false
+		return nil, nil, false
 	}
-	for _, t := range f.Targets {
+	prefixes := make([]string, len(f.Targets))
+	for i, t := range f.Targets {
 		if t.Cgroup == nil {
-			return nil, false
+			return nil, nil, false
 		}
+		// Every match begins with it ("" when the regexp package cannot
+		// tell, which prunes nothing).
+		prefixes[i], _ = t.Cgroup.LiteralPrefix()
 	}
-	return func(path string) bool {
+	match = func(path string) bool {
 		for _, t := range f.Targets {
 			if t.Cgroup.MatchString(path) {
 				return true
 			}
 		}
 		return false
-	}, true
+	}
+	below = func(path string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(p, path) || strings.HasPrefix(path, p) {
+				return true
+			}
+		}
+		return match(path)
+	}
+	return match, below, true
 }
 
 // PIDOnly reports whether every target names pids only, so that a pid
