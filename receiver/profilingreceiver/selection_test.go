@@ -16,10 +16,10 @@ func TestCgroupPath(t *testing.T) {
 	for in, want := range map[string]string{
 		"/sys/fs/cgroup/system.slice/x.service":         "/system.slice/x.service",
 		"/sys/fs/cgroup/unified/system.slice/x.service": "/system.slice/x.service",
-		"/sys/fs/cgroup":                                "/",
-		"/sys/fs/cgroupx/a":                             "/sys/fs/cgroupx/a",
-		"/kubepods.slice/":                              "/kubepods.slice/",
-		"/kubepods/.*/pod[0-9a-f-]+":                    "/kubepods/.*/pod[0-9a-f-]+",
+		"/sys/fs/cgroup":             "/",
+		"/sys/fs/cgroupx/a":          "/sys/fs/cgroupx/a",
+		"/kubepods.slice/":           "/kubepods.slice/",
+		"/kubepods/.*/pod[0-9a-f-]+": "/kubepods/.*/pod[0-9a-f-]+",
 	} {
 		if got := cgroupPath(in); got != want {
 			t.Errorf("cgroupPath(%q) = %q, want %q", in, got, want)
