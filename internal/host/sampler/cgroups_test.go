@@ -92,7 +92,9 @@ func TestNoCgroupSelectionCountsNothing(t *testing.T) {
 // selectingSampler starts a sampler that selects cgroup sel only.
 func selectingSampler(t *testing.T, cfg Config, sel *testfixture.Cgroup) *Sampler {
 	t.Helper()
-	cfg.SelectCgroups = 4
+	if cfg.SelectCgroups == 0 {
+		cfg.SelectCgroups = 4
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -165,5 +167,47 @@ func TestCgroupSelectionOffCPU(t *testing.T) {
 	}
 	if seen := st.OffCPU.Seen - before.OffCPU.Seen; seen > selected {
 		t.Errorf("%d waits seen, %d switches selected: a wait not selected was looked at", seen, selected)
+	}
+}
+
+// More cgroups selected than the map holds: every cgroup passes (the
+// filter after sampling decides) until they fit again.
+func TestCgroupSelectionOverflow(t *testing.T) {
+	testfixture.Short(t, "eBPF")
+	if err := CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(t, "%v", err)
+	}
+	bin := buildC(t)
+	sel, other := testfixture.NewCgroup(t), testfixture.NewCgroup(t)
+	s := selectingSampler(t, Config{SelectCgroups: 1}, sel)
+	samplesOfOther := func() (rows int, st SelectionStats) {
+		before, _ := s.Stats()
+		c := startIn(t, other, bin, "0.5")
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, _ := s.Stats()
+		return len(samplesOf(b, uint32(c.Process.Pid))), SelectionStats{
+			Selected:    after.Selection.Selected - before.Selection.Selected,
+			NotSelected: after.Selection.NotSelected - before.Selection.NotSelected,
+		}
+	}
+	if err := s.SetCgroups(map[uint64]struct{}{sel.ID(t): {}, other.ID(t): {}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, st := samplesOfOther()
+	if rows == 0 || st.NotSelected != 0 {
+		t.Errorf("overflowing: %d rows of the other cgroup's process, verdicts %+v; want rows and none not selected", rows, st)
+	}
+	if err := s.SetCgroups(map[uint64]struct{}{sel.ID(t): {}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, st = samplesOfOther()
+	if rows != 0 || st.NotSelected == 0 {
+		t.Errorf("fitting again: %d rows of the other cgroup's process, verdicts %+v; want none", rows, st)
 	}
 }
