@@ -16,10 +16,12 @@ import (
 )
 
 // TestCollectorCgroupSelection runs the distribution with a target naming
-// one of two busy cgroups (by its directory under the cgroup2 mount): the
-// output holds samples of the selected cgroup's process and none of the
-// other's, and the receiver's telemetry counts the other's samples as
-// not_selected, dropped in the kernel before any walk.
+// one of two cgroups (by its directory under the cgroup2 mount), then
+// makes a cgroup below it and runs a busy process there and one in the
+// other cgroup: the output holds samples of the first (the new cgroup was
+// selected by a rescan) and none of the other's, and the receiver's
+// telemetry counts the other's samples as not_selected, dropped in the
+// kernel before any walk.
 func TestCollectorCgroupSelection(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
 	root := testfixture.Root(t)
@@ -50,7 +52,11 @@ receivers:
 		}
 		return cmd
 	}
-	a, b := run(sel), run(other)
+	// Made after the collector started: selected by the next rescan
+	// (rescan_interval 1s), as its parent's path is a prefix of its own.
+	child := testfixture.NewCgroup(t, sel.Path)
+	time.Sleep(1500 * time.Millisecond)
+	a, b := run(child), run(other)
 	a.Wait()
 	b.Wait()
 	time.Sleep(2500 * time.Millisecond) // the last reports
