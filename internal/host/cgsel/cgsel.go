@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,7 +33,12 @@ type Hierarchy struct {
 // Find looks for the cgroup v2 hierarchy in a mountinfo file
 // (/proc/self/mountinfo). ok is false on a host that mounts none (cgroup
 // v1 only): there, every task is in the root of an invisible hierarchy
-// and a cgroup id says nothing. /sys/fs/cgroup wins over other mounts.
+// and a cgroup id says nothing. Of several mounts, the one that shows
+// the most of the tree wins: in a container with its own cgroup
+// namespace, /sys/fs/cgroup shows the container's cgroup only, while the
+// host's tree mounted aside (the Helm chart's /host/sys/fs/cgroup) has a
+// root above the namespace's ("/../.."); then /sys/fs/cgroup among
+// equals.
 func Find(mountinfo string) (h Hierarchy, ok bool, err error) {
 	f, err := os.Open(mountinfo)
 	if err != nil {
@@ -54,11 +58,22 @@ func Find(mountinfo string) (h Hierarchy, ok bool, err error) {
 			continue
 		}
 		c := Hierarchy{Dir: unescape(fields[4]), Root: unescape(fields[3])}
-		if !ok || c.Dir == "/sys/fs/cgroup" {
+		if !ok || wider(c, h) {
 			h, ok = c, true
 		}
 	}
 	return h, ok, sc.Err()
+}
+
+// wider reports whether mount a shows more of the tree than b.
+func wider(a, b Hierarchy) bool {
+	if ua, ub := strings.Count(a.Root+"/", "/../"), strings.Count(b.Root+"/", "/../"); ua != ub {
+		return ua > ub
+	}
+	if len(a.Root) != len(b.Root) {
+		return len(a.Root) < len(b.Root)
+	}
+	return a.Dir == "/sys/fs/cgroup" && b.Dir != "/sys/fs/cgroup"
 }
 
 // unescape undoes mountinfo's octal escapes of space, tab, newline and
@@ -106,7 +121,7 @@ func (h Hierarchy) Scan(m Matcher) (map[uint64]struct{}, error) {
 		if err != nil {
 			return err
 		}
-		cg := path.Join(h.Root, filepath.ToSlash(rel))
+		cg := h.path(filepath.ToSlash(rel))
 		if !m.Match(cg) {
 			if m.Below != nil && !m.Below(cg) {
 				return fs.SkipDir
@@ -129,6 +144,19 @@ func (h Hierarchy) Scan(m Matcher) (map[uint64]struct{}, error) {
 		return nil, fmt.Errorf("cgroups: scanning %s: %w", h.Dir, err)
 	}
 	return ids, nil
+}
+
+// path is the cgroup path of directory rel (relative to Dir) as
+// /proc/PID/cgroup writes it: not cleaned, so that a root above this
+// process's cgroup namespace keeps its leading "/.." as there.
+func (h Hierarchy) path(rel string) string {
+	if rel == "." {
+		return h.Root
+	}
+	if strings.HasSuffix(h.Root, "/") {
+		return h.Root + rel
+	}
+	return h.Root + "/" + rel
 }
 
 // Watch rescans h every interval and hands set every new result, until

@@ -37,6 +37,18 @@ func TestFind(t *testing.T) {
 	if err != nil || !ok || h != (Hierarchy{Dir: "/host cg", Root: "/kubepods"}) {
 		t.Errorf("sub-tree: %+v %v %v", h, ok, err)
 	}
+	// In a pod with its own cgroup namespace: the host's tree mounted aside.
+	pod := `60 50 0:38 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw
+61 50 0:38 /../../.. /host/sys/fs/cgroup ro - cgroup2 cgroup2 rw
+62 50 0:38 /.. /other ro - cgroup2 cgroup2 rw
+`
+	h, ok, err = Find(write(pod))
+	if err != nil || !ok || h != (Hierarchy{Dir: "/host/sys/fs/cgroup", Root: "/../../.."}) {
+		t.Errorf("pod: %+v %v %v", h, ok, err)
+	}
+	if got := h.path("kubepods/pod1"); got != "/../../../kubepods/pod1" {
+		t.Errorf("path below a root above the namespace: %s", got)
+	}
 	v1 := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 `
