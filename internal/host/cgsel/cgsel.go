@@ -67,13 +67,25 @@ func Find(mountinfo string) (h Hierarchy, ok bool, err error) {
 
 // wider reports whether mount a shows more of the tree than b.
 func wider(a, b Hierarchy) bool {
-	if ua, ub := strings.Count(a.Root+"/", "/../"), strings.Count(b.Root+"/", "/../"); ua != ub {
+	if ua, ub := ups(a.Root), ups(b.Root); ua != ub {
 		return ua > ub
 	}
 	if len(a.Root) != len(b.Root) {
 		return len(a.Root) < len(b.Root)
 	}
 	return a.Dir == "/sys/fs/cgroup" && b.Dir != "/sys/fs/cgroup"
+}
+
+// ups counts the ".." segments of a root: how far above this process's
+// cgroup namespace it is.
+func ups(root string) int {
+	n := 0
+	for seg := range strings.SplitSeq(root, "/") {
+		if seg == ".." {
+			n++
+		}
+	}
+	return n
 }
 
 // unescape undoes mountinfo's octal escapes of space, tab, newline and

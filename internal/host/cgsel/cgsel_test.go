@@ -41,11 +41,17 @@ func TestFind(t *testing.T) {
 	pod := `60 50 0:38 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw
 61 50 0:38 /../../.. /host/sys/fs/cgroup ro - cgroup2 cgroup2 rw
 62 50 0:38 /.. /other ro - cgroup2 cgroup2 rw
+63 50 0:38 /../.. /more ro - cgroup2 cgroup2 rw
 `
 	h, ok, err = Find(write(pod))
 	if err != nil || !ok || h != (Hierarchy{Dir: "/host/sys/fs/cgroup", Root: "/../../.."}) {
 		t.Errorf("pod: %+v %v %v", h, ok, err)
 	}
+	h, ok, err = Find(write("63 50 0:38 /../.. /more ro - cgroup2 cgroup2 rw\n62 50 0:38 /.. /other ro - cgroup2 cgroup2 rw\n"))
+	if err != nil || !ok || h.Dir != "/more" {
+		t.Errorf("two levels above the namespace over one: %+v %v %v", h, ok, err)
+	}
+	h = Hierarchy{Dir: "/host/sys/fs/cgroup", Root: "/../../.."}
 	if got := h.path("kubepods/pod1"); got != "/../../../kubepods/pod1" {
 		t.Errorf("path below a root above the namespace: %s", got)
 	}
