@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -95,7 +95,7 @@ test: vet check-cross build otelcol image $(TESTSUMMARY)
 test-short: vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
-bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-jfr
+bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-jfr
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # The sampler's and the unwinder's tests on Debian's kernels in qemu: 5.10,
@@ -143,6 +143,15 @@ bench-hotspot:
 bench-offcpu:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench BenchmarkOffCPUStorm -benchtime 1x -timeout 30m ./receiver/profilingreceiver | tee $(BIN)/bench-offcpu.txt
+
+# Targets selected in the kernel by cgroup: the agent's CPU plus its BPF
+# programs' run time with a busy process in a cgroup no target selects,
+# over the same without it, in alternating windows of one run
+# (PROFSYM_BENCH_ROUNDS pairs, default 3, of PROFSYM_BENCH_SECONDS, default
+# 10): cost_ratio, target <= 1.15.
+bench-cgselect:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkCgroupSelection -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-cgselect.txt
 
 # Unwinding side by side with `perf record --call-graph dwarf` on the same
 # fixtures: whole-chain fraction, CPU, BPF time per sample

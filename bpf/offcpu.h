@@ -228,6 +228,9 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 
 	if (!tid || !prev->mm || (prev->flags & PF_EXITING))
 		return 0; /* idle, kernel thread, or its last switch */
+	/* current is still prev here: its cgroup decides, before any walk. */
+	if (!cgroup_selected(os->selection))
+		return 0;
 	if (offcpu_select) {
 		int t = offcpu_targeted(prev->tgid);
 		if (t < 0) {

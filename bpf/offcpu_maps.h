@@ -120,6 +120,7 @@ struct offcpu_stats {
 	__u64 stale;       /* a reused tid, or the stacks of a wait across drains were gone */
 	__u64 lost_map_full; /* counts full: a finished wait dropped */
 	__u64 lost_stack;  /* its stacks could not be copied for the drain */
+	__u64 selection[SELECT_VERDICTS]; /* switches away from user threads by enum select_verdict (cgroup_select) */
 	__u64 rnd;         /* xorshift state: cheaper than a helper call per switch */
 };
 

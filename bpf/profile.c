@@ -45,6 +45,10 @@ volatile const __u32 max_depth = MAX_STACK_DEPTH;
 /* Walk user stacks with unwind tables (unwind.h) instead of frame pointers. */
 volatile const bool unwind_cfi = false;
 
+/* Only tasks whose cgroup (v2) is in selected_cgroups are sampled and
+ * walked: the receiver's targets all name cgroups. */
+volatile const bool cgroup_select = false;
+
 /* Which aggregation buffer (0 or 1) the agg program writes; flipped by
  * userspace through the mmapped .bss before draining the other one. */
 __u32 active_buf = 0;
@@ -91,6 +95,7 @@ struct stats {
 	__u64 unwind_frames;   /* frames walked with unwind tables or FP fallback */
 	__u64 unwind_tail_fail;/* a tail call into the walker failed */
 	__u64 stops[STOP_SLOTS]; /* walked stacks by enum stop_reason */
+	__u64 selection[SELECT_VERDICTS]; /* samples by enum select_verdict (cgroup_select) */
 };
 
 enum proc_event_kind {
@@ -175,6 +180,20 @@ struct {
 	.values = { &barrier_inner },
 };
 
+/* The cgroup ids (v2: the directory's inode number) selected, kept
+ * current by userspace; one entry unless cgroup_select. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, __u8);
+} selected_cgroups SEC(".maps");
+
+/* Set by userspace (mmapped .bss) while the selection has more cgroups
+ * than selected_cgroups holds: then every cgroup passes and the filter
+ * after sampling decides, so that nothing selected is lost. */
+__u32 cgroup_select_all = 0;
+
 /* tgids already announced to userspace. LRU: an evicted entry only causes a
  * duplicate PROC_NEW, which userspace tolerates. */
 struct {
@@ -188,6 +207,24 @@ static __always_inline struct stats *get_stats(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&stats_map, &zero);
+}
+
+/* Whether the current task's cgroup is selected; counts the verdict in
+ * verdicts. Free when no selection is configured: cgroup_select is a
+ * constant, so the verifier drops the rest. */
+static __always_inline bool cgroup_selected(__u64 *verdicts)
+{
+	__u64 id;
+
+	if (!cgroup_select)
+		return true;
+	id = bpf_get_current_cgroup_id();
+	if (!bpf_map_lookup_elem(&selected_cgroups, &id) && !cgroup_select_all) {
+		verdicts[SELECT_NOT_SELECTED]++;
+		return false;
+	}
+	verdicts[SELECT_SELECTED]++;
+	return true;
 }
 
 static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, __u32 has_mm)
@@ -252,6 +289,7 @@ enum walk_prog *unused_walk_prog __attribute__((unused));
 enum frame_kind *unused_frame_kind __attribute__((unused));
 enum unwind_limits *unused_unwind_limits __attribute__((unused));
 enum row_bits *unused_row_bits __attribute__((unused));
+enum select_verdict *unused_select_verdict __attribute__((unused));
 
 /* Returns the stack id, -1 for "no stack" (user stack of a kernel thread,
  * kernel stack of a sample taken in user mode), or -2 when the sample must
@@ -331,6 +369,10 @@ int profile_agg(struct bpf_perf_event_data *ctx)
 	st = get_stats();
 	if (!st)
 		return 0;
+	/* Before anything else: an unselected task costs a lookup, no walk,
+	 * no announcement (no /proc read in userspace). */
+	if (!cgroup_selected(st->selection))
+		return 0;
 	st->samples++;
 	announce(st, tgid);
 	if (unwind_cfi)
@@ -357,6 +399,10 @@ int profile_rb(struct bpf_perf_event_data *ctx)
 		return 0;
 	st = get_stats();
 	if (!st)
+		return 0;
+	/* Before anything else: an unselected task costs a lookup, no walk,
+	 * no announcement (no /proc read in userspace). */
+	if (!cgroup_selected(st->selection))
 		return 0;
 	st->samples++;
 	announce(st, tgid);

@@ -253,6 +253,7 @@ type ProfileOffcpuStats struct {
 	Stale       uint64
 	LostMapFull uint64
 	LostStack   uint64
+	Selection   [2]uint64
 	Rnd         uint64
 }
 
@@ -364,6 +365,14 @@ type ProfileSampleValue struct {
 	Comm    [16]int8
 }
 
+type ProfileSelectVerdict uint32
+
+const (
+	ProfileSelectVerdictSELECT_NOT_SELECTED ProfileSelectVerdict = 0
+	ProfileSelectVerdictSELECT_SELECTED     ProfileSelectVerdict = 1
+	ProfileSelectVerdictSELECT_VERDICTS     ProfileSelectVerdict = 2
+)
+
 type ProfileStackWordBits uint32
 
 const (
@@ -384,6 +393,7 @@ type ProfileStats struct {
 	UnwindFrames   uint64
 	UnwindTailFail uint64
 	Stops          [16]uint64
+	Selection      [2]uint64
 }
 
 type ProfileStopReason uint32
@@ -553,6 +563,7 @@ const (
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
+	ProfileMapSelectedCgroups        = "selected_cgroups"
 	ProfileMapStacks0                = "stacks0"
 	ProfileMapStacks1                = "stacks1"
 	ProfileMapStatsMap               = "stats_map"
@@ -577,6 +588,8 @@ const (
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgUnwindStep            = "unwind_step"
 	ProfileVarActiveBuf              = "active_buf"
+	ProfileVarCgroupSelect           = "cgroup_select"
+	ProfileVarCgroupSelectAll        = "cgroup_select_all"
 	ProfileVarHaveTaskPtRegs         = "have_task_pt_regs"
 	ProfileVarKernelStacks           = "kernel_stacks"
 	ProfileVarKernelThreadSize       = "kernel_thread_size"
@@ -615,6 +628,7 @@ const (
 	ProfileVarUnusedRowKind          = "unused_row_kind"
 	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
 	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
+	ProfileVarUnusedSelectVerdict    = "unused_select_verdict"
 	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
 	ProfileVarUnusedStopReason       = "unused_stop_reason"
 	ProfileVarUnusedTableSlot        = "unused_table_slot"
@@ -717,6 +731,7 @@ type ProfileMapSpecs struct {
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
+	SelectedCgroups  *ebpf.MapSpec `ebpf:"selected_cgroups"`
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
 	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
 	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
@@ -735,6 +750,8 @@ type ProfileMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
 	ActiveBuf              *ebpf.VariableSpec `ebpf:"active_buf"`
+	CgroupSelect           *ebpf.VariableSpec `ebpf:"cgroup_select"`
+	CgroupSelectAll        *ebpf.VariableSpec `ebpf:"cgroup_select_all"`
 	HaveTaskPtRegs         *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.VariableSpec `ebpf:"kernel_thread_size"`
@@ -773,6 +790,7 @@ type ProfileVariableSpecs struct {
 	UnusedRowKind          *ebpf.VariableSpec `ebpf:"unused_row_kind"`
 	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
+	UnusedSelectVerdict    *ebpf.VariableSpec `ebpf:"unused_select_verdict"`
 	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.VariableSpec `ebpf:"unused_table_slot"`
@@ -835,6 +853,7 @@ type ProfileMaps struct {
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
+	SelectedCgroups  *ebpf.Map `ebpf:"selected_cgroups"`
 	Stacks0          *ebpf.Map `ebpf:"stacks0"`
 	Stacks1          *ebpf.Map `ebpf:"stacks1"`
 	StatsMap         *ebpf.Map `ebpf:"stats_map"`
@@ -878,6 +897,7 @@ func (m *ProfileMaps) Close() error {
 		m.Samples,
 		m.Scratch,
 		m.Seen,
+		m.SelectedCgroups,
 		m.Stacks0,
 		m.Stacks1,
 		m.StatsMap,
@@ -897,6 +917,8 @@ func (m *ProfileMaps) Close() error {
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
 	ActiveBuf              *ebpf.Variable `ebpf:"active_buf"`
+	CgroupSelect           *ebpf.Variable `ebpf:"cgroup_select"`
+	CgroupSelectAll        *ebpf.Variable `ebpf:"cgroup_select_all"`
 	HaveTaskPtRegs         *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.Variable `ebpf:"kernel_thread_size"`
@@ -935,6 +957,7 @@ type ProfileVariables struct {
 	UnusedRowKind          *ebpf.Variable `ebpf:"unused_row_kind"`
 	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
+	UnusedSelectVerdict    *ebpf.Variable `ebpf:"unused_select_verdict"`
 	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.Variable `ebpf:"unused_table_slot"`

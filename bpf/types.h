@@ -29,4 +29,13 @@ enum sample_origin {
 	ORIGIN_OFF_CPU = 1, /* a wait off CPU (offcpu.h): the stack is kept until the thread runs again */
 };
 
+/* The cgroup selection's verdict on a CPU sample or on a thread leaving a
+ * CPU (stats.selection, offcpu_stats.selection), counted only while
+ * selected_cgroups is in use (cgroup_select). */
+enum select_verdict {
+	SELECT_NOT_SELECTED = 0, /* its cgroup is not selected: dropped before any walk */
+	SELECT_SELECTED = 1,     /* selected: walked */
+	SELECT_VERDICTS = 2,
+};
+
 #endif /* PROFSYM_TYPES_H */

@@ -131,3 +131,49 @@ func (c *MemoryCgroup) Stats() (usage, peak, oomKills int64) {
 	}
 	return read("memory.usage_in_bytes"), read("memory.max_usage_in_bytes"), field("memory.oom_control", "oom_kill")
 }
+
+// Cgroup is a cgroup v2 made for one test, with no controller: a place to
+// put processes that a test selects, or not, by cgroup.
+type Cgroup struct {
+	Dir  string // its directory
+	Path string // its path as /proc/PID/cgroup writes it
+}
+
+// NewCgroup creates a cgroup v2 below this process's own (below parent
+// when given, a path as /proc/PID/cgroup writes it), removed when the test
+// ends. It skips, or fails under CI, where none can be made.
+func NewCgroup(t testing.TB, parent ...string) *Cgroup {
+	t.Helper()
+	own, ok := ownCgroup("")
+	if len(parent) > 0 {
+		own = parent[0]
+	}
+	root := "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		root = "/sys/fs/cgroup/unified"
+	}
+	if !ok {
+		SkipOrFail(t, "no cgroup v2 hierarchy in /proc/self/cgroup")
+		return nil
+	}
+	p := filepath.Join(own, fmt.Sprintf("profsym-test-%08x", rand.Uint32()))
+	c := &Cgroup{Dir: filepath.Join(root, p), Path: p}
+	if err := os.Mkdir(c.Dir, 0o755); err != nil {
+		SkipOrFail(t, "cannot make a cgroup (root and a writable cgroup v2 fs are needed): %v", err)
+		return nil
+	}
+	t.Cleanup(func() {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err := os.Remove(c.Dir); err == nil || time.Now().After(end) {
+				return
+			}
+		}
+	})
+	return c
+}
+
+// Wrap returns a command line that moves itself into the cgroup and then
+// runs argv, so that argv and its children start inside it.
+func (c *Cgroup) Wrap(argv ...string) []string {
+	return append([]string{"/bin/sh", "-c", `echo $$ > "$0" && exec "$@"`, filepath.Join(c.Dir, "cgroup.procs")}, argv...)
+}

@@ -3,6 +3,7 @@ package profilingreceiver // import "github.com/profsym/profsym/receiver/profili
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/confmap"
@@ -38,6 +39,9 @@ type Config struct {
 	PerfMaps bool `mapstructure:"perf_maps"`
 	// Targets selects processes; empty means the whole host.
 	Targets []TargetConfig `mapstructure:"targets"`
+	// Selection bounds the selection of targets in the kernel, by cgroup,
+	// used when every target names a cgroup.
+	Selection SelectionConfig `mapstructure:"selection"`
 	// Unwinding selects how user stacks are walked.
 	Unwinding UnwindingConfig `mapstructure:"unwinding"`
 	// Interpreters selects the language runtimes whose frames the walker
@@ -50,6 +54,28 @@ type Config struct {
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
+
+// SelectionConfig bounds the cgroup set the BPF programs check before any
+// walk when every target names a cgroup (docs/configuration.md).
+type SelectionConfig struct {
+	// MaxCgroups bounds the cgroups selected at once (kernel memory: about
+	// 80 bytes each); past it, every cgroup is sampled and the targets
+	// filter after sampling, until they fit again.
+	MaxCgroups int `mapstructure:"max_cgroups"`
+	// RescanInterval is how often the cgroup tree is rescanned: a cgroup
+	// made later whose path matches is selected within it.
+	RescanInterval time.Duration `mapstructure:"rescan_interval"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// Selection defaults and bounds.
+const (
+	DefaultMaxCgroups     = 1024
+	DefaultRescanInterval = time.Second
+	MinRescanInterval     = 100 * time.Millisecond
+)
 
 // OffCPUConfig turns on off-CPU profiles and bounds their cost
 // (docs/off-cpu.md).
@@ -167,6 +193,10 @@ func createDefaultConfig() *Config {
 		KernelStacks:   true,
 		KernelSymbols:  true,
 		PerfMaps:       true,
+		Selection: SelectionConfig{
+			MaxCgroups:     DefaultMaxCgroups,
+			RescanInterval: DefaultRescanInterval,
+		},
 		Unwinding: UnwindingConfig{
 			Mode:          unwind.ModeAuto.String(),
 			MaxTableBytes: unwind.DefaultMaxTableBytes,
@@ -204,6 +234,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.filter(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Selection.MaxCgroups < 1 || c.Selection.MaxCgroups > sampler.MaxSelectCgroups {
+		errs = append(errs, fmt.Errorf("selection.max_cgroups must be between 1 and %d, got %d", sampler.MaxSelectCgroups, c.Selection.MaxCgroups))
+	}
+	if c.Selection.RescanInterval < MinRescanInterval {
+		errs = append(errs, fmt.Errorf("selection.rescan_interval must be at least %v, got %v", MinRescanInterval, c.Selection.RescanInterval))
 	}
 	if _, err := c.Unwinding.sampler(); err != nil {
 		errs = append(errs, fmt.Errorf("unwinding: %w", err))
@@ -254,11 +290,29 @@ func compileTargets(key string, targets []TargetConfig) (*profbuild.Filter, erro
 				return nil, fmt.Errorf("%s[%d].pids: %d is not a process id", key, i, pid)
 			}
 		}
-		ct, err := profbuild.CompileTarget(t.PIDs, t.ProcessName, t.Cgroup)
+		ct, err := profbuild.CompileTarget(t.PIDs, t.ProcessName, cgroupPath(t.Cgroup))
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d].%w", key, i, err)
 		}
 		f.Targets = append(f.Targets, ct)
 	}
 	return f, nil
+}
+
+// The usual mount points of the cgroup v2 hierarchy, longest first.
+var cgroupMounts = []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
+
+// cgroupPath lets a target name a cgroup by its directory
+// ("/sys/fs/cgroup/system.slice/x.service") as well as by the path
+// /proc/PID/cgroup writes ("/system.slice/x.service").
+func cgroupPath(p string) string {
+	for _, m := range cgroupMounts {
+		if rest, ok := strings.CutPrefix(p, m); ok && (rest == "" || rest[0] == '/') {
+			if rest == "" {
+				return "/"
+			}
+			return rest
+		}
+	}
+	return p
 }

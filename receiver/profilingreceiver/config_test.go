@@ -22,6 +22,7 @@ func TestLoadConfig(t *testing.T) {
 	custom.KernelStacks, custom.KernelSymbols, custom.PerfMaps = false, false, false
 	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
 		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
+	custom.Selection = SelectionConfig{MaxCgroups: 64, RescanInterval: 5 * time.Second}
 	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
 	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
 		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true}
@@ -57,7 +58,7 @@ func TestLoadConfig(t *testing.T) {
 			if got.SampleRate != tt.want.SampleRate || got.MaxStackDepth != tt.want.MaxStackDepth ||
 				got.ReportInterval != tt.want.ReportInterval || got.KernelStacks != tt.want.KernelStacks ||
 				got.KernelSymbols != tt.want.KernelSymbols || got.PerfMaps != tt.want.PerfMaps ||
-				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding ||
+				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding || got.Selection != tt.want.Selection ||
 				got.OffCPU.Enabled != tt.want.OffCPU.Enabled || got.OffCPU.Probability != tt.want.OffCPU.Probability ||
 				got.OffCPU.UninterruptibleProbability != tt.want.OffCPU.UninterruptibleProbability ||
 				got.OffCPU.MinWait != tt.want.OffCPU.MinWait || got.OffCPU.MaxWaits != tt.want.OffCPU.MaxWaits ||
@@ -83,6 +84,9 @@ func TestValidate(t *testing.T) {
 		{"bad pid", func(c *Config) { c.Targets = []TargetConfig{{PIDs: []int{-1}}} }, "targets[0].pids"},
 		{"bad regexp", func(c *Config) { c.Targets = []TargetConfig{{ProcessName: "("}} }, "targets[0].process_name"},
 		{"bad cgroup", func(c *Config) { c.Targets = []TargetConfig{{Cgroup: "["}} }, "targets[0].cgroup"},
+		{"max_cgroups", func(c *Config) { c.Selection.MaxCgroups = 0 }, "selection.max_cgroups"},
+		{"max_cgroups high", func(c *Config) { c.Selection.MaxCgroups = 1 << 20 }, "selection.max_cgroups"},
+		{"rescan_interval", func(c *Config) { c.Selection.RescanInterval = time.Millisecond }, "selection.rescan_interval"},
 		{"unwinding mode", func(c *Config) { c.Unwinding.Mode = "dwarf" }, "unwinding mode"},
 		{"table bytes", func(c *Config) { c.Unwinding.MaxTableBytes = 1000 }, "max_table_bytes"},
 		{"mappings", func(c *Config) { c.Unwinding.MaxMappings = 10 }, "max_mappings"},

@@ -91,7 +91,13 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 			oc.Select = func(pid int) bool { return f.MatchPID("", pid) }
 		}
 	}
+	sel := r.cgroupSelection()
+	maxCgroups := 0
+	if sel != nil {
+		maxCgroups = r.cfg.Selection.MaxCgroups
+	}
 	s, err := sampler.New(sampler.Config{
+		SelectCgroups: maxCgroups,
 		OffCPU:        oc,
 		Runtimes:      rts,
 		SampleRate:    r.cfg.SampleRate,
@@ -126,6 +132,13 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		ScopeVersion:  r.set.BuildInfo.Version,
 		Logger:        r.log,
 	})
+	// The selection is in place before the first sample.
+	if sel != nil {
+		if err := sel.selectCgroups(s, r.log); err != nil {
+			s.Close()
+			return fmt.Errorf("profiling receiver: %w", err)
+		}
+	}
 	if err := s.Start(); err != nil {
 		s.Close()
 		return fmt.Errorf("profiling receiver: %w", err)
@@ -136,6 +149,13 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	r.cancel = cancel
 	r.loops.Add(1)
 	go r.reportLoop(ctx)
+	if sel != nil {
+		r.loops.Add(1) // shutdown waits for it: no update after Close
+		go func() {
+			defer r.loops.Done()
+			sel.h.Watch(ctx, r.cfg.Selection.RescanInterval, sel.m, s.SetCgroups, r.log)
+		}()
+	}
 	if r.cfg.KernelStacks {
 		r.loops.Add(1) // shutdown waits for it: no file left open
 		go func() {
@@ -146,6 +166,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	r.log.Info("profiling receiver started", zap.Int("sample_rate", r.cfg.SampleRate),
 		zap.String("unwinding", uw.Mode.String()), zap.Bool("off_cpu", oc.Enabled),
 		zap.Duration("report_interval", r.cfg.ReportInterval), zap.Bool("kernel_stacks", r.cfg.KernelStacks),
+		zap.Bool("cgroup_selection", sel != nil),
 		zap.Bool("profiles", r.profiles != nil), zap.Bool("logs", r.logs != nil))
 	return nil
 }
@@ -236,7 +257,9 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 	addDelta(ctx, r.tel.ReceiverProfilingProcessEventsLost, st.LostEvents, r.last.LostEvents)
 	if r.cfg.OffCPU.Enabled {
 		r.recordOffCPU(ctx, st.OffCPU, r.last.OffCPU)
+		r.recordSelection(ctx, "off_cpu", st.OffCPU.Selection, r.last.OffCPU.Selection)
 	}
+	r.recordSelection(ctx, "cpu", st.Selection, r.last.Selection)
 	r.last = st
 	r.log.Debug("profiling report", zap.Uint64("samples", rep.Samples), zap.Int("rows", rep.Rows),
 		zap.Any("normalization_failures", rep.Failures), zap.Duration("took", took))

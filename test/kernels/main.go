@@ -297,6 +297,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 export CI=true PROFSYM_FIXTURES_PREBUILT=/fixtures PATH=/bin HOME=/tmp TMPDIR=/tmp PROFSYM_TEST_TIME_SCALE=` + fmt.Sprint(timeScale) + `
 cd /tmp

@@ -310,6 +310,7 @@ func (s *Sampler) offCPUStats() (OffCPUStats, error) {
 		st.MapFull += p.LostMapFull
 		st.Stack += p.LostStack
 		st.Stale += p.Stale
+		st.Selection.add(p.Selection)
 	}
 	s.offcpu.mu.Lock()
 	st.NeverReturned = s.offcpu.swept

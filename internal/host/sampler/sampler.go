@@ -70,6 +70,8 @@ type Sampler struct {
 	drainHook func(*drain) // tests: wraps the maps a drain reads
 
 	refused map[string]error // runtimes whose walkers the verifier refused
+
+	cgroups cgroupSet // Config.SelectCgroups: what selected_cgroups holds
 }
 
 // Kernel objects, in groups per mode: only the chosen mode's objects are
@@ -82,6 +84,9 @@ type commonObjs struct {
 	Events     *ebpf.Map      `ebpf:"events"`
 	Seen       *ebpf.Map      `ebpf:"seen"`
 	ActiveBuf  *ebpf.Variable `ebpf:"active_buf"`
+
+	SelectedCgroups *ebpf.Map      `ebpf:"selected_cgroups"`
+	CgroupSelectAll *ebpf.Variable `ebpf:"cgroup_select_all"`
 }
 
 type aggObjs struct {
@@ -186,7 +191,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch} {
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -214,6 +219,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CountMapEntries == 0 {
 		c.CountMapEntries = 16384
+	}
+	if c.SelectCgroups < 0 || c.SelectCgroups > MaxSelectCgroups {
+		return fmt.Errorf("sampler: SelectCgroups %d outside 0..%d", c.SelectCgroups, MaxSelectCgroups)
 	}
 	if c.Mode != ModeKernelAggregation && c.Mode != ModeRingBuffer {
 		return fmt.Errorf("sampler: unknown mode %v", c.Mode)
@@ -365,6 +373,9 @@ func (s *Sampler) load() error {
 	if err := s.offCPUSpec(spec); err != nil {
 		return err
 	}
+	if err := s.cgroupSpec(spec); err != nil {
+		return err
+	}
 	// The other mode's maps are not loaded, so not charged.
 	skip := []string{bpf.ProfileMapSamples, bpf.ProfileMapScratch}
 	if s.cfg.Mode == ModeRingBuffer {
@@ -488,6 +499,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		for i := range st.Stops {
 			st.Stops[i] += p.Stops[i]
 		}
+		st.Selection.add(p.Selection)
 	}
 	st.Truncated += s.truncatedUser.Load()
 	st.LostEvents += s.lostEventsUser.Load()

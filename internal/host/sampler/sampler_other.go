@@ -45,3 +45,6 @@ func (*Sampler) ProgramStats() (time.Duration, uint64, error) { return 0, 0, Err
 
 // OffCPUProgramStats fails with ErrNotSupported.
 func (*Sampler) OffCPUProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }
+
+// SetCgroups fails with ErrNotSupported.
+func (*Sampler) SetCgroups(map[uint64]struct{}) error { return ErrNotSupported }

@@ -75,6 +75,11 @@ type Config struct {
 	// how long (docs/off-cpu.md). It needs kernel aggregation and unwinding
 	// mode auto.
 	OffCPU offcpu.Config
+	// SelectCgroups, when above zero, samples only the tasks whose cgroup
+	// (v2) SetCgroups selected, checked in the kernel before any walk, on
+	// CPU and off CPU; it bounds the cgroups selected at once (kernel
+	// memory: about 80 bytes each). Zero samples every task, at no cost.
+	SelectCgroups int
 	// OnEvent, when set, is given the process events in the sampler's
 	// reader goroutine, one at a time and in order, instead of Events: a
 	// hand-off to another goroutine costs a wake-up per event. It must not
@@ -188,7 +193,25 @@ type Stats struct {
 	UnwindTailFail uint64
 	// OffCPU counts waits off CPU (zero unless Config.OffCPU.Enabled).
 	OffCPU OffCPUStats
+	// Selection counts the CPU samples the cgroup selection let through
+	// (then walked) and those it dropped before any walk (zero unless
+	// Config.SelectCgroups).
+	Selection SelectionStats
 }
+
+// SelectionStats are the cgroup selection's verdicts (Config.SelectCgroups).
+type SelectionStats struct {
+	Selected, NotSelected uint64
+}
+
+// add sums one CPU's counters, indexed by enum select_verdict.
+func (s *SelectionStats) add(v [bpf.ProfileSelectVerdictSELECT_VERDICTS]uint64) {
+	s.Selected += v[bpf.ProfileSelectVerdictSELECT_SELECTED]
+	s.NotSelected += v[bpf.ProfileSelectVerdictSELECT_NOT_SELECTED]
+}
+
+// MaxSelectCgroups bounds Config.SelectCgroups: a hash map's memory.
+const MaxSelectCgroups = 1 << 16
 
 // OffCPUStats count waits off CPU, from the threads' switches to the drain.
 // Seen = Chosen + the waits left out by chance; Chosen = Kept + Short +
@@ -206,6 +229,10 @@ type OffCPUStats struct {
 	// collected (Stale), or the thread was gone when the drain looked
 	// (NeverReturned: it never ran again).
 	WaitsFull, StacksFull, MapFull, Stack, Drain, Stale, NeverReturned uint64
+	// Selection counts the switches away from user threads by the cgroup
+	// selection's verdict: a thread not selected is never looked at
+	// further (Config.SelectCgroups).
+	Selection SelectionStats
 }
 
 // EventKind says what happened to a process.

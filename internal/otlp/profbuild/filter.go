@@ -84,6 +84,44 @@ func (f *Filter) MatchPID(procRoot string, pid int) bool {
 	return ok && f.Match(info)
 }
 
+// CgroupMatcher returns whether a process in the cgroup at path (v2, as
+// /proc/PID/cgroup writes it) can be selected by f, and whether one in a
+// cgroup below path can (so that a walk of the cgroup tree skips the
+// rest). ok is false when f selects every process, or when a target
+// selects processes in any cgroup: then no set of cgroups bounds what f
+// selects.
+func (f *Filter) CgroupMatcher() (match, below func(path string) bool, ok bool) {
+	if f.All() {
+		return nil, nil, false
+	}
+	prefixes := make([]string, len(f.Targets))
+	for i, t := range f.Targets {
+		if t.Cgroup == nil {
+			return nil, nil, false
+		}
+		// Every match begins with it ("" when the regexp package cannot
+		// tell, which prunes nothing).
+		prefixes[i], _ = t.Cgroup.LiteralPrefix()
+	}
+	match = func(path string) bool {
+		for _, t := range f.Targets {
+			if t.Cgroup.MatchString(path) {
+				return true
+			}
+		}
+		return false
+	}
+	below = func(path string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(p, path) || strings.HasPrefix(path, p) {
+				return true
+			}
+		}
+		return match(path)
+	}
+	return match, below, true
+}
+
 // PIDOnly reports whether every target names pids only, so that a pid
 // decides without reading /proc.
 func (f *Filter) PIDOnly() bool {

@@ -42,6 +42,7 @@ type TelemetryBuilder struct {
 	ReceiverProfilingSamples               metric.Int64Counter
 	ReceiverProfilingSamplesFiltered       metric.Int64Counter
 	ReceiverProfilingSamplesLost           metric.Int64Counter
+	ReceiverProfilingSelectionVerdicts     metric.Int64Counter
 	ReceiverProfilingStacksTruncated       metric.Int64Counter
 	ReceiverProfilingUnwindFallbacks       metric.Int64Counter
 	ReceiverProfilingUnwindStacks          metric.Int64Counter
@@ -175,6 +176,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_profiling_samples_lost",
 		metric.WithDescription("CPU samples the eBPF sampler could not record, by reason: stack (stack map bucket collision or full), map_full (count map full), ringbuf (ring buffer full), drain (a stack could not be read back from the kernel). [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingSelectionVerdicts, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_selection_verdicts",
+		metric.WithDescription("Verdicts of the cgroup selection in the kernel (every target names a cgroup, on a cgroup v2 host), by verdict (selected: walked; not_selected: dropped before any walk) and origin (cpu: CPU samples; off_cpu: threads leaving a CPU, with off_cpu.enabled). [Development]"),
+		metric.WithUnit("{verdict}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingStacksTruncated, err = builder.meter.Int64Counter(

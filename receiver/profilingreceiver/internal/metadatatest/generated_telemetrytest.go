@@ -274,6 +274,22 @@ func AssertEqualReceiverProfilingSamplesLost(t *testing.T, tt *componenttest.Tel
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverProfilingSelectionVerdicts(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_profiling_selection_verdicts",
+		Description: "Verdicts of the cgroup selection in the kernel (every target names a cgroup, on a cgroup v2 host), by verdict (selected: walked; not_selected: dropped before any walk) and origin (cpu: CPU samples; off_cpu: threads leaving a CPU, with off_cpu.enabled). [Development]",
+		Unit:        "{verdict}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_profiling_selection_verdicts")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverProfilingStacksTruncated(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_profiling_stacks_truncated",

@@ -35,6 +35,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingSamples.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamplesFiltered.Add(context.Background(), 1)
 	tb.ReceiverProfilingSamplesLost.Add(context.Background(), 1)
+	tb.ReceiverProfilingSelectionVerdicts.Add(context.Background(), 1)
 	tb.ReceiverProfilingStacksTruncated.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindFallbacks.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindStacks.Add(context.Background(), 1)
@@ -88,6 +89,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingSamplesLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingSelectionVerdicts(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingStacksTruncated(t, testTel,
