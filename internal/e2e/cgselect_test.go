@@ -42,8 +42,10 @@ receivers:
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"), overlay)
-	hot := testfixture.Build(t, testfixture.Spec{Name: "cgsel-hot", Lang: "c", Sources: []string{"e2e/hot.c"},
-		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-DE2E_ID=cgsel"}})
+	hot := testfixture.Build(t, testfixture.Spec{
+		Name: "cgsel-hot", Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-DE2E_ID=cgsel"},
+	})
 	run := func(cg *testfixture.Cgroup) *exec.Cmd {
 		argv := cg.Wrap(hot, "3")
 		cmd := exec.Command(argv[0], argv[1:]...)

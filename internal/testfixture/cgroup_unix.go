@@ -15,5 +15,5 @@ func (c *Cgroup) ID(t testing.TB) uint64 {
 	if err := syscall.Stat(c.Dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	return uint64(st.Ino)
+	return st.Ino
 }

@@ -49,8 +49,10 @@ func BenchmarkCgroupSelection(b *testing.B) {
 		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
 	}
 	defer stats.Close()
-	bin := testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
-		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	bin := testfixture.Build(b, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
 	sel, other := testfixture.NewCgroup(b), testfixture.NewCgroup(b)
 	busy := func(cg *testfixture.Cgroup, d time.Duration) *exec.Cmd {
 		argv := cg.Wrap(bin, strconv.Itoa(int(d.Seconds())+1))

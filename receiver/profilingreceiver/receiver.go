@@ -135,8 +135,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	// The selection is in place before the first sample.
 	if sel != nil {
 		if err := sel.selectCgroups(s, r.log); err != nil {
-			s.Close()
-			return fmt.Errorf("profiling receiver: %w", err)
+			return errors.Join(fmt.Errorf("profiling receiver: %w", err), s.Close())
 		}
 	}
 	if err := s.Start(); err != nil {

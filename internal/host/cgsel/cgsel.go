@@ -44,7 +44,7 @@ func Find(mountinfo string) (h Hierarchy, ok bool, err error) {
 	if err != nil {
 		return Hierarchy{}, false, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -176,7 +176,8 @@ func (h Hierarchy) path(rel string) string {
 // interval. A scan or set that fails is logged and tried again at the
 // next interval.
 func (h Hierarchy) Watch(ctx context.Context, interval time.Duration, m Matcher,
-	set func(map[uint64]struct{}) error, log *zap.Logger) {
+	set func(map[uint64]struct{}) error, log *zap.Logger,
+) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false

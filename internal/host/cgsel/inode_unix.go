@@ -14,5 +14,5 @@ func inode(info fs.FileInfo) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return uint64(st.Ino), true
+	return st.Ino, true
 }

@@ -187,11 +187,13 @@ func (o *objects) close() error {
 			errs = append(errs, p.Close())
 		}
 	}
-	for _, m := range []*ebpf.Map{o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
+	for _, m := range []*ebpf.Map{
+		o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups} {
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups,
+	} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
