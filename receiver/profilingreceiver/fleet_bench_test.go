@@ -57,7 +57,10 @@ import (
 //	                 included)
 //	total %          agent CPU plus both programs: what the agent costs the
 //	                 host
-//	chosen %         waits whose stacks were taken, of those seen
+//	chosen %, /s     waits whose stacks were taken, of those seen, and a
+//	                 second
+//	us/chosen        offcpu_switch's time over the waits it chose (the
+//	                 cheap runs of every other switch included)
 func BenchmarkFleetMix(b *testing.B) {
 	needSampler(b)
 	secs, rounds := 30, 3
@@ -96,7 +99,7 @@ func BenchmarkFleetMix(b *testing.B) {
 	}
 	fmt.Fprintf(&sum, "fleet mix (2 busy FP-less C, a JVM, a Python, 20 new processes/s), 99 Hz, off_cpu on %s, %d rounds of %d s, bpf_stats on (load average %s, %.0f s in all):\n",
 		target, rounds, secs, loadAvg(), time.Since(start).Seconds())
-	fmt.Fprintf(&sum, "  %-14s %8s %24s %24s %8s %9s %6s\n", "variant", "agent %", "profile_agg runs/s ns %", "offcpu_switch runs/s ns %", "total %", "chosen %", "RSS MB")
+	fmt.Fprintf(&sum, "  %-14s %8s %24s %24s %8s %9s %9s %13s %6s\n", "variant", "agent %", "profile_agg runs/s ns %", "offcpu_switch runs/s ns %", "total %", "chosen %", "chosen/s", "us/chosen (a)", "RSS MB")
 	for _, v := range variants {
 		rs := res[v]
 		pick := func(f func(fleetRun) float64) float64 {
@@ -111,10 +114,12 @@ func BenchmarkFleetMix(b *testing.B) {
 		sRuns, sNs, sPct := pick(func(r fleetRun) float64 { return r.swRuns }), pick(func(r fleetRun) float64 { return r.swNs }), pick(func(r fleetRun) float64 { return r.swPct })
 		total := pick(func(r fleetRun) float64 { return r.agentCPU + r.aggPct + r.swPct })
 		chosen, rss := pick(func(r fleetRun) float64 { return r.chosen }), pick(func(r fleetRun) float64 { return r.rss })
-		fmt.Fprintf(&sum, "  %-14s %8.2f %8.0f %7.0f %7.3f %8.0f %7.0f %7.3f %8.2f %9.2f %6.1f\n", v, agent, aRuns, aNs, aPct, sRuns, sNs, sPct, total, chosen, rss)
+		cps, usc := pick(func(r fleetRun) float64 { return r.chosenPerSec }), pick(func(r fleetRun) float64 { return r.usPerChosen })
+		fmt.Fprintf(&sum, "  %-14s %8.2f %8.0f %7.0f %7.3f %8.0f %7.0f %7.3f %8.2f %9.2f %9.0f %13.1f %6.1f\n", v, agent, aRuns, aNs, aPct, sRuns, sNs, sPct, total, chosen, cps, usc, rss)
 		b.ReportMetric(total, v+"_total_%")
 		b.ReportMetric(sNs, v+"_switch_ns/run")
 	}
+	fmt.Fprintf(&sum, "  (a) offcpu_switch's time over the waits it chose: every switch's share included\n")
 	fmt.Print("\n" + sum.String() + "\n")
 }
 
@@ -127,6 +132,7 @@ type fleetRun struct {
 	agentCPU, rss               float64
 	aggRuns, aggNs, aggPct      float64
 	swRuns, swNs, swPct, chosen float64
+	chosenPerSec, usPerChosen   float64
 }
 
 func testfixtureChain(b *testing.B) string {
@@ -216,8 +222,12 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	if n := sCnt1 - sCnt0; n > 0 {
 		r.swRuns, r.swNs, r.swPct = float64(n)/wall, float64(sRun1-sRun0)/float64(n), 100*(sRun1-sRun0).Seconds()/wall
 	}
+	chosen := st1.OffCPU.Chosen - st0.OffCPU.Chosen
 	if seen := st1.OffCPU.Seen - st0.OffCPU.Seen; seen > 0 {
-		r.chosen = 100 * float64(st1.OffCPU.Chosen-st0.OffCPU.Chosen) / float64(seen)
+		r.chosen = 100 * float64(chosen) / float64(seen)
+	}
+	if chosen > 0 {
+		r.chosenPerSec, r.usPerChosen = float64(chosen)/wall, (sRun1-sRun0).Seconds()*1e6/float64(chosen)
 	}
 	b.Logf("%s: agent %.2f%%, profile_agg %.0f/s %.0f ns, offcpu_switch %.0f/s %.0f ns, chosen %.2f%% (load %s)",
 		v, r.agentCPU, r.aggRuns, r.aggNs, r.swRuns, r.swNs, r.chosen, loadAvg())
