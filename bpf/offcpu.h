@@ -431,8 +431,11 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 	struct offcpu_wait *w;
 	__u64 *slot, old;
 
-	if (!tid)
-		return; /* idle */
+	/* Idle and kernel threads (kworkers, ksoftirqd: many of a host's
+	 * switches) never had a wait chosen: no slot lookup for them. A user
+	 * thread keeps its mm until its last switch out. */
+	if (!tid || !next->mm)
+		return;
 	slot = offcpu_slot(tid);
 	if (!slot)
 		return;
@@ -453,7 +456,7 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 			(old & ((__u64)SLOT_RUN_MAX << SLOT_RUN_SHIFT));
 		if (!(old & SLOT_CHOSEN))
 			return;
-	} else if (!next->mm || (offcpu_select && offcpu_targeted(next->tgid) != 1)) {
+	} else if (offcpu_select && offcpu_targeted(next->tgid) != 1) {
 		return;
 	}
 	/* Chosen, or the slot was another thread's: look the wait up. */
