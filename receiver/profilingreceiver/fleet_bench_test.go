@@ -28,7 +28,9 @@ import (
 // workload is started once; receivers of each variant run in turn over it,
 // in interleaved rounds, so that all variants see the same machine:
 //
-//	cpu-only        off_cpu off
+//	cpu-only        off_cpu off, and an empty tp_btf/sched_switch program
+//	                attached (its row: the floor of any program run on every
+//	                switch, under the same load)
 //	offcpu-before   off_cpu on, preempted_probability 1: every preemption
 //	                of a busy thread is chosen as its other waits are (the
 //	                behaviour before issue 32)
@@ -116,6 +118,11 @@ func BenchmarkFleetMix(b *testing.B) {
 		chosen, rss := pick(func(r fleetRun) float64 { return r.chosen }), pick(func(r fleetRun) float64 { return r.rss })
 		cps, usc := pick(func(r fleetRun) float64 { return r.chosenPerSec }), pick(func(r fleetRun) float64 { return r.usPerChosen })
 		fmt.Fprintf(&sum, "  %-14s %8.2f %8.0f %7.0f %7.3f %8.0f %7.0f %7.3f %8.2f %9.2f %9.0f %13.1f %6.1f\n", v, agent, aRuns, aNs, aPct, sRuns, sNs, sPct, total, chosen, cps, usc, rss)
+		if v == "cpu-only" {
+			eRuns, eNs, ePct := pick(func(r fleetRun) float64 { return r.emptyRuns }), pick(func(r fleetRun) float64 { return r.emptyNs }), pick(func(r fleetRun) float64 { return r.emptyPct })
+			fmt.Fprintf(&sum, "  %-14s %8s %24s %8.0f %7.0f %7.3f\n", "empty switch", "", "", eRuns, eNs, ePct)
+			b.ReportMetric(eNs, "empty_switch_ns/run")
+		}
 		b.ReportMetric(total, v+"_total_%")
 		b.ReportMetric(sNs, v+"_switch_ns/run")
 	}
@@ -129,10 +136,11 @@ func BenchmarkFleetMix(b *testing.B) {
 const fleetChurn = `^(unwind-chain-pie?|c[0-9]+|sleep|cp|rm)$`
 
 type fleetRun struct {
-	agentCPU, rss               float64
-	aggRuns, aggNs, aggPct      float64
-	swRuns, swNs, swPct, chosen float64
-	chosenPerSec, usPerChosen   float64
+	agentCPU, rss                float64
+	aggRuns, aggNs, aggPct       float64
+	swRuns, swNs, swPct, chosen  float64
+	chosenPerSec, usPerChosen    float64
+	emptyRuns, emptyNs, emptyPct float64
 }
 
 func testfixtureChain(b *testing.B) string {
@@ -205,7 +213,17 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	}
 	defer pr.Shutdown(ctx)
 	rcv := pr.(*handle).e.r
+	var empty *ebpf.Program
+	if v == "cpu-only" {
+		var detach func()
+		empty, detach = attachEmptySwitch(b)
+		defer detach()
+	}
 	time.Sleep(5 * time.Second)
+	var e0 *ebpf.ProgramStats
+	if empty != nil {
+		e0, _ = empty.Stats()
+	}
 	st0, _ := rcv.sampler.Stats()
 	aRun0, aCnt0, _ := rcv.sampler.ProgramStats()
 	sRun0, sCnt0, _ := rcv.sampler.OffCPUProgramStats()
@@ -216,6 +234,12 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	sRun1, sCnt1, _ := rcv.sampler.OffCPUProgramStats()
 	st1, _ := rcv.sampler.Stats()
 	r := fleetRun{agentCPU: 100 * cpu.Seconds() / wall, rss: float64(testfixture.StatusBytes("VmRSS")) / (1 << 20)}
+	if empty != nil && e0 != nil {
+		if e1, err := empty.Stats(); err == nil && e1.RunCount > e0.RunCount {
+			n := e1.RunCount - e0.RunCount
+			r.emptyRuns, r.emptyNs, r.emptyPct = float64(n)/wall, float64(e1.Runtime-e0.Runtime)/float64(n), 100*(e1.Runtime-e0.Runtime).Seconds()/wall
+		}
+	}
 	if n := aCnt1 - aCnt0; n > 0 {
 		r.aggRuns, r.aggNs, r.aggPct = float64(n)/wall, float64(aRun1-aRun0)/float64(n), 100*(aRun1-aRun0).Seconds()/wall
 	}
