@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-fleet bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -152,6 +152,18 @@ bench-offcpu:
 bench-cgselect:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench BenchmarkCgroupSelection -benchtime 1x -timeout 15m ./receiver/profilingreceiver | tee $(BIN)/bench-cgselect.txt
+
+# Issue 32's mix, as a fleet node looks: two busy FP-less C processes, a
+# JVM, a Python process, 20 new processes a second, 99 Hz; receivers with
+# CPU profiles only, off_cpu as before issue 32 (preempted_probability 1)
+# and off_cpu with its defaults in interleaved rounds over the same
+# workload (PROFSYM_BENCH_ROUNDS, default 3, of PROFSYM_BENCH_SECONDS,
+# default 30): agent CPU, each program's runs, ns a run and share of a core
+# (bpf_stats), waits chosen. PROFSYM_BENCH_OFFCPU_TARGET=all records the
+# whole host's waits, not only the mix's.
+bench-fleet:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench BenchmarkFleetMix -benchtime 1x -timeout 30m ./receiver/profilingreceiver | tee $(BIN)/bench-fleet.txt
 
 # Unwinding side by side with `perf record --call-graph dwarf` on the same
 # fixtures: whole-chain fraction, CPU, BPF time per sample

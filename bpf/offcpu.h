@@ -15,7 +15,9 @@
  *    than offcpu_floor / OFFCPU_ONE; never less than offcpu_floor_d for an
  *    uninterruptible wait (disk I/O, page faults: rarer than a storm's
  *    waits and often long, so a lucky one never counts a thousand times its
- *    length). A chosen wait's kernel stack is taken then
+ *    length); no more than 0.7 for each wait begun runnable in a row before
+ *    this runnable one, down to offcpu_floor_r (a busy thread preempted
+ *    again and again). A chosen wait's kernel stack is taken then
  *    (offcpu_take; scheduler frames included, which the kernel's walker of
  *    a parked task would leave out) and its user stack walked by the CFI
  *    walker (walk.h; instances below); offcpu_park puts both in the
@@ -221,7 +223,7 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool preempt, __u64 jiffies,
 				      struct offcpu_stats *os)
 {
-	__u32 tid = prev->pid, k, state, zero = 0;
+	__u32 tid = prev->pid, k, kr, run, state, zero = 0;
 	struct offcpu_scratch *sc;
 	__u64 *slot, old, bits;
 	bool chosen, runnable;
@@ -257,8 +259,25 @@ static __always_inline int offcpu_out(void *ctx, struct task_struct *prev, bool 
 	runnable = state == 0;
 	if ((state & TASK_UNINTERRUPTIBLE) && k < offcpu_floor_d)
 		k = offcpu_floor_d;
+	run = SLOT_TID(old) == tid ? SLOT_RUN(old) : 0;
+	if (runnable) {
+		/* A thread busy on a loaded CPU is preempted again and again and
+		 * never blocks: its level stays where its last block left it,
+		 * often at probability 1, and every preemption would be walked.
+		 * Its preemptions in a row decay on their own count instead,
+		 * down to offcpu_floor_r. */
+		kr = offcpu_decay[run & (OFFCPU_LEVELS - 1)];
+		if (kr < offcpu_floor_r)
+			kr = offcpu_floor_r;
+		if (kr < k)
+			k = kr;
+		if (run < SLOT_RUN_MAX)
+			run++;
+	} else {
+		run = 0;
+	}
 	chosen = k >= OFFCPU_ONE || offcpu_rand16(os) < k;
-	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0);
+	bits = SLOT_OFF | (chosen ? SLOT_CHOSEN : 0) | (runnable ? SLOT_RUNNABLE : 0) | ((__u64)run << SLOT_RUN_SHIFT);
 	if (SLOT_TID(old) == tid)
 		bits |= SLOT_HISTORY(old);
 	else
@@ -415,8 +434,11 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 	struct offcpu_wait *w;
 	__u64 *slot, old;
 
-	if (!tid)
-		return; /* idle */
+	/* Idle and kernel threads (kworkers, ksoftirqd: many of a host's
+	 * switches) never had a wait chosen: no slot lookup for them. A user
+	 * thread keeps its mm until its last switch out. */
+	if (!tid || !next->mm)
+		return;
 	slot = offcpu_slot(tid);
 	if (!slot)
 		return;
@@ -433,10 +455,11 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 jiffies, s
 		} else if (level < SLOT_COUNT_MAX) {
 			level++;
 		}
-		*slot = ((__u64)tid << SLOT_TID_SHIFT) | ((__u64)level << SLOT_LEVEL_SHIFT) | ((__u64)gap << SLOT_GAP_SHIFT);
+		*slot = ((__u64)tid << SLOT_TID_SHIFT) | ((__u64)level << SLOT_LEVEL_SHIFT) | ((__u64)gap << SLOT_GAP_SHIFT) |
+			(old & ((__u64)SLOT_RUN_MAX << SLOT_RUN_SHIFT));
 		if (!(old & SLOT_CHOSEN))
 			return;
-	} else if (!next->mm || (offcpu_select && offcpu_targeted(next->tgid) != 1)) {
+	} else if (offcpu_select && offcpu_targeted(next->tgid) != 1) {
 		return;
 	}
 	/* Chosen, or the slot was another thread's: look the wait up. */

@@ -17,6 +17,9 @@ volatile const __u64 offcpu_min_ns = 0;
  * uninterruptible one (TASK_UNINTERRUPTIBLE: I/O, page faults). */
 volatile const __u32 offcpu_floor = 66;
 volatile const __u32 offcpu_floor_d = 65536;
+/* The least probability of a wait the thread begins runnable (preempted),
+ * after OFFCPU_LEVELS such waits in a row; 65536 keeps the thread's own. */
+volatile const __u32 offcpu_floor_r = 65536;
 /* Only processes userspace marked in offcpu_procs. */
 volatile const bool offcpu_select = false;
 /* [__sched_text_start, __sched_text_end): where a blocked task's kernel
@@ -54,7 +57,8 @@ static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 /* A slot of offcpu_slots: tid (22 bits: PID_MAX_LIMIT is 2^22), whether
  * the thread is off CPU, whether this wait was chosen, whether it left
  * runnable, its level (short waits since its last long one, 7 bits), its
- * gap (short waits between its last two long ones, 7 bits), and the low 16
+ * run (waits it began runnable since it last blocked, 5 bits), its gap
+ * (short waits between its last two long ones, 7 bits), and the low 16
  * bits of the jiffies when it left the CPU (a wait of exactly 2^16 ticks
  * looks short: only the prediction suffers). */
 #define SLOT_TID_SHIFT 42
@@ -62,11 +66,14 @@ static const __u32 offcpu_decay[OFFCPU_LEVELS] = {
 #define SLOT_CHOSEN (1ull << 40)
 #define SLOT_RUNNABLE (1ull << 39)
 #define SLOT_LEVEL_SHIFT 32
+#define SLOT_RUN_SHIFT 24
+#define SLOT_RUN_MAX (OFFCPU_LEVELS - 1)
 #define SLOT_GAP_SHIFT 16
 #define SLOT_COUNT_MAX 127
 #define SLOT_TID(v) ((__u32)((v) >> SLOT_TID_SHIFT))
 #define SLOT_LEVEL(v) ((__u32)((v) >> SLOT_LEVEL_SHIFT) & SLOT_COUNT_MAX)
 #define SLOT_GAP(v) ((__u32)((v) >> SLOT_GAP_SHIFT) & SLOT_COUNT_MAX)
+#define SLOT_RUN(v) ((__u32)((v) >> SLOT_RUN_SHIFT) & SLOT_RUN_MAX)
 #define SLOT_HISTORY(v) ((v) & (((__u64)SLOT_COUNT_MAX << SLOT_LEVEL_SHIFT) | ((__u64)SLOT_COUNT_MAX << SLOT_GAP_SHIFT)))
 
 /* Key of offcpu_counts0/1: one row per thread, stacks and flags. */

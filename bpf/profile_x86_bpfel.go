@@ -596,6 +596,7 @@ const (
 	ProfileVarMaxDepth               = "max_depth"
 	ProfileVarOffcpuFloor            = "offcpu_floor"
 	ProfileVarOffcpuFloorD           = "offcpu_floor_d"
+	ProfileVarOffcpuFloorR           = "offcpu_floor_r"
 	ProfileVarOffcpuGen              = "offcpu_gen"
 	ProfileVarOffcpuMinNs            = "offcpu_min_ns"
 	ProfileVarOffcpuSchedHi          = "offcpu_sched_hi"
@@ -758,6 +759,7 @@ type ProfileVariableSpecs struct {
 	MaxDepth               *ebpf.VariableSpec `ebpf:"max_depth"`
 	OffcpuFloor            *ebpf.VariableSpec `ebpf:"offcpu_floor"`
 	OffcpuFloorD           *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
+	OffcpuFloorR           *ebpf.VariableSpec `ebpf:"offcpu_floor_r"`
 	OffcpuGen              *ebpf.VariableSpec `ebpf:"offcpu_gen"`
 	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuSchedHi          *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
@@ -925,6 +927,7 @@ type ProfileVariables struct {
 	MaxDepth               *ebpf.Variable `ebpf:"max_depth"`
 	OffcpuFloor            *ebpf.Variable `ebpf:"offcpu_floor"`
 	OffcpuFloorD           *ebpf.Variable `ebpf:"offcpu_floor_d"`
+	OffcpuFloorR           *ebpf.Variable `ebpf:"offcpu_floor_r"`
 	OffcpuGen              *ebpf.Variable `ebpf:"offcpu_gen"`
 	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuSchedHi          *ebpf.Variable `ebpf:"offcpu_sched_hi"`

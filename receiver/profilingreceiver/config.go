@@ -90,6 +90,10 @@ type OffCPUConfig struct {
 	// UninterruptibleProbability is the least chance of a wait in
 	// uninterruptible sleep (disk I/O, page faults).
 	UninterruptibleProbability float64 `mapstructure:"uninterruptible_probability"`
+	// PreemptedProbability is the least chance of a preemption of a
+	// thread preempted many times in a row without blocking (a busy thread
+	// on a loaded CPU); 1 records them as the thread's other waits.
+	PreemptedProbability float64 `mapstructure:"preempted_probability"`
 	// MinWait leaves out shorter waits.
 	MinWait time.Duration `mapstructure:"min_wait"`
 	// MaxWaits bounds the waits being recorded at once, MaxStacks the
@@ -112,7 +116,7 @@ type OffCPUConfig struct {
 // receiver).
 func (c OffCPUConfig) sampler() (offcpu.Config, error) {
 	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, Uninterruptible: c.UninterruptibleProbability,
-		MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
+		Preempted: c.PreemptedProbability, MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
 	return oc, oc.Validate() // no defaults here: the default config has them, a 0 was written
 }
 
@@ -212,6 +216,7 @@ func createDefaultConfig() *Config {
 		OffCPU: OffCPUConfig{
 			Probability:                offcpu.DefaultProbability,
 			UninterruptibleProbability: offcpu.DefaultUninterruptible,
+			PreemptedProbability:       offcpu.DefaultPreempted,
 			MaxWaits:                   offcpu.DefaultMaxWaits,
 			MaxStacks:                  offcpu.DefaultMaxStacks,
 		},

@@ -24,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
 	custom.Selection = SelectionConfig{MaxCgroups: 64, RescanInterval: 5 * time.Second}
 	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
-	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
+	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, PreemptedProbability: 0.5, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
 		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true}
 	for _, tt := range []struct {
 		id   component.ID
@@ -61,6 +61,7 @@ func TestLoadConfig(t *testing.T) {
 				len(got.Targets) != len(tt.want.Targets) || got.Unwinding != tt.want.Unwinding || got.Selection != tt.want.Selection ||
 				got.OffCPU.Enabled != tt.want.OffCPU.Enabled || got.OffCPU.Probability != tt.want.OffCPU.Probability ||
 				got.OffCPU.UninterruptibleProbability != tt.want.OffCPU.UninterruptibleProbability ||
+				got.OffCPU.PreemptedProbability != tt.want.OffCPU.PreemptedProbability ||
 				got.OffCPU.MinWait != tt.want.OffCPU.MinWait || got.OffCPU.MaxWaits != tt.want.OffCPU.MaxWaits ||
 				got.OffCPU.MaxStacks != tt.want.OffCPU.MaxStacks || len(got.OffCPU.Targets) != len(tt.want.OffCPU.Targets) ||
 				got.OffCPU.Wall != tt.want.OffCPU.Wall {
@@ -93,6 +94,7 @@ func TestValidate(t *testing.T) {
 		{"off_cpu probability", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 0 }, "probability"},
 		{"off_cpu probability high", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 1.5 }, "probability"},
 		{"off_cpu uninterruptible", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.UninterruptibleProbability = true, 0 }, "uninterruptible_probability"},
+		{"off_cpu preempted", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.PreemptedProbability = true, 1.5 }, "preempted_probability"},
 		{"off_cpu min_wait", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MinWait = true, -time.Second }, "min_wait"},
 		{"off_cpu max_waits", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MaxWaits = true, 1 }, "max_waits"},
 		{"off_cpu max_stacks", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.MaxStacks = true, 0 }, "max_stacks"},

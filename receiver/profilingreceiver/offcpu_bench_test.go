@@ -170,6 +170,15 @@ func runStormT(b testing.TB, perf string, loops int) stormRun {
 // once attached to sched_switch (tp_btf, as the sampler's): the cost of
 // entering a program on every switch, before it does anything.
 func stormWithEmptyProgram(b *testing.B, perf string, loops int) stormRun {
+	_, detach := attachEmptySwitch(b)
+	defer detach()
+	return runStorm(b, perf, loops)
+}
+
+// attachEmptySwitch attaches a program that returns at once to
+// sched_switch (tp_btf, as the sampler's): the floor of any program run on
+// every switch. detach closes it.
+func attachEmptySwitch(b testing.TB) (prog *ebpf.Program, detach func()) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.Tracing,
 		AttachType:   ebpf.AttachTraceRawTp,
@@ -180,13 +189,12 @@ func stormWithEmptyProgram(b *testing.B, perf string, loops int) stormRun {
 	if err != nil {
 		b.Fatalf("empty sched_switch program: %v", err)
 	}
-	defer prog.Close()
 	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
+		prog.Close()
 		b.Fatalf("attaching the empty sched_switch program: %v", err)
 	}
-	defer l.Close()
-	return runStorm(b, perf, loops)
+	return prog, func() { l.Close(); prog.Close() }
 }
 
 type agentRun struct {

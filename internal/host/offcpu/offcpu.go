@@ -12,7 +12,9 @@
 // window as long as the thread's usual run of short waits between long
 // ones, 0.7 of that for each shorter wait, never less than
 // Config.Probability (Config.Uninterruptible for a wait in uninterruptible
-// sleep: disk I/O, page faults). A
+// sleep: disk I/O, page faults); a wait the thread begins runnable
+// (preempted) has at most 0.7^r of it after r such waits in a row, never
+// less than Config.Preempted. A
 // recorded wait counts d / p_i. Since p_i is fixed before d is drawn, the
 // sum over recorded waits is an unbiased estimate of the true off-CPU time
 // (the Horvitz-Thompson estimator), per stack as in total, and its variance
@@ -43,6 +45,15 @@ type Config struct {
 	// large (docs/off-cpu.md). Zero means DefaultUninterruptible (1: all
 	// of them); never less than Probability.
 	Uninterruptible float64
+	// Preempted is the least chance of a wait a thread begins still
+	// runnable (preempted), once it has been preempted many times in a row
+	// without blocking: a busy thread on a loaded CPU, whose preemptions
+	// would otherwise all be recorded (its history of blocking says
+	// nothing about them). Each such preemption in a row lowers the chance
+	// by 0.7, down to this. Zero means DefaultPreempted; 1 keeps the
+	// thread's own chance for them, as before issue 32; never less than
+	// Probability.
+	Preempted float64
 	// MinWait leaves out waits shorter than this: they count nowhere.
 	MinWait time.Duration
 	// MaxWaits bounds the waits being recorded at once (threads off CPU
@@ -60,6 +71,7 @@ type Config struct {
 const (
 	DefaultProbability     = 0.001
 	DefaultUninterruptible = 1.0
+	DefaultPreempted       = 0.05
 	DefaultMaxWaits        = 65536
 	DefaultMaxStacks       = 4096
 	// One is probability 1 in the eBPF side's fixed point: a probability
@@ -77,6 +89,9 @@ func (c *Config) SetDefaults() {
 	if c.Uninterruptible == 0 {
 		c.Uninterruptible = DefaultUninterruptible
 	}
+	if c.Preempted == 0 {
+		c.Preempted = DefaultPreempted
+	}
 	if c.MaxWaits == 0 {
 		c.MaxWaits = DefaultMaxWaits
 	}
@@ -93,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if math.IsNaN(c.Uninterruptible) || c.Uninterruptible < 1.0/One || c.Uninterruptible > 1 {
 		errs = append(errs, fmt.Errorf("off_cpu: uninterruptible_probability %v outside %v..1", c.Uninterruptible, 1.0/One))
+	}
+	if math.IsNaN(c.Preempted) || c.Preempted < 1.0/One || c.Preempted > 1 {
+		errs = append(errs, fmt.Errorf("off_cpu: preempted_probability %v outside %v..1", c.Preempted, 1.0/One))
 	}
 	if c.MinWait < 0 || c.MinWait > MaxMinWait {
 		errs = append(errs, fmt.Errorf("off_cpu: min_wait %v outside 0..%v", c.MinWait, MaxMinWait))
@@ -116,6 +134,11 @@ func (c *Config) FloorK() uint32 {
 // FloorUninterruptibleK is Uninterruptible likewise, at least FloorK.
 func (c *Config) FloorUninterruptibleK() uint32 {
 	return max(fixedPoint(c.Uninterruptible), c.FloorK())
+}
+
+// FloorPreemptedK is Preempted likewise, at least FloorK.
+func (c *Config) FloorPreemptedK() uint32 {
+	return max(fixedPoint(c.Preempted), c.FloorK())
 }
 
 func fixedPoint(p float64) uint32 {

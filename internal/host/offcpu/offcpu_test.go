@@ -54,11 +54,13 @@ func TestConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.Probability != DefaultProbability || c.Uninterruptible != DefaultUninterruptible || c.MaxWaits != DefaultMaxWaits || c.MaxStacks != DefaultMaxStacks {
+	if c.Probability != DefaultProbability || c.Uninterruptible != DefaultUninterruptible || c.Preempted != DefaultPreempted || c.MaxWaits != DefaultMaxWaits || c.MaxStacks != DefaultMaxStacks {
 		t.Fatalf("defaults %+v", c)
 	}
 	for _, bad := range []Config{
 		{Probability: 0, Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, Preempted: 0, MaxWaits: 100, MaxStacks: 100},
+		{Probability: 0.5, Uninterruptible: 0.5, Preempted: 1.5, MaxWaits: 100, MaxStacks: 100},
 		{Probability: math.NaN(), Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
 		{Probability: 1.01, Uninterruptible: 0.5, MaxWaits: 100, MaxStacks: 100},
 		{Probability: 0.5, Uninterruptible: 0, MaxWaits: 100, MaxStacks: 100},
@@ -81,5 +83,9 @@ func TestConfig(t *testing.T) {
 	c = Config{Probability: 0.8, Uninterruptible: 0.5}
 	if got := c.FloorUninterruptibleK(); got != c.FloorK() {
 		t.Errorf("uninterruptible floor %d under the floor %d", got, c.FloorK())
+	}
+	c = Config{Probability: 0.8, Preempted: 0.05}
+	if got := c.FloorPreemptedK(); got != c.FloorK() {
+		t.Errorf("preempted floor %d under the floor %d", got, c.FloorK())
 	}
 }

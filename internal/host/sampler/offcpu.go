@@ -153,7 +153,7 @@ func (s *Sampler) offCPUSpec(spec *ebpf.CollectionSpec) error {
 	}
 	for name, v := range map[string]any{
 		bpf.ProfileVarOffcpuMinNs: uint64(c.MinWait.Nanoseconds()), bpf.ProfileVarOffcpuFloor: c.FloorK(),
-		bpf.ProfileVarOffcpuFloorD: c.FloorUninterruptibleK(),
+		bpf.ProfileVarOffcpuFloorD: c.FloorUninterruptibleK(), bpf.ProfileVarOffcpuFloorR: c.FloorPreemptedK(),
 		bpf.ProfileVarOffcpuSelect: c.Select != nil, bpf.ProfileVarOffcpuSchedLo: lo, bpf.ProfileVarOffcpuSchedHi: hi,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {

@@ -1,0 +1,259 @@
+package profilingreceiver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// BenchmarkFleetMix measures the agent in the mix of issue 32, as a fleet
+// node looks: two busy processes without frame pointers (chain.c, -O2
+// -fomit-frame-pointer), a JVM (e2e.JChain, busy) and a Python process
+// (chain.py, busy), 20 new short-lived processes a second (spawnChurn), at
+// 99 Hz with the receiver's defaults (HotSpot and CPython walkers on). The
+// workload is started once; receivers of each variant run in turn over it,
+// in interleaved rounds, so that all variants see the same machine:
+//
+//	cpu-only        off_cpu off, and an empty tp_btf/sched_switch program
+//	                attached (its row: the floor of any program run on every
+//	                switch, under the same load)
+//	offcpu-before   off_cpu on, preempted_probability 1: every preemption
+//	                of a busy thread is chosen as its other waits are (the
+//	                behaviour before issue 32)
+//	offcpu          off_cpu on, defaults
+//
+// Run it once (make bench-fleet):
+//
+//	PROFSYM_BENCH_SECONDS=30 PROFSYM_BENCH_ROUNDS=3 go test -run '^$' -bench FleetMix -benchtime 1x -timeout 30m ./receiver/profilingreceiver
+//
+// Off-CPU profiles record the mix's processes only (off_cpu.targets: the
+// long-lived ones' pids, fleetChurn): on a shared machine the other users' processes (builds,
+// JVMs, VMs) would otherwise make most of the waits, and change from run to
+// run. PROFSYM_BENCH_OFFCPU_TARGET=REGEX records those it names instead,
+// "all" the whole host (the default setting). CPU profiles are of the whole
+// host.
+//
+// kernel.bpf_stats is on throughout (it adds its clock reads to every run
+// of every variant). Figures per variant, medians over the rounds, each
+// over PROFSYM_BENCH_SECONDS after 5 s of start-up:
+//
+//	agent CPU %      this process (getrusage: every goroutine, GC included),
+//	                 % of one core
+//	profile_agg      the sampling program's runs a second, ns a run, % of a
+//	                 core (tail calls included)
+//	offcpu_switch    the sched_switch program's likewise (its walks
+//	                 included)
+//	total %          agent CPU plus both programs: what the agent costs the
+//	                 host
+//	chosen %, /s     waits whose stacks were taken, of those seen, and a
+//	                 second
+//	us/chosen        offcpu_switch's time over the waits it chose (the
+//	                 cheap runs of every other switch included)
+func BenchmarkFleetMix(b *testing.B) {
+	needSampler(b)
+	secs, rounds := 30, 3
+	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_SECONDS")); err == nil && s > 0 {
+		secs = s
+	}
+	if n, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
+	}
+	defer stats.Close()
+	pids, stop := startFleetMix(b)
+	churn := make(chan int)
+	go func() { churn <- spawnChurn(b, testfixtureChain(b), 20, stop) }()
+	start := time.Now()
+	defer func() {
+		close(stop)
+		<-churn
+	}()
+	variants := []string{"cpu-only", "offcpu-before", "offcpu"}
+	res := map[string][]fleetRun{}
+	for range b.N {
+		for range rounds {
+			for _, v := range variants {
+				res[v] = append(res[v], fleetOnce(b, v, secs, pids))
+			}
+		}
+	}
+	var sum strings.Builder
+	target := os.Getenv("PROFSYM_BENCH_OFFCPU_TARGET")
+	if target == "" {
+		target = "the mix"
+	}
+	fmt.Fprintf(&sum, "fleet mix (2 busy FP-less C, a JVM, a Python, 20 new processes/s), 99 Hz, off_cpu on %s, %d rounds of %d s, bpf_stats on (load average %s, %.0f s in all):\n",
+		target, rounds, secs, loadAvg(), time.Since(start).Seconds())
+	fmt.Fprintf(&sum, "  %-14s %8s %24s %24s %8s %9s %9s %13s %6s\n", "variant", "agent %", "profile_agg runs/s ns %", "offcpu_switch runs/s ns %", "total %", "chosen %", "chosen/s", "us/chosen (a)", "RSS MB")
+	for _, v := range variants {
+		rs := res[v]
+		pick := func(f func(fleetRun) float64) float64 {
+			var xs []float64
+			for _, r := range rs {
+				xs = append(xs, f(r))
+			}
+			return median(xs)
+		}
+		agent := pick(func(r fleetRun) float64 { return r.agentCPU })
+		aRuns, aNs, aPct := pick(func(r fleetRun) float64 { return r.aggRuns }), pick(func(r fleetRun) float64 { return r.aggNs }), pick(func(r fleetRun) float64 { return r.aggPct })
+		sRuns, sNs, sPct := pick(func(r fleetRun) float64 { return r.swRuns }), pick(func(r fleetRun) float64 { return r.swNs }), pick(func(r fleetRun) float64 { return r.swPct })
+		total := pick(func(r fleetRun) float64 { return r.agentCPU + r.aggPct + r.swPct })
+		chosen, rss := pick(func(r fleetRun) float64 { return r.chosen }), pick(func(r fleetRun) float64 { return r.rss })
+		cps, usc := pick(func(r fleetRun) float64 { return r.chosenPerSec }), pick(func(r fleetRun) float64 { return r.usPerChosen })
+		fmt.Fprintf(&sum, "  %-14s %8.2f %8.0f %7.0f %7.3f %8.0f %7.0f %7.3f %8.2f %9.2f %9.0f %13.1f %6.1f\n", v, agent, aRuns, aNs, aPct, sRuns, sNs, sPct, total, chosen, cps, usc, rss)
+		if v == "cpu-only" {
+			eRuns, eNs, ePct := pick(func(r fleetRun) float64 { return r.emptyRuns }), pick(func(r fleetRun) float64 { return r.emptyNs }), pick(func(r fleetRun) float64 { return r.emptyPct })
+			fmt.Fprintf(&sum, "  %-14s %8s %24s %8.0f %7.0f %7.3f\n", "empty switch", "", "", eRuns, eNs, ePct)
+			b.ReportMetric(eNs, "empty_switch_ns/run")
+		}
+		b.ReportMetric(total, v+"_total_%")
+		b.ReportMetric(sNs, v+"_switch_ns/run")
+	}
+	fmt.Fprintf(&sum, "  (a) offcpu_switch's time over the waits it chose: every switch's share included\n")
+	fmt.Print("\n" + sum.String() + "\n")
+}
+
+// fleetChurn names the churn's processes: its fixtures (copies named cN)
+// and the commands its shell starts. The long-lived ones go by pid: other
+// users' JVMs are named java too.
+const fleetChurn = `^(unwind-chain-pie?|c[0-9]+|sleep|cp|rm)$`
+
+type fleetRun struct {
+	agentCPU, rss                float64
+	aggRuns, aggNs, aggPct       float64
+	swRuns, swNs, swPct, chosen  float64
+	chosenPerSec, usPerChosen    float64
+	emptyRuns, emptyNs, emptyPct float64
+}
+
+func testfixtureChain(b *testing.B) string {
+	return testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+}
+
+// startFleetMix starts the mix's long-lived processes and returns their
+// pids; closing the channel returned stops the churn, the test's cleanup
+// kills the rest.
+func startFleetMix(b *testing.B) ([]int, chan struct{}) {
+	bin := testfixtureChain(b)
+	dir := b.TempDir()
+	gofile := filepath.Join(dir, "go") // exists: the fixtures skip their warm-up wait
+	if err := os.WriteFile(gofile, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	javac, err := exec.LookPath("javac")
+	if err != nil {
+		testfixture.SkipOrFail(b, "javac: %v", err)
+	}
+	if out, err := exec.Command(javac, "--release", "8", "-d", dir, testfixture.Src(b, "e2e/JChain.java")).CombinedOutput(); err != nil {
+		b.Fatalf("javac: %v: %s", err, out)
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		testfixture.SkipOrFail(b, "python3: %v", err)
+	}
+	cmds := []*exec.Cmd{
+		exec.Command(bin, "100000"),
+		exec.Command(bin, "100000"),
+		exec.Command("java", "-cp", dir, "e2e.JChain", "100000", gofile),
+		exec.Command(python, testfixture.Src(b, "runtimes/python/chain.py"), "chain", "100000", gofile),
+	}
+	var pids []int
+	for _, c := range cmds {
+		if err := c.Start(); err != nil {
+			b.Fatalf("%v: %v", c.Args, err)
+		}
+		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		pids = append(pids, c.Process.Pid)
+	}
+	time.Sleep(5 * time.Second) // the JIT and the interpreter settle
+	return pids, make(chan struct{})
+}
+
+// fleetOnce runs one receiver of variant v over the mix for secs seconds
+// after 5 s of start-up.
+func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
+	ctx := context.Background()
+	f := NewFactory()
+	cfg := f.CreateDefaultConfig().(*Config)
+	cfg.OffCPU.Enabled = v != "cpu-only"
+	switch re := os.Getenv("PROFSYM_BENCH_OFFCPU_TARGET"); re {
+	case "all":
+	case "":
+		cfg.OffCPU.Targets = []TargetConfig{{PIDs: pids}, {ProcessName: fleetChurn}}
+	default:
+		cfg.OffCPU.Targets = []TargetConfig{{ProcessName: re}}
+	}
+	if v == "offcpu-before" {
+		cfg.OffCPU.PreemptedProbability = 1
+	}
+	pr, err := f.CreateProfiles(ctx, receivertest.NewNopSettings(f.Type()), cfg, consumertest.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pr.Start(ctx, componenttest.NewNopHost()); err != nil {
+		b.Fatal(err)
+	}
+	defer pr.Shutdown(ctx)
+	rcv := pr.(*handle).e.r
+	var empty *ebpf.Program
+	if v == "cpu-only" {
+		var detach func()
+		empty, detach = attachEmptySwitch(b)
+		defer detach()
+	}
+	time.Sleep(5 * time.Second)
+	var e0 *ebpf.ProgramStats
+	if empty != nil {
+		e0, _ = empty.Stats()
+	}
+	st0, _ := rcv.sampler.Stats()
+	aRun0, aCnt0, _ := rcv.sampler.ProgramStats()
+	sRun0, sCnt0, _ := rcv.sampler.OffCPUProgramStats()
+	cpu0, wall0 := testfixture.ProcessCPU(), time.Now()
+	time.Sleep(time.Duration(secs) * time.Second)
+	cpu, wall := testfixture.ProcessCPU()-cpu0, time.Since(wall0).Seconds()
+	aRun1, aCnt1, _ := rcv.sampler.ProgramStats()
+	sRun1, sCnt1, _ := rcv.sampler.OffCPUProgramStats()
+	st1, _ := rcv.sampler.Stats()
+	r := fleetRun{agentCPU: 100 * cpu.Seconds() / wall, rss: float64(testfixture.StatusBytes("VmRSS")) / (1 << 20)}
+	if empty != nil && e0 != nil {
+		if e1, err := empty.Stats(); err == nil && e1.RunCount > e0.RunCount {
+			n := e1.RunCount - e0.RunCount
+			r.emptyRuns, r.emptyNs, r.emptyPct = float64(n)/wall, float64(e1.Runtime-e0.Runtime)/float64(n), 100*(e1.Runtime-e0.Runtime).Seconds()/wall
+		}
+	}
+	if n := aCnt1 - aCnt0; n > 0 {
+		r.aggRuns, r.aggNs, r.aggPct = float64(n)/wall, float64(aRun1-aRun0)/float64(n), 100*(aRun1-aRun0).Seconds()/wall
+	}
+	if n := sCnt1 - sCnt0; n > 0 {
+		r.swRuns, r.swNs, r.swPct = float64(n)/wall, float64(sRun1-sRun0)/float64(n), 100*(sRun1-sRun0).Seconds()/wall
+	}
+	chosen := st1.OffCPU.Chosen - st0.OffCPU.Chosen
+	if seen := st1.OffCPU.Seen - st0.OffCPU.Seen; seen > 0 {
+		r.chosen = 100 * float64(chosen) / float64(seen)
+	}
+	if chosen > 0 {
+		r.chosenPerSec, r.usPerChosen = float64(chosen)/wall, (sRun1-sRun0).Seconds()*1e6/float64(chosen)
+	}
+	b.Logf("%s: agent %.2f%%, profile_agg %.0f/s %.0f ns, offcpu_switch %.0f/s %.0f ns, chosen %.2f%% (load %s)",
+		v, r.agentCPU, r.aggRuns, r.aggNs, r.swRuns, r.swNs, r.chosen, loadAvg())
+	return r
+}
