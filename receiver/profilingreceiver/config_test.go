@@ -20,12 +20,17 @@ func TestLoadConfig(t *testing.T) {
 	custom := createDefaultConfig()
 	custom.SampleRate, custom.MaxStackDepth, custom.ReportInterval = 49, 64, 30*time.Second
 	custom.KernelStacks, custom.KernelSymbols, custom.PerfMaps = false, false, false
-	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
-		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
+	custom.Targets = []TargetConfig{
+		{PIDs: []int{1, 42}},
+		{ProcessName: "^(java|node)$"},
+		{Cgroup: "/system.slice/", ProcessName: "nginx"},
+	}
 	custom.Selection = SelectionConfig{MaxCgroups: 64, RescanInterval: 5 * time.Second}
 	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
-	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, PreemptedProbability: 0.5, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
-		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true}
+	custom.OffCPU = OffCPUConfig{
+		Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, PreemptedProbability: 0.5, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
+		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true,
+	}
 	for _, tt := range []struct {
 		id   component.ID
 		want *Config

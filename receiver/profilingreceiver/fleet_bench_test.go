@@ -144,8 +144,10 @@ type fleetRun struct {
 }
 
 func testfixtureChain(b *testing.B) string {
-	return testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
-		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	return testfixture.Build(b, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
 }
 
 // startFleetMix starts the mix's long-lived processes and returns their

@@ -94,8 +94,10 @@ func waitsLeft(t *testing.T, s *Sampler, pid uint32) int {
 // is killed with its threads asleep nothing of it is left in the kernel.
 func TestOffCPULimits(t *testing.T) {
 	bin, comm := waitFixture(t)
-	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true, CountMapEntries: 16,
-		OffCPU: offcpu.Config{Enabled: true, MaxWaits: 16, MaxStacks: 16, Select: byComm(comm)}})
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true, CountMapEntries: 16,
+		OffCPU: offcpu.Config{Enabled: true, MaxWaits: 16, MaxStacks: 16, Select: byComm(comm)},
+	})
 	cmd := exec.Command(bin, "threads", "1.5", "64")
 	out, err := cmd.Output()
 	if err != nil {
@@ -156,8 +158,10 @@ func TestOffCPUGoneAndReused(t *testing.T) {
 		t.Skip("not in the emulated VMs: stale 0 once on 6.12, cause unknown (docs/kernels.md)")
 	}
 	bin, comm := waitFixture(t)
-	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true,
-		OffCPU: offcpu.Config{Enabled: true, Select: byComm(comm)}})
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true,
+		OffCPU: offcpu.Config{Enabled: true, Select: byComm(comm)},
+	})
 	gen := uint64(0)
 	if err := s.objs.OffcpuGen.Get(&gen); err != nil {
 		t.Fatal(err)
@@ -264,8 +268,10 @@ func TestOffCPUPreemptedDecay(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := newSampler(t, Config{SampleRate: 99, KernelStacks: true,
-		OffCPU: offcpu.Config{Enabled: true, Preempted: 0.25, Select: byComm(comm)}})
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true,
+		OffCPU: offcpu.Config{Enabled: true, Preempted: 0.25, Select: byComm(comm)},
+	})
 	var pids []uint32
 	for range 2 {
 		cmd := exec.Command(taskset, "-c", "0", bin, "60")
