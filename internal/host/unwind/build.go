@@ -22,6 +22,10 @@ import (
 
 var errE2BIG = unix.E2BIG
 
+// errUnopened: none of the file's paths opened it (the processes gone, or
+// the file changed on disk since they mapped it).
+var errUnopened = errors.New("unwind: no path opens the mapped file")
+
 // freeAfterRows: a build of at least this many rows (2 MiB of them, a
 // transient heap of about 5 MB) returns its memory to the OS when done.
 const freeAfterRows = 256 << 10
@@ -113,7 +117,7 @@ func (m *Manager) builder(maxCost int64) {
 			m.bigBuild = true
 			m.kick() // small files get a builder of their own meanwhile
 		}
-		opens := append([]string(nil), f.opens...)
+		opens := m.opensOf(f)
 		m.mu.Unlock()
 
 		began := time.Now()
@@ -160,7 +164,7 @@ func buildFile(f *file, opens []string, maxRows int) (encoded, error) {
 		}
 		return enc.finish(), nil
 	}
-	return encoded{}, lastErr
+	return encoded{}, fmt.Errorf("%w: %w", errUnopened, lastErr)
 }
 
 // install loads a built table into the rows map, evicting idle tables for
@@ -186,6 +190,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	if buildErr != nil || enc.rows.len() == 0 {
 		m.stats.BuildFailures++
 		m.setState(f, stateNone)
+		f.unopened = errors.Is(buildErr, errUnopened)
 		m.log.Debug("no unwind table: frame pointers", zap.String("file", f.path), zap.Error(buildErr))
 		if f.refs == 0 {
 			m.retire(f)

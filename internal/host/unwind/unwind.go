@@ -61,7 +61,6 @@ type file struct {
 	state    uint32
 	rows     span
 	base     uint64        // ELF address of row 0
-	opens    []string      // candidate paths to open it by
 	lru      *list.Element // in Manager.idle while refs == 0 and the table holds rows
 	noRoom   bool
 	queued   bool
@@ -70,11 +69,16 @@ type file struct {
 	eligible time.Time // a speculative build waits until then (see speculativeDelay)
 	cost     int64     // bytes of unwind information: orders the builds
 	retired  bool      // evicted: the slot and rows are released
+	// unopened: the last build found no process to open the file through
+	// (all gone or exec'd since their snapshot); the next process that
+	// maps it brings paths that work, and it is tried again then.
+	unopened bool
 }
 
 type proc struct {
 	maps  span
 	files []*file
+	opens [][2]string // per files[i]: the paths to open it by through this process
 }
 
 // Manager owns the table maps' contents. Safe for concurrent use.
@@ -231,8 +235,9 @@ func (m *Manager) Track(p *normalize.Process) error {
 		}
 		if fi := mp.File; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
 			if bias, ok := loadBias(fi.Loads, mp); ok {
-				f := m.fileFor(fi, p.PID, mp)
+				f := m.fileFor(fi)
 				pr.files = append(pr.files, f)
+				pr.opens = append(pr.opens, openPaths(m.cfg.ProcRoot, p.PID, mp))
 				e.Table = f.slot
 				e.Bias = bias
 			}
@@ -335,9 +340,49 @@ func (m *Manager) writeMappings(sp span, ents []bpf.ProfileUnwindMapping) error 
 	return nil
 }
 
+// openPaths are the paths to open mp's file by through pid: its mapping
+// (right while the process lives and maps it there), and its path under the
+// process's root (for a chrooted process /proc/PID/maps gives the path from
+// the host's root, which misses under the chroot; the FileID check catches
+// any other file).
+func openPaths(procRoot string, pid int, mp *normalize.Mapping) [2]string {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	return [2]string{
+		filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", mp.Start, mp.End)),
+		filepath.Join(dir, "root", mp.Path),
+	}
+}
+
+// maxOpens bounds the paths a build tries: those of four processes.
+const maxOpens = 8
+
+// opensOf returns the paths to open f by, those of the processes the BPF
+// side still has (alive, same image) first. They are gathered when the
+// build starts, not when the file was first seen: the processes that saw it
+// first may be gone while others map it still (a chrooted JVM's libc was
+// first seen in the shell that exec'd java).
+func (m *Manager) opensOf(f *file) []string {
+	var alive, rest []string
+	var v bpf.ProfileUnwindProc
+	for pid, pr := range m.procs {
+		for i, g := range pr.files {
+			if g != f {
+				continue
+			}
+			if len(alive) < maxOpens && m.maps.Procs.Lookup(uint32(pid), &v) == nil {
+				alive = append(alive, pr.opens[i][:]...)
+			} else if len(rest) < maxOpens {
+				rest = append(rest, pr.opens[i][:]...)
+			}
+			break
+		}
+	}
+	return append(alive, rest...)[:min(len(alive)+len(rest), maxOpens)]
+}
+
 // fileFor returns the file of fi with a reference taken, creating its
 // entry and queueing its build on first sight.
-func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping) *file {
+func (m *Manager) fileFor(fi *normalize.FileInfo) *file {
 	f := m.files[fi.ID]
 	if f == nil {
 		// Built only once a sample needs it (Request): most files of
@@ -364,18 +409,22 @@ func (m *Manager) fileFor(fi *normalize.FileInfo, pid int, mp *normalize.Mapping
 		}
 	} else if f.state == stateLazy && f.cost <= eagerCost && !f.queued && !f.building {
 		m.request(f, false) // its build was skipped: its processes had gone
+	} else if f.unopened && !f.queued && !f.building {
+		// Its last build could open it through none of the processes
+		// then known; this one can: back to lazy, as if new (a sample
+		// asks, or a cheap file is queued).
+		f.unopened, f.wanted = false, false
+		f.state = stateLazy
+		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: stateLazy})
+		if f.cost <= eagerCost {
+			m.request(f, false)
+		}
 	}
 	if f.lru != nil {
 		m.idle.Remove(f.lru)
 		f.lru = nil
 	}
 	f.refs++
-	if len(f.opens) < 4 {
-		dir := filepath.Join(m.cfg.ProcRoot, strconv.Itoa(pid))
-		f.opens = append(f.opens,
-			filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", mp.Start, mp.End)),
-			filepath.Join(dir, "root", mp.Path))
-	}
 	return f
 }
 
@@ -386,7 +435,6 @@ func (m *Manager) unref(fs []*file) {
 		}
 		f.refs--
 		if f.refs == 0 {
-			f.opens = nil
 			switch {
 			case f.state == stateReady:
 				f.lru = m.idle.PushBack(f)
@@ -478,13 +526,24 @@ func (m *Manager) Request(slot uint32) {
 	if f == nil || m.closed {
 		return
 	}
-	if f.state == stateReady {
+	m.asked(f)
+}
+
+// asked answers the BPF side's "pending" in f's slot.
+func (m *Manager) asked(f *file) {
+	switch f.state {
+	case stateReady:
 		// The BPF side read "lazy" just before the table was published
 		// and wrote "pending" over it: publish it again.
 		m.publish(f)
-		return
+	case stateNone:
+		// The same race over "none" (the build failed meanwhile): put it
+		// back, or the file would say not_ready, and never be asked for,
+		// for as long as it is mapped.
+		m.setState(f, stateNone)
+	default:
+		m.request(f, true)
 	}
-	m.request(f, true)
 }
 
 // publish writes f's ready table into its slot.
@@ -521,8 +580,8 @@ func (m *Manager) request(f *file, wanted bool) {
 }
 
 // Poll finds tables the BPF side asked for whose event was lost (events
-// ring full) and queues them, and republishes ready tables the BPF side
-// marked pending over (it read "lazy" just before the table was published,
+// ring full) and queues them, and republishes ready tables (or puts back
+// "none") the BPF side marked pending over (it read "lazy" just before,
 // and its store is a plain one: 5.10 has no BPF compare-and-swap), which
 // Request does when that event arrives. Cheap: one lookup per table; run
 // it once per report interval.
@@ -531,7 +590,7 @@ func (m *Manager) Poll() {
 	defer m.mu.Unlock()
 	var t bpf.ProfileUnwindTable
 	for slot, f := range m.bySlot {
-		if f.state != stateReady && f.state != stateLazy && (f.state != statePending || f.wanted) {
+		if f.state == statePending && f.wanted {
 			continue
 		}
 		if err := m.maps.Tables.Lookup(slot, &t); err != nil || t.State != statePending {
@@ -539,10 +598,8 @@ func (m *Manager) Poll() {
 		}
 		if f.state == stateReady {
 			m.stats.Republished++
-			m.publish(f)
-			continue
 		}
-		m.request(f, true)
+		m.asked(f)
 	}
 }
 

@@ -92,7 +92,9 @@ func TestMethodShares(t *testing.T) {
 						t.Fatal(err)
 					}
 					stops := map[string]uint64{}
-					defer func() { t.Logf("stops of the mix threads: %v; runtimes %+v", stops, h.s.Runtimes().Stats()) }()
+					defer func() {
+						t.Logf("stops of the mix threads: %v; runtimes %+v; unwind %+v", stops, h.s.Runtimes().Stats(), h.u.Stats())
+					}()
 					for _, s := range samples {
 						if !strings.HasPrefix(s.Comm, "mix-") {
 							continue
