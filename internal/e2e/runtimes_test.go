@@ -43,7 +43,7 @@ type pyInterp struct {
 	root   string // its chroot, "" for the host's
 }
 
-// pyInterps lists the interpreters: pyenv's 3.9, 3.11, 3.12 and 3.13 where
+// pyInterps lists the interpreters: pyenv's 3.6-3.9, 3.11, 3.12 and 3.13 where
 // the host has them, and Debian's python3 of bookworm (3.11) and trixie
 // (3.13) in the runtime chroots the cpython package's tests share. At
 // least one 3.11 is required.
@@ -55,7 +55,7 @@ func pyInterps(t *testing.T) []pyInterp {
 		home, _ := os.UserHomeDir()
 		root = filepath.Join(home, ".pyenv")
 	}
-	re := regexp.MustCompile(`^3\.(9|11|12|13)\.\d+$`)
+	re := regexp.MustCompile(`^3\.(6|7|8|9|11|12|13)\.\d+$`)
 	dirs, _ := os.ReadDir(filepath.Join(root, "versions"))
 	seen := map[string]bool{}
 	for _, d := range dirs {

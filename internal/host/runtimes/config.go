@@ -6,7 +6,7 @@ import "fmt"
 // their frames keeps.
 type Config struct {
 	HotSpot bool // Java: HotSpot JVMs (OpenJDK 8 to 27)
-	CPython bool // Python: CPython 3.9+
+	CPython bool // Python: CPython 3.6-3.15
 	// MaxNames bounds the names cached per runtime (methods, code
 	// objects); the least recently used go first.
 	MaxNames int

@@ -95,7 +95,7 @@ func fromMembers(m memory, l *layout, a addrs) error {
 			return fmt.Errorf("PyFrame_Type members: %w", err)
 		}
 		fields := map[string]*uint64{"f_back": &l.fBack, "f_code": &l.fCode}
-		if l.minor == 9 {
+		if l.minor <= 9 {
 			fields["f_lasti"] = &l.fInstr // a getter from 3.10
 		}
 		if err := take(frame, fields, false); err != nil {

@@ -15,10 +15,10 @@ import (
 
 // Interpreter is one Python of the test matrix: Debian's python3 of each
 // runtime chroot (statically linked, stripped, LTO and PGO: the eval loop
-// split in two), 3.14 from sid (the only Debian suite with it as this is
-// written), and the pyenv builds of the host if it has them (3.9 to 3.13,
-// shared libpython with its symbol table: 3.10 and 3.12 come only from
-// there).
+// split in two), 3.14 and 3.15 from sid (the only Debian suite with them
+// as this is written), and the pyenv builds of the host if it has them
+// (3.6 to 3.13, shared libpython with its symbol table: 3.6-3.8, 3.10 and
+// 3.12 come only from there).
 type Interpreter struct {
 	Name   string // "3.11", "3.12-pyenv"
 	Minor  int
@@ -72,6 +72,8 @@ func Interpreters() []Interpreter {
 	}
 	out = append(out, Interpreter{Name: "3.14", Minor: 14, Python: "/usr/bin/python3.14",
 		root: func(t testing.TB) string { return testfixture.Chroot(t, "sid", "python3.14") }})
+	out = append(out, Interpreter{Name: "3.15", Minor: 15, Python: "/usr/bin/python3.15",
+		root: func(t testing.TB) string { return testfixture.Chroot(t, "sid", "python3.15") }})
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {
 		home, _ := os.UserHomeDir()
@@ -84,14 +86,16 @@ func Interpreters() []Interpreter {
 			continue
 		}
 		minor, _ := strconv.Atoi(m[1])
-		if minor < 9 || minor > 14 {
+		if minor < 6 || minor > 15 {
 			continue
 		}
 		dir := filepath.Join(root, "versions", d.Name())
 		i := Interpreter{Name: "3." + m[1] + "-pyenv", Minor: minor,
 			Python: filepath.Join(dir, "bin", "python3."+m[1])}
-		if lib := filepath.Join(dir, "lib", "libpython3."+m[1]+".so.1.0"); fileExists(lib) {
-			i.Lib = lib
+		for _, abi := range []string{"", "m"} { // 3.7 and older: libpython3.7m
+			if lib := filepath.Join(dir, "lib", "libpython3."+m[1]+abi+".so.1.0"); fileExists(lib) {
+				i.Lib = lib
+			}
 		}
 		if fileExists(i.Python) {
 			out = append(out, i)

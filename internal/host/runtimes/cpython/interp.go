@@ -18,7 +18,7 @@ import (
 
 // nameRE matches the files an interpreter lives in: the executable
 // (python3, python3.11) or the library (libpython3.11.so.1.0); a suffix
-// letter is an ABI flag (3.13t: free-threaded, 3.9d: debug).
+// letter is an ABI flag (3.13t: free-threaded, 3.9d: debug, 3.7m: pymalloc).
 var nameRE = regexp.MustCompile(`^(lib)?python3(?:\.(\d{1,2}))?([a-z]*)(?:\.so(?:\.[0-9.]+)?)?$`)
 
 // candidate is a mapping that may hold the interpreter.
@@ -77,6 +77,10 @@ const (
 	symUnicode  = "PyUnicode_Type"
 	symBytes    = "PyBytes_Type"
 	symVersion  = "Py_Version"
+	// 3.6 has no _PyRuntime: its interpreter list starts at interp_head,
+	// a local symbol, whose address PyInterpreterState_Head loads.
+	symInterpHead     = "interp_head"
+	symInterpHeadFunc = "PyInterpreterState_Head"
 )
 
 // openTimeout bounds opening an interpreter file.
@@ -127,7 +131,7 @@ func inspect(f *elfx.File, c candidate) *fileInfo {
 	}
 	syms := map[string]elf.Symbol{}
 	want := map[string]bool{symRuntime: true, symEval: true, symEvalCold: true, symCodeType: true,
-		symFrame: true, symUnicode: true, symBytes: true, symVersion: true}
+		symFrame: true, symUnicode: true, symBytes: true, symVersion: true, symInterpHead: true, symInterpHeadFunc: true}
 	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
 		ss, err := read()
 		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
@@ -173,9 +177,18 @@ func inspect(f *elfx.File, c candidate) *fileInfo {
 	case fi.minor == 0:
 		fi.err = fmt.Errorf("%s: no version in its name or symbols: %w", c.m.Path, errUnsupported)
 		return fi
-	case c.flags != "":
+	case c.flags != "" && !(c.flags == "m" && fi.minor <= 7):
+		// "m" (pymalloc) is the default build of 3.7 and older, dropped in 3.8.
 		fi.err = fmt.Errorf("%s: ABI flags %q (free-threaded or debug build): %w", c.m.Path, c.flags, errUnsupported)
 		return fi
+	}
+	if fi.minor == 6 {
+		head, err := interpHead(f, syms)
+		if err != nil {
+			fi.err = fmt.Errorf("%s: %w", c.m.Path, err)
+			return fi
+		}
+		syms[symRuntime] = elf.Symbol{Name: symRuntime, Value: head}
 	}
 	for name, dst := range map[string]*uint64{symRuntime: &fi.runtime, symCodeType: &fi.codeType,
 		symUnicode: &fi.unicodeType, symBytes: &fi.bytesType, symFrame: &fi.frameType} {
@@ -215,4 +228,25 @@ func bias(m *normalize.Mapping) (uint64, bool) {
 		return 0, false
 	}
 	return m.Start - v, true
+}
+
+// interpHead finds 3.6's interp_head: its symbol where the file has
+// .symtab, else the RIP-relative load that PyInterpreterState_Head (the
+// function that returns it) starts with, "mov disp32(%rip),%rax; ret".
+func interpHead(f *elfx.File, syms map[string]elf.Symbol) (uint64, error) {
+	if s, ok := syms[symInterpHead]; ok && s.Size == 8 {
+		return s.Value, nil
+	}
+	fn, ok := syms[symInterpHeadFunc]
+	if !ok {
+		return 0, fmt.Errorf("no %s nor %s: %w", symInterpHead, symInterpHeadFunc, errUnsupported)
+	}
+	b, err := f.ReadVaddr(fn.Value, 8)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", symInterpHeadFunc, err)
+	}
+	if b[0] != 0x48 || b[1] != 0x8b || b[2] != 0x05 || b[7] != 0xc3 {
+		return 0, fmt.Errorf("%s does not start with a load of interp_head (% x): %w", symInterpHeadFunc, b, errLayout)
+	}
+	return uint64(int64(fn.Value) + 7 + int64(int32(binary.LittleEndian.Uint32(b[3:])))), nil
 }

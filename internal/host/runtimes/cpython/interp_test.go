@@ -1,6 +1,7 @@
 package cpython
 
 import (
+	"debug/elf"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -37,6 +38,20 @@ func TestInspectInterpreters(t *testing.T) {
 			if fi.cold[0] < fi.eval[1] && fi.cold[1] > fi.eval[0] {
 				t.Errorf("cold part overlaps the eval function")
 			}
+			if fi.minor == 6 {
+				// A stripped 3.6 has no interp_head symbol: the load in
+				// PyInterpreterState_Head must find the same variable.
+				syms := map[string]elf.Symbol{}
+				ds, _ := f.DynamicSymbols()
+				for _, s := range ds {
+					if s.Name == symInterpHeadFunc {
+						syms[s.Name] = s
+					}
+				}
+				if head, err := interpHead(f, syms); err != nil || head != fi.runtime {
+					t.Errorf("interp_head from %s: %#x, %v; the symbol says %#x", symInterpHeadFunc, head, err, fi.runtime)
+				}
+			}
 		})
 	}
 }
@@ -45,7 +60,7 @@ func TestCandidateNames(t *testing.T) {
 	for name, want := range map[string]int{
 		"/usr/bin/python3.11": 11, "/usr/lib/x86_64-linux-gnu/libpython3.9.so.1.0": 9,
 		"/opt/py/bin/python3": 0, "/usr/bin/python3.13t": 13, "/usr/bin/perl": -1, "/usr/lib/libpython2.7.so.1.0": -1,
-		"/tmp/python3.11-evil.so": -1,
+		"/tmp/python3.11-evil.so": -1, "/opt/py/lib/libpython3.7m.so.1.0": 7,
 	} {
 		c, ok := findCandidate(&normalize.Process{Mappings: []normalize.Mapping{{Path: name, File: &normalize.FileInfo{}}}})
 		switch {

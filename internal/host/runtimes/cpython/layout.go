@@ -13,7 +13,7 @@ import (
 type lineFormat uint8
 
 const (
-	linesLnotab    lineFormat = iota + 1 // 3.9: co_lnotab, byte offsets
+	linesLnotab    lineFormat = iota + 1 // 3.6-3.9: co_lnotab, byte offsets
 	linesTable310                        // 3.10: co_linetable address ranges, byte offsets
 	linesLocations                       // 3.11+: co_linetable location entries, code units
 )
@@ -80,6 +80,30 @@ func staticLayout(minor int) (layout, error) {
 		typeMembers: 240, typeBasic: 32, memberName: 0, memberOffset: 16, memberSize: 40,
 		interpNext: 0, tsNext: 8, tsInterp: 16}
 	switch minor {
+	case 6:
+		// No _PyRuntime: the interpreter list's head is pystate.c's static
+		// interp_head, which the walker is given in its place (interp.go).
+		l.kind = uint32(bpf.ProfileCpythonLayoutCPY_FRAME_OBJECTS)
+		l.interpHead, l.threadsHead = 0, 8
+		l.tsFrame, l.tsThreadID = 24, 152
+		l.fBack, l.fCode, l.fInstr = 24, 32, 120
+		l.coFilename, l.coName, l.coFirstline, l.coLines = 96, 104, 36, 112
+		l.lines, l.instrBytes = linesLnotab, true
+		l.asciiData, l.compactData = 48, 72
+	case 7, 8:
+		l.kind = uint32(bpf.ProfileCpythonLayoutCPY_FRAME_OBJECTS)
+		l.interpHead, l.threadsHead = 32, 8
+		if minor == 7 {
+			l.interpHead = 24 // 3.8 added two ints (preinitializing, preinitialized) before it
+		}
+		l.tsFrame, l.tsThreadID = 24, 176
+		l.fBack, l.fCode, l.fInstr = 24, 32, 104
+		l.coFilename, l.coName, l.coFirstline, l.coLines = 104, 112, 40, 120
+		if minor == 7 {
+			l.coFilename, l.coName, l.coFirstline, l.coLines = 96, 104, 36, 112 // no co_posonlyargcount before 3.8
+		}
+		l.lines, l.instrBytes = linesLnotab, true
+		l.asciiData, l.compactData = 48, 72
 	case 9:
 		l.kind = uint32(bpf.ProfileCpythonLayoutCPY_FRAME_OBJECTS)
 		l.interpHead, l.threadsHead = 32, 8
@@ -116,7 +140,7 @@ func staticLayout(minor int) (layout, error) {
 		l.lines, l.instrBytes = linesLocations, true
 		l.asciiData, l.compactData = 40, 56
 	default:
-		return layout{}, fmt.Errorf("Python 3.%d: %w (3.9 to 3.14 are)", minor, errUnsupported)
+		return layout{}, fmt.Errorf("Python 3.%d: %w (3.6 to 3.15 are)", minor, errUnsupported)
 	}
 	return l, nil
 }
@@ -186,6 +210,41 @@ type debugOffsets314 struct {
 	Unicode struct{ Size, State, Length, ASCIISize uint64 }
 }
 
+// debugOffsets315 is 3.15's: the thread state grew fields after
+// current_frame, the type object and Unicode fields at their ends, and a
+// struct (err_stackitem) and a heap type object were added.
+type debugOffsets315 struct {
+	Cookie       [8]byte
+	Version      uint64
+	FreeThreaded uint64
+	Runtime      struct{ Size, Finalizing, InterpretersHead uint64 }
+	Interp       struct {
+		Size, ID, Next, ThreadsHead, ThreadsMain, GC, ImportsModules, Sysdict, Builtins, CevalGIL,
+		GILRuntimeState, GILEnabled, GILLocked, GILHolder, CodeObjectGeneration, TLBCGeneration uint64
+	}
+	Thread struct {
+		Size, Prev, Next, Interp, CurrentFrame, BaseFrame, LastProfiledFrame, LastProfiledFrameSeq,
+		ThreadID, NativeThreadID, DatastackChunk, Status, HoldsGIL, GILRequested, CurrentException, ExcState uint64
+	}
+	ErrStackItem struct{ ExcValue uint64 }
+	Frame        struct{ Size, Previous, Executable, InstrPtr, Localsplus, Owner, Stackpointer, TLBCIndex uint64 }
+	Code         struct {
+		Size, Filename, Name, Qualname, Linetable, Firstlineno, Argcount, LocalsplusNames,
+		LocalsplusKinds, CoCodeAdaptive, CoTLBC uint64
+	}
+	Object   struct{ Size, ObType uint64 }
+	Type     struct{ Size, TpName, TpRepr, TpFlags, TpBasicsize, TpDictoffset uint64 }
+	HeapType struct{ Size, HtCachedKeys uint64 }
+	Tuple    struct{ Size, ObItem, ObSize uint64 }
+	List     struct{ Size, ObItem, ObSize uint64 }
+	Set      struct{ Size, Used, Table, Mask uint64 }
+	Dict     struct{ Size, MaKeys, MaValues uint64 }
+	Float    struct{ Size, ObFval uint64 }
+	Long     struct{ Size, LvTag, ObDigit uint64 }
+	Bytes    struct{ Size, ObSize, ObSval uint64 }
+	Unicode  struct{ Size, State, Length, ASCIISize, CompactSize uint64 }
+}
+
 // debugOffsetsSize is how many bytes of _PyRuntime parseDebugOffsets reads.
 const debugOffsetsSize = 1024
 
@@ -238,11 +297,31 @@ func parseDebugOffsets(b []byte, minor int) (layout, error) {
 		// whose low bit is a tag.
 		l.entryVal = 3
 		l.codeMask = ^uint64(7)
+	case 15:
+		var d debugOffsets315
+		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &d); err != nil {
+			return layout{}, fmt.Errorf("_Py_DebugOffsets: %v: %w", err, errLayout)
+		}
+		l.interpHead, l.interpNext, l.threadsHead = d.Runtime.InterpretersHead, d.Interp.Next, d.Interp.ThreadsHead
+		l.tsNext, l.tsInterp, l.tsFrame, l.tsThreadID, l.tsNativeID = d.Thread.Next, d.Thread.Interp, d.Thread.CurrentFrame, d.Thread.ThreadID, d.Thread.NativeThreadID
+		l.fBack, l.fCode, l.fInstr, l.fEntry = d.Frame.Previous, d.Frame.Executable, d.Frame.InstrPtr, d.Frame.Owner
+		l.coCode, l.coFilename, l.coName, l.coQualname, l.coFirstline, l.coLines = d.Code.CoCodeAdaptive, d.Code.Filename, d.Code.Name, d.Code.Qualname, d.Code.Firstlineno, d.Code.Linetable
+		l.bytesSize, l.bytesData, l.asciiData, l.compactData = d.Bytes.ObSize, d.Bytes.ObSval, d.Unicode.ASCIISize, d.Unicode.CompactSize
+		ob, ty = d.Object.ObType, d.Type.TpFlags
+		if d.Type.TpBasicsize != l.typeBasic {
+			return layout{}, fmt.Errorf("_Py_DebugOffsets: tp_basicsize at %d: %w", d.Type.TpBasicsize, errLayout)
+		}
+		// As 3.14, but FRAME_OWNED_BY_CSTACK is gone: the eval call's
+		// entry frame (FRAME_OWNED_BY_INTERPRETER, 3) is the only shim.
+		l.entryVal = 3
+		l.codeMask = ^uint64(7)
 	default:
 		return layout{}, fmt.Errorf("Python 3.%d: %w", minor, errUnsupported)
 	}
-	// PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
-	l.compactData = l.asciiData + 16
+	if l.compactData == 0 {
+		// PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
+		l.compactData = l.asciiData + 16
+	}
 	if ob != 8 || ty != 168 {
 		return layout{}, fmt.Errorf("_Py_DebugOffsets: ob_type at %d, tp_flags at %d: %w", ob, ty, errLayout)
 	}

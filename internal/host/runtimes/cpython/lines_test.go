@@ -27,7 +27,7 @@ func TestLineTablesAgainstInterpreters(t *testing.T) {
 			if err != nil {
 				t.Fatalf("linedump: %v", err)
 			}
-			format := map[int]lineFormat{9: linesLnotab, 10: linesTable310}[v.Minor]
+			format := map[int]lineFormat{6: linesLnotab, 7: linesLnotab, 8: linesLnotab, 9: linesLnotab, 10: linesTable310}[v.Minor]
 			if format == 0 {
 				format = linesLocations
 			}
