@@ -177,7 +177,7 @@ func inspect(f *elfx.File, c candidate) *fileInfo {
 	case fi.minor == 0:
 		fi.err = fmt.Errorf("%s: no version in its name or symbols: %w", c.m.Path, errUnsupported)
 		return fi
-	case c.flags != "" && !(c.flags == "m" && fi.minor <= 7):
+	case c.flags != "" && (c.flags != "m" || fi.minor > 7):
 		// "m" (pymalloc) is the default build of 3.7 and older, dropped in 3.8.
 		fi.err = fmt.Errorf("%s: ABI flags %q (free-threaded or debug build): %w", c.m.Path, c.flags, errUnsupported)
 		return fi

@@ -140,7 +140,7 @@ func staticLayout(minor int) (layout, error) {
 		l.lines, l.instrBytes = linesLocations, true
 		l.asciiData, l.compactData = 40, 56
 	default:
-		return layout{}, fmt.Errorf("Python 3.%d: %w (3.6 to 3.15 are)", minor, errUnsupported)
+		return layout{}, fmt.Errorf("CPython 3.%d: %w (3.6 to 3.15 are)", minor, errUnsupported) //nolint:staticcheck // a name
 	}
 	return l, nil
 }
@@ -271,7 +271,7 @@ func parseDebugOffsets(b []byte, minor int) (layout, error) {
 	case 13:
 		var d debugOffsets313
 		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &d); err != nil {
-			return layout{}, fmt.Errorf("_Py_DebugOffsets: %v: %w", err, errLayout)
+			return layout{}, fmt.Errorf("_Py_DebugOffsets: %w: %w", err, errLayout)
 		}
 		l.interpHead, l.interpNext, l.threadsHead = d.Runtime.InterpretersHead, d.Interp.Next, d.Interp.ThreadsHead
 		l.tsNext, l.tsInterp, l.tsFrame, l.tsThreadID, l.tsNativeID = d.Thread.Next, d.Thread.Interp, d.Thread.CurrentFrame, d.Thread.ThreadID, d.Thread.NativeThreadID
@@ -284,7 +284,7 @@ func parseDebugOffsets(b []byte, minor int) (layout, error) {
 	case 14:
 		var d debugOffsets314
 		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &d); err != nil {
-			return layout{}, fmt.Errorf("_Py_DebugOffsets: %v: %w", err, errLayout)
+			return layout{}, fmt.Errorf("_Py_DebugOffsets: %w: %w", err, errLayout)
 		}
 		l.interpHead, l.interpNext, l.threadsHead = d.Runtime.InterpretersHead, d.Interp.Next, d.Interp.ThreadsHead
 		l.tsNext, l.tsInterp, l.tsFrame, l.tsThreadID, l.tsNativeID = d.Thread.Next, d.Thread.Interp, d.Thread.CurrentFrame, d.Thread.ThreadID, d.Thread.NativeThreadID
@@ -300,7 +300,7 @@ func parseDebugOffsets(b []byte, minor int) (layout, error) {
 	case 15:
 		var d debugOffsets315
 		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &d); err != nil {
-			return layout{}, fmt.Errorf("_Py_DebugOffsets: %v: %w", err, errLayout)
+			return layout{}, fmt.Errorf("_Py_DebugOffsets: %w: %w", err, errLayout)
 		}
 		l.interpHead, l.interpNext, l.threadsHead = d.Runtime.InterpretersHead, d.Interp.Next, d.Interp.ThreadsHead
 		l.tsNext, l.tsInterp, l.tsFrame, l.tsThreadID, l.tsNativeID = d.Thread.Next, d.Thread.Interp, d.Thread.CurrentFrame, d.Thread.ThreadID, d.Thread.NativeThreadID
