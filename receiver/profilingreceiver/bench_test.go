@@ -3,6 +3,7 @@ package profilingreceiver
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,15 +63,8 @@ import (
 func BenchmarkSamplerOverhead(b *testing.B) {
 	needSampler(b)
 	perf := testfixture.NeedTool(b, "perf")
-	secs := 60
-	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
-	}
-	defer stats.Close()
+	secs := benchSetting("PROFSYM_BENCH_SECONDS", 60)
+	defer bpfStats(b).Close()
 	bin := testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
 		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
 	var results []benchResult
@@ -316,4 +310,25 @@ func watchPeakRSS(pid int, busyAt time.Time, stop <-chan struct{}) func() uint64
 		}
 	}()
 	return peak.Load
+}
+
+// benchSetting is the positive integer in the environment variable name,
+// or def.
+func benchSetting(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// bpfStats turns on the kernel's run-time statistics of BPF programs
+// (kernel.bpf_stats_enabled) until it is closed: what a cost figure adds
+// to the agent's own CPU.
+func bpfStats(tb testing.TB) io.Closer {
+	tb.Helper()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		testfixture.SkipOrFail(tb, "kernel.bpf_stats: %v", err)
+	}
+	return stats
 }

@@ -3,17 +3,14 @@ package profilingreceiver
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -37,18 +34,8 @@ import (
 // printed show it is dropped before.
 func BenchmarkCgroupSelection(b *testing.B) {
 	needSampler(b)
-	secs, rounds := 10, 3
-	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
-	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_ROUNDS")); err == nil && s > 0 {
-		rounds = s
-	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
-	}
-	defer stats.Close()
+	secs, rounds := benchSetting("PROFSYM_BENCH_SECONDS", 10), benchSetting("PROFSYM_BENCH_ROUNDS", 3)
+	defer bpfStats(b).Close()
 	bin := testfixture.Build(b, testfixture.Spec{
 		Name: "unwind-chain-pie", Lang: "c",
 		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},

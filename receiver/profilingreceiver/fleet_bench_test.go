@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -65,18 +63,8 @@ import (
 //	                 cheap runs of every other switch included)
 func BenchmarkFleetMix(b *testing.B) {
 	needSampler(b)
-	secs, rounds := 30, 3
-	if s, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
-	if n, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_ROUNDS")); err == nil && n > 0 {
-		rounds = n
-	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
-	}
-	defer stats.Close()
+	secs, rounds := benchSetting("PROFSYM_BENCH_SECONDS", 30), benchSetting("PROFSYM_BENCH_ROUNDS", 3)
+	defer bpfStats(b).Close()
 	pids, stop := startFleetMix(b)
 	churn := make(chan int)
 	go func() { churn <- spawnChurn(b, testfixtureChain(b), 20, stop) }()

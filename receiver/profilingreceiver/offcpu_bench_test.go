@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -67,13 +66,7 @@ import (
 func BenchmarkOffCPUStorm(b *testing.B) {
 	needSampler(b)
 	perf := testfixture.NeedTool(b, "perf")
-	rounds, loops := 6, 300000
-	if n, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_ROUNDS")); err == nil && n > 0 {
-		rounds = n
-	}
-	if n, err := strconv.Atoi(os.Getenv("PROFSYM_BENCH_LOOPS")); err == nil && n > 0 {
-		loops = n
-	}
+	rounds, loops := benchSetting("PROFSYM_BENCH_ROUNDS", 6), benchSetting("PROFSYM_BENCH_LOOPS", 300000)
 	for range b.N {
 		var alone, cpuOnly, offCPU, empty []stormRun
 		var agentCPU []float64
@@ -228,11 +221,7 @@ func stormWithAgent(b *testing.B, perf string, loops int, offCPU, stats bool) (a
 	time.Sleep(time.Second) // the tables the warm-up asked for
 	var st agentRun
 	if stats {
-		s, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			testfixture.SkipOrFail(b, "kernel.bpf_stats: %v", err)
-		}
-		defer s.Close()
+		defer bpfStats(b).Close()
 	}
 	st0, _ := rcv.sampler.Stats()
 	run0, cnt0, _ := rcv.sampler.OffCPUProgramStats()
