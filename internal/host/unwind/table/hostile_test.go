@@ -192,7 +192,12 @@ func TestHostileHdrCount(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
-	if allocs > 5 {
+	// Five: the error and fmt's own; none sized by the claim.
+	limit := 5.0
+	if raceEnabled {
+		limit++ // fmt's printer, when the detector's sync.Pool dropped it
+	}
+	if allocs > limit {
 		t.Fatalf("%v allocations", allocs)
 	}
 }
