@@ -73,9 +73,25 @@ func TestDetachedLoads(t *testing.T) {
 	}
 
 	// Without LoadTimeout, the caller's context bounds the load (as before).
+	// Writing the file may itself outlast the 50 ms under load (CI once):
+	// the open then meets an expired context, a timeout too.
 	r2 := New(DefaultOptions())
 	defer r2.Close()
 	if _, err := r2.Open(wait(50*time.Millisecond), "", slowFile(t, 64<<20)); frame.Reason(err) != "timeout" {
 		t.Errorf("attached load: %v, want timeout", err)
+	}
+}
+
+// A debug file that was all there was to open keeps its reason: with a
+// context already done, that is a timeout, not "no file" (CI once wrote
+// TestDetachedLoads' file past its 50 ms and got not_found).
+func TestDebugOnlyOpenKeepsReason(t *testing.T) {
+	slow := slowFile(t, 1<<20)
+	r := New(DefaultOptions())
+	defer r.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.Open(ctx, "", slow); frame.Reason(err) != "timeout" {
+		t.Errorf("debug file with a done context: %v, want timeout", err)
 	}
 }

@@ -68,6 +68,11 @@ func openObject(ctx context.Context, binPath, debugPath string, lim elfx.Limits,
 		}
 	}
 	if o.bin == nil && o.dbg == nil {
+		if o.why != nil {
+			// The debug file was all there was: its reason (a timeout,
+			// a limit, a corrupt file) is the answer, not "no file".
+			return nil, o.why
+		}
 		return nil, fmt.Errorf("no file: %w", frame.ErrNotFound)
 	}
 
