@@ -2,12 +2,14 @@ package runtimes
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.uber.org/zap"
 
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // Each runtime owns its block of frame kinds, HotSpot's 1-15 and
@@ -49,5 +51,33 @@ func TestSetRoutesKindsToTheirRuntime(t *testing.T) {
 				t.Errorf("order %v, kind %d: named by %q (%v), want %q", order, kind, got, err, want)
 			}
 		}
+	}
+}
+
+// attachRuntime answers every Attach with err, as a runtime found in p.
+type attachRuntime struct {
+	fakeRuntime
+	err error
+}
+
+func (a attachRuntime) Attach(*normalize.Process) ([][2]uint64, bool, error) { return nil, true, a.err }
+
+type nopUnwinder struct{}
+
+func (nopUnwinder) SetRuntime(int, unwind.Runtime) error { return nil }
+
+// A process that exits while its runtime is read (a JVM that only runs
+// java -version) is not a refusal: CI's TestJavaVersions once counted
+// JDK 8's java -version as one. A runtime that cannot be walked is.
+func TestProcessGoneIsNotRefused(t *testing.T) {
+	gone := NewSet(zap.NewNop(), nopUnwinder{}, attachRuntime{fakeRuntime{KindHotSpot}, fmt.Errorf("pid 7: %w", ErrProcessGone)})
+	gone.Attach(&normalize.Process{PID: 7})
+	if n := gone.Stats().Failed["hotspot"]; n != 0 {
+		t.Errorf("an exited process counted as %d refusals", n)
+	}
+	broken := NewSet(zap.NewNop(), nopUnwinder{}, attachRuntime{fakeRuntime{KindHotSpot}, errors.New("layout refused")})
+	broken.Attach(&normalize.Process{PID: 8})
+	if n := broken.Stats().Failed["hotspot"]; n != 1 {
+		t.Errorf("a refused layout counted %d times, want once", n)
 	}
 }

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"errors"
 	"maps"
 	"strconv"
 	"sync"
@@ -59,6 +60,14 @@ func (s *Set) Attach(p *normalize.Process) {
 	for _, r := range s.rts {
 		ranges, found, err := r.Attach(p)
 		if !found {
+			continue
+		}
+		if errors.Is(err, ErrProcessGone) {
+			// It exited while it was read (a JVM that only runs
+			// java -version): nothing was refused, and counting it
+			// would make the refused metric fire on short-lived
+			// processes.
+			s.log.Debug("runtime process exited while attaching", zap.Int("pid", p.PID), zap.Stringer("runtime", r.Kind()))
 			continue
 		}
 		s.mu.Lock()
