@@ -115,6 +115,10 @@ type ProfileFrameKind uint32
 const (
 	ProfileFrameKindFRAME_HOTSPOT_FIRST ProfileFrameKind = 1
 	ProfileFrameKindFRAME_CPYTHON_FIRST ProfileFrameKind = 16
+	ProfileFrameKindFRAME_V8FIRST       ProfileFrameKind = 32
+	ProfileFrameKindFRAME_PHP_FIRST     ProfileFrameKind = 40
+	ProfileFrameKindFRAME_PERL_FIRST    ProfileFrameKind = 48
+	ProfileFrameKindFRAME_RUBY_FIRST    ProfileFrameKind = 56
 	ProfileFrameKindFRAME_KINDS         ProfileFrameKind = 64
 )
 
@@ -336,7 +340,11 @@ const (
 	ProfileRuntimeKindRUNTIME_NONE    ProfileRuntimeKind = 0
 	ProfileRuntimeKindRUNTIME_HOTSPOT ProfileRuntimeKind = 1
 	ProfileRuntimeKindRUNTIME_CPYTHON ProfileRuntimeKind = 2
-	ProfileRuntimeKindRUNTIME_KINDS   ProfileRuntimeKind = 3
+	ProfileRuntimeKindRUNTIME_V8      ProfileRuntimeKind = 3
+	ProfileRuntimeKindRUNTIME_PHP     ProfileRuntimeKind = 4
+	ProfileRuntimeKindRUNTIME_PERL    ProfileRuntimeKind = 5
+	ProfileRuntimeKindRUNTIME_RUBY    ProfileRuntimeKind = 6
+	ProfileRuntimeKindRUNTIME_KINDS   ProfileRuntimeKind = 7
 )
 
 type ProfileSampleKey struct {
@@ -528,7 +536,11 @@ const (
 	ProfileWalkProgWALK_NATIVE  ProfileWalkProg = 0
 	ProfileWalkProgWALK_HOTSPOT ProfileWalkProg = 1
 	ProfileWalkProgWALK_CPYTHON ProfileWalkProg = 2
-	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 3
+	ProfileWalkProgWALK_V8      ProfileWalkProg = 3
+	ProfileWalkProgWALK_PHP     ProfileWalkProg = 4
+	ProfileWalkProgWALK_PERL    ProfileWalkProg = 5
+	ProfileWalkProgWALK_RUBY    ProfileWalkProg = 6
+	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 7
 )
 
 // Names of all BPF objects in the ELF.

@@ -38,7 +38,11 @@ enum runtime_kind {
 	RUNTIME_NONE = 0,
 	RUNTIME_HOTSPOT = 1,
 	RUNTIME_CPYTHON = 2,
-	RUNTIME_KINDS = 3,
+	RUNTIME_V8 = 3,
+	RUNTIME_PHP = 4,
+	RUNTIME_PERL = 5,
+	RUNTIME_RUBY = 6,
+	RUNTIME_KINDS = 7,
 };
 
 /* Slots of a walk_progs array. */
@@ -46,14 +50,23 @@ enum walk_prog {
 	WALK_NATIVE = 0,
 	WALK_HOTSPOT = RUNTIME_HOTSPOT,
 	WALK_CPYTHON = RUNTIME_CPYTHON,
+	WALK_V8 = RUNTIME_V8,
+	WALK_PHP = RUNTIME_PHP,
+	WALK_PERL = RUNTIME_PERL,
+	WALK_RUBY = RUNTIME_RUBY,
 	WALK_PROGS = RUNTIME_KINDS,
 };
 
 /* Kinds of runtime frames: what word 0's ptr and word 1's aux are. Each
- * runtime numbers its own within its block. */
+ * runtime numbers its own within its block; RT_KIND_BITS leaves room for 64
+ * kinds, so the runtimes after the first two get blocks of 8. */
 enum frame_kind {
 	FRAME_HOTSPOT_FIRST = 1,  /* 1-15: HotSpot (hotspot.h) */
 	FRAME_CPYTHON_FIRST = 16, /* 16-31: CPython (cpython.h) */
+	FRAME_V8_FIRST = 32,      /* 32-39: V8 (Node.js) */
+	FRAME_PHP_FIRST = 40,     /* 40-47: PHP */
+	FRAME_PERL_FIRST = 48,    /* 48-55: Perl */
+	FRAME_RUBY_FIRST = 56,    /* 56-63: Ruby */
 	FRAME_KINDS = 64,
 };
 

@@ -88,6 +88,9 @@ const (
 	TypeJVM     = "jvm"
 	TypeCPython = "cpython"
 	TypeV8JS    = "v8js"
+	TypePHP     = "php"
+	TypePerl    = "perl"
+	TypeRuby    = "ruby"
 	TypeDotnet  = "dotnet"
 )
 

@@ -29,28 +29,62 @@ const (
 	KindNone    = Kind(bpf.ProfileRuntimeKindRUNTIME_NONE)
 	KindHotSpot = Kind(bpf.ProfileRuntimeKindRUNTIME_HOTSPOT)
 	KindCPython = Kind(bpf.ProfileRuntimeKindRUNTIME_CPYTHON)
+	KindV8      = Kind(bpf.ProfileRuntimeKindRUNTIME_V8)
+	KindPHP     = Kind(bpf.ProfileRuntimeKindRUNTIME_PHP)
+	KindPerl    = Kind(bpf.ProfileRuntimeKindRUNTIME_PERL)
+	KindRuby    = Kind(bpf.ProfileRuntimeKindRUNTIME_RUBY)
 )
 
 // First frame kind of each runtime's block (enum frame_kind): a runtime
 // numbers its frame kinds from there, up to the next block (HotSpot's is
-// 1-15, kind 0 being no runtime frame; CPython's 16-31).
+// 1-15, kind 0 being no runtime frame; CPython's 16-31; then blocks of 8).
 const (
 	FrameHotSpotFirst = uint8(bpf.ProfileFrameKindFRAME_HOTSPOT_FIRST)
 	FrameCPythonFirst = uint8(bpf.ProfileFrameKindFRAME_CPYTHON_FIRST)
+	FrameV8First      = uint8(bpf.ProfileFrameKindFRAME_V8FIRST)
+	FramePHPFirst     = uint8(bpf.ProfileFrameKindFRAME_PHP_FIRST)
+	FramePerlFirst    = uint8(bpf.ProfileFrameKindFRAME_PERL_FIRST)
+	FrameRubyFirst    = uint8(bpf.ProfileFrameKindFRAME_RUBY_FIRST)
 	FrameKinds        = uint8(bpf.ProfileFrameKindFRAME_KINDS)
 )
+
+// blocks are the frame kind blocks in order: block i runs from its first
+// kind up to block i+1's.
+var blocks = [...]struct {
+	first uint8
+	kind  Kind
+	typ   string
+}{
+	{FrameHotSpotFirst, KindHotSpot, frame.TypeJVM},
+	{FrameCPythonFirst, KindCPython, frame.TypeCPython},
+	{FrameV8First, KindV8, frame.TypeV8JS},
+	{FramePHPFirst, KindPHP, frame.TypePHP},
+	{FramePerlFirst, KindPerl, frame.TypePerl},
+	{FrameRubyFirst, KindRuby, frame.TypeRuby},
+	{FrameKinds, KindNone, frame.TypeNative},
+}
 
 // KindOf is the runtime whose block a frame kind is in, KindNone for
 // none. The blocks are decided here only: each runtime once computed its
 // own, and HotSpot's took CPython's first kind (issue 26).
 func KindOf(frameKind uint8) Kind {
-	switch {
-	case frameKind >= FrameHotSpotFirst && frameKind < FrameCPythonFirst:
-		return KindHotSpot
-	case frameKind >= FrameCPythonFirst && frameKind < FrameCPythonFirst+16:
-		return KindCPython
+	for i := 0; i+1 < len(blocks); i++ {
+		if frameKind >= blocks[i].first && frameKind < blocks[i+1].first {
+			return blocks[i].kind
+		}
 	}
 	return KindNone
+}
+
+// Block is the range of frame kinds [first, end) of runtime k; first ==
+// end for a kind that has none.
+func Block(k Kind) (first, end uint8) {
+	for i := 0; i+1 < len(blocks); i++ {
+		if blocks[i].kind == k {
+			return blocks[i].first, blocks[i+1].first
+		}
+	}
+	return 0, 0
 }
 
 // Frame is one runtime frame as the walker recorded it.
@@ -111,11 +145,11 @@ func Reason(err error) string {
 
 // FrameType is the profile.frame.type of a frame kind.
 func FrameType(kind uint8) string {
-	switch KindOf(kind) {
-	case KindHotSpot:
-		return frame.TypeJVM
-	case KindCPython:
-		return frame.TypeCPython
+	k := KindOf(kind)
+	for _, b := range blocks {
+		if k != KindNone && b.kind == k {
+			return b.typ
+		}
 	}
 	return frame.TypeNative
 }

@@ -12,13 +12,21 @@ import (
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
-// Each runtime owns its block of frame kinds, HotSpot's 1-15 and
-// CPython's 16-31 (bpf/runtime.h).
+// Each runtime owns its block of frame kinds, HotSpot's 1-15,
+// CPython's 16-31, then V8, PHP, Perl and Ruby 8 each (bpf/runtime.h).
 func TestFrameType(t *testing.T) {
 	for kind, want := range map[uint8]string{0: frame.TypeNative, 1: frame.TypeJVM, 15: frame.TypeJVM,
-		16: frame.TypeCPython, 31: frame.TypeCPython, 32: frame.TypeNative} {
+		16: frame.TypeCPython, 31: frame.TypeCPython, 32: frame.TypeV8JS, 39: frame.TypeV8JS,
+		40: frame.TypePHP, 47: frame.TypePHP, 48: frame.TypePerl, 55: frame.TypePerl,
+		56: frame.TypeRuby, 63: frame.TypeRuby, 64: frame.TypeNative, 255: frame.TypeNative} {
 		if got := FrameType(kind); got != want {
 			t.Errorf("kind %d: %s, want %s", kind, got, want)
+		}
+	}
+	for k, want := range map[Kind][2]uint8{KindHotSpot: {1, 16}, KindCPython: {16, 32}, KindV8: {32, 40},
+		KindPHP: {40, 48}, KindPerl: {48, 56}, KindRuby: {56, 64}, KindNone: {0, 0}} {
+		if first, end := Block(k); first != want[0] || end != want[1] {
+			t.Errorf("%v: block [%d, %d), want %v", k, first, end, want)
 		}
 	}
 }
@@ -41,7 +49,7 @@ func TestSetRoutesKindsToTheirRuntime(t *testing.T) {
 	hs, py := fakeRuntime{KindHotSpot}, fakeRuntime{KindCPython}
 	for _, order := range [][]Runtime{{hs, py}, {py, hs}} {
 		s := NewSet(zap.NewNop(), nil, order...)
-		for kind, want := range map[uint8]string{1: "hotspot", 15: "hotspot", 16: "cpython", 31: "cpython", 0: "", 32: "", 63: ""} {
+		for kind, want := range map[uint8]string{1: "hotspot", 15: "hotspot", 16: "cpython", 31: "cpython", 0: "", 32: "", 63: "", 64: ""} {
 			sym, err := s.Name(1, Frame{Kind: kind})
 			got := ""
 			if err == nil {

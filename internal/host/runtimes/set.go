@@ -170,6 +170,14 @@ func (k Kind) String() string {
 		return "hotspot"
 	case KindCPython:
 		return "cpython"
+	case KindV8:
+		return "v8"
+	case KindPHP:
+		return "php"
+	case KindPerl:
+		return "perl"
+	case KindRuby:
+		return "ruby"
 	case KindNone:
 		return "none"
 	}
