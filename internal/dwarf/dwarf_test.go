@@ -410,7 +410,7 @@ func TestNoInlines(t *testing.T) {
 func TestCorruptUnit(t *testing.T) {
 	fx := cFixture(t, "c-O2-gdwarf-4", "-O2", "-gdwarf-4")
 	s := loadSections(t, fx.path)
-	units, err := scanUnits(s.info)
+	units, err := scanUnits(s.info, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestCorruptUnit(t *testing.T) {
 			s.info[i] = 0xff
 		}
 	}
-	tab, err := newTable(s, Extra{})
+	tab, err := newTable(s, Extra{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

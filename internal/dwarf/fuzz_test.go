@@ -67,7 +67,7 @@ func FuzzLookup(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which, sec uint8, data []byte) {
 		s := bases[int(which)%len(bases)]
 		*sectionPtr(&s, int(sec)%len(fuzzSections)) = data
-		tab, err := newTable(s, Extra{})
+		tab, err := newTable(s, Extra{}, nil)
 		if err != nil {
 			if !errors.Is(err, frame.ErrCorruptFile) && !errors.Is(err, frame.ErrNoDebugInfo) {
 				t.Fatalf("newTable: unclassified error %v", err)

@@ -28,7 +28,7 @@ func Skeletons(f *elfx.File) ([]Skeleton, error) {
 		*n.dst = d
 	}
 	t := &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
-	units, err := scanUnits(s.info)
+	units, err := scanUnits(s.info, func(n int64) error { return f.Charge(n, "DWARF unit index") })
 	if err != nil && len(units) == 0 {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func Pack(dwos []SplitSections) (map[string][]byte, error) {
 	for i, d := range dwos {
 		st := &Table{sec: sections{info: d.Info, abbrev: d.Abbrev, str: d.Str, strOffsets: d.StrOffsets},
 			abbrevs: map[abbrevKey]*abbrevTable{}, link: &splitLink{}}
-		units, err := scanUnits(d.Info)
+		units, err := scanUnits(d.Info, nil)
 		if len(units) != 1 {
 			return nil, fmt.Errorf("split unit %d: %d units (%v): %w", i, len(units), err, frame.ErrCorruptFile)
 		}

@@ -86,7 +86,7 @@ func (t *Table) splitUnit(u *unit, h *unitHead) (st *Table, su *unit, sh *unitHe
 		link: &splitLink{addrBase: h.addrBase, rangesBase: h.gnuRangesBase, base: h.base, compDir: h.compDir,
 			skelT: t, skelU: u},
 	}
-	units, err := scanUnits(ss.Info)
+	units, err := scanUnits(ss.Info, nil)
 	if len(units) == 0 {
 		if err == nil {
 			err = fmt.Errorf("split unit %.200q: no unit: %w", sk.DWOName, frame.ErrNoDebugInfo)

@@ -44,6 +44,10 @@ type Table struct {
 	abbrevBytes int // .debug_abbrev bytes decoded into abbrevs
 
 	parsed atomic.Int64 // bytes held by parsed units
+
+	// limitErr says why units past the last one indexed are not: their
+	// index did not fit the file's budget. Lookups no unit answers return it.
+	limitErr error
 }
 
 type sections struct {
@@ -72,7 +76,7 @@ func New(f *elfx.File) (*Table, error) { return NewExtra(f, Extra{}) }
 func NewExtra(f *elfx.File, x Extra) (*Table, error) {
 	var t *Table
 	_, err := decodeSections(f, func(s sections) (err error) {
-		t, err = newTable(s, x)
+		t, err = newTable(s, x, func(n int64) error { return f.Charge(n, "DWARF unit index") })
 		return err
 	}, func(line []byte) { t.sec.line = line })
 	if err != nil {
@@ -92,11 +96,12 @@ func NewSup(f *elfx.File) (*Table, error) {
 		return nil, fmt.Errorf("dwarf: %s: no .debug_info: %w", f.Path, frame.ErrNoDebugInfo)
 	}
 	t := &Table{sec: s, abbrevs: map[abbrevKey]*abbrevTable{}}
-	units, err := scanUnits(s.info)
+	units, err := scanUnits(s.info, func(n int64) error { return f.Charge(n, "DWARF unit index") })
 	if err != nil && len(units) == 0 {
 		return nil, fmt.Errorf("dwarf: %s: %w", f.Path, err)
 	}
 	t.units = units
+	t.limitErr = limited(err)
 	return t, nil
 }
 
@@ -169,18 +174,20 @@ func sectionData(f *elfx.File, name string) ([]byte, error) {
 }
 
 // newTable indexes already-loaded sections.
-func newTable(s sections, x Extra) (t *Table, err error) {
+func newTable(s sections, x Extra, charge func(int64) error) (t *Table, err error) {
 	defer contain.Panic(func(r any) { t, err = nil, corruptf("indexing: %v", r) })
 	if len(s.info) == 0 {
 		return nil, fmt.Errorf("no .debug_info: %w", frame.ErrNoDebugInfo)
 	}
 	t = &Table{sec: s, sup: x.Sup, split: x.Split, abbrevs: map[abbrevKey]*abbrevTable{}}
-	units, err := scanUnits(s.info)
+	units, err := scanUnits(s.info, charge)
 	if err != nil && len(units) == 0 {
 		return nil, err
 	}
-	// A broken header chain still leaves the units before it usable.
+	// A broken header chain, or a budget that ran out, still leaves the
+	// units before it usable.
 	t.units = units
+	t.limitErr = limited(err)
 	unitIdx := func(off uint64) int32 {
 		i := t.unitIndex(off)
 		if i < 0 || t.units[i].off != off {
@@ -219,9 +226,21 @@ func newTable(s sections, x Extra) (t *Table, err error) {
 	}
 	t.index = buildIndex(rs)
 	if len(t.index) == 0 {
+		if t.limitErr != nil {
+			return nil, t.limitErr
+		}
 		return nil, fmt.Errorf("no DWARF unit covers code: %w", frame.ErrNoDebugInfo)
 	}
 	return t, nil
+}
+
+// limited keeps err if it is a limit's: the units past it exist but were
+// not indexed, which a lookup that finds no unit must say.
+func limited(err error) error {
+	if errors.Is(err, frame.ErrLimitExceeded) {
+		return err
+	}
+	return nil
 }
 
 // unitFor returns the unit whose range holds pc.
@@ -251,7 +270,7 @@ func (t *Table) unitFor(pc uint64) *unit {
 func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	u := t.unitFor(pc)
 	if u == nil {
-		return dst, nil, nil
+		return dst, nil, t.limitErr
 	}
 	d, err := t.fullOf(u)
 	if err != nil {
@@ -262,5 +281,5 @@ func (t *Table) Lookup(pc uint64, inlines bool, dst []frame.Frame) (_ []frame.Fr
 
 // SizeBytes estimates the memory held by the index and the parsed units.
 func (t *Table) SizeBytes() int64 {
-	return int64(len(t.index))*24 + int64(len(t.units))*200 + t.parsed.Load()
+	return int64(len(t.index))*24 + int64(len(t.units))*unitBytes + t.parsed.Load()
 }

@@ -1,8 +1,11 @@
 package dwarf
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/profsym/profsym/internal/frame"
 )
 
 // unit is one unit header of .debug_info. Headers are read by New; the
@@ -72,8 +75,24 @@ const (
 	utSplitType    = 6
 )
 
+// unitBytes is the heap one indexed unit holds: the unit, its pointer and
+// its unit DIE's decoded head, which indexing reads for every unit that
+// .debug_aranges does not cover (626 bytes measured by
+// TestUnitIndexCharged, with an eighth to spare). A unit header is 12 bytes
+// of file, so an index is up to 50 times the size of the .debug_info it
+// comes from, which is why it is charged to the file's budget.
+const unitBytes = 704
+
+// unchargedUnits bounds the units of a scan with no budget to charge: a
+// split unit's .dwo or a package's contribution, which hold one unit or a
+// few.
+const unchargedUnits = 4096
+
 // scanUnits reads every unit header in .debug_info without touching DIEs.
-func scanUnits(info []byte) ([]*unit, error) {
+// charge, if set, is asked for each unit's heap before it is indexed
+// (elfx.File.Charge); when it refuses, or past unchargedUnits without it,
+// the units scanned so far are returned with its error.
+func scanUnits(info []byte, charge func(n int64) error) ([]*unit, error) {
 	var units []*unit
 	b := buf{data: info}
 	for b.off < len(info) {
@@ -123,6 +142,14 @@ func scanUnits(info []byte) ([]*unit, error) {
 			return units, corruptf("unit at %#x: address size %d", start, u.shape.addrSize)
 		}
 		if u.unitType == utCompile || u.unitType == utPartial || u.unitType == utSkeleton || u.unitType == utSplitCompile {
+			switch {
+			case charge == nil && len(units) >= unchargedUnits:
+				return units, fmt.Errorf("more than %d units in a split unit's section: %w", unchargedUnits, frame.ErrLimitExceeded)
+			case charge != nil:
+				if err := charge(unitBytes); err != nil {
+					return units, fmt.Errorf("indexing unit %d of .debug_info: %w", len(units), err)
+				}
+			}
 			units = append(units, u)
 		}
 	}

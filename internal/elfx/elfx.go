@@ -172,6 +172,28 @@ func (f *File) HeldBytes() int64 {
 	return f.extra
 }
 
+// Charge counts n bytes of heap that a reader of this file builds from it
+// (an index whose size the file decides) against the file's
+// MaxDecompressedBytes, or fails with an error wrapping
+// frame.ErrLimitExceeded when they do not fit what is left. Not against the
+// Pool: charged there, one file's index held the pool and starved healthy
+// files' sections (TestGatewayHostileInput, with a file of nothing but
+// units); the owner of what is kept accounts for it (the symbolizer's cache
+// counts Table.SizeBytes).
+func (f *File) Charge(n int64, what string) error {
+	if n <= 0 {
+		return nil
+	}
+	b := f.budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(uint64(n)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	b.spent += n
+	return nil
+}
+
 // DecompressedBytes is how many bytes decompression of this file (and of
 // files embedded in it) has produced so far, against its limit.
 func (f *File) DecompressedBytes() (spent, limit int64) {
