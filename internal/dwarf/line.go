@@ -65,24 +65,25 @@ const maxLineEntries = 1 << 20
 
 // linesOf parses u's line-program header once.
 func (t *Table) linesOf(u *unit) (*lineHeader, error) {
-	u.filesOnce.Do(func() {
+	s := u.state()
+	s.filesOnce.Do(func() {
 		h, err := t.headOf(u)
 		if err != nil {
-			u.filesErr = err
+			s.filesErr = err
 			return
 		}
 		if !h.hasStmt {
-			u.lines = &lineHeader{}
+			s.lines = &lineHeader{}
 			if t.link != nil {
 				// A split unit without a line table of its own: its
 				// skeleton's names its files, as llvm reads them.
-				u.lines, u.filesErr = t.link.skelT.linesOf(t.link.skelU)
+				s.lines, s.filesErr = t.link.skelT.linesOf(t.link.skelU)
 			}
 			return
 		}
-		u.lines, u.filesErr = t.parseLineHeader(u, h)
+		s.lines, s.filesErr = t.parseLineHeader(u, h)
 	})
-	return u.lines, u.filesErr
+	return s.lines, s.filesErr
 }
 
 // fileName is the full path of file number idx of u's line table, or ""

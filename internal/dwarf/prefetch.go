@@ -18,7 +18,7 @@ func (t *Table) Prefetch(addrs []uint64, workers int, done func()) {
 	seen := map[*unit]bool{}
 	for _, a := range addrs {
 		u := t.unitFor(a)
-		if u == nil || u == last || u.fullDone.Load() {
+		if u == nil || u == last || u.parsed() {
 			continue
 		}
 		last = u
@@ -46,11 +46,12 @@ func (t *Table) Prefetch(addrs []uint64, workers int, done func()) {
 					return
 				}
 				u := todo[i]
-				if u.fullDone.Load() || !u.fullMu.TryLock() {
+				s := u.state()
+				if s.fullDone.Load() || !s.fullMu.TryLock() {
 					continue
 				}
-				t.parseFullLocked(u)
-				u.fullMu.Unlock()
+				t.parseFullLocked(u, s)
+				s.fullMu.Unlock()
 			}
 		}()
 	}

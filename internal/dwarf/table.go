@@ -205,12 +205,14 @@ func newTable(s sections, x Extra, charge func(int64) error) (t *Table, err erro
 		}
 	}
 	var scratch []addrRange
+	var head unitHead
 	for i, u := range t.units {
 		if covered[u.off] {
 			continue
 		}
-		h, err := t.headOf(u)
-		if err != nil {
+		// Parsed, not kept: a unit's head is heap only once it is used.
+		h := &head
+		if err := t.parseHeadInto(u, h); err != nil {
 			continue // the unit is unusable; others may still answer
 		}
 		if h.tag != tagCompileUnit && h.tag != tagSkeletonUnit {

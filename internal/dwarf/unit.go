@@ -9,19 +9,26 @@ import (
 )
 
 // unit is one unit header of .debug_info. Headers are read by New; the
-// rest is filled in lazily, in three independent steps so that a unit
-// parsing its DIE tree may consult another unit's abbreviations and file
-// names (cross-unit DW_FORM_ref_addr) without waiting on that unit's own
-// full parse, which could otherwise deadlock on a reference cycle.
+// rest is filled in lazily (unitState), in three independent steps so that
+// a unit parsing its DIE tree may consult another unit's abbreviations and
+// file names (cross-unit DW_FORM_ref_addr) without waiting on that unit's
+// own full parse, which could otherwise deadlock on a reference cycle.
+// The header is all an unused unit costs: the index is of every unit of a
+// file the file decides the number of.
 type unit struct {
 	off       uint64 // offset of the unit header in .debug_info
 	end       uint64 // offset one past the unit
 	dieOff    uint64 // offset of the unit DIE
-	shape     unitShape
-	unitType  uint8
 	abbrevOff uint64
 	dwoID     uint64 // DWARF 5 skeleton and split units: from the header
+	shape     unitShape
+	unitType  uint8
 
+	lazy atomic.Pointer[unitState] // nil until the unit is first used
+}
+
+// unitState is what using a unit parses.
+type unitState struct {
 	headOnce sync.Once
 	head     *unitHead
 	headErr  error
@@ -36,6 +43,21 @@ type unit struct {
 	fullDone atomic.Bool
 	full     *unitData
 	fullErr  error
+}
+
+// state returns u's lazily parsed state, making it on first use.
+func (u *unit) state() *unitState {
+	if s := u.lazy.Load(); s != nil {
+		return s
+	}
+	u.lazy.CompareAndSwap(nil, &unitState{})
+	return u.lazy.Load()
+}
+
+// parsed reports whether u's full parse is done, without making its state.
+func (u *unit) parsed() bool {
+	s := u.lazy.Load()
+	return s != nil && s.fullDone.Load()
 }
 
 // unitHead is the unit's abbreviation table plus what its unit DIE says.
@@ -75,13 +97,18 @@ const (
 	utSplitType    = 6
 )
 
-// unitBytes is the heap one indexed unit holds: the unit, its pointer and
-// its unit DIE's decoded head, which indexing reads for every unit that
-// .debug_aranges does not cover (626 bytes measured by
-// TestUnitIndexCharged, with an eighth to spare). A unit header is 12 bytes
-// of file, so an index is up to 50 times the size of the .debug_info it
-// comes from, which is why it is charged to the file's budget.
-const unitBytes = 704
+// unitBytes is the heap one indexed unit holds: its header (unit), its
+// pointer and its entry in the address index (99 bytes measured by
+// TestUnitIndexCharged, with an eighth to spare); what parsing it makes
+// (unitState) comes when it is used and is counted then (Table.parsed). A
+// unit header is 12 bytes of file, so an index is up to 9 times the size of
+// the .debug_info it comes from, which is why it is charged to the file's
+// budget. Before the header and its state were split and heads decoded for
+// the index were kept, it was 626 bytes.
+const unitBytes = 112
+
+// unitChunk is how many units are allocated together.
+const unitChunk = 256
 
 // unchargedUnits bounds the units of a scan with no budget to charge: a
 // split unit's .dwo or a package's contribution, which hold one unit or a
@@ -94,6 +121,7 @@ const unchargedUnits = 4096
 // the units scanned so far are returned with its error.
 func scanUnits(info []byte, charge func(n int64) error) ([]*unit, error) {
 	var units []*unit
+	var chunk []unit // units are allocated unitChunk at a time
 	b := buf{data: info}
 	for b.off < len(info) {
 		start := uint64(b.off)
@@ -106,7 +134,11 @@ func scanUnits(info []byte, charge func(n int64) error) ([]*unit, error) {
 		if end < body || end > uint64(len(info)) {
 			return units, corruptf("unit at %#x: length %#x runs past .debug_info", start, length)
 		}
-		u := &unit{off: start, end: end}
+		if len(chunk) == cap(chunk) {
+			chunk = make([]unit, 0, unitChunk)
+		}
+		chunk = append(chunk, unit{off: start, end: end})
+		u := &chunk[len(chunk)-1]
 		u.shape.offSize = uint8(offSize)
 		ver := b.u16()
 		u.shape.version = uint8(ver)
@@ -225,27 +257,38 @@ const maxAbbrevSlack = 64 << 10
 
 // headOf parses u's abbreviations and unit DIE once.
 func (t *Table) headOf(u *unit) (*unitHead, error) {
-	u.headOnce.Do(func() {
-		u.head, u.headErr = t.parseHead(u)
+	s := u.state()
+	s.headOnce.Do(func() {
+		s.head, s.headErr = t.parseHead(u)
 	})
-	return u.head, u.headErr
+	return s.head, s.headErr
 }
 
 func (t *Table) parseHead(u *unit) (*unitHead, error) {
-	abbrevs, err := t.abbrevsFor(u)
-	if err != nil {
+	h := new(unitHead)
+	if err := t.parseHeadInto(u, h); err != nil {
 		return nil, err
 	}
-	h := &unitHead{abbrevs: abbrevs}
+	return h, nil
+}
+
+// parseHeadInto is parseHead into h, which it overwrites: indexing reuses
+// one for every unit rather than make garbage of one per unit.
+func (t *Table) parseHeadInto(u *unit, h *unitHead) error {
+	abbrevs, err := t.abbrevsFor(u)
+	if err != nil {
+		return err
+	}
+	*h = unitHead{abbrevs: abbrevs}
 	b := buf{data: t.sec.info[:u.end]}
 	b.seek(u.dieOff)
 	code := b.uleb()
 	if b.err != nil {
-		return nil, corruptf("unit at %#x: no unit DIE", u.off)
+		return corruptf("unit at %#x: no unit DIE", u.off)
 	}
 	a := abbrevs.get(code)
 	if a == nil {
-		return nil, corruptf("unit at %#x: unknown abbreviation %d", u.off, code)
+		return corruptf("unit at %#x: unknown abbreviation %d", u.off, code)
 	}
 	h.tag = a.tag
 	// The bases may follow the attributes that need them, so one pass
@@ -276,11 +319,11 @@ func (t *Table) parseHead(u *unit) (*unitHead, error) {
 			continue
 		}
 		if !u.shape.skipForm(&b, form) {
-			return nil, corruptf("unit at %#x: unknown form %#x", u.off, form)
+			return corruptf("unit at %#x: unknown form %#x", u.off, form)
 		}
 	}
 	if b.err != nil {
-		return nil, corruptf("unit DIE at %#x truncated", u.dieOff)
+		return corruptf("unit DIE at %#x truncated", u.dieOff)
 	}
 	if !h.hasStrOff && u.shape.version >= 5 {
 		// Producers that omit it use the table's first entries (llvm
@@ -292,7 +335,7 @@ func (t *Table) parseHead(u *unit) (*unitHead, error) {
 	}
 	b.off = start
 	if err := t.decodeAttrs(&b, a, u, h, &h.top); err != nil {
-		return nil, err
+		return err
 	}
 	if h.top.hasCompDir {
 		h.compDir = string(h.top.compDir)
@@ -310,7 +353,7 @@ func (t *Table) parseHead(u *unit) (*unitHead, error) {
 	if t.link != nil {
 		t.link.fill(u, h, len(t.sec.line) > 0)
 	}
-	return h, nil
+	return nil
 }
 
 // readUnsigned decodes a constant or section-offset form.

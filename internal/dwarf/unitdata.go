@@ -54,26 +54,28 @@ func (d *unitData) size() int64 {
 
 // fullOf parses u's line program and DIE tree once.
 func (t *Table) fullOf(u *unit) (*unitData, error) {
-	if !u.fullDone.Load() {
-		u.fullMu.Lock()
-		t.parseFullLocked(u)
-		u.fullMu.Unlock()
+	s := u.state()
+	if !s.fullDone.Load() {
+		s.fullMu.Lock()
+		t.parseFullLocked(u, s)
+		s.fullMu.Unlock()
 	}
-	return u.full, u.fullErr
+	return s.full, s.fullErr
 }
 
-// parseFullLocked parses u unless that is done; u.fullMu is held.
-func (t *Table) parseFullLocked(u *unit) {
-	if u.fullDone.Load() {
+// parseFullLocked parses u unless that is done; s (u's state) fullMu is
+// held.
+func (t *Table) parseFullLocked(u *unit, s *unitState) {
+	if s.fullDone.Load() {
 		return
 	}
-	defer u.fullDone.Store(true)
+	defer s.fullDone.Store(true)
 	// Belt and braces: the parser bounds-checks every read, but a bug
 	// must cost one unit's answers, not the process.
-	defer contain.Panic(func(r any) { u.full, u.fullErr = nil, corruptf("unit at %#x: %v", u.off, r) })
-	u.full, u.fullErr = t.parseFull(u)
-	if u.fullErr == nil {
-		t.parsed.Add(u.full.size())
+	defer contain.Panic(func(r any) { s.full, s.fullErr = nil, corruptf("unit at %#x: %v", u.off, r) })
+	s.full, s.fullErr = t.parseFull(u)
+	if s.fullErr == nil {
+		t.parsed.Add(s.full.size())
 	}
 }
 
