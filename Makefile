@@ -30,7 +30,7 @@ vet:
 LINT_BASE ?= c657c3629aea
 GOLANGCI_LINT ?= golangci-lint
 lint:
-	$(GOLANGCI_LINT) run --new-from-rev=$(LINT_BASE) ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners --new-from-rev=$(LINT_BASE) ./...
 
 # The processor and the CLI build for macOS and Windows too (the sampler and
 # the receiver build there as stubs that say Linux is needed); the sampler

@@ -15,16 +15,20 @@ import (
 // Each runtime owns its block of frame kinds, HotSpot's 1-15,
 // CPython's 16-31, then V8, PHP, Perl and Ruby 8 each (bpf/runtime.h).
 func TestFrameType(t *testing.T) {
-	for kind, want := range map[uint8]string{0: frame.TypeNative, 1: frame.TypeJVM, 15: frame.TypeJVM,
+	for kind, want := range map[uint8]string{
+		0: frame.TypeNative, 1: frame.TypeJVM, 15: frame.TypeJVM,
 		16: frame.TypeCPython, 31: frame.TypeCPython, 32: frame.TypeV8JS, 39: frame.TypeV8JS,
 		40: frame.TypePHP, 47: frame.TypePHP, 48: frame.TypePerl, 55: frame.TypePerl,
-		56: frame.TypeRuby, 63: frame.TypeRuby, 64: frame.TypeNative, 255: frame.TypeNative} {
+		56: frame.TypeRuby, 63: frame.TypeRuby, 64: frame.TypeNative, 255: frame.TypeNative,
+	} {
 		if got := FrameType(kind); got != want {
 			t.Errorf("kind %d: %s, want %s", kind, got, want)
 		}
 	}
-	for k, want := range map[Kind][2]uint8{KindHotSpot: {1, 16}, KindCPython: {16, 32}, KindV8: {32, 40},
-		KindPHP: {40, 48}, KindPerl: {48, 56}, KindRuby: {56, 64}, KindNone: {0, 0}} {
+	for k, want := range map[Kind][2]uint8{
+		KindHotSpot: {1, 16}, KindCPython: {16, 32}, KindV8: {32, 40},
+		KindPHP: {40, 48}, KindPerl: {48, 56}, KindRuby: {56, 64}, KindNone: {0, 0},
+	} {
 		if first, end := Block(k); first != want[0] || end != want[1] {
 			t.Errorf("%v: block [%d, %d), want %v", k, first, end, want)
 		}
