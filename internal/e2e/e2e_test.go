@@ -179,6 +179,7 @@ type userFrame struct {
 // sampleOf is one sample of a profiles file: its process, value, first
 // timestamp, stop reason and user frames, leaf first.
 type sampleOf struct {
+	typ    string // the profile's sample type: cpu, off_cpu, wall
 	pid, n int64
 	time   uint64 // unix ns of the first time the stack was sampled
 	stop   string // profsym.unwind.stop_reason, "" for a whole stack
@@ -219,6 +220,7 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 			}
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, p := range sp.Profiles().All() {
+					typ := d.Str(p.SampleType().TypeStrindex())
 					for _, s := range p.Samples().All() {
 						var frames []userFrame
 						for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
@@ -245,7 +247,7 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 							frames = append(frames, userFrame{fn: d.Str(f.NameStrindex()), file: filepath.Base(file), path: file,
 								line: ln.Line(), typ: ft.Str()})
 						}
-						smp := sampleOf{pid: v.Int(), n: s.Values().At(0), frames: frames}
+						smp := sampleOf{typ: typ, pid: v.Int(), n: s.Values().At(0), frames: frames}
 						if s.TimestampsUnixNano().Len() > 0 {
 							smp.time = s.TimestampsUnixNano().At(0)
 						}
