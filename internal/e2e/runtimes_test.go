@@ -44,9 +44,9 @@ type pyInterp struct {
 }
 
 // pyInterps lists the interpreters: pyenv's 3.6-3.9, 3.11, 3.12 and 3.13 where
-// the host has them, and Debian's python3 of bookworm (3.11) and trixie
-// (3.13) in the runtime chroots the cpython package's tests share. At
-// least one 3.11 is required.
+// the host has them, Debian's python3 of bookworm (3.11) and trixie (3.13)
+// in the runtime chroots the cpython package's tests share, and sid's 3.14
+// and 3.15. At least one 3.11 is required.
 func pyInterps(t *testing.T) []pyInterp {
 	t.Helper()
 	var out []pyInterp
@@ -80,6 +80,11 @@ func pyInterps(t *testing.T) []pyInterp {
 				// Built once (debootstrap) before anything starts.
 				out = append(out, pyInterp{name: c.Python + "-" + c.Suite, python: "/usr/bin/python" + c.Python, root: c.Root(t)})
 			}
+		}
+		// 3.14 and 3.15 from sid, the only suite with them (the cpython
+		// package's chroots: one per interpreter).
+		for _, v := range []string{"3.14", "3.15"} {
+			out = append(out, pyInterp{name: v + "-sid", python: "/usr/bin/python" + v, root: testfixture.Chroot(t, "sid", "python"+v)})
 		}
 	}
 	if !slices.ContainsFunc(out, func(i pyInterp) bool { return strings.HasPrefix(i.name, "3.11-") }) {
