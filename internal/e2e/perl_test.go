@@ -142,25 +142,29 @@ func startPerls(t *testing.T) []*pyRun {
 
 // perlWhole says whether frames hold mode's whole named chain: its Perl
 // frames, leaf first, exactly the chain's, of type perl, in the fixture's
-// file, on a marked line of their sub; in mode sort with Perl_pp_sort's
-// native frame between the comparison and the sub that sorts. It also
-// says what the Perl frames were.
+// file, on a marked line of their sub; in mode sort with native frames
+// between the comparison and the sub that sorts: sort's, Perl_pp_sort or
+// Perl_sortsv_flags among them where any is named (a chroot's perl's
+// native frames are partly raw in the output); or, in sorter's own code
+// (its statements, the sort block's ops, sort's C code between two
+// calls), the chain without cmpleaf. It also says what the Perl frames
+// were.
 func perlWhole(frames []userFrame, mode, script string, marks map[string][]int64) (bool, string) {
 	chain := perlChains[mode]
-	var pl []userFrame
-	sortAt, firstPerl, secondPerl := -1, -1, -1
-	for i, f := range frames {
-		if f.typ == "perl" {
+	var pl, between []userFrame
+	for _, f := range frames {
+		switch {
+		case f.typ == "perl":
 			pl = append(pl, f)
-			switch len(pl) {
-			case 1:
-				firstPerl = i
-			case 2:
-				secondPerl = i
-			}
-		} else if f.fn == "Perl_pp_sort" && sortAt < 0 {
-			sortAt = i
+		case len(pl) == 1:
+			between = append(between, f)
 		}
+	}
+	sorted := len(between) > 0 && (slices.ContainsFunc(between, func(f userFrame) bool { return f.fn == "Perl_pp_sort" || f.fn == "Perl_sortsv_flags" }) ||
+		!slices.ContainsFunc(between, func(f userFrame) bool { return !f.raw }))
+	if mode == "sort" && len(pl) == len(chain)-1 {
+		// In sorter's own code, sort's or the sort block's: no callback.
+		chain, sorted = chain[1:], true
 	}
 	ok := len(pl) == len(chain)
 	desc := make([]string, len(pl))
@@ -175,9 +179,13 @@ func perlWhole(frames []userFrame, mode, script string, marks map[string][]int64
 			ok = false
 		}
 	}
-	if mode == "sort" && !(sortAt > firstPerl && sortAt < secondPerl) {
+	if mode == "sort" && !sorted {
 		ok = false
-		desc = append(desc, "(no Perl_pp_sort between the first two)")
+		names := make([]string, len(between))
+		for i, f := range between {
+			names[i] = cmp.Or(f.fn, "raw("+f.err+")")
+		}
+		desc = append(desc, "(no sort frame between the first two: "+strings.Join(names, " ")+")")
 	}
 	leaf := "none"
 	if len(frames) > 0 {

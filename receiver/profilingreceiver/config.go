@@ -146,7 +146,7 @@ type InterpretersConfig struct {
 	HotSpot bool `mapstructure:"hotspot"`
 	// CPython walks Python stacks of CPython 3.9 and later.
 	CPython bool `mapstructure:"cpython"`
-	// Perl walks Perl stacks of Perl 5.36.
+	// Perl walks Perl stacks of Perl 5.36, 5.40 and 5.42 (threaded).
 	Perl bool `mapstructure:"perl"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).

@@ -17,7 +17,9 @@
 # 3. prints "done" and sleeps until killed (no samples after the work).
 #
 # Each sample between "go" and "done" must have exactly the chain's Perl
-# frames, leaf first, on the lines marked "# L:NAME".
+# frames, leaf first, on the lines marked "# L:NAME"; in mode sort, a
+# sample in sorter's own code (its loop, the sort block's ops, sort's C
+# code between two calls of cmpleaf) has the chain without cmpleaf.
 use strict;
 use warnings;
 
@@ -53,8 +55,8 @@ sub mid {
 
 # cmpleaf is sort's comparison: each call busy a little.
 sub cmpleaf {
-    my ($x, $y) = @_;
-    my $s = 0;
+    my ($x, $y) = @_;    # L:cmpleaf
+    my $s = 0;    # L:cmpleaf
     for my $i (1 .. 2000) {    # L:cmpleaf
         $s = ($s + $i * $i) % 1000003;    # L:cmpleaf
     }

@@ -206,7 +206,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		thrKey = fi.thrKey + b
 	}
 	if err == nil {
-		err = r.probe(p.PID, curinterp)
+		err = r.probe(p.PID, &fi.lay, curinterp)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -239,8 +239,10 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	return ranges, true, nil
 }
 
-// probe checks that the process has an interpreter up.
-func (r *Runtime) probe(pid int, curinterp uint64) error {
+// probe checks that the process has an interpreter up, and that the
+// layout reads it: its stackinfo chain ends at the main one, with context
+// indexes within bounds.
+func (r *Runtime) probe(pid int, l *layout, curinterp uint64) error {
 	m, err := runtimes.OpenMem(r.opt.ProcRoot, pid)
 	if err != nil {
 		return err
@@ -255,6 +257,12 @@ func (r *Runtime) probe(pid int, curinterp uint64) error {
 	}
 	if interp == 0 {
 		return fmt.Errorf("%w: no interpreter yet", errNotReady)
+	}
+	if err := checkLive(m, l, interp); err != nil {
+		if errors.Is(err, runtimes.ErrProcessGone) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errNotReady, err)
 	}
 	return nil
 }
