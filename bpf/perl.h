@@ -26,7 +26,9 @@
  *   PERL_EVAL  ptr = the COP running in the eval, aux = its line;
  *   PERL_MAIN  ptr = the COP running in the main program, aux = its line.
  * The line of a frame is its COP's: PL_curcop for the innermost, and the
- * caller's blk_oldcop saved in the context of the frame it called.
+ * caller's blk_oldcop saved in the context of the frame it called; a sub
+ * that has run no statement yet (PL_curcop is still its caller's) has the
+ * line of its first statement.
  *
  * Offsets come from the host (internal/host/runtimes/perl), per Perl
  * version; every one is bounded here again.
@@ -80,6 +82,9 @@ struct perl_proc {
 	__u16 xcv_gv;     /* XPVCV: xcv_gv_u; xcv_file */
 	__u16 xcv_file;
 	__u16 cop_line;
+	__u16 xcv_start;  /* XPVCV: xcv_start_u, the sub's first op */
+	__u16 op_type;    /* OP: the 16 bits whose low 9 are op_type */
+	__u16 op_nextstate; /* OP_NEXTSTATE; OP_DBSTATE follows */
 	__u8 type_cv;     /* SVt_PVCV */
 	__u8 cxt_sub;     /* CXt_SUB; CXt_FORMAT, CXt_EVAL follow */
 	__u8 cxp_evalblock;
@@ -151,6 +156,26 @@ static __always_inline __u64 perl_interp(struct perl_proc *p)
 static __always_inline int perl_si(struct perl_proc *p, __u64 si, __s32 *ix)
 {
 	return perl_read(ix, sizeof(*ix), si + p->si_cxsubix);
+}
+
+/* The line of a sub that was entered but has run no statement yet
+ * (PL_curcop is still its caller's): its first op's, a nextstate COP.
+ * Else line stays. */
+static __always_inline __u32 perl_first_line(struct perl_proc *p, __u64 body, __u32 line)
+{
+	__u64 start;
+	__u16 type;
+	__u32 first;
+
+	if (perl_read(&start, sizeof(start), body + p->xcv_start) || start == 0 ||
+	    perl_read(&type, sizeof(type), start + p->op_type))
+		return line;
+	type &= 0x1ff;
+	if (type != p->op_nextstate && type != p->op_nextstate + 1)
+		return line;
+	if (perl_read(&first, sizeof(first), start + p->cop_line))
+		return line;
+	return first;
 }
 
 static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
@@ -246,6 +271,8 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 			err = PERL_ERR_NOT_CV;
 			if ((flags & 0xff) != p->type_cv)
 				goto fail;
+			if (cop == PERL_LOAD(b->cx, PERL_CX_READ, __u64, p->cx_oldcop))
+				line = perl_first_line(p, body, line);
 			h = mix(mix(0xcbf29ce484222325ull, gv), file);
 			h = (__u32)(h ^ (h >> 32));
 			if (h == 0)

@@ -349,11 +349,14 @@ type ProfilePerlProc struct {
 	XcvGv        uint16
 	XcvFile      uint16
 	CopLine      uint16
+	XcvStart     uint16
+	OpType       uint16
+	OpNextstate  uint16
 	TypeCv       uint8
 	CxtSub       uint8
 	CxpEvalblock uint8
 	Pad          uint8
-	_            [2]byte
+	_            [4]byte
 }
 
 type ProfileProcEvent struct {

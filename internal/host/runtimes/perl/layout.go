@@ -29,6 +29,7 @@ type layout struct {
 	hvAux, auxName, auxNameCount        uint16 // xpvhv_with_aux, xpvhv_aux
 	hekLen, hekKey                      uint16 // HEK
 	copLine, copFile                    uint16 // COP (threaded: cop_file is a char*)
+	xcvStart, opType, opNextstate       uint16 // XPVCV: xcv_start_u; OP: op_type's word; OP_NEXTSTATE
 	typeCV, typeGV, typeHV              uint8  // SVt_PVCV, SVt_PVGV, SVt_PVHV
 	cxtSub, cxpEvalBlock                uint8
 	cvfNamed                            uint32
@@ -37,8 +38,15 @@ type layout struct {
 
 // layouts by version (minor of 5.x), threaded builds on x86-64. 5.40
 // (trixie) and 5.42 (sid) have 5.36's offsets, compared field by field
-// from their headers (docs/runtimes.md); each is tested on its perl.
-var layouts = map[int]layout{36: layout536, 40: layout536, 42: layout536}
+// from their headers (docs/runtimes.md), but more ops before
+// OP_NEXTSTATE; each is tested on its perl.
+var layouts = map[int]layout{36: layout536, 40: with(layout536, 198), 42: with(layout536, 202)}
+
+// with is l with the number of OP_NEXTSTATE, which differs.
+func with(l layout, nextstate uint16) layout {
+	l.opNextstate = nextstate
+	return l
+}
 
 var layout536 = layout{
 	iStackinfo: 224, iCurcop: 208,
@@ -49,6 +57,7 @@ var layout536 = layout{
 	hvAux: 32, auxName: 0, auxNameCount: 28,
 	hekLen: 4, hekKey: 8,
 	copLine: 36, copFile: 48,
+	xcvStart: 40, opType: 32, opNextstate: 195,
 	typeCV: 13, typeGV: 9, typeHV: 12,
 	cxtSub: 9, cxpEvalBlock: 64,
 	cvfNamed: 0x8000, svfOOK: 0x02000000,
@@ -76,6 +85,7 @@ func (l *layout) bpf(curinterp, thrKey uint64) bpf.ProfilePerlProc {
 		SiCxstack: l.siCxstack, SiPrev: l.siPrev, SiCxmax: l.siCxmax, SiCxsubix: l.siCxsub,
 		CxSize: l.cxSize, CxOldcop: l.cxOldcop, CxRetop: l.cxRetop, CxOldsubix: l.cxOldsub, CxCv: l.cxCV,
 		XcvGv: l.xcvGV, XcvFile: l.xcvFile, CopLine: l.copLine,
+		XcvStart: l.xcvStart, OpType: l.opType, OpNextstate: l.opNextstate,
 		TypeCv: l.typeCV, CxtSub: l.cxtSub, CxpEvalblock: l.cxpEvalBlock,
 	}
 }
