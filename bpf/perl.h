@@ -123,10 +123,11 @@ struct {
 } perl_stats SEC(".maps");
 
 /* rt_data use: [0] the stackinfo being walked, [1] PERL_STARTED |
- * PERL_DONE | the next context index (low 32 bits, signed), [2] the COP of
- * the next frame pushed. */
+ * PERL_DONE | PERL_PUSHED | the next context index (low 32 bits, signed),
+ * [2] the COP of the next frame pushed. */
 #define PERL_STARTED (1ull << 40)
 #define PERL_DONE (1ull << 41)
+#define PERL_PUSHED (1ull << 42) /* a sub or eval frame was pushed */
 
 #define PERL_LOAD(buf, size, type, off) \
 	((off) <= (size) - sizeof(type) ? *(type *)((buf) + ((off) & ((size) - 1))) : (type)0)
@@ -271,7 +272,9 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 			err = PERL_ERR_NOT_CV;
 			if ((flags & 0xff) != p->type_cv)
 				goto fail;
-			if (cop == PERL_LOAD(b->cx, PERL_CX_READ, __u64, p->cx_oldcop))
+			/* Only the innermost: a recursive sub's callers share
+			 * its COPs. */
+			if (!(s->rt_data[1] & PERL_PUSHED) && cop == PERL_LOAD(b->cx, PERL_CX_READ, __u64, p->cx_oldcop))
 				line = perl_first_line(p, body, line);
 			h = mix(mix(0xcbf29ce484222325ull, gv), file);
 			h = (__u32)(h ^ (h >> 32));
@@ -280,6 +283,7 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 			if (push_runtime_frame(s, FRAME_PERL_SUB, cv, line | h << 32))
 				return finish_walk(s, st);
 			cs->frames++;
+			s->rt_data[1] |= PERL_PUSHED;
 			cop = PERL_LOAD(b->cx, PERL_CX_READ, __u64, p->cx_oldcop);
 		} else if (type == p->cxt_sub + 2) {
 			/* An eval; not the one call_sv(G_EVAL) wraps around a
@@ -288,6 +292,7 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 				if (push_runtime_frame(s, FRAME_PERL_EVAL, cop, line))
 					return finish_walk(s, st);
 				cs->frames++;
+				s->rt_data[1] |= PERL_PUSHED;
 				cop = PERL_LOAD(b->cx, PERL_CX_READ, __u64, p->cx_oldcop);
 			}
 			retop = 1; /* not where a run loop starts */

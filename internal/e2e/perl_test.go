@@ -20,17 +20,19 @@ import (
 // (testdata/src/e2e/perlchain.pl) runs a chain of subs in package Chain
 // with the host's perl (5.36) and Debian's of trixie (5.40) and sid (5.42)
 // in chroots: mode chain main -> top -> mid -> leaf, mode sort main -> top
-// -> sorter -> (sort's C) -> cmpleaf.
+// -> sorter -> (sort's C) -> cmpleaf, mode deep main -> top -> 50 deep ->
+// leaf.
 
 // perlChains are the Perl frames every measured sample must hold per mode,
 // leaf first (marks: the fixture's "# L:NAME" names).
 var perlChains = map[string][]string{
 	"chain": {"leaf", "mid", "top", "main"},
 	"sort":  {"cmpleaf", "sorter", "top", "main"},
+	"deep":  slices.Concat([]string{"leaf"}, slices.Repeat([]string{"deep"}, 50), []string{"top", "main"}),
 }
 
 // perlModes in the order they are run.
-var perlModes = []string{"chain", "sort"}
+var perlModes = []string{"chain", "sort", "deep"}
 
 // perlName is how the profile names the fixture's mark NAME.
 func perlName(mark string) string {
@@ -196,7 +198,7 @@ func perlWhole(frames []userFrame, mode, script string, marks map[string][]int64
 
 func checkPerl(t *testing.T, path string, runs []*pyRun) {
 	t.Helper()
-	marks := fixtureMarks(t, "perlchain.pl", `# L:([a-z]+)`, append(slices.Clone(perlChains["chain"]), perlChains["sort"]...))
+	marks := fixtureMarks(t, "perlchain.pl", `# L:([a-z]+)`, slices.Concat(perlChains["chain"], perlChains["sort"], perlChains["deep"]))
 	checkChains(t, path, runs, chainCheck{
 		kind: "Perl", samples: "samples",
 		whole: func(r *pyRun, s sampleOf) (bool, string) {

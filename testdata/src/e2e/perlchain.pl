@@ -2,9 +2,10 @@
 # the built binaries must name main -> Chain::top -> Chain::mid -> Chain::leaf
 # (mode chain), or main -> Chain::top -> Chain::sorter -> Chain::cmpleaf
 # with sort's native frames between sorter and cmpleaf (mode sort: a
-# sort { } block calls back into Perl from C).
+# sort { } block calls back into Perl from C), or main -> Chain::top -> 50
+# Chain::deep -> Chain::leaf (mode deep).
 #
-#   perl perlchain.pl chain|sort SECONDS GOFILE
+#   perl perlchain.pl chain|sort|deep SECONDS GOFILE
 #
 # Core Perl only (perl-base of any Debian release runs it):
 # 1. warm: half busy in Chain::warm until GOFILE exists (at most 60 s), so
@@ -74,9 +75,18 @@ sub sorter {
     return $n;
 }
 
+# deep recurses 50 subs deep, then runs leaf.
+sub deep {
+    my ($n, $deadline) = @_;
+    return leaf($deadline) if $n == 1;    # L:deep
+    return deep($n - 1, $deadline);    # L:deep
+}
+
 sub top {
     my ($mode, $deadline) = @_;
-    return $mode eq 'sort' ? sorter($deadline) : mid($deadline);    # L:top
+    return sorter($deadline) if $mode eq 'sort';    # L:top
+    return deep(50, $deadline) if $mode eq 'deep';    # L:top
+    return mid($deadline);    # L:top
 }
 
 package main;
