@@ -70,6 +70,7 @@ struct perl_proc {
 	__u16 tls_data;   /* thread pointer + this + 16 * key: the key's value */
 	__u16 i_stackinfo; /* interpreter: PL_curstackinfo */
 	__u16 i_curcop;    /* interpreter: PL_curcop */
+	__u16 i_op;        /* interpreter: PL_op */
 	__u16 si_cxstack;
 	__u16 si_prev;
 	__u16 si_cxmax;
@@ -185,7 +186,7 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 	struct perl_proc *p = bpf_map_lookup_elem(&perl_procs, &s->tgid);
 	struct perl_bufs *b = bpf_map_lookup_elem(&perl_scratch, &slot);
 	struct perl_counters *cs = bpf_map_lookup_elem(&perl_stats, &zero);
-	__u64 interp, si, cop, cxs, cv, body, gv, file, retop, prev, h, size;
+	__u64 interp, si, cop, op, cxs, cv, body, gv, file, retop, prev, h, size;
 	__s32 ix, next, cxmax;
 	__u32 flags;
 	__u8 cxtype;
@@ -208,7 +209,15 @@ static __always_inline int perl_walk(void *ctx, struct unwind_state *s, struct s
 			goto fail;
 		err = PERL_ERR_READ;
 		if (perl_read(&si, sizeof(si), interp + p->i_stackinfo) || si == 0 ||
-		    perl_read(&cop, sizeof(cop), interp + p->i_curcop) || perl_si(p, si, &ix))
+		    perl_read(&cop, sizeof(cop), interp + p->i_curcop) || perl_read(&op, sizeof(op), interp + p->i_op))
+			goto fail;
+		if (op == 0 && !perl_read(&prev, sizeof(prev), si + p->si_prev) && prev) {
+			/* No run loop runs this stackinfo: the last one that did
+			 * returned (PL_op NULL), to C that pushed it and runs
+			 * more of it later (sort between two comparisons). */
+			si = prev;
+		}
+		if (perl_si(p, si, &ix))
 			goto fail;
 		s->rt_data[0] = si;
 		s->rt_data[1] = PERL_STARTED | (__u32)ix;

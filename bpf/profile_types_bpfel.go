@@ -337,6 +337,7 @@ type ProfilePerlProc struct {
 	TlsData      uint16
 	I_stackinfo  uint16
 	I_curcop     uint16
+	I_op         uint16
 	SiCxstack    uint16
 	SiPrev       uint16
 	SiCxmax      uint16
@@ -356,7 +357,7 @@ type ProfilePerlProc struct {
 	CxtSub       uint8
 	CxpEvalblock uint8
 	Pad          uint8
-	_            [4]byte
+	_            [2]byte
 }
 
 type ProfileProcEvent struct {

@@ -19,7 +19,7 @@ var (
 // headers (offsetof in a program built against them) and is tested against
 // that version's perl (the e2e test).
 type layout struct {
-	iStackinfo, iCurcop                 uint16 // struct interpreter: PL_curstackinfo, PL_curcop
+	iStackinfo, iCurcop, iOp            uint16 // struct interpreter: PL_curstackinfo, PL_curcop, PL_op
 	siCxstack, siPrev, siCxmax, siCxsub uint16 // struct stackinfo
 	siCxix, siType                      uint16
 	cxSize, cxOldcop, cxRetop, cxOldsub uint16 // PERL_CONTEXT
@@ -49,7 +49,7 @@ func with(l layout, nextstate uint16) layout {
 }
 
 var layout536 = layout{
-	iStackinfo: 224, iCurcop: 208,
+	iStackinfo: 224, iCurcop: 208, iOp: 8,
 	siCxstack: 8, siPrev: 16, siCxmax: 36, siCxsub: 40, siCxix: 32, siType: 44,
 	cxSize: 104, cxOldcop: 16, cxRetop: 48, cxOldsub: 56, cxCV: 72,
 	xcvStash: 32, xcvGV: 56, xcvFile: 64, xcvFlags: 92,
@@ -81,7 +81,7 @@ const tlsData = 0x318
 func (l *layout) bpf(curinterp, thrKey uint64) bpf.ProfilePerlProc {
 	return bpf.ProfilePerlProc{
 		Curinterp: curinterp, ThrKey: thrKey, Valid: 1, TlsData: tlsData,
-		I_stackinfo: l.iStackinfo, I_curcop: l.iCurcop,
+		I_stackinfo: l.iStackinfo, I_curcop: l.iCurcop, I_op: l.iOp,
 		SiCxstack: l.siCxstack, SiPrev: l.siPrev, SiCxmax: l.siCxmax, SiCxsubix: l.siCxsub,
 		CxSize: l.cxSize, CxOldcop: l.cxOldcop, CxRetop: l.cxRetop, CxOldsubix: l.cxOldsub, CxCv: l.cxCV,
 		XcvGv: l.xcvGV, XcvFile: l.xcvFile, CopLine: l.copLine,
