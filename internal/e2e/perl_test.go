@@ -74,7 +74,7 @@ func startPerl(t *testing.T, it pyInterp, mode string) *pyRun {
 		r.cmd = exec.Command(it.python, src, mode, strconv.Itoa(pyChainSeconds), r.gofile)
 	} else {
 		r.script = testfixture.ChrootCopy(t, it.root, src)[0]
-		dir, err := os.MkdirTemp(filepath.Join(it.root, "tmp"), "perlchain-")
+		dir, err := os.MkdirTemp(filepath.Join(it.root, "tmp"), "perlchain-") //nolint:usetesting // inside the chroot
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,8 +35,10 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_PERL), s.objs.PerlStep); err != nil {
 			return nil, fmt.Errorf("installing the Perl walker: %w", err)
 		}
-		rts = append(rts, perl.New(perl.Options{Logger: s.log.Named("perl"), Config: s.cfg.Runtimes,
-			Procs: s.objs.PerlProcs, Counters: s.objs.PerlStats}))
+		rts = append(rts, perl.New(perl.Options{
+			Logger: s.log.Named("perl"), Config: s.cfg.Runtimes,
+			Procs: s.objs.PerlProcs, Counters: s.objs.PerlStats,
+		}))
 	}
 	return rts, nil
 }

@@ -124,7 +124,7 @@ func samplesOf(t testing.TB, r profbuild.Report, pid int) []sampleView {
 }
 
 // walkerStats reads the newest perl_stats map, summed over CPUs.
-func walkerStats(t *testing.T) string {
+func walkerStats(_ *testing.T) string {
 	var newest *ebpf.Map
 	for id := ebpf.MapID(0); ; {
 		next, err := ebpf.MapGetNextID(id)
@@ -172,8 +172,10 @@ func walkerStats(t *testing.T) string {
 // (names stay within max_name_length before); the agent carries on.
 func TestForgedInterpreter(t *testing.T) {
 	install := func(name string, args ...string) string {
-		bin := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"runtimes/perl/forged.c"},
-			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-rdynamic"}, args...)})
+		bin := testfixture.Build(t, testfixture.Spec{
+			Name: name, Lang: "c", Sources: []string{"runtimes/perl/forged.c"},
+			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-rdynamic"}, args...),
+		})
 		pl := filepath.Join(t.TempDir(), "perl")
 		b, err := os.ReadFile(bin)
 		if err != nil {

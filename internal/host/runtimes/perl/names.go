@@ -15,7 +15,7 @@ import (
 type memory interface {
 	Read(addr uint64, p []byte) error
 	U64(addr uint64) (uint64, error)
-	CString(addr uint64, max int) (string, error)
+	CString(addr uint64, maxBytes int) (string, error)
 }
 
 type nameKey struct {

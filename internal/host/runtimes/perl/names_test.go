@@ -33,9 +33,9 @@ func (m *fakeMem) U64(addr uint64) (uint64, error) {
 	return binary.LittleEndian.Uint64(b[:]), nil
 }
 
-func (m *fakeMem) CString(addr uint64, max int) (string, error) {
+func (m *fakeMem) CString(addr uint64, maxBytes int) (string, error) {
 	var out []byte
-	for i := 0; i < max; i++ {
+	for i := 0; i < maxBytes; i++ {
 		var c [1]byte
 		if err := m.Read(addr+uint64(i), c[:]); err != nil {
 			return "", err

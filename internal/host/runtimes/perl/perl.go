@@ -130,7 +130,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.names = lru.New[nameKey, *nameInfo](maxNameCache, opt.Config.MaxNames, (*nameInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { m.Close() })
+	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
 	return r
 }
 
@@ -225,7 +225,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		st.err = err
 		r.stats.Refused++
 		if perr := r.opt.Procs.Put(uint32(p.PID), bpf.ProfilePerlProc{}); perr != nil {
-			err = fmt.Errorf("%w (and the walker entry: %v)", err, perr)
+			err = fmt.Errorf("%w (and the walker entry: %w)", err, perr)
 		}
 		return ranges, true, err
 	}
@@ -247,7 +247,7 @@ func (r *Runtime) probe(pid int, l *layout, curinterp uint64) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	interp, err := m.U64(curinterp)
 	if err != nil {
 		if errors.Is(err, runtimes.ErrProcessGone) {
@@ -274,7 +274,7 @@ func readFile(procDir string, m *normalize.Mapping, lib bool) (*fileInfo, error)
 		f, oerr := elfx.OpenContext(ctx, pth, elfx.Limits{})
 		cancel()
 		if oerr == nil {
-			defer f.Close()
+			defer func() { _ = f.Close() }()
 			return inspect(f, m.Path, lib), nil
 		}
 		err = oerr
@@ -412,14 +412,14 @@ func (r *Runtime) read(pid int, l *layout, k nameKey) (*nameInfo, error) {
 		r.mems.Add(pid, m)
 	}
 	r.count(func(s *Stats) { s.NameReads++ })
-	max := r.opt.Config.MaxNameBytes
+	maxBytes := r.opt.Config.MaxNameBytes
 	switch k.kind {
 	case KindSub:
-		return readSub(m, l, k.addr, k.id, max)
+		return readSub(m, l, k.addr, k.id, maxBytes)
 	case KindEval:
-		return readCop(m, l, k.addr, k.id, "(eval)", max)
+		return readCop(m, l, k.addr, k.id, "(eval)", maxBytes)
 	}
-	return readCop(m, l, k.addr, k.id, "main", max)
+	return readCop(m, l, k.addr, k.id, "main", maxBytes)
 }
 
 func (r *Runtime) count(f func(*Stats)) {
