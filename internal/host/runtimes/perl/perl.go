@@ -167,10 +167,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	if !ok {
 		var err error
 		if fi, err = readFile(filepath.Join(r.opt.ProcRoot, strconv.Itoa(p.PID)), m, lib); err != nil {
-			return nil, true, fmt.Errorf("%w: %w", errNotReady, err)
+			// Not the file's fault (the process exiting, the host
+			// busy): not kept, and tried again at the next snapshot.
+			fi = &fileInfo{err: fmt.Errorf("%w: %w", errNotReady, err)}
+		} else {
+			r.files.Add(m.File.ID, fi)
+			r.log.Debug("perl interpreter", zap.String("file", m.Path), zap.Int("minor", fi.minor), zap.Error(fi.err))
 		}
-		r.files.Add(m.File.ID, fi)
-		r.log.Debug("perl interpreter", zap.String("file", m.Path), zap.Int("minor", fi.minor), zap.Error(fi.err))
 	}
 	if fi.shim {
 		r.Forget(p.PID)
