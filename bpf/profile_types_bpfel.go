@@ -285,6 +285,81 @@ type ProfileOffcpuWait struct {
 	Comm      [16]int8
 }
 
+type ProfilePerlBufs struct {
+	_  structs.HostLayout
+	Cx [128]uint8
+}
+
+type ProfilePerlCounters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Errors [8]uint64
+}
+
+type ProfilePerlError uint32
+
+const (
+	ProfilePerlErrorPERL_ERR_NOT_ATTACHED ProfilePerlError = 0
+	ProfilePerlErrorPERL_ERR_REFUSED      ProfilePerlError = 1
+	ProfilePerlErrorPERL_ERR_NO_INTERP    ProfilePerlError = 2
+	ProfilePerlErrorPERL_ERR_READ         ProfilePerlError = 3
+	ProfilePerlErrorPERL_ERR_READ_CX      ProfilePerlError = 4
+	ProfilePerlErrorPERL_ERR_READ_CV      ProfilePerlError = 5
+	ProfilePerlErrorPERL_ERR_NOT_CV       ProfilePerlError = 6
+	ProfilePerlErrorPERL_ERR_BAD_IX       ProfilePerlError = 7
+	ProfilePerlErrorPERL_ERRORS           ProfilePerlError = 8
+)
+
+type ProfilePerlFrameKind uint32
+
+const (
+	ProfilePerlFrameKindFRAME_PERL_SUB  ProfilePerlFrameKind = 48
+	ProfilePerlFrameKindFRAME_PERL_EVAL ProfilePerlFrameKind = 49
+	ProfilePerlFrameKindFRAME_PERL_MAIN ProfilePerlFrameKind = 50
+)
+
+type ProfilePerlLimits uint32
+
+const (
+	ProfilePerlLimitsPERL_CX_PER_PROG ProfilePerlLimits = 12
+	ProfilePerlLimitsPERL_CX_READ     ProfilePerlLimits = 128
+	ProfilePerlLimitsPERL_MAX_CXIX    ProfilePerlLimits = 1048576
+	ProfilePerlLimitsPERL_MAX_PROCS   ProfilePerlLimits = 4096
+	ProfilePerlLimitsPERL_TLS_KEYS    ProfilePerlLimits = 32
+)
+
+type ProfilePerlProc struct {
+	_            structs.HostLayout
+	Curinterp    uint64
+	ThrKey       uint64
+	Valid        uint32
+	TlsData      uint16
+	I_stackinfo  uint16
+	I_curcop     uint16
+	I_op         uint16
+	SiCxstack    uint16
+	SiPrev       uint16
+	SiCxmax      uint16
+	SiCxsubix    uint16
+	CxSize       uint16
+	CxOldcop     uint16
+	CxRetop      uint16
+	CxOldsubix   uint16
+	CxCv         uint16
+	XcvGv        uint16
+	XcvFile      uint16
+	CopLine      uint16
+	XcvStart     uint16
+	OpType       uint16
+	OpNextstate  uint16
+	TypeCv       uint8
+	CxtSub       uint8
+	CxpEvalblock uint8
+	Pad          uint8
+	_            [2]byte
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -572,6 +647,9 @@ const (
 	ProfileMapOffcpuStatsMap         = "offcpu_stats_map"
 	ProfileMapOffcpuUstore           = "offcpu_ustore"
 	ProfileMapOffcpuWaits            = "offcpu_waits"
+	ProfileMapPerlProcs              = "perl_procs"
+	ProfileMapPerlScratch            = "perl_scratch"
+	ProfileMapPerlStats              = "perl_stats"
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
@@ -596,6 +674,8 @@ const (
 	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
 	ProfileProgOffcpuWalkHotspot     = "offcpu_walk_hotspot"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
+	ProfileProgOffcpuWalkPerl        = "offcpu_walk_perl"
+	ProfileProgPerlStep              = "perl_step"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgUnwindStep            = "unwind_step"
@@ -634,6 +714,10 @@ const (
 	ProfileVarUnusedOffcpuStats      = "unused_offcpu_stats"
 	ProfileVarUnusedOffcpuValue      = "unused_offcpu_value"
 	ProfileVarUnusedOffcpuWait       = "unused_offcpu_wait"
+	ProfileVarUnusedPerlBufs         = "unused_perl_bufs"
+	ProfileVarUnusedPerlError        = "unused_perl_error"
+	ProfileVarUnusedPerlFrameKind    = "unused_perl_frame_kind"
+	ProfileVarUnusedPerlLimits       = "unused_perl_limits"
 	ProfileVarUnusedProcEvent        = "unused_proc_event"
 	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample         = "unused_rb_sample"
@@ -707,6 +791,8 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkHotspot *ebpf.ProgramSpec `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
+	OffcpuWalkPerl    *ebpf.ProgramSpec `ebpf:"offcpu_walk_perl"`
+	PerlStep          *ebpf.ProgramSpec `ebpf:"perl_step"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
@@ -741,6 +827,9 @@ type ProfileMapSpecs struct {
 	OffcpuStatsMap   *ebpf.MapSpec `ebpf:"offcpu_stats_map"`
 	OffcpuUstore     *ebpf.MapSpec `ebpf:"offcpu_ustore"`
 	OffcpuWaits      *ebpf.MapSpec `ebpf:"offcpu_waits"`
+	PerlProcs        *ebpf.MapSpec `ebpf:"perl_procs"`
+	PerlScratch      *ebpf.MapSpec `ebpf:"perl_scratch"`
+	PerlStats        *ebpf.MapSpec `ebpf:"perl_stats"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
@@ -797,6 +886,10 @@ type ProfileVariableSpecs struct {
 	UnusedOffcpuStats      *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
 	UnusedOffcpuValue      *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
 	UnusedOffcpuWait       *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
+	UnusedPerlBufs         *ebpf.VariableSpec `ebpf:"unused_perl_bufs"`
+	UnusedPerlError        *ebpf.VariableSpec `ebpf:"unused_perl_error"`
+	UnusedPerlFrameKind    *ebpf.VariableSpec `ebpf:"unused_perl_frame_kind"`
+	UnusedPerlLimits       *ebpf.VariableSpec `ebpf:"unused_perl_limits"`
 	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
@@ -864,6 +957,9 @@ type ProfileMaps struct {
 	OffcpuStatsMap   *ebpf.Map `ebpf:"offcpu_stats_map"`
 	OffcpuUstore     *ebpf.Map `ebpf:"offcpu_ustore"`
 	OffcpuWaits      *ebpf.Map `ebpf:"offcpu_waits"`
+	PerlProcs        *ebpf.Map `ebpf:"perl_procs"`
+	PerlScratch      *ebpf.Map `ebpf:"perl_scratch"`
+	PerlStats        *ebpf.Map `ebpf:"perl_stats"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
@@ -908,6 +1004,9 @@ func (m *ProfileMaps) Close() error {
 		m.OffcpuStatsMap,
 		m.OffcpuUstore,
 		m.OffcpuWaits,
+		m.PerlProcs,
+		m.PerlScratch,
+		m.PerlStats,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -965,6 +1064,10 @@ type ProfileVariables struct {
 	UnusedOffcpuStats      *ebpf.Variable `ebpf:"unused_offcpu_stats"`
 	UnusedOffcpuValue      *ebpf.Variable `ebpf:"unused_offcpu_value"`
 	UnusedOffcpuWait       *ebpf.Variable `ebpf:"unused_offcpu_wait"`
+	UnusedPerlBufs         *ebpf.Variable `ebpf:"unused_perl_bufs"`
+	UnusedPerlError        *ebpf.Variable `ebpf:"unused_perl_error"`
+	UnusedPerlFrameKind    *ebpf.Variable `ebpf:"unused_perl_frame_kind"`
+	UnusedPerlLimits       *ebpf.Variable `ebpf:"unused_perl_limits"`
 	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
@@ -1000,6 +1103,8 @@ type ProfilePrograms struct {
 	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkHotspot *ebpf.Program `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
+	OffcpuWalkPerl    *ebpf.Program `ebpf:"offcpu_walk_perl"`
+	PerlStep          *ebpf.Program `ebpf:"perl_step"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
@@ -1016,6 +1121,8 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkCpython,
 		p.OffcpuWalkHotspot,
 		p.OffcpuWalkNative,
+		p.OffcpuWalkPerl,
+		p.PerlStep,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,

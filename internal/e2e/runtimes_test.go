@@ -437,6 +437,13 @@ func TestRecordPythonChains(t *testing.T) {
 // symbolizes and writes out.
 func recordWhile(t *testing.T, bin, out string, runs []*pyRun, settle, warmUp time.Duration) {
 	t.Helper()
+	recordWhileWith(t, bin, out, runs, settle, warmUp, waitPy)
+}
+
+// recordWhileWith is recordWhile with the fixtures' own wait for their
+// measured work (their "go" and "done" lines).
+func recordWhileWith(t *testing.T, bin, out string, runs []*pyRun, settle, warmUp time.Duration, wait func(*testing.T, []*pyRun)) {
+	t.Helper()
 	args := []string{"record", "--symbolize", "--duration", "5m", "--output", out}
 	for _, r := range runs {
 		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
@@ -470,7 +477,7 @@ func recordWhile(t *testing.T, bin, out string, runs []*pyRun, settle, warmUp ti
 	for _, r := range runs {
 		r.start(t)
 	}
-	waitPy(t, runs)
+	wait(t, runs)
 	rec.Process.Signal(syscall.SIGINT)
 	select {
 	case <-exited:

@@ -146,6 +146,8 @@ type InterpretersConfig struct {
 	HotSpot bool `mapstructure:"hotspot"`
 	// CPython walks Python stacks of CPython 3.9 and later.
 	CPython bool `mapstructure:"cpython"`
+	// Perl walks Perl stacks of Perl 5.36, 5.40 and 5.42 (threaded).
+	Perl bool `mapstructure:"perl"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -158,7 +160,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -210,6 +212,7 @@ func createDefaultConfig() *Config {
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,
 			CPython:        true,
+			Perl:           true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

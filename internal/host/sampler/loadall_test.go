@@ -21,11 +21,11 @@ import (
 func TestLoadsEveryProgram(t *testing.T) {
 	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
-		Runtimes: runtimes.Config{HotSpot: true, CPython: true},
+		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true},
 		OffCPU:   offcpu.Config{Enabled: true},
 	})
 	if s.Runtimes() == nil {
-		t.Fatal("no runtimes with HotSpot and CPython on")
+		t.Fatal("no runtimes with HotSpot, CPython and Perl on")
 	}
 	for name, err := range s.RefusedRuntimes() {
 		t.Errorf("the verifier refused the %s walker: %v", name, err)
@@ -60,5 +60,24 @@ func TestRefusedRuntimeWalker(t *testing.T) {
 	t.Logf("refused: %v", refused["cpython"])
 	if s.objs.CpythonStep != nil || s.objs.HotspotStep == nil {
 		t.Errorf("loaded cpython %v, hotspot %v", s.objs.CpythonStep, s.objs.HotspotStep)
+	}
+}
+
+// TestRefusedPerlWalker: the Perl walker refused leaves the others.
+func TestRefusedPerlWalker(t *testing.T) {
+	specHook = func(spec *ebpf.CollectionSpec) {
+		spec.Programs["perl_step"].Instructions = asm.Instructions{
+			asm.LoadMem(asm.R0, asm.R10, 8, asm.DWord), // above the frame
+			asm.Return(),
+		}
+	}
+	t.Cleanup(func() { specHook = nil })
+	s := newSampler(t, Config{SampleRate: 99, Runtimes: runtimes.Config{CPython: true, Perl: true}})
+	refused := s.RefusedRuntimes()
+	if _, ok := refused["perl"]; !ok || len(refused) != 1 {
+		t.Fatalf("refused %v, want perl alone", refused)
+	}
+	if s.objs.PerlStep != nil || s.objs.CpythonStep == nil {
+		t.Errorf("loaded perl %v, cpython %v", s.objs.PerlStep, s.objs.CpythonStep)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
+	"github.com/profsym/profsym/internal/host/runtimes/perl"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -29,6 +30,15 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		}
 		rts = append(rts, cpython.New(cpython.Options{Logger: s.log.Named("cpython"), Config: s.cfg.Runtimes,
 			Procs: s.objs.CpythonProcs, Counters: s.objs.CpythonStats}))
+	}
+	if s.walkPerl() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_PERL), s.objs.PerlStep); err != nil {
+			return nil, fmt.Errorf("installing the Perl walker: %w", err)
+		}
+		rts = append(rts, perl.New(perl.Options{
+			Logger: s.log.Named("perl"), Config: s.cfg.Runtimes,
+			Procs: s.objs.PerlProcs, Counters: s.objs.PerlStats,
+		}))
 	}
 	return rts, nil
 }
