@@ -285,6 +285,73 @@ type ProfileOffcpuWait struct {
 	Comm      [16]int8
 }
 
+type ProfilePhpBufs struct {
+	_  structs.HostLayout
+	Ex [64]uint8
+	Fn [256]uint8
+}
+
+type ProfilePhpCounters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Errors [8]uint64
+}
+
+type ProfilePhpError uint32
+
+const (
+	ProfilePhpErrorPHP_ERR_NOT_ATTACHED ProfilePhpError = 0
+	ProfilePhpErrorPHP_ERR_REFUSED      ProfilePhpError = 1
+	ProfilePhpErrorPHP_ERR_READ         ProfilePhpError = 2
+	ProfilePhpErrorPHP_ERR_READ_FRAME   ProfilePhpError = 3
+	ProfilePhpErrorPHP_ERR_READ_FUNC    ProfilePhpError = 4
+	ProfilePhpErrorPHP_ERR_BAD_FUNC     ProfilePhpError = 5
+	ProfilePhpErrorPHP_ERR_CHAIN_END    ProfilePhpError = 6
+	ProfilePhpErrorPHP_ERR_LOOP         ProfilePhpError = 7
+	ProfilePhpErrorPHP_ERRORS           ProfilePhpError = 8
+)
+
+type ProfilePhpFrameKind uint32
+
+const (
+	ProfilePhpFrameKindFRAME_PHP ProfilePhpFrameKind = 40
+)
+
+type ProfilePhpFuncType uint32
+
+const (
+	ProfilePhpFuncTypePHP_INTERNAL_FUNCTION ProfilePhpFuncType = 1
+	ProfilePhpFuncTypePHP_USER_FUNCTION     ProfilePhpFuncType = 2
+	ProfilePhpFuncTypePHP_EVAL_CODE         ProfilePhpFuncType = 4
+)
+
+type ProfilePhpLimits uint32
+
+const (
+	ProfilePhpLimitsPHP_FRAMES_PER_PROG ProfilePhpLimits = 16
+	ProfilePhpLimitsPHP_EX_READ         ProfilePhpLimits = 64
+	ProfilePhpLimitsPHP_FUNC_READ       ProfilePhpLimits = 256
+	ProfilePhpLimitsPHP_FUNC_COMMON     ProfilePhpLimits = 64
+	ProfilePhpLimitsPHP_MAX_PROCS       ProfilePhpLimits = 4096
+)
+
+type ProfilePhpProc struct {
+	_           structs.HostLayout
+	CurrentEx   uint64
+	CallTop     uint32
+	ExOpline    uint16
+	ExFunc      uint16
+	ExInfo      uint16
+	ExPrev      uint16
+	FnName      uint16
+	FnScope     uint16
+	FnFilename  uint16
+	FnLineStart uint16
+	FnSize      uint16
+	OpLineno    uint16
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -572,6 +639,9 @@ const (
 	ProfileMapOffcpuStatsMap         = "offcpu_stats_map"
 	ProfileMapOffcpuUstore           = "offcpu_ustore"
 	ProfileMapOffcpuWaits            = "offcpu_waits"
+	ProfileMapPhpProcs               = "php_procs"
+	ProfileMapPhpScratch             = "php_scratch"
+	ProfileMapPhpStats               = "php_stats"
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
@@ -596,6 +666,8 @@ const (
 	ProfileProgOffcpuWalkCpython     = "offcpu_walk_cpython"
 	ProfileProgOffcpuWalkHotspot     = "offcpu_walk_hotspot"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
+	ProfileProgOffcpuWalkPhp         = "offcpu_walk_php"
+	ProfileProgPhpStep               = "php_step"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgUnwindStep            = "unwind_step"
@@ -634,6 +706,11 @@ const (
 	ProfileVarUnusedOffcpuStats      = "unused_offcpu_stats"
 	ProfileVarUnusedOffcpuValue      = "unused_offcpu_value"
 	ProfileVarUnusedOffcpuWait       = "unused_offcpu_wait"
+	ProfileVarUnusedPhpBufs          = "unused_php_bufs"
+	ProfileVarUnusedPhpError         = "unused_php_error"
+	ProfileVarUnusedPhpFrameKind     = "unused_php_frame_kind"
+	ProfileVarUnusedPhpFuncType      = "unused_php_func_type"
+	ProfileVarUnusedPhpLimits        = "unused_php_limits"
 	ProfileVarUnusedProcEvent        = "unused_proc_event"
 	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample         = "unused_rb_sample"
@@ -707,6 +784,8 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkCpython *ebpf.ProgramSpec `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkHotspot *ebpf.ProgramSpec `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
+	OffcpuWalkPhp     *ebpf.ProgramSpec `ebpf:"offcpu_walk_php"`
+	PhpStep           *ebpf.ProgramSpec `ebpf:"php_step"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
@@ -741,6 +820,9 @@ type ProfileMapSpecs struct {
 	OffcpuStatsMap   *ebpf.MapSpec `ebpf:"offcpu_stats_map"`
 	OffcpuUstore     *ebpf.MapSpec `ebpf:"offcpu_ustore"`
 	OffcpuWaits      *ebpf.MapSpec `ebpf:"offcpu_waits"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpScratch       *ebpf.MapSpec `ebpf:"php_scratch"`
+	PhpStats         *ebpf.MapSpec `ebpf:"php_stats"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
@@ -797,6 +879,11 @@ type ProfileVariableSpecs struct {
 	UnusedOffcpuStats      *ebpf.VariableSpec `ebpf:"unused_offcpu_stats"`
 	UnusedOffcpuValue      *ebpf.VariableSpec `ebpf:"unused_offcpu_value"`
 	UnusedOffcpuWait       *ebpf.VariableSpec `ebpf:"unused_offcpu_wait"`
+	UnusedPhpBufs          *ebpf.VariableSpec `ebpf:"unused_php_bufs"`
+	UnusedPhpError         *ebpf.VariableSpec `ebpf:"unused_php_error"`
+	UnusedPhpFrameKind     *ebpf.VariableSpec `ebpf:"unused_php_frame_kind"`
+	UnusedPhpFuncType      *ebpf.VariableSpec `ebpf:"unused_php_func_type"`
+	UnusedPhpLimits        *ebpf.VariableSpec `ebpf:"unused_php_limits"`
 	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
@@ -864,6 +951,9 @@ type ProfileMaps struct {
 	OffcpuStatsMap   *ebpf.Map `ebpf:"offcpu_stats_map"`
 	OffcpuUstore     *ebpf.Map `ebpf:"offcpu_ustore"`
 	OffcpuWaits      *ebpf.Map `ebpf:"offcpu_waits"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpScratch       *ebpf.Map `ebpf:"php_scratch"`
+	PhpStats         *ebpf.Map `ebpf:"php_stats"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
@@ -908,6 +998,9 @@ func (m *ProfileMaps) Close() error {
 		m.OffcpuStatsMap,
 		m.OffcpuUstore,
 		m.OffcpuWaits,
+		m.PhpProcs,
+		m.PhpScratch,
+		m.PhpStats,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -965,6 +1058,11 @@ type ProfileVariables struct {
 	UnusedOffcpuStats      *ebpf.Variable `ebpf:"unused_offcpu_stats"`
 	UnusedOffcpuValue      *ebpf.Variable `ebpf:"unused_offcpu_value"`
 	UnusedOffcpuWait       *ebpf.Variable `ebpf:"unused_offcpu_wait"`
+	UnusedPhpBufs          *ebpf.Variable `ebpf:"unused_php_bufs"`
+	UnusedPhpError         *ebpf.Variable `ebpf:"unused_php_error"`
+	UnusedPhpFrameKind     *ebpf.Variable `ebpf:"unused_php_frame_kind"`
+	UnusedPhpFuncType      *ebpf.Variable `ebpf:"unused_php_func_type"`
+	UnusedPhpLimits        *ebpf.Variable `ebpf:"unused_php_limits"`
 	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
@@ -1000,6 +1098,8 @@ type ProfilePrograms struct {
 	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
 	OffcpuWalkHotspot *ebpf.Program `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
+	OffcpuWalkPhp     *ebpf.Program `ebpf:"offcpu_walk_php"`
+	PhpStep           *ebpf.Program `ebpf:"php_step"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
@@ -1016,6 +1116,8 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkCpython,
 		p.OffcpuWalkHotspot,
 		p.OffcpuWalkNative,
+		p.OffcpuWalkPhp,
+		p.PhpStep,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,
