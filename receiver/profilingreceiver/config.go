@@ -146,6 +146,9 @@ type InterpretersConfig struct {
 	HotSpot bool `mapstructure:"hotspot"`
 	// CPython walks Python stacks of CPython 3.9 and later.
 	CPython bool `mapstructure:"cpython"`
+	// PHP walks PHP stacks of PHP 8.2 and 8.4 (non-thread-safe builds:
+	// CLI, FPM, CGI).
+	PHP bool `mapstructure:"php"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -158,7 +161,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, PHP: c.PHP, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -210,6 +213,7 @@ func createDefaultConfig() *Config {
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,
 			CPython:        true,
+			PHP:            true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

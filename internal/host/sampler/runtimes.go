@@ -9,6 +9,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
+	"github.com/profsym/profsym/internal/host/runtimes/php"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -29,6 +30,13 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		}
 		rts = append(rts, cpython.New(cpython.Options{Logger: s.log.Named("cpython"), Config: s.cfg.Runtimes,
 			Procs: s.objs.CpythonProcs, Counters: s.objs.CpythonStats}))
+	}
+	if s.walkPHP() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_PHP), s.objs.PhpStep); err != nil {
+			return nil, fmt.Errorf("installing the PHP walker: %w", err)
+		}
+		rts = append(rts, php.New(php.Options{Logger: s.log.Named("php"), Config: s.cfg.Runtimes,
+			Procs: s.objs.PhpProcs, Counters: s.objs.PhpStats}))
 	}
 	return rts, nil
 }
