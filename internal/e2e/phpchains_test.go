@@ -22,16 +22,24 @@ import (
 var phpChain = []string{"leaf", "Chain::mid", "top", "{main}"}
 
 // phpFlags pin the engine: no php.ini (-n) and opcache off, so the
-// fixture runs in the VM loop the walker follows.
-var phpFlags = []string{"-n", "-d", "opcache.enable_cli=0", "-d", "opcache.jit=off"}
+// fixture runs in the VM loop the walker follows; the "-jit" runs load
+// opcache with its tracing JIT, whose code runs on execute_ex's frame.
+var (
+	phpFlags    = []string{"-n", "-d", "opcache.enable_cli=0", "-d", "opcache.jit=off"}
+	phpJITFlags = []string{"-n", "-d", "zend_extension=opcache", "-d", "opcache.enable_cli=1",
+		"-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=32M"}
+)
 
 // phpVersions are the Debian PHPs the test runs: bookworm's 8.2 and
-// trixie's 8.4.
+// trixie's 8.4, each without and with the JIT.
 func phpVersions(t *testing.T) []pyInterp {
 	t.Helper()
+	bookworm, trixie := testfixture.Chroot(t, "bookworm", "php8.2-cli"), testfixture.Chroot(t, "trixie", "php8.4-cli")
 	return []pyInterp{
-		{name: "8.2-bookworm", python: "php8.2", root: testfixture.Chroot(t, "bookworm", "php8.2-cli")},
-		{name: "8.4-trixie", python: "php8.4", root: testfixture.Chroot(t, "trixie", "php8.4-cli")},
+		{name: "8.2-bookworm", python: "php8.2", root: bookworm},
+		{name: "8.4-trixie", python: "php8.4", root: trixie},
+		{name: "8.2-bookworm-jit", python: "php8.2", root: bookworm},
+		{name: "8.4-trixie-jit", python: "php8.4", root: trixie},
 	}
 }
 
@@ -49,7 +57,11 @@ func startPHP(t *testing.T, it pyInterp) *pyRun {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	r.gofile = filepath.Join(dir, "go")
 	inside := filepath.Join("/tmp", filepath.Base(dir), "go")
-	argv := append(append([]string{it.python}, phpFlags...), r.script, strconv.Itoa(pyChainSeconds), inside)
+	flags := phpFlags
+	if strings.HasSuffix(it.name, "-jit") {
+		flags = phpJITFlags
+	}
+	argv := append(append([]string{it.python}, flags...), r.script, strconv.Itoa(pyChainSeconds), inside)
 	r.cmd = testfixture.ChrootCommand(root, argv...)
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
