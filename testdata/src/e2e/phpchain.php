@@ -8,16 +8,16 @@
 //    (at most 60 s), so that the sampler has met the process and attached
 //    it before the measured work; the test watches the output for a named
 //    warm frame, or waits, then creates GOFILE;
-// 2. sleeps 0.2 s (off CPU), prints "go NS" (wall clock, ns) and runs
-//    top -> Chain::mid -> leaf for SECONDS of CPU time (getrusage: a loaded
-//    machine makes the run longer, not the sample count smaller);
+// 2. measures how many additions leaf does per CPU second (getrusage), sleeps
+//    0.2 s (off CPU), prints "go NS" (wall clock, ns) and runs
+//    top -> Chain::mid -> leaf for that many times SECONDS (a loaded machine
+//    makes the run longer, not the sample count smaller), calling no
+//    built-in meanwhile;
 // 3. prints "done NS" and sleeps until killed (no samples after the work).
 //
 // The test counts the samples stamped from "go" to "done": each must have
 // exactly leaf, Chain::mid, top, {main} as its PHP frames, leaf first, on
-// the lines marked "// L:NAME". leaf asks for its CPU time once per 200,000
-// additions, so that the built-in getrusage is on top of it in well under
-// 1% of the samples.
+// the lines marked "// L:NAME".
 
 function now_ns()
 {
@@ -50,39 +50,50 @@ function warm($gofile, $limit)
     return $s;
 }
 
-function leaf($deadline)
+function leaf($n)
 {
     $x = 0;
-    while (true) { // L:leaf
-        for ($i = 0; $i < 200000; $i++) { // L:leaf
-            $x += $i * $i; // L:leaf
-        } // L:leaf
-        if (cpu_seconds() > $deadline) { // L:leaf
-            return $x; // L:leaf
-        } // L:leaf
+    for ($i = 0; $i < $n; $i++) { // L:leaf
+        $x = ($x + $i * $i) & 0xfffffff; // L:leaf (stays an int)
     } // L:leaf
+    return $x; // L:leaf
+}
+
+// rate is how many of leaf's additions this engine does per CPU second,
+// measured over 0.3 s.
+function rate()
+{
+    $n = 0;
+    $start = cpu_seconds();
+    while (($t = cpu_seconds() - $start) < 0.3) {
+        leaf(100000);
+        $n += 100000;
+    }
+    return $n / $t;
 }
 
 class Chain
 {
-    public function mid($deadline)
+    public function mid($n)
     {
-        return leaf($deadline); // L:Chain::mid
+        return leaf($n); // L:Chain::mid
     }
 }
 
-function top($deadline)
+function top($n)
 {
     $c = new Chain();
-    return $c->mid($deadline); // L:top
+    return $c->mid($n); // L:top
 }
 
 $seconds = (float)$argv[1];
 $gofile = $argv[2];
 warm($gofile, microtime(true) + 60);
+$n = (int)(rate() * $seconds);
+now_ns();
 usleep(200000);
 echo "go ", now_ns(), "\n";
-top(cpu_seconds() + $seconds); // L:{main}
+top($n); // L:{main}
 echo "done ", now_ns(), "\n";
 while (true) {
     sleep(3600);
