@@ -26,8 +26,10 @@ var phpChain = []string{"leaf", "Chain::mid", "top", "{main}"}
 // opcache with its tracing JIT, whose code runs on execute_ex's frame.
 var (
 	phpFlags    = []string{"-n", "-d", "opcache.enable_cli=0", "-d", "opcache.jit=off"}
-	phpJITFlags = []string{"-n", "-d", "zend_extension=opcache", "-d", "opcache.enable_cli=1",
-		"-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=32M"}
+	phpJITFlags = []string{
+		"-n", "-d", "zend_extension=opcache", "-d", "opcache.enable_cli=1",
+		"-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=32M",
+	}
 )
 
 // phpVersions are the Debian PHPs the test runs: bookworm's 8.2 and
@@ -50,7 +52,7 @@ func startPHP(t *testing.T, it pyInterp) *pyRun {
 	r := &pyRun{it: it, lines: make(chan string, 16)}
 	root := it.root
 	r.script = testfixture.ChrootCopy(t, root, src)[0]
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "phpchain-")
+	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "phpchain-") //nolint:usetesting // inside the chroot
 	if err != nil {
 		t.Fatal(err)
 	}

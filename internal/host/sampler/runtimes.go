@@ -35,8 +35,10 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_PHP), s.objs.PhpStep); err != nil {
 			return nil, fmt.Errorf("installing the PHP walker: %w", err)
 		}
-		rts = append(rts, php.New(php.Options{Logger: s.log.Named("php"), Config: s.cfg.Runtimes,
-			Procs: s.objs.PhpProcs, Counters: s.objs.PhpStats}))
+		rts = append(rts, php.New(php.Options{
+			Logger: s.log.Named("php"), Config: s.cfg.Runtimes,
+			Procs: s.objs.PhpProcs, Counters: s.objs.PhpStats,
+		}))
 	}
 	return rts, nil
 }

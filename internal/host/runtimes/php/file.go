@@ -97,7 +97,7 @@ func readFile(procDir string, c candidate) (*fileInfo, error) {
 		f, oerr := elfx.OpenContext(ctx, pth, elfx.Limits{})
 		cancel()
 		if oerr == nil {
-			defer f.Close()
+			defer func() { _ = f.Close() }()
 			return inspect(f, c.m.Path), nil
 		}
 		err = oerr

@@ -133,7 +133,7 @@ func phpFrameOf(dict pprofile.ProfilesDictionary, str func(int32) string, l ppro
 }
 
 // walkerStats reads the newest php_stats map's counters.
-func walkerStats(t *testing.T) string {
+func walkerStats() string {
 	var newest *ebpf.Map
 	for id := ebpf.MapID(0); ; {
 		next, err := ebpf.MapGetNextID(id)
@@ -181,8 +181,10 @@ func walkerStats(t *testing.T) string {
 // carries on.
 func TestForgedPHP(t *testing.T) {
 	install := func(name string, args ...string) string {
-		bin := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"runtimes/php/forged.c"},
-			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer"}, args...)})
+		bin := testfixture.Build(t, testfixture.Spec{
+			Name: name, Lang: "c", Sources: []string{"runtimes/php/forged.c"},
+			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer"}, args...),
+		})
 		php := filepath.Join(t.TempDir(), "php8.2")
 		b, err := os.ReadFile(bin)
 		if err != nil {
@@ -250,7 +252,7 @@ func TestForgedPHP(t *testing.T) {
 				}
 			}
 			t.Logf("pid %d (%v): %d samples, %d say runtime, %d named php frames; set %+v; walker %s; failures %v",
-				pid, time.Since(start).Round(time.Millisecond), total, runtime, named, h.s.Runtimes().Stats(), walkerStats(t), r.Failures)
+				pid, time.Since(start).Round(time.Millisecond), total, runtime, named, h.s.Runtimes().Stats(), walkerStats(), r.Failures)
 			if total < 20 {
 				t.Fatalf("only %d samples", total)
 			}

@@ -137,9 +137,9 @@ func readFunc(m memory, l *layout, addr uint64, want uint32, maxName int) (*func
 // hostile or freed memory.
 const maxString = 1 << 20
 
-// readString reads a zend_string of at most max bytes (cut there, with
+// readString reads a zend_string of at most limit bytes (cut there, with
 // frame.ErrLimitExceeded).
-func readString(m memory, l *layout, addr uint64, max int) (string, error) {
+func readString(m memory, l *layout, addr uint64, limit int) (string, error) {
 	if addr == 0 {
 		return "", fmt.Errorf("no string: %w", runtimes.ErrBadFrame)
 	}
@@ -151,9 +151,9 @@ func readString(m memory, l *layout, addr uint64, max int) (string, error) {
 		return "", fmt.Errorf("string at %#x of %d bytes: %w", addr, n, runtimes.ErrBadFrame)
 	}
 	var cutErr error
-	if n > uint64(max) {
-		n = uint64(max)
-		cutErr = fmt.Errorf("string at %#x longer than %d bytes: %w", addr, max, frame.ErrLimitExceeded)
+	if n > uint64(limit) {
+		n = uint64(limit)
+		cutErr = fmt.Errorf("string at %#x longer than %d bytes: %w", addr, limit, frame.ErrLimitExceeded)
 	}
 	b := make([]byte, n)
 	if n > 0 {
@@ -168,12 +168,12 @@ func readString(m memory, l *layout, addr uint64, max int) (string, error) {
 	return s, cutErr
 }
 
-// cut keeps at most max bytes of s, on a rune boundary.
-func cut(s string, max int) string {
-	if len(s) <= max {
+// cut keeps at most limit bytes of s, on a rune boundary.
+func cut(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	i := max
+	i := limit
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}

@@ -107,7 +107,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.funcs = lru.New[funcKey, *funcInfo](maxFuncBytes, opt.Config.MaxNames, (*funcInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { m.Close() })
+	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
 	return r
 }
 
@@ -195,7 +195,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		// Refused for good: an entry that says so stops the walker's
 		// requests; the stacks keep their native frames.
 		if perr := r.opt.Procs.Put(uint32(p.PID), bpf.ProfilePhpProc{}); perr != nil {
-			err = fmt.Errorf("%w (and the walker entry: %v)", err, perr)
+			err = fmt.Errorf("%w (and the walker entry: %w)", err, perr)
 		}
 		return ranges, true, err
 	}
@@ -218,7 +218,7 @@ func (r *Runtime) probe(pid int, l *layout, cur uint64) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	for try := 1; ; try++ {
 		err = checkLive(m, l, cur, r.opt.Config.MaxNameBytes)
 		if err == nil || errors.Is(err, runtimes.ErrProcessGone) || try == liveChecks {
