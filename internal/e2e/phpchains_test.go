@@ -18,8 +18,17 @@ import (
 // user runs them (every runtime on), against Debian's PHP CLI running
 // testdata/src/e2e/phpchain.php with opcache and its JIT off.
 
-// phpChain is what every measured sample must hold, leaf first.
-var phpChain = []string{"leaf", "Chain::mid", "top", "{main}"}
+// phpChains are what every measured sample must hold, leaf first, per
+// mode of the fixture. "{closure}" also matches 8.4's
+// "{closure:FILE:LINE}"; array_map is a built-in (no file, no line).
+var phpChains = map[string][]string{
+	"chain":    {"leaf", "Chain::mid", "top", "{main}"},
+	"callback": {"leaf", "{closure}", "array_map", "top", "{main}"},
+	"deep":     append(append([]string{"leaf"}, slices.Repeat([]string{"rec"}, 51)...), "top", "{main}"),
+}
+
+// phpBuiltins are the chains' built-in functions.
+var phpBuiltins = map[string]bool{"array_map": true}
 
 // phpFlags pin the engine: no php.ini (-n) and opcache off, so the
 // fixture runs in the VM loop the walker follows; the "-jit" runs load
@@ -32,25 +41,49 @@ var (
 	}
 )
 
-// phpVersions are the Debian PHPs the test runs: bookworm's 8.2 and
-// trixie's 8.4, each without and with the JIT.
-func phpVersions(t *testing.T) []pyInterp {
-	t.Helper()
-	bookworm, trixie := testfixture.Chroot(t, "bookworm", "php8.2-cli"), testfixture.Chroot(t, "trixie", "php8.4-cli")
-	return []pyInterp{
-		{name: "8.2-bookworm", python: "php8.2", root: bookworm},
-		{name: "8.4-trixie", python: "php8.4", root: trixie},
-		{name: "8.2-bookworm-jit", python: "php8.2", root: bookworm},
-		{name: "8.4-trixie-jit", python: "php8.4", root: trixie},
-	}
+// phpCase is one fixture process: a PHP, with or without the JIT, in a
+// mode of phpchain.php.
+type phpCase struct {
+	pyInterp
+	jit  bool
+	mode string
 }
 
-// startPHP starts phpchain.php in it's chroot; it warms until start.
-func startPHP(t *testing.T, it pyInterp) *pyRun {
+// phpCases are the Debian PHPs the tests run (bookworm's 8.2, trixie's
+// 8.4), without the JIT and, with jit, with it too, in each of modes.
+func phpCases(t *testing.T, jit bool, modes ...string) []phpCase {
+	t.Helper()
+	bookworm, trixie := testfixture.Chroot(t, "bookworm", "php8.2-cli"), testfixture.Chroot(t, "trixie", "php8.4-cli")
+	var out []phpCase
+	for _, mode := range modes {
+		for _, v := range []pyInterp{
+			{name: "8.2-bookworm", python: "php8.2", root: bookworm},
+			{name: "8.4-trixie", python: "php8.4", root: trixie},
+		} {
+			for _, withJIT := range []bool{false, true} {
+				if withJIT && !jit {
+					continue
+				}
+				c := phpCase{pyInterp: v, jit: withJIT, mode: mode}
+				if withJIT {
+					c.name += "-jit"
+				}
+				if mode != "chain" {
+					c.name += "-" + mode
+				}
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// startPHP starts phpchain.php in c's chroot; it warms until start.
+func startPHP(t *testing.T, c phpCase) *pyRun {
 	t.Helper()
 	src := testfixture.Src(t, "e2e/phpchain.php")
-	r := &pyRun{it: it, lines: make(chan string, 16)}
-	root := it.root
+	r := &pyRun{it: c.pyInterp, lines: make(chan string, 16)}
+	root := c.root
 	r.script = testfixture.ChrootCopy(t, root, src)[0]
 	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "phpchain-") //nolint:usetesting // inside the chroot
 	if err != nil {
@@ -60,10 +93,10 @@ func startPHP(t *testing.T, it pyInterp) *pyRun {
 	r.gofile = filepath.Join(dir, "go")
 	inside := filepath.Join("/tmp", filepath.Base(dir), "go")
 	flags := phpFlags
-	if strings.HasSuffix(it.name, "-jit") {
+	if c.jit {
 		flags = phpJITFlags
 	}
-	argv := append(append([]string{it.python}, flags...), r.script, strconv.Itoa(pyChainSeconds), inside)
+	argv := append(append([]string{c.python}, flags...), r.script, strconv.Itoa(pyChainSeconds), inside, c.mode)
 	r.cmd = testfixture.ChrootCommand(root, argv...)
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
@@ -71,7 +104,7 @@ func startPHP(t *testing.T, it pyInterp) *pyRun {
 	}
 	r.cmd.Stderr = os.Stderr
 	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", it.name, err)
+		t.Fatalf("%s: %v", c.name, err)
 	}
 	r.pid = int64(r.cmd.Process.Pid)
 	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
@@ -86,17 +119,18 @@ func startPHP(t *testing.T, it pyInterp) *pyRun {
 }
 
 // phpWhole says whether frames hold the whole named chain: its PHP
-// frames, leaf first, are exactly phpChain, each of type php, in the
-// fixture's file, on a marked line of its function. Native frames may lie
-// above the leaf and below {main}.
-func phpWhole(frames []userFrame, script string, marks map[string][]int64) (bool, string) {
+// frames, leaf first, are exactly chain, each of type php, in the
+// fixture's file on a marked line of its function (built-ins: neither).
+// Native frames may lie above the leaf, between PHP frames (the
+// built-in's C code) and below {main}.
+func phpWhole(frames []userFrame, chain []string, script string, marks map[string][]int64) (bool, string) {
 	var php []userFrame
 	for _, f := range frames {
 		if f.typ == "php" {
 			php = append(php, f)
 		}
 	}
-	ok := len(php) == len(phpChain)
+	ok := len(php) == len(chain)
 	desc := make([]string, len(php))
 	for i, f := range php {
 		if f.raw {
@@ -105,8 +139,22 @@ func phpWhole(frames []userFrame, script string, marks map[string][]int64) (bool
 			continue
 		}
 		desc[i] = fmt.Sprintf("%s@%s:%d", f.fn, f.file, f.line)
-		if i >= len(phpChain) || f.fn != phpChain[i] || f.path != script || !slices.Contains(marks[f.fn], f.line) {
+		if i >= len(chain) {
 			ok = false
+			continue
+		}
+		want := chain[i]
+		name := f.fn
+		if want == "{closure}" && strings.HasPrefix(name, "{closure:") {
+			name = want
+		}
+		switch {
+		case name != want:
+			ok = false
+		case phpBuiltins[want]:
+			ok = ok && f.path == "" && f.line == 0
+		default:
+			ok = ok && f.path == script && slices.Contains(marks[want], f.line)
 		}
 	}
 	leaf := "none"
@@ -116,43 +164,62 @@ func phpWhole(frames []userFrame, script string, marks map[string][]int64) (bool
 			leaf = "raw(" + frames[0].err + ") " + frames[0].typ
 		}
 	}
+	if len(desc) > 12 { // deep: the middle says little
+		desc = append(append(desc[:6:6], fmt.Sprintf("... %d more ...", len(desc)-12)), desc[len(desc)-6:]...)
+	}
 	return ok, "[" + strings.Join(desc, " ") + "] leaf frame " + leaf
 }
 
-func checkPHP(t *testing.T, path string, runs []*pyRun) {
+func checkPHP(t *testing.T, path string, cases []phpCase, runs []*pyRun) {
 	t.Helper()
-	marks := fixtureMarks(t, "phpchain.php", `// L:([A-Za-z:{}]+)`, phpChain)
+	var user []string
+	for _, chain := range phpChains {
+		for _, fn := range chain {
+			if !phpBuiltins[fn] && !slices.Contains(user, fn) {
+				user = append(user, fn)
+			}
+		}
+	}
+	marks := fixtureMarks(t, "phpchain.php", `// L:([A-Za-z:{}]+)`, user)
+	mode := map[*pyRun]string{}
+	for i, r := range runs {
+		mode[r] = cases[i].mode
+	}
 	checkChains(t, path, runs, chainCheck{
 		kind: "PHP", samples: "samples",
-		whole: func(r *pyRun, s sampleOf) (bool, string) { return phpWhole(s.frames, r.script, marks) },
+		whole: func(r *pyRun, s sampleOf) (bool, string) {
+			return phpWhole(s.frames, phpChains[mode[r]], r.script, marks)
+		},
 		want: func(r *pyRun) string {
-			return fmt.Sprintf("%s with names, file %s and marked lines", strings.Join(phpChain, " <- "), r.script)
+			return fmt.Sprintf("%s with names, file %s and marked lines", strings.Join(phpChains[mode[r]], " <- "), r.script)
 		},
 	})
 }
 
 // TestRecordPHPChains runs `profsym record --symbolize --pid ...` over
-// the fixtures, warms them for 3 s of its sampling, and checks the chains
-// in its output.
+// the fixtures in every mode (a nested chain with a method, a built-in
+// that calls back into PHP, 50 levels of recursion) without the JIT, warms
+// them for 3 s of its sampling, and checks the chains in its output.
 func TestRecordPHPChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
-	versions := phpVersions(t)
-	runs := make([]*pyRun, len(versions))
-	for i, it := range versions {
-		runs[i] = startPHP(t, it)
+	cases := phpCases(t, false, "chain", "callback", "deep")
+	runs := make([]*pyRun, len(cases))
+	for i, c := range cases {
+		runs[i] = startPHP(t, c)
 	}
 	out := filepath.Join(t.TempDir(), "rec.json")
 	recordWhile(t, bin, out, runs, time.Second, 3*time.Second)
-	checkPHP(t, out, runs)
+	checkPHP(t, out, cases, runs)
 }
 
 // TestCollectorPHPChains runs the distribution with config/default.yaml
-// (php on by default), starts the fixtures after it, lets each warm up
+// (php on by default), starts the chain fixtures (with and without the
+// JIT) after it, lets each warm up
 // until the output names its warm frame, and checks the chains in the
 // file.
 func TestCollectorPHPChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
-	versions := phpVersions(t)
+	cases := phpCases(t, true, "chain")
 	root := testfixture.Root(t)
 	out := filepath.Join(t.TempDir(), "profiles.json")
 	env := []string{
@@ -161,9 +228,9 @@ func TestCollectorPHPChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
-	runs := make([]*pyRun, len(versions))
-	for i, it := range versions {
-		runs[i] = startPHP(t, it)
+	runs := make([]*pyRun, len(cases))
+	for i, c := range cases {
+		runs[i] = startPHP(t, c)
 	}
 	pending := map[int64]*pyRun{}
 	for _, r := range runs {
@@ -192,7 +259,7 @@ func TestCollectorPHPChains(t *testing.T) {
 	waitPy(t, runs)
 	time.Sleep(2500 * time.Millisecond) // the last reports
 	c.stop(t)
-	checkPHP(t, out, runs)
+	checkPHP(t, out, cases, runs)
 	if t.Failed() {
 		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
 	}

@@ -2,7 +2,13 @@
 // PHP fixture of the end-to-end runtime test (internal/e2e/phpchains_test.go):
 // the built binaries must name {main} -> top -> Chain::mid -> leaf.
 //
-//   php -n -d opcache.enable_cli=0 -d opcache.jit=off phpchain.php SECONDS GOFILE
+//   php -n -d opcache.enable_cli=0 -d opcache.jit=off phpchain.php SECONDS GOFILE [MODE]
+//
+// MODE says what calls leaf:
+//   chain     {main} -> top -> Chain::mid -> leaf (the default)
+//   callback  {main} -> top -> array_map -> {closure} -> leaf: a built-in
+//             that calls back into PHP (8.4 names closures {closure:FILE:LINE})
+//   deep      {main} -> top -> rec x 51 -> leaf: 50 levels of recursion
 //
 // 1. warm: half busy in warm() (a function of its own) until GOFILE exists
 //    (at most 60 s), so that the sampler has met the process and attached
@@ -80,20 +86,37 @@ class Chain
     }
 }
 
-function top($n)
+function rec($depth, $n)
 {
-    $c = new Chain();
+    if ($depth == 0) { // L:rec
+        return leaf($n); // L:rec
+    } // L:rec
+    return rec($depth - 1, $n); // L:rec
+}
+
+function top($n, $mode)
+{
+    if ($mode == 'callback') { // L:top
+        return array_map(function ($n) { // L:top
+            return leaf($n); // L:{closure}
+        }, [$n])[0]; // L:top
+    } // L:top
+    if ($mode == 'deep') { // L:top
+        return rec(50, $n); // L:top
+    } // L:top
+    $c = new Chain(); // L:top
     return $c->mid($n); // L:top
 }
 
 $seconds = (float)$argv[1];
 $gofile = $argv[2];
+$mode = $argv[3] ?? 'chain';
 warm($gofile, microtime(true) + 60);
 $n = (int)(rate() * $seconds);
 now_ns();
 usleep(200000);
 echo "go ", now_ns(), "\n";
-top($n); // L:{main}
+top($n, $mode); // L:{main}
 echo "done ", now_ns(), "\n";
 while (true) {
     sleep(3600);
