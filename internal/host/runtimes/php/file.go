@@ -79,6 +79,8 @@ type fileInfo struct {
 	minor      int
 	eg         uint64    // &executor_globals
 	executeEx  [2]uint64 // [lo, hi)
+	cold       [2]uint64 // execute_ex's split-off part; zero when none is found
+	coldErr    error     // why none was
 	lay        layout
 	err        error // why its frames cannot be walked (its VM loop may still be known)
 	notPHPFile bool  // no execute_ex: a launcher, not the engine
@@ -135,6 +137,11 @@ func inspect(f *elfx.File, name string) *fileInfo {
 		return fi
 	}
 	fi.executeEx = [2]uint64{ex.Value, ex.Value + ex.Size}
+	if s, e, err := coldPart(f, ex.Value, ex.Value+ex.Size); err == nil {
+		fi.cold = [2]uint64{s, e}
+	} else {
+		fi.coldErr = err
+	}
 	if err := fi.readVersion(f); err != nil {
 		fi.err = fmt.Errorf("%s: %w", name, err)
 		return fi

@@ -154,7 +154,8 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 			fi = &fileInfo{err: fmt.Errorf("%w: %w", errNotReady, err)}
 		} else {
 			r.files.Add(c.m.File.ID, fi)
-			r.log.Debug("php engine", zap.String("file", c.m.Path), zap.String("version", fi.version), zap.Error(fi.err))
+			r.log.Debug("php engine", zap.String("file", c.m.Path), zap.String("version", fi.version),
+				zap.Error(fi.err), zap.NamedError("cold_part", fi.coldErr))
 		}
 	}
 	if fi.notPHPFile {
@@ -162,8 +163,10 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		return nil, false, nil
 	}
 	var ranges [][2]uint64
-	if fi.executeEx[1] > fi.executeEx[0] {
-		ranges = append(ranges, [2]uint64{fi.executeEx[0] + b, fi.executeEx[1] + b})
+	for _, rg := range [][2]uint64{fi.executeEx, fi.cold} {
+		if rg[1] > rg[0] {
+			ranges = append(ranges, [2]uint64{rg[0] + b, rg[1] + b})
+		}
 	}
 	cur := fi.eg + b + uint64(fi.lay.egCurrentEx)
 	err := fi.err
