@@ -10,8 +10,8 @@ import (
 // version's structures (x86-64, non-thread-safe builds). PHP exports no
 // description of its structures: these are per version, from its headers
 // (Zend/zend_globals.h, zend_compile.h, zend_types.h), each checked on a
-// process of that version (internal/e2e TestPHPChains, the live check at
-// attach).
+// process of that version (internal/e2e Test(Record|Collector)PHPChains,
+// the live check at attach).
 type layout struct {
 	egCurrentEx uint16 // zend_executor_globals.current_execute_data
 	exOpline    uint16 // zend_execute_data.opline
