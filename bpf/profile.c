@@ -356,6 +356,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 #include "hotspot.h"
 #include "cpython.h"
 #include "perl.h"
+#include "php.h"
 #include "offcpu.h"
 
 SEC("perf_event")

@@ -360,6 +360,73 @@ type ProfilePerlProc struct {
 	_            [2]byte
 }
 
+type ProfilePhpBufs struct {
+	_  structs.HostLayout
+	Ex [64]uint8
+	Fn [256]uint8
+}
+
+type ProfilePhpCounters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Errors [8]uint64
+}
+
+type ProfilePhpError uint32
+
+const (
+	ProfilePhpErrorPHP_ERR_NOT_ATTACHED ProfilePhpError = 0
+	ProfilePhpErrorPHP_ERR_REFUSED      ProfilePhpError = 1
+	ProfilePhpErrorPHP_ERR_READ         ProfilePhpError = 2
+	ProfilePhpErrorPHP_ERR_READ_FRAME   ProfilePhpError = 3
+	ProfilePhpErrorPHP_ERR_READ_FUNC    ProfilePhpError = 4
+	ProfilePhpErrorPHP_ERR_BAD_FUNC     ProfilePhpError = 5
+	ProfilePhpErrorPHP_ERR_CHAIN_END    ProfilePhpError = 6
+	ProfilePhpErrorPHP_ERR_LOOP         ProfilePhpError = 7
+	ProfilePhpErrorPHP_ERRORS           ProfilePhpError = 8
+)
+
+type ProfilePhpFrameKind uint32
+
+const (
+	ProfilePhpFrameKindFRAME_PHP ProfilePhpFrameKind = 40
+)
+
+type ProfilePhpFuncType uint32
+
+const (
+	ProfilePhpFuncTypePHP_INTERNAL_FUNCTION ProfilePhpFuncType = 1
+	ProfilePhpFuncTypePHP_USER_FUNCTION     ProfilePhpFuncType = 2
+	ProfilePhpFuncTypePHP_EVAL_CODE         ProfilePhpFuncType = 4
+)
+
+type ProfilePhpLimits uint32
+
+const (
+	ProfilePhpLimitsPHP_FRAMES_PER_PROG ProfilePhpLimits = 16
+	ProfilePhpLimitsPHP_EX_READ         ProfilePhpLimits = 64
+	ProfilePhpLimitsPHP_FUNC_READ       ProfilePhpLimits = 256
+	ProfilePhpLimitsPHP_FUNC_COMMON     ProfilePhpLimits = 64
+	ProfilePhpLimitsPHP_MAX_PROCS       ProfilePhpLimits = 4096
+)
+
+type ProfilePhpProc struct {
+	_           structs.HostLayout
+	CurrentEx   uint64
+	CallTop     uint32
+	ExOpline    uint16
+	ExFunc      uint16
+	ExInfo      uint16
+	ExPrev      uint16
+	FnName      uint16
+	FnScope     uint16
+	FnFilename  uint16
+	FnLineStart uint16
+	FnSize      uint16
+	OpLineno    uint16
+}
+
 type ProfileProcEvent struct {
 	_     structs.HostLayout
 	Pid   uint32
@@ -650,6 +717,9 @@ const (
 	ProfileMapPerlProcs              = "perl_procs"
 	ProfileMapPerlScratch            = "perl_scratch"
 	ProfileMapPerlStats              = "perl_stats"
+	ProfileMapPhpProcs               = "php_procs"
+	ProfileMapPhpScratch             = "php_scratch"
+	ProfileMapPhpStats               = "php_stats"
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
@@ -675,7 +745,9 @@ const (
 	ProfileProgOffcpuWalkHotspot     = "offcpu_walk_hotspot"
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgOffcpuWalkPerl        = "offcpu_walk_perl"
+	ProfileProgOffcpuWalkPhp         = "offcpu_walk_php"
 	ProfileProgPerlStep              = "perl_step"
+	ProfileProgPhpStep               = "php_step"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgUnwindStep            = "unwind_step"
@@ -718,6 +790,11 @@ const (
 	ProfileVarUnusedPerlError        = "unused_perl_error"
 	ProfileVarUnusedPerlFrameKind    = "unused_perl_frame_kind"
 	ProfileVarUnusedPerlLimits       = "unused_perl_limits"
+	ProfileVarUnusedPhpBufs          = "unused_php_bufs"
+	ProfileVarUnusedPhpError         = "unused_php_error"
+	ProfileVarUnusedPhpFrameKind     = "unused_php_frame_kind"
+	ProfileVarUnusedPhpFuncType      = "unused_php_func_type"
+	ProfileVarUnusedPhpLimits        = "unused_php_limits"
 	ProfileVarUnusedProcEvent        = "unused_proc_event"
 	ProfileVarUnusedProcEventKind    = "unused_proc_event_kind"
 	ProfileVarUnusedRbSample         = "unused_rb_sample"
@@ -792,7 +869,9 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkHotspot *ebpf.ProgramSpec `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
 	OffcpuWalkPerl    *ebpf.ProgramSpec `ebpf:"offcpu_walk_perl"`
+	OffcpuWalkPhp     *ebpf.ProgramSpec `ebpf:"offcpu_walk_php"`
 	PerlStep          *ebpf.ProgramSpec `ebpf:"perl_step"`
+	PhpStep           *ebpf.ProgramSpec `ebpf:"php_step"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
@@ -830,6 +909,9 @@ type ProfileMapSpecs struct {
 	PerlProcs        *ebpf.MapSpec `ebpf:"perl_procs"`
 	PerlScratch      *ebpf.MapSpec `ebpf:"perl_scratch"`
 	PerlStats        *ebpf.MapSpec `ebpf:"perl_stats"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpScratch       *ebpf.MapSpec `ebpf:"php_scratch"`
+	PhpStats         *ebpf.MapSpec `ebpf:"php_stats"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
@@ -890,6 +972,11 @@ type ProfileVariableSpecs struct {
 	UnusedPerlError        *ebpf.VariableSpec `ebpf:"unused_perl_error"`
 	UnusedPerlFrameKind    *ebpf.VariableSpec `ebpf:"unused_perl_frame_kind"`
 	UnusedPerlLimits       *ebpf.VariableSpec `ebpf:"unused_perl_limits"`
+	UnusedPhpBufs          *ebpf.VariableSpec `ebpf:"unused_php_bufs"`
+	UnusedPhpError         *ebpf.VariableSpec `ebpf:"unused_php_error"`
+	UnusedPhpFrameKind     *ebpf.VariableSpec `ebpf:"unused_php_frame_kind"`
+	UnusedPhpFuncType      *ebpf.VariableSpec `ebpf:"unused_php_func_type"`
+	UnusedPhpLimits        *ebpf.VariableSpec `ebpf:"unused_php_limits"`
 	UnusedProcEvent        *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
@@ -960,6 +1047,9 @@ type ProfileMaps struct {
 	PerlProcs        *ebpf.Map `ebpf:"perl_procs"`
 	PerlScratch      *ebpf.Map `ebpf:"perl_scratch"`
 	PerlStats        *ebpf.Map `ebpf:"perl_stats"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpScratch       *ebpf.Map `ebpf:"php_scratch"`
+	PhpStats         *ebpf.Map `ebpf:"php_stats"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
@@ -1007,6 +1097,9 @@ func (m *ProfileMaps) Close() error {
 		m.PerlProcs,
 		m.PerlScratch,
 		m.PerlStats,
+		m.PhpProcs,
+		m.PhpScratch,
+		m.PhpStats,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -1068,6 +1161,11 @@ type ProfileVariables struct {
 	UnusedPerlError        *ebpf.Variable `ebpf:"unused_perl_error"`
 	UnusedPerlFrameKind    *ebpf.Variable `ebpf:"unused_perl_frame_kind"`
 	UnusedPerlLimits       *ebpf.Variable `ebpf:"unused_perl_limits"`
+	UnusedPhpBufs          *ebpf.Variable `ebpf:"unused_php_bufs"`
+	UnusedPhpError         *ebpf.Variable `ebpf:"unused_php_error"`
+	UnusedPhpFrameKind     *ebpf.Variable `ebpf:"unused_php_frame_kind"`
+	UnusedPhpFuncType      *ebpf.Variable `ebpf:"unused_php_func_type"`
+	UnusedPhpLimits        *ebpf.Variable `ebpf:"unused_php_limits"`
 	UnusedProcEvent        *ebpf.Variable `ebpf:"unused_proc_event"`
 	UnusedProcEventKind    *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
@@ -1104,7 +1202,9 @@ type ProfilePrograms struct {
 	OffcpuWalkHotspot *ebpf.Program `ebpf:"offcpu_walk_hotspot"`
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
 	OffcpuWalkPerl    *ebpf.Program `ebpf:"offcpu_walk_perl"`
+	OffcpuWalkPhp     *ebpf.Program `ebpf:"offcpu_walk_php"`
 	PerlStep          *ebpf.Program `ebpf:"perl_step"`
+	PhpStep           *ebpf.Program `ebpf:"php_step"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
@@ -1122,7 +1222,9 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkHotspot,
 		p.OffcpuWalkNative,
 		p.OffcpuWalkPerl,
+		p.OffcpuWalkPhp,
 		p.PerlStep,
+		p.PhpStep,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.UnwindStep,

@@ -148,6 +148,9 @@ type InterpretersConfig struct {
 	CPython bool `mapstructure:"cpython"`
 	// Perl walks Perl stacks of Perl 5.36, 5.40 and 5.42 (threaded).
 	Perl bool `mapstructure:"perl"`
+	// PHP walks PHP stacks of PHP 8.2 and 8.4 (non-thread-safe builds:
+	// CLI, FPM, CGI).
+	PHP bool `mapstructure:"php"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -160,7 +163,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -213,6 +216,7 @@ func createDefaultConfig() *Config {
 			HotSpot:        true,
 			CPython:        true,
 			Perl:           true,
+			PHP:            true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

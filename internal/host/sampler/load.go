@@ -60,6 +60,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 		if s.walkPerl() {
 			groups = append(groups, &o.perlObjs)
 		}
+		if s.walkPHP() {
+			groups = append(groups, &o.phpObjs)
+		}
 		if s.offcpu != nil {
 			groups = append(groups, &o.offcpuObjs)
 			if s.walkHotSpot() {
@@ -70,6 +73,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 			}
 			if s.walkPerl() {
 				groups = append(groups, &o.offcpuPerlObjs)
+			}
+			if s.walkPHP() {
+				groups = append(groups, &o.offcpuPhpObjs)
 			}
 		}
 	}
@@ -95,6 +101,7 @@ var runtimePrograms = map[string][]string{
 	"hotspot": {"hotspot_step", "offcpu_walk_hotspot"},
 	"cpython": {"cpython_step", "offcpu_walk_cpython"},
 	"perl":    {"perl_step", "offcpu_walk_perl"},
+	"php":     {"php_step", "offcpu_walk_php"},
 }
 
 // refusedRuntime names the runtime whose program a load failure is about,
@@ -105,7 +112,7 @@ func (s *Sampler) refusedRuntime(err error) (string, bool) {
 		if _, done := s.refused[name]; done {
 			continue
 		}
-		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() {
+		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() || name == "php" && !s.walkPHP() {
 			continue
 		}
 		for _, p := range progs {
@@ -130,6 +137,11 @@ func (s *Sampler) walkCPython() bool {
 func (s *Sampler) walkPerl() bool {
 	_, refused := s.refused["perl"]
 	return s.cfg.walking() && s.cfg.Runtimes.Perl && !refused
+}
+
+func (s *Sampler) walkPHP() bool {
+	_, refused := s.refused["php"]
+	return s.cfg.walking() && s.cfg.Runtimes.PHP && !refused
 }
 
 // RefusedRuntimes says which runtimes the configuration asked for but the

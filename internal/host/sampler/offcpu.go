@@ -74,6 +74,9 @@ type offcpuCpythonObjs struct {
 type offcpuPerlObjs struct {
 	OffcpuWalkPerl *ebpf.Program `ebpf:"offcpu_walk_perl"`
 }
+type offcpuPhpObjs struct {
+	OffcpuWalkPhp *ebpf.Program `ebpf:"offcpu_walk_php"`
+}
 
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
 // offcpu_progs (enum walk_prog): the native one, and those of the runtimes
@@ -90,6 +93,9 @@ func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
 	}
 	if o.OffcpuWalkPerl != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_PERL)] = o.OffcpuWalkPerl
+	}
+	if o.OffcpuWalkPhp != nil {
+		w[uint32(bpf.ProfileWalkProgWALK_PHP)] = o.OffcpuWalkPhp
 	}
 	return w
 }

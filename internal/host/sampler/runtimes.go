@@ -10,6 +10,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/runtimes/perl"
+	"github.com/profsym/profsym/internal/host/runtimes/php"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -38,6 +39,15 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		rts = append(rts, perl.New(perl.Options{
 			Logger: s.log.Named("perl"), Config: s.cfg.Runtimes,
 			Procs: s.objs.PerlProcs, Counters: s.objs.PerlStats,
+		}))
+	}
+	if s.walkPHP() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_PHP), s.objs.PhpStep); err != nil {
+			return nil, fmt.Errorf("installing the PHP walker: %w", err)
+		}
+		rts = append(rts, php.New(php.Options{
+			Logger: s.log.Named("php"), Config: s.cfg.Runtimes,
+			Procs: s.objs.PhpProcs, Counters: s.objs.PhpStats,
 		}))
 	}
 	return rts, nil

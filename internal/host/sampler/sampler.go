@@ -131,6 +131,12 @@ type perlObjs struct {
 	PerlScratch *ebpf.Map     `ebpf:"perl_scratch"`
 	PerlStats   *ebpf.Map     `ebpf:"perl_stats"`
 }
+type phpObjs struct {
+	PhpStep    *ebpf.Program `ebpf:"php_step"`
+	PhpProcs   *ebpf.Map     `ebpf:"php_procs"`
+	PhpScratch *ebpf.Map     `ebpf:"php_scratch"`
+	PhpStats   *ebpf.Map     `ebpf:"php_stats"`
+}
 
 type rbObjs struct {
 	ProfileRb *ebpf.Program `ebpf:"profile_rb"`
@@ -155,10 +161,12 @@ type objects struct {
 	hotspotObjs // zero unless HotSpot is walked
 	cpythonObjs // zero unless CPython is walked
 	perlObjs    // zero unless Perl is walked
+	phpObjs     // zero unless PHP is walked
 	offcpuObjs  // zero unless off-CPU samples are on
 	offcpuHotspotObjs
 	offcpuCpythonObjs
 	offcpuPerlObjs
+	offcpuPhpObjs
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -191,7 +199,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -201,7 +209,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
