@@ -9,6 +9,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
+	"github.com/profsym/profsym/internal/host/runtimes/ruby"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -29,6 +30,15 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		}
 		rts = append(rts, cpython.New(cpython.Options{Logger: s.log.Named("cpython"), Config: s.cfg.Runtimes,
 			Procs: s.objs.CpythonProcs, Counters: s.objs.CpythonStats}))
+	}
+	if s.walkRuby() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_RUBY), s.objs.RubyStep); err != nil {
+			return nil, fmt.Errorf("installing the Ruby walker: %w", err)
+		}
+		rts = append(rts, ruby.New(ruby.Options{
+			Logger: s.log.Named("ruby"), Config: s.cfg.Runtimes,
+			Procs: s.objs.RubyProcs, Counters: s.objs.RubyStats,
+		}))
 	}
 	return rts, nil
 }
