@@ -392,20 +392,23 @@ const (
 )
 
 type ProfileRubyProc struct {
-	_           structs.HostLayout
-	EcTls       int64
-	TlsModule   uint32
-	Refused     uint8
-	TlsDtv      uint8
-	CfpSize     uint16
-	EcVmStack   uint16
-	EcStackLen  uint16
-	EcCfp       uint16
-	CfpPc       uint16
-	CfpIseq     uint16
-	CfpEp       uint16
-	IseqBody    uint16
-	BodyEncoded uint16
+	_             structs.HostLayout
+	EcTls         int64
+	TlsModule     uint32
+	Refused       uint8
+	TlsDtv        uint8
+	TlsCandidates uint8
+	Pad           uint8
+	CfpSize       uint16
+	EcVmStack     uint16
+	EcStackLen    uint16
+	EcCfp         uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	_             [6]byte
 }
 
 type ProfileRuntimeKind uint32

@@ -88,6 +88,8 @@ struct ruby_proc {
 	__u32 tls_module;   /* tls_dtv: libruby's TLS module id */
 	__u8 refused;       /* 1: the host refused this Ruby */
 	__u8 tls_dtv;       /* 1: ec_tls is in the block the thread's DTV has for tls_module */
+	__u8 tls_candidates; /* not 0: ec_tls unknown, bit i says it may be 8 * i (see ruby_find_ec) */
+	__u8 pad;
 	__u16 cfp_size;     /* sizeof(rb_control_frame_t) */
 	__u16 ec_vm_stack;  /* rb_execution_context_t.vm_stack */
 	__u16 ec_stack_len; /* rb_execution_context_t.vm_stack_size (in VALUEs) */
@@ -179,13 +181,32 @@ static __always_inline void ruby_ask_attach(struct unwind_state *s, struct stats
 	emit_event(st, s->tgid, PROC_REMAP, 1);
 }
 
+/* Reads the execution context whose address is at slot: its current
+ * control frame and the end of its VM stack. Returns 0, or why not. */
+static __always_inline __u32 ruby_read_ec(struct ruby_proc *p, struct ruby_bufs *b, __u64 slot, __u64 *cfp, __u64 *end)
+{
+	__u64 ec, stack, len, cur;
+
+	if (bpf_probe_read_user(&ec, sizeof(ec), (void *)slot) || ec == 0 ||
+	    bpf_probe_read_user(b->ec, RUBY_EC_READ, (void *)ec))
+		return RUBY_ERR_READ_EC;
+	stack = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_vm_stack);
+	len = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_stack_len);
+	cur = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_cfp);
+	if (len == 0 || len > RUBY_MAX_STACK / 8 || cur < stack || cur >= stack + len * 8)
+		return RUBY_ERR_BAD_EC;
+	*cfp = cur;
+	*end = stack + len * 8;
+	return 0;
+}
+
 static __always_inline int ruby_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
 {
 	__u32 zero = 0, slot = s->slot, err = RUBY_ERR_NOT_ATTACHED, magic;
 	struct ruby_proc *p = bpf_map_lookup_elem(&ruby_procs, &s->tgid);
 	struct ruby_bufs *b = bpf_map_lookup_elem(&ruby_scratch, &slot);
 	struct ruby_counters *cs = bpf_map_lookup_elem(&ruby_stats, &zero);
-	__u64 cur, end, tp, ec, stack, len, pc, iseq, ep, size, flags, me, body, enc, idx;
+	__u64 cur, end, tp, dtv, pc, iseq, ep, size, flags, me, body, enc, idx;
 
 	if (!b || !cs)
 		goto fail;
@@ -209,23 +230,31 @@ static __always_inline int ruby_walk(void *ctx, struct unwind_state *s, struct s
 		 * whose first word is the module's block. */
 		if (p->tls_dtv) {
 			if (p->tls_module == 0 || p->tls_module > RUBY_MAX_TLS_MODULE ||
-			    bpf_probe_read_user(&ec, sizeof(ec), (void *)(tp + 8)) ||
-			    bpf_probe_read_user(&tp, sizeof(tp), (void *)(ec + 16 * (__u64)p->tls_module)) ||
+			    bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + 8)) ||
+			    bpf_probe_read_user(&tp, sizeof(tp), (void *)(dtv + 16 * (__u64)p->tls_module)) ||
 			    tp == 0 || tp == ~0ull)
 				goto fail;
 		}
-		if (bpf_probe_read_user(&ec, sizeof(ec), (void *)(tp + p->ec_tls)) || ec == 0 ||
-		    bpf_probe_read_user(b->ec, RUBY_EC_READ, (void *)ec))
+		if (p->tls_candidates) {
+			/* A build that hides ruby_current_ec: the host gave the
+			 * slots of libruby's TLS block it may be; the first whose
+			 * value reads as an execution context is it, kept. */
+			err = RUBY_ERR_BAD_EC;
+			for (int i = 0; i < 8; i++) {
+				if (!(p->tls_candidates & (1u << i)))
+					continue;
+				if (!ruby_read_ec(p, b, tp + 8 * i, &cur, &end)) {
+					p->ec_tls = 8 * i;
+					p->tls_candidates = 0;
+					err = 0;
+					break;
+				}
+			}
+			if (err)
+				goto fail;
+		} else if ((err = ruby_read_ec(p, b, tp + p->ec_tls, &cur, &end))) {
 			goto fail;
-		stack = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_vm_stack);
-		len = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_stack_len);
-		cur = RUBY_LOAD(b->ec, RUBY_EC_READ, __u64, p->ec_cfp);
-		err = RUBY_ERR_BAD_EC;
-		if (len == 0 || len > RUBY_MAX_STACK / 8)
-			goto fail;
-		end = stack + len * 8;
-		if (cur < stack || cur >= end)
-			goto fail;
+		}
 		s->rt_data[0] = cur;
 		s->rt_data[2] = end;
 	}

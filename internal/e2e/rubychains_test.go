@@ -36,11 +36,12 @@ type rubyCase struct {
 // trixie's 3.3) in each of modes.
 func rubyCases(t *testing.T, modes ...string) []rubyCase {
 	t.Helper()
-	bookworm := testfixture.Chroot(t, "bookworm", "ruby3.1")
+	bookworm, trixie := testfixture.Chroot(t, "bookworm", "ruby3.1"), testfixture.Chroot(t, "trixie", "ruby3.3")
 	var out []rubyCase
 	for _, mode := range modes {
 		for _, v := range []pyInterp{
 			{name: "3.1-bookworm", python: "ruby3.1", root: bookworm},
+			{name: "3.3-trixie", python: "ruby3.3", root: trixie},
 		} {
 			c := rubyCase{pyInterp: v, mode: mode}
 			if mode != "chain" {

@@ -82,6 +82,9 @@ type fileInfo struct {
 	tlsGOT     uint64
 	tlsDTV     bool
 	tlsOff     uint64
+	// tlsCandidates: ruby_current_ec is hidden; bit i: it may be at 8*i
+	// in the block.
+	tlsCandidates uint8
 	lay        layout
 	err        error // why its frames cannot be walked (its VM entry may still be known)
 	notRubyLib bool  // no rb_vm_exec: a launcher, not the VM
@@ -138,15 +141,25 @@ func inspect(f *elfx.File, name string) *fileInfo {
 			ver = s
 		}
 	}
-	if exec.Value == 0 || exec.Size == 0 {
-		fi.notRubyLib = true
-		fi.err = fmt.Errorf("%s: no %s: %w", name, symVMExec, errUnsupported)
-		return fi
-	}
-	fi.vmExec = [2]uint64{exec.Value, exec.Value + exec.Size}
 	if ver.Value == 0 || ver.Size == 0 || ver.Size > 32 {
+		fi.notRubyLib = true
 		fi.err = fmt.Errorf("%s: no %s: %w", name, symVersion, errUnsupported)
 		return fi
+	}
+	rela, err := f.SectionData(".rela.dyn")
+	if err != nil || len(rela) > maxRela {
+		fi.err = fmt.Errorf("%s: no usable .rela.dyn (%d bytes): %v: %w", name, len(rela), err, errUnsupported)
+		return fi
+	}
+	if exec.Value != 0 && exec.Size != 0 {
+		fi.vmExec = [2]uint64{exec.Value, exec.Value + exec.Size}
+	} else {
+		lo, hi, err := vmLoopFromTable(f, rela)
+		if err != nil {
+			fi.err = fmt.Errorf("%s: no %s and %w", name, symVMExec, err)
+			return fi
+		}
+		fi.vmExec = [2]uint64{lo, hi}
 	}
 	b, err := f.ReadVaddr(ver.Value, int(ver.Size))
 	if err != nil {
@@ -171,12 +184,18 @@ func inspect(f *elfx.File, name string) *fileInfo {
 	}
 	fi.lay = lay
 	if ecIndex < 0 {
-		fi.err = fmt.Errorf("%s: Ruby %s exports no TLS %s: %w", name, fi.version, symCurrentEC, errUnsupported)
-		return fi
-	}
-	rela, err := f.SectionData(".rela.dyn")
-	if err != nil || len(rela) > maxRela {
-		fi.err = fmt.Errorf("%s: no usable .rela.dyn (%d bytes): %v: %w", name, len(rela), err, errUnsupported)
+		// Hidden (3.3): the walker tries each slot of libruby's TLS
+		// block, found through the module id of its local-dynamic
+		// accesses.
+		got, typ, ok := tlsSlot(rela, 0)
+		tls := tlsSegment(f)
+		if !ok || typ != rX8664DTPMOD64 || tls == 0 || tls > 64 {
+			fi.err = fmt.Errorf("%s: Ruby %s hides %s and its TLS (%d bytes) is not searchable: %w",
+				name, fi.version, symCurrentEC, tls, errUnsupported)
+			return fi
+		}
+		fi.tlsGOT, fi.tlsDTV = got, true
+		fi.tlsCandidates = uint8(1<<(tls/8) - 1) //nolint:gosec // tls <= 64
 		return fi
 	}
 	got, typ, ok := tlsSlot(rela, uint32(ecIndex))
@@ -203,6 +222,16 @@ func tlsSlot(rela []byte, sym uint32) (got uint64, typ uint32, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// tlsSegment is the size of f's TLS segment (0: none).
+func tlsSegment(f *elfx.File) uint64 {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_TLS {
+			return p.Memsz
+		}
+	}
+	return 0
 }
 
 // bias is what turns the file's addresses into the process's for mapping m.

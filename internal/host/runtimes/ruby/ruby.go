@@ -227,7 +227,9 @@ func (r *Runtime) tlsEntry(pid int, fi *fileInfo, bias uint64) (bpf.ProfileRubyP
 		// Zero until the loader relocated libruby.
 		return bpf.ProfileRubyProc{}, fmt.Errorf("TLS module id %d: %w", v, errNotReady)
 	}
-	return fi.lay.bpf(int64(fi.tlsOff), uint32(v)), nil //nolint:gosec // bounded above
+	e := fi.lay.bpf(int64(fi.tlsOff), uint32(v)) //nolint:gosec // bounded above
+	e.TlsCandidates = fi.tlsCandidates
+	return e, nil
 }
 
 // Forget drops pid.

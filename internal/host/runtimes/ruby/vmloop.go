@@ -1,0 +1,103 @@
+package ruby
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/profsym/profsym/internal/elfx"
+)
+
+// Finding vm_exec_core in a build that exports neither it nor rb_vm_exec
+// (Debian's 3.3 hides every internal symbol): Ruby's VM is direct-threaded
+// (GCC's labels as values), and vm_exec_core keeps the address of every
+// instruction's code in a static table, insns_address_table. In a shared
+// library that table is a run of R_X86_64_RELATIVE relocations, one an
+// instruction (over 100 of them), whose targets all lie in one function:
+// that function's FDE is vm_exec_core.
+
+const (
+	rX8664RELATIVE = 8
+	minInsns       = 100 // YARV has 100+ instructions in every 3.x
+	maxInsns       = 1024
+	maxVMLoop      = 4 << 20 // bytes vm_exec_core is believed to span at most
+)
+
+// vmLoopFromTable finds vm_exec_core's [start, end) from rela (.rela.dyn)
+// and the FDEs of f.
+func vmLoopFromTable(f *elfx.File, rela []byte) (start, end uint64, err error) {
+	type rel struct{ off, target uint64 }
+	var rs []rel
+	for i := 0; i+24 <= len(rela); i += 24 {
+		if uint32(binary.LittleEndian.Uint64(rela[i+8:])) != rX8664RELATIVE {
+			continue
+		}
+		rs = append(rs, rel{binary.LittleEndian.Uint64(rela[i:]), binary.LittleEndian.Uint64(rela[i+16:])})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })
+	// The longest run of consecutive slots whose targets span less than
+	// maxVMLoop bytes.
+	bestLo, bestN := 0, 0
+	for i := 0; i < len(rs); {
+		j := i + 1
+		lo, hi := rs[i].target, rs[i].target
+		for j < len(rs) && rs[j].off == rs[j-1].off+8 && j-i < maxInsns {
+			lo, hi = min(lo, rs[j].target), max(hi, rs[j].target)
+			if hi-lo > maxVMLoop {
+				break
+			}
+			j++
+		}
+		if j-i > bestN {
+			bestLo, bestN = i, j-i
+		}
+		i = j
+	}
+	if bestN < minInsns {
+		return 0, 0, fmt.Errorf("no instruction address table (longest run %d): %w", bestN, errUnsupported)
+	}
+	idx, eh, ehAddr, err := fdeIndex(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	votes := map[[2]uint64]int{}
+	for _, r := range rs[bestLo : bestLo+bestN] {
+		if fs, fe, ok := fdeCovering(idx, eh, ehAddr, r.target); ok {
+			votes[[2]uint64{fs, fe}]++
+		}
+	}
+	best := 0
+	for r, n := range votes {
+		if n > best {
+			start, end, best = r[0], r[1], n
+		}
+	}
+	// Every instruction's code is in the one function.
+	if best*10 < bestN*9 {
+		return 0, 0, fmt.Errorf("instruction table of %d entries, %d in one function: %w", bestN, best, errUnsupported)
+	}
+	return start, end, nil
+}
+
+// fdeIndex reads f's .eh_frame_hdr search table and .eh_frame.
+func fdeIndex(f *elfx.File) ([]hdrEntry, []byte, uint64, error) {
+	hdr, err := f.SectionData(".eh_frame_hdr")
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf(".eh_frame_hdr: %w", err)
+	}
+	s := f.Section(".eh_frame_hdr")
+	ehf := f.Section(".eh_frame")
+	if ehf == nil || s == nil {
+		return nil, nil, 0, errors.New("no .eh_frame")
+	}
+	eh, err := f.SectionData(".eh_frame")
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf(".eh_frame: %w", err)
+	}
+	idx, err := parseHdrTable(hdr, s.Addr)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return idx, eh, ehf.Addr, nil
+}
