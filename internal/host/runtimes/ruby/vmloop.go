@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/profsym/profsym/internal/elfx"
 )
@@ -13,14 +12,13 @@ import (
 // (Debian's 3.3 hides every internal symbol): Ruby's VM is direct-threaded
 // (GCC's labels as values), and vm_exec_core keeps the address of every
 // instruction's code in a static table, insns_address_table. In a shared
-// library that table is a run of R_X86_64_RELATIVE relocations, one an
-// instruction (over 100 of them), whose targets all lie in one function:
-// that function's FDE is vm_exec_core.
+// library that table is R_X86_64_RELATIVE relocations, one an instruction
+// (over 200 of them), whose targets all lie in one function: the FDE that
+// holds far more relocated addresses than any other is vm_exec_core.
 
 const (
 	rX8664RELATIVE = 8
-	minInsns       = 100 // YARV has 100+ instructions in every 3.x
-	maxInsns       = 1024
+	minInsns       = 150 // YARV has 200+ instructions (trace_ ones included) in every 3.x
 	maxVMLoop      = 4 << 20 // bytes vm_exec_core is believed to span at most
 )
 
@@ -35,47 +33,31 @@ func vmLoopFromTable(f *elfx.File, rela []byte) (start, end uint64, err error) {
 		}
 		rs = append(rs, rel{binary.LittleEndian.Uint64(rela[i:]), binary.LittleEndian.Uint64(rela[i+16:])})
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })
-	// The longest run of consecutive slots whose targets span less than
-	// maxVMLoop bytes.
-	bestLo, bestN := 0, 0
-	for i := 0; i < len(rs); {
-		j := i + 1
-		lo, hi := rs[i].target, rs[i].target
-		for j < len(rs) && rs[j].off == rs[j-1].off+8 && j-i < maxInsns {
-			lo, hi = min(lo, rs[j].target), max(hi, rs[j].target)
-			if hi-lo > maxVMLoop {
-				break
-			}
-			j++
-		}
-		if j-i > bestN {
-			bestLo, bestN = i, j-i
-		}
-		i = j
-	}
-	if bestN < minInsns {
-		return 0, 0, fmt.Errorf("no instruction address table (longest run %d): %w", bestN, errUnsupported)
-	}
 	idx, eh, ehAddr, err := fdeIndex(f)
 	if err != nil {
 		return 0, 0, err
 	}
 	votes := map[[2]uint64]int{}
-	for _, r := range rs[bestLo : bestLo+bestN] {
-		if fs, fe, ok := fdeCovering(idx, eh, ehAddr, r.target); ok {
+	for _, r := range rs {
+		if fs, fe, ok := fdeCovering(idx, eh, ehAddr, r.target); ok && fe-fs <= maxVMLoop {
 			votes[[2]uint64{fs, fe}]++
 		}
 	}
-	best := 0
+	best, second := 0, 0
 	for r, n := range votes {
-		if n > best {
+		switch {
+		case n > best:
+			second = best
 			start, end, best = r[0], r[1], n
+		case n > second:
+			second = n
 		}
 	}
-	// Every instruction's code is in the one function.
-	if best*10 < bestN*9 {
-		return 0, 0, fmt.Errorf("instruction table of %d entries, %d in one function: %w", bestN, best, errUnsupported)
+	// Every instruction's code is in the one function; no other has
+	// nearly as many addresses taken (Onigmo's match_at, also threaded,
+	// has under a hundred).
+	if best < minInsns || second*2 > best {
+		return 0, 0, fmt.Errorf("no instruction address table (%d and %d addresses in one function): %w", best, second, errUnsupported)
 	}
 	return start, end, nil
 }
