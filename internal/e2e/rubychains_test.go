@@ -189,3 +189,55 @@ func TestRecordRubyChains(t *testing.T) {
 	recordWhile(t, bin, out, runs, time.Second, 3*time.Second)
 	checkRuby(t, out, cases, runs)
 }
+
+// TestCollectorRubyChains runs the distribution with config/default.yaml
+// (ruby on by default), starts the chain fixtures after it, lets each
+// warm up until the output names its warm frame, and checks the chains in
+// the file.
+func TestCollectorRubyChains(t *testing.T) {
+	bin := needBuilt(t, "otelcol-profsym", "otelcol")
+	cases := rubyCases(t, "chain")
+	root := testfixture.Root(t)
+	out := filepath.Join(t.TempDir(), "profiles.json")
+	env := []string{
+		"PROFSYM_OUTPUT=" + out,
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		"PROFSYM_REPORT_INTERVAL=1s",
+	}
+	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	runs := make([]*pyRun, len(cases))
+	for i, c := range cases {
+		runs[i] = startRuby(t, c)
+	}
+	pending := map[int64]*pyRun{}
+	for _, r := range runs {
+		pending[r.pid] = r
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		pids := map[int64]bool{}
+		for pid := range pending {
+			pids[pid] = true
+		}
+		eachSampleOf(t, out, pids, func(s sampleOf) {
+			for _, f := range s.frames {
+				if r := pending[s.pid]; r != nil && f.typ == "ruby" && f.fn == "Object#warm" {
+					r.start(t)
+					delete(pending, s.pid)
+				}
+			}
+		})
+	}
+	for _, r := range pending {
+		t.Errorf("%s (pid %d): no named warm frame in 45 s of warm-up", r.it.name, r.pid)
+		r.start(t)
+	}
+	waitPy(t, runs)
+	time.Sleep(2500 * time.Millisecond) // the last reports
+	c.stop(t)
+	checkRuby(t, out, cases, runs)
+	if t.Failed() {
+		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
+	}
+}

@@ -79,15 +79,15 @@ type fileInfo struct {
 	// ruby_current_ec: tlsGOT is the GOT slot the loader fills with the
 	// module id (tlsDTV) or the offset from the thread pointer; tlsOff
 	// the variable's offset in libruby's TLS block (tlsDTV).
-	tlsGOT     uint64
-	tlsDTV     bool
-	tlsOff     uint64
+	tlsGOT uint64
+	tlsDTV bool
+	tlsOff uint64
 	// tlsCandidates: ruby_current_ec is hidden; bit i: it may be at 8*i
 	// in the block.
 	tlsCandidates uint8
-	lay        layout
-	err        error // why its frames cannot be walked (its VM entry may still be known)
-	notRubyLib bool  // no rb_vm_exec: a launcher, not the VM
+	lay           layout
+	err           error // why its frames cannot be walked (its VM entry may still be known)
+	notRubyLib    bool  // no rb_vm_exec: a launcher, not the VM
 }
 
 const openTimeout = 10 * time.Second

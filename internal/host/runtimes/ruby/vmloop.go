@@ -18,7 +18,7 @@ import (
 
 const (
 	rX8664RELATIVE = 8
-	minInsns       = 150 // YARV has 200+ instructions (trace_ ones included) in every 3.x
+	minInsns       = 150     // YARV has 200+ instructions (trace_ ones included) in every 3.x
 	maxVMLoop      = 4 << 20 // bytes vm_exec_core is believed to span at most
 )
 
