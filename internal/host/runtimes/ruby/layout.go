@@ -77,7 +77,7 @@ func v33() layout {
 	l.bodyInsnInfo, l.bodyInsnSize, l.bodySucc = 112, 128, 136
 	l.strEmbed = 24
 	l.classExtInline = true
-	l.classExt, l.extClasspath, l.extAttached = 32, 120, 128
+	l.classExt, l.extClasspath, l.extAttached = 32, 120, 96
 	return l
 }
 

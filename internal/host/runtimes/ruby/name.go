@@ -49,7 +49,7 @@ const (
 	imemoMent   = 6
 	imemoIseq   = 7
 	flNoEmbed   = 1 << 13 // RSTRING_NOEMBED, RARRAY_EMBED_FLAG's place
-	flSingleton = 1 << 13 // FL_SINGLETON of a class
+	flSingleton = 1 << 12 // FL_SINGLETON (FL_USER0) of a class
 )
 
 // iseq types (enum rb_iseq_type).

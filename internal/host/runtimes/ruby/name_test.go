@@ -50,7 +50,12 @@ const (
 	offStrCls   = 0x7c0
 	offLines    = 0x800 // line table: 3 entries
 	offSucc     = 0x840 // succinct index (immediate part)
-	memSize     = 0x880
+	offMeS      = 0x880 // Chain.build's method entry
+	offMeta     = 0x8c0 // Chain's singleton class (3.3: ext follows)
+	offMetaTbl  = 0x980 // 3.1: its iv_tbl, entries, ext
+	offMetaEnts = 0x9c0
+	offMetaExt  = 0x9e0
+	memSize     = 0xa00
 )
 
 // seedMem lays out a process of layout l (3.1 or 3.3) with Chain#mid and
@@ -110,6 +115,19 @@ func seedMem(l *layout) []byte {
 		put(offIvTbl+48, memBase+offEntries)
 		put(offEntries+16, memBase+offStrCls)
 	}
+	// Chain.build: a method of Chain's singleton class.
+	put(offMeS, tImemo|imemoMent<<imemoShift)
+	put(offMeS+uint64(l.meOwner), memBase+offMeta)
+	put(offMeta, tClass|flSingleton)
+	if l.classExtInline {
+		put(offMeta+uint64(l.classExt)+uint64(l.extAttached), memBase+offClass)
+	} else {
+		put(offMeta+uint64(l.classExt), memBase+offMetaExt)
+		put(offMetaExt+uint64(l.extIvTbl), memBase+offMetaTbl)
+		put(offMetaTbl+40, 1)
+		put(offMetaTbl+48, memBase+offMetaEnts)
+		put(offMetaEnts+16, memBase+offClass)
+	}
 	return b
 }
 
@@ -140,6 +158,7 @@ func TestReadIseq(t *testing.T) {
 			{memBase + offIseq, aux(memBase+offMe, 3), "Chain#mid", 11},
 			{memBase + offIseq, aux(memBase+offMe, 7), "Chain#mid", 12},
 			{memBase + offBlock, aux(memBase+offMe, 0), "block in Chain#mid", 10},
+			{memBase + offIseq, aux(memBase+offMeS, 1), "Chain.mid", 10},
 			{memBase + offIseq, aux(0, 2), "mid", 10},                           // no method entry: the label alone
 			{memBase + offIseq, aux(memBase+offBlock, 2), "mid", 10},            // an entry that is no entry: likewise
 			{memBase + offIseq, aux(memBase+offMe, idxUnknown), "Chain#mid", 0}, // no line
