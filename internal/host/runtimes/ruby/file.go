@@ -146,15 +146,19 @@ func inspect(f *elfx.File, name string) *fileInfo {
 		fi.err = fmt.Errorf("%s: no %s: %w", name, symVersion, errUnsupported)
 		return fi
 	}
-	rela, err := f.SectionData(".rela.dyn")
-	if err != nil || len(rela) > maxRela {
-		fi.err = fmt.Errorf("%s: no usable .rela.dyn (%d bytes): %v: %w", name, len(rela), err, errUnsupported)
+	relocs, err := f.SectionData(".rela.dyn")
+	if err != nil {
+		fi.err = fmt.Errorf("%s: .rela.dyn: %w: %w", name, err, errUnsupported)
+		return fi
+	}
+	if len(relocs) > maxRela {
+		fi.err = fmt.Errorf("%s: .rela.dyn of %d bytes: %w", name, len(relocs), errUnsupported)
 		return fi
 	}
 	if exec.Value != 0 && exec.Size != 0 {
 		fi.vmExec = [2]uint64{exec.Value, exec.Value + exec.Size}
 	} else {
-		lo, hi, err := vmLoopFromTable(f, rela)
+		lo, hi, err := vmLoopFromTable(f, relocs)
 		if err != nil {
 			fi.err = fmt.Errorf("%s: no %s and %w", name, symVMExec, err)
 			return fi
@@ -187,7 +191,7 @@ func inspect(f *elfx.File, name string) *fileInfo {
 		// Hidden (3.3): the walker tries each slot of libruby's TLS
 		// block, found through the module id of its local-dynamic
 		// accesses.
-		got, typ, ok := tlsSlot(rela, 0)
+		got, typ, ok := tlsSlot(relocs, 0)
 		tls := tlsSegment(f)
 		if !ok || typ != rX8664DTPMOD64 || tls == 0 || tls > 64 {
 			fi.err = fmt.Errorf("%s: Ruby %s hides %s and its TLS (%d bytes) is not searchable: %w",
@@ -198,7 +202,7 @@ func inspect(f *elfx.File, name string) *fileInfo {
 		fi.tlsCandidates = uint8(1<<(tls/8) - 1) //nolint:gosec // tls <= 64
 		return fi
 	}
-	got, typ, ok := tlsSlot(rela, uint32(ecIndex))
+	got, typ, ok := tlsSlot(relocs, uint32(ecIndex))
 	if !ok {
 		fi.err = fmt.Errorf("%s: no TLS relocation of %s: %w", name, symCurrentEC, errUnsupported)
 		return fi
@@ -210,15 +214,15 @@ func inspect(f *elfx.File, name string) *fileInfo {
 // tlsSlot finds the GOT slot of symbol sym's TLS relocation in .rela.dyn:
 // DTPMOD64 (general dynamic: the slot gets the module id) or TPOFF64
 // (initial exec: the offset from the thread pointer).
-func tlsSlot(rela []byte, sym uint32) (got uint64, typ uint32, ok bool) {
-	for i := 0; i+24 <= len(rela); i += 24 {
-		info := binary.LittleEndian.Uint64(rela[i+8:])
+func tlsSlot(relocs []byte, sym uint32) (got uint64, typ uint32, ok bool) {
+	for i := 0; i+24 <= len(relocs); i += 24 {
+		info := binary.LittleEndian.Uint64(relocs[i+8:])
 		if uint32(info>>32) != sym {
 			continue
 		}
 		t := uint32(info)
 		if t == rX8664DTPMOD64 || t == rX8664TPOFF64 {
-			return binary.LittleEndian.Uint64(rela[i:]), t, true
+			return binary.LittleEndian.Uint64(relocs[i:]), t, true
 		}
 	}
 	return 0, 0, false

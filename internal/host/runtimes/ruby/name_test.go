@@ -243,18 +243,18 @@ func TestCandidate(t *testing.T) {
 }
 
 func TestTLSSlot(t *testing.T) {
-	rela := make([]byte, 3*24)
+	relocs := make([]byte, 3*24)
 	put := func(i int, off uint64, sym, typ uint32) {
-		binary.LittleEndian.PutUint64(rela[24*i:], off)
-		binary.LittleEndian.PutUint64(rela[24*i+8:], uint64(sym)<<32|uint64(typ))
+		binary.LittleEndian.PutUint64(relocs[24*i:], off)
+		binary.LittleEndian.PutUint64(relocs[24*i+8:], uint64(sym)<<32|uint64(typ))
 	}
 	put(0, 0x100, 5, rX8664RELATIVE)
 	put(1, 0x200, 7, 17) // DTPOFF64
 	put(2, 0x208, 7, rX8664DTPMOD64)
-	if got, typ, ok := tlsSlot(rela, 7); !ok || got != 0x208 || typ != rX8664DTPMOD64 {
+	if got, typ, ok := tlsSlot(relocs, 7); !ok || got != 0x208 || typ != rX8664DTPMOD64 {
 		t.Errorf("slot %#x %d %v", got, typ, ok)
 	}
-	if _, _, ok := tlsSlot(rela[:70], 9); ok {
+	if _, _, ok := tlsSlot(relocs[:70], 9); ok {
 		t.Error("a slot for a symbol without one")
 	}
 }
@@ -264,8 +264,8 @@ func TestTLSSlot(t *testing.T) {
 func FuzzReadIseq(f *testing.F) {
 	for _, v := range [][2]int{{3, 1}, {3, 3}} {
 		l := mustLayout(f, v[0], v[1])
-		f.Add(seedMem(&l), v[1] == 3, uint16(offIseq), uint64(aux(memBase+offMe, 3)))
-		f.Add(seedMem(&l), v[1] == 3, uint16(offBlock), uint64(aux(memBase+offMe, 0)))
+		f.Add(seedMem(&l), v[1] == 3, uint16(offIseq), aux(memBase+offMe, 3))
+		f.Add(seedMem(&l), v[1] == 3, uint16(offBlock), aux(memBase+offMe, 0))
 	}
 	l31, l33 := mustLayout(f, 3, 1), mustLayout(f, 3, 3)
 	f.Fuzz(func(t *testing.T, b []byte, v33 bool, off uint16, a uint64) {

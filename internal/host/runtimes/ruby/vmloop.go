@@ -22,16 +22,16 @@ const (
 	maxVMLoop      = 4 << 20 // bytes vm_exec_core is believed to span at most
 )
 
-// vmLoopFromTable finds vm_exec_core's [start, end) from rela (.rela.dyn)
+// vmLoopFromTable finds vm_exec_core's [start, end) from relocs (.rela.dyn)
 // and the FDEs of f.
-func vmLoopFromTable(f *elfx.File, rela []byte) (start, end uint64, err error) {
+func vmLoopFromTable(f *elfx.File, relocs []byte) (start, end uint64, err error) {
 	type rel struct{ off, target uint64 }
 	var rs []rel
-	for i := 0; i+24 <= len(rela); i += 24 {
-		if uint32(binary.LittleEndian.Uint64(rela[i+8:])) != rX8664RELATIVE {
+	for i := 0; i+24 <= len(relocs); i += 24 {
+		if uint32(binary.LittleEndian.Uint64(relocs[i+8:])) != rX8664RELATIVE {
 			continue
 		}
-		rs = append(rs, rel{binary.LittleEndian.Uint64(rela[i:]), binary.LittleEndian.Uint64(rela[i+16:])})
+		rs = append(rs, rel{binary.LittleEndian.Uint64(relocs[i:]), binary.LittleEndian.Uint64(relocs[i+16:])})
 	}
 	idx, eh, ehAddr, err := fdeIndex(f)
 	if err != nil {
