@@ -11,6 +11,8 @@
 #           block a Ruby method yields to
 #   deep    <main> -> Object#top -> Chain#rec x 51 -> Chain#leaf: 50 levels
 #           of recursion
+#   each    <main> -> Object#top -> Chain#each_mid -> Array#each (a C
+#           function) -> block in Chain#each_mid -> Chain#leaf
 #   thread  the chain in a Thread.new (its first frame "block in <main>"),
 #           the main thread waiting in Thread#join
 #
@@ -66,6 +68,12 @@ class Chain
     run_block { leaf(n) } # L:Chain#mid L:block in Chain#mid
   end
 
+  ONE = [0].freeze
+
+  def each_mid(n)
+    ONE.each { leaf(n) } # L:Chain#each_mid L:block in Chain#each_mid
+  end
+
   def rec(depth, n)
     return leaf(n) if depth.zero? # L:Chain#rec
     rec(depth - 1, n) # L:Chain#rec
@@ -74,8 +82,9 @@ end
 
 # top allocates nothing and calls no C function: the measured samples
 # are the chain's.
-def top(c, n, deep)
-  return c.rec(50, n) if deep # L:Object#top
+def top(c, n, kind)
+  return c.rec(50, n) if kind == 1 # L:Object#top
+  return c.each_mid(n) if kind == 2 # L:Object#top
   c.mid(n) # L:Object#top
 end
 
@@ -91,7 +100,7 @@ end
 secs = Float(ARGV[0])
 gofile = ARGV[1]
 mode = ARGV[2] || "chain"
-deep = mode == "deep"
+kind = { "deep" => 1, "each" => 2 }.fetch(mode, 0)
 warm(gofile, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60)
 c = Chain.new
 total = (rate(c) * secs).to_i
@@ -101,7 +110,7 @@ $stdout.flush
 work = lambda do
   done = 0
   while done < total # L:<main> L:block in <main>
-    top(c, 300_000, deep) # L:<main> L:block in <main>
+    top(c, 300_000, kind) # L:<main> L:block in <main>
     done += 300_000 # L:<main> L:block in <main>
   end
 end
@@ -110,7 +119,7 @@ if mode == "thread"
 else
   done = 0
   while done < total # L:<main>
-    top(c, 300_000, deep) # L:<main>
+    top(c, 300_000, kind) # L:<main>
     done += 300_000 # L:<main>
   end
 end

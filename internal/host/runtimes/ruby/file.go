@@ -85,6 +85,7 @@ type fileInfo struct {
 	// tlsCandidates: ruby_current_ec is hidden; bit i: it may be at 8*i
 	// in the block.
 	tlsCandidates uint8
+	data          [2]uint64 // .data: where ruby_global_symbols is looked for
 	lay           layout
 	err           error // why its frames cannot be walked (its VM entry may still be known)
 	notRubyLib    bool  // no rb_vm_exec: a launcher, not the VM
@@ -187,6 +188,9 @@ func inspect(f *elfx.File, name string) *fileInfo {
 		return fi
 	}
 	fi.lay = lay
+	if d := f.Section(".data"); d != nil && d.Size <= maxDataScan {
+		fi.data = [2]uint64{d.Addr, d.Addr + d.Size}
+	}
 	if ecIndex < 0 {
 		// Hidden (3.3): the walker tries each slot of libruby's TLS
 		// block, found through the module id of its local-dynamic

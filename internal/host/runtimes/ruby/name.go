@@ -407,11 +407,10 @@ func truncate(s string, maxName int) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// readCFunc names the C function frame of method entry me: "Class#name"
-// needs the method's name, an ID whose string Ruby keeps in a table it
-// does not export; the frame is named after its class with the C
-// function's address for now.
-func readCFunc(m memory, l *layout, me uint64, maxName int) (string, error) {
+// readCFunc names the C function frame of method entry me:
+// "Class#name" (the name from the global symbol table at symbols), or
+// "Class#<cfunc>" when the table was not found.
+func readCFunc(m memory, l *layout, me, symbols uint64, maxName int) (string, error) {
 	if !isImemo(m, me, imemoMent) {
 		return "", fmt.Errorf("method entry %#x is no method entry: %w", me, runtimes.ErrBadFrame)
 	}
@@ -419,7 +418,11 @@ func readCFunc(m memory, l *layout, me uint64, maxName int) (string, error) {
 	if q == "" {
 		q = "?#"
 	}
-	def := mustU64(m, me+uint64(l.meDef))
-	fn := mustU64(m, def+8) // body.cfunc.func
-	return truncate(fmt.Sprintf("%s<cfunc %#x>", q, fn), maxName), nil
+	name := "<cfunc>"
+	if id, err := m.U64(me + meCalledID); err == nil {
+		if n, err := idName(m, l, symbols, id, maxName); err == nil && n != "" {
+			name = n
+		}
+	}
+	return truncate(q+name, maxName), nil
 }

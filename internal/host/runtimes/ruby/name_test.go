@@ -278,7 +278,7 @@ func FuzzReadIseq(f *testing.F) {
 		if err == nil && (len(fi.name) > 32 || len(fi.file) > 32) {
 			t.Fatalf("names past the bound: %d, %d", len(fi.name), len(fi.file))
 		}
-		if name, err := readCFunc(m, l, memBase+uint64(off), 32); err == nil && len(name) > 32 {
+		if name, err := readCFunc(m, l, memBase+uint64(off), memBase, 32); err == nil && len(name) > 32 {
 			t.Fatalf("C function name past the bound: %d", len(name))
 		}
 	})

@@ -83,6 +83,8 @@ type proc struct {
 	ready  bool
 	tries  int
 	next   time.Time
+	// symbols is ruby_global_symbols (C function names), 0: not found.
+	symbols uint64
 }
 
 // Stats count what the runtime did, cumulatively.
@@ -167,15 +169,16 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		err = fi.lay.check()
 	}
 	var entry bpf.ProfileRubyProc
+	var symbols uint64
 	if err == nil {
-		entry, err = r.tlsEntry(p.PID, fi, b)
+		entry, symbols, err = r.tlsEntry(p.PID, fi, b)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.procs[p.PID] != st {
 		return nil, false, nil // exited (forgotten) meanwhile
 	}
-	st.fi, st.ranges, st.tries = fi, ranges, st.tries+1
+	st.fi, st.ranges, st.tries, st.symbols = fi, ranges, st.tries+1, symbols
 	switch {
 	case errors.Is(err, runtimes.ErrProcessGone):
 		delete(r.procs, p.PID)
@@ -209,27 +212,34 @@ const maxTLSModule = uint64(bpf.ProfileRubyLimitsRUBY_MAX_TLS_MODULE)
 
 // tlsEntry reads what the loader put in ruby_current_ec's GOT slot of pid
 // (the module id, or the offset from the thread pointer) and makes the
-// walker's entry.
-func (r *Runtime) tlsEntry(pid int, fi *fileInfo, bias uint64) (bpf.ProfileRubyProc, error) {
+// walker's entry; it finds the global symbol table on the way.
+func (r *Runtime) tlsEntry(pid int, fi *fileInfo, bias uint64) (bpf.ProfileRubyProc, uint64, error) {
 	m, err := runtimes.OpenMem(r.opt.ProcRoot, pid)
 	if err != nil {
-		return bpf.ProfileRubyProc{}, err
+		return bpf.ProfileRubyProc{}, 0, err
 	}
 	defer func() { _ = m.Close() }()
 	v, err := m.U64(fi.tlsGOT + bias)
 	if err != nil {
-		return bpf.ProfileRubyProc{}, fmt.Errorf("%w: TLS slot: %w", errNotReady, err)
+		return bpf.ProfileRubyProc{}, 0, fmt.Errorf("%w: TLS slot: %w", errNotReady, err)
+	}
+	var symbols uint64
+	if n := fi.data[1] - fi.data[0]; n > 0 {
+		data := make([]byte, n)
+		if m.Read(fi.data[0]+bias, data) == nil {
+			symbols = findSymbols(m, data, fi.data[0]+bias)
+		}
 	}
 	if !fi.tlsDTV {
-		return fi.lay.bpf(int64(v)+int64(fi.tlsOff), 0), nil //nolint:gosec // an offset below the thread pointer
+		return fi.lay.bpf(int64(v)+int64(fi.tlsOff), 0), symbols, nil //nolint:gosec // an offset below the thread pointer
 	}
 	if v == 0 || v > maxTLSModule {
 		// Zero until the loader relocated libruby.
-		return bpf.ProfileRubyProc{}, fmt.Errorf("TLS module id %d: %w", v, errNotReady)
+		return bpf.ProfileRubyProc{}, 0, fmt.Errorf("TLS module id %d: %w", v, errNotReady)
 	}
 	e := fi.lay.bpf(int64(fi.tlsOff), uint32(v)) //nolint:gosec // bounded above
 	e.TlsCandidates = fi.tlsCandidates
-	return e, nil
+	return e, symbols, nil
 }
 
 // Forget drops pid.
@@ -294,7 +304,7 @@ func (r *Runtime) read(pid int, st *proc, k nameKey) (*iseqInfo, error) {
 	}
 	r.count(func(s *Stats) { s.NameReads++ })
 	if k.kind == KindCFunc {
-		name, err := readCFunc(m, &st.fi.lay, k.ptr, r.opt.Config.MaxNameBytes)
+		name, err := readCFunc(m, &st.fi.lay, k.ptr, st.symbols, r.opt.Config.MaxNameBytes)
 		if err != nil {
 			return nil, err
 		}
