@@ -283,3 +283,53 @@ func FuzzReadIseq(f *testing.F) {
 		}
 	})
 }
+
+// TestCFuncName forges Array#each's method entry and a global symbol
+// table in .data (a row of IDs with "each" at serial 0xa5) and finds
+// both; an operator ID or a missing table still names the class.
+func TestCFuncName(t *testing.T) {
+	for _, v := range [][2]int{{3, 1}, {3, 3}} {
+		l := mustLayout(t, v[0], v[1])
+		b := seedMem(&l)
+		const (
+			offData = 0x100 // .data: ruby_global_symbols at +0x40
+			offIDs  = 0x180 // ids: heap array of one row
+			offRow  = 0x1c0 // the row
+			offCMe  = 0x3c0 // Array#each's method entry
+		)
+		b = append(b, make([]byte, 0x1000+2*8*0xa6)...)
+		base := uint64(len(b)) - 2*8*0xa6 // the row's elements
+		put := func(off, val uint64) { binary.LittleEndian.PutUint64(b[off:], val) }
+		put(offData+0x40, 0x3000)
+		put(offData+0x48, memBase+offData)
+		put(offData+0x50, memBase+offIDs)
+		put(offData+0x58, memBase+offData+0x60)
+		put(offData+0x60, tHash)
+		put(offIDs, tArray)
+		put(offIDs+16, 1)
+		put(offIDs+32, memBase+offIDs+0x38)
+		put(offIDs+0x38, memBase+offRow)
+		put(offRow, tArray)
+		put(offRow+16, 2*0xa6)
+		put(offRow+32, memBase+base)
+		put(base+2*8*0xa5, memBase+offStrMid) // "mid" as the name
+		put(offCMe, tImemo|imemoMent<<imemoShift)
+		put(offCMe+uint64(l.meOwner), memBase+offClass)
+		put(offCMe+meCalledID, 0xa5<<idScopeShift|1)
+		m := &fakeMem{base: memBase, b: b}
+		sym := findSymbols(m, b[offData:offData+0x80], memBase+offData)
+		if sym != memBase+offData+0x40 {
+			t.Fatalf("%v: symbols at %#x", v, sym)
+		}
+		if n, err := readCFunc(m, &l, memBase+offCMe, sym, 64); err != nil || n != "Chain#mid" {
+			t.Errorf("%v: %q %v", v, n, err)
+		}
+		put(offCMe+meCalledID, 0x20) // an operator
+		if n, err := readCFunc(m, &l, memBase+offCMe, sym, 64); err != nil || n != "Chain#<cfunc>" {
+			t.Errorf("%v: %q %v", v, n, err)
+		}
+		if _, err := readCFunc(m, &l, memBase+offIseq, sym, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+			t.Errorf("%v: an iseq named as a method entry: %v", v, err)
+		}
+	}
+}
