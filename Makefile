@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-fleet bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-fleet bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-ruby bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -176,6 +176,10 @@ bench-unwind:
 # What walking Python costs the agent, beside the native-only walk of the
 # same busy Python processes on both cores (Debian's 3.9, 3.11, 3.13):
 # agent CPU, BPF time per sample, RSS (PROFSYM_BENCH_SECONDS, default 30).
+bench-ruby:
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-30} $(GO) test -run '^$$' -bench BenchmarkRubyCost -benchtime 1x -timeout 30m ./internal/host/runtimes/ruby | tee $(BIN)/bench-ruby.txt
+
 bench-cpython:
 	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-30} $(GO) test -run '^$$' -bench BenchmarkPythonCost -benchtime 1x -timeout 30m ./internal/host/runtimes/cpython | tee $(BIN)/bench-cpython.txt
