@@ -66,7 +66,7 @@ func measureRuby(b *testing.B, root, ruby string, walk bool, dur time.Duration) 
 		defer stats.Close()
 	}
 	script := testfixture.ChrootCopy(b, root, testfixture.Src(b, "e2e/rubychain.rb"))[0]
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "rubybench-")
+	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "rubybench-") //nolint:usetesting // inside the chroot
 	if err != nil {
 		b.Fatal(err)
 	}
