@@ -14,7 +14,7 @@ PROFSYM_OUTPUT_MAX_MB ?= 100
 PROFSYM_OUTPUT_BACKUPS ?= 3
 export PROFSYM_OUTPUT PROFSYM_OUTPUT_MAX_MB PROFSYM_OUTPUT_BACKUPS
 
-.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-fleet bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-perl bench-php bench-hotspot fuzz run otelcol image image-push generate check-generate clean
+.PHONY: kube-tools lint all build test test-short test-kernels vet check-cross bench bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect bench-fleet bench-unwind bench-unwind-cost bench-jfr bench-cpython bench-perl bench-php bench-ruby bench-hotspot fuzz run otelcol image image-push generate check-generate clean
 
 all: build otelcol
 
@@ -187,7 +187,13 @@ bench-perl:
 # What walking PHP costs the agent, beside the native-only walk of the same
 # busy PHP processes on both cores (Debian's 8.2 and 8.4), as bench-cpython.
 bench-php:
+	@mkdir -p $(BIN)
 	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-30} $(GO) test -run '^$$' -bench BenchmarkPHPCost -benchtime 1x -timeout 30m ./internal/host/runtimes/php | tee $(BIN)/bench-php.txt
+
+# The same for Ruby (Debian's 3.1 and 3.3).
+bench-ruby:
+	@mkdir -p $(BIN)
+	PROFSYM_BENCH_SECONDS=$${PROFSYM_BENCH_SECONDS:-30} $(GO) test -run '^$$' -bench BenchmarkRubyCost -benchtime 1x -timeout 30m ./internal/host/runtimes/ruby | tee $(BIN)/bench-ruby.txt
 
 # What a table build and a new process cost the agent, in figures the
 # machine's load does not move: CPU-seconds, bytes allocated, heap and RSS

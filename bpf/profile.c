@@ -357,6 +357,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 #include "cpython.h"
 #include "perl.h"
 #include "php.h"
+#include "ruby.h"
 #include "offcpu.h"
 
 SEC("perf_event")

@@ -476,6 +476,83 @@ const (
 	ProfileRowKindROW_FALLBACK ProfileRowKind = 3
 )
 
+type ProfileRubyBufs struct {
+	_   structs.HostLayout
+	Ec  [32]uint8
+	Cfp [64]uint8
+	Env [3]uint64
+}
+
+type ProfileRubyCounters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Errors [8]uint64
+}
+
+type ProfileRubyError uint32
+
+const (
+	ProfileRubyErrorRUBY_ERR_NOT_ATTACHED ProfileRubyError = 0
+	ProfileRubyErrorRUBY_ERR_REFUSED      ProfileRubyError = 1
+	ProfileRubyErrorRUBY_ERR_READ_EC      ProfileRubyError = 2
+	ProfileRubyErrorRUBY_ERR_BAD_EC       ProfileRubyError = 3
+	ProfileRubyErrorRUBY_ERR_READ_FRAME   ProfileRubyError = 4
+	ProfileRubyErrorRUBY_ERR_READ_ENV     ProfileRubyError = 5
+	ProfileRubyErrorRUBY_ERR_STACK_END    ProfileRubyError = 6
+	ProfileRubyErrorRUBY_ERR_NO_TP        ProfileRubyError = 7
+	ProfileRubyErrorRUBY_ERRORS           ProfileRubyError = 8
+)
+
+type ProfileRubyFrameFlags uint32
+
+const (
+	ProfileRubyFrameFlagsRUBY_FRAME_MAGIC_MASK  ProfileRubyFrameFlags = 2147418113
+	ProfileRubyFrameFlagsRUBY_FRAME_MAGIC_CFUNC ProfileRubyFrameFlags = 1431633921
+	ProfileRubyFrameFlagsRUBY_FRAME_MAGIC_IFUNC ProfileRubyFrameFlags = 1717960705
+	ProfileRubyFrameFlagsRUBY_FRAME_MAGIC_DUMMY ProfileRubyFrameFlags = 2040070145
+	ProfileRubyFrameFlagsRUBY_FRAME_FLAG_FINISH ProfileRubyFrameFlags = 32
+	ProfileRubyFrameFlagsRUBY_ENV_FLAG_LOCAL    ProfileRubyFrameFlags = 2
+)
+
+type ProfileRubyFrameKind uint32
+
+const (
+	ProfileRubyFrameKindFRAME_RUBY_ISEQ  ProfileRubyFrameKind = 56
+	ProfileRubyFrameKindFRAME_RUBY_CFUNC ProfileRubyFrameKind = 57
+)
+
+type ProfileRubyLimits uint32
+
+const (
+	ProfileRubyLimitsRUBY_FRAMES_PER_PROG ProfileRubyLimits = 16
+	ProfileRubyLimitsRUBY_CFP_READ        ProfileRubyLimits = 64
+	ProfileRubyLimitsRUBY_EC_READ         ProfileRubyLimits = 32
+	ProfileRubyLimitsRUBY_MAX_PROCS       ProfileRubyLimits = 4096
+	ProfileRubyLimitsRUBY_MAX_STACK       ProfileRubyLimits = 67108864
+	ProfileRubyLimitsRUBY_MAX_TLS_MODULE  ProfileRubyLimits = 65536
+)
+
+type ProfileRubyProc struct {
+	_             structs.HostLayout
+	EcTls         int64
+	TlsModule     uint32
+	Refused       uint8
+	TlsDtv        uint8
+	TlsCandidates uint8
+	Pad           uint8
+	CfpSize       uint16
+	EcVmStack     uint16
+	EcStackLen    uint16
+	EcCfp         uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	_             [6]byte
+}
+
 type ProfileRuntimeKind uint32
 
 const (
@@ -720,6 +797,9 @@ const (
 	ProfileMapPhpProcs               = "php_procs"
 	ProfileMapPhpScratch             = "php_scratch"
 	ProfileMapPhpStats               = "php_stats"
+	ProfileMapRubyProcs              = "ruby_procs"
+	ProfileMapRubyScratch            = "ruby_scratch"
+	ProfileMapRubyStats              = "ruby_stats"
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
@@ -746,10 +826,12 @@ const (
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgOffcpuWalkPerl        = "offcpu_walk_perl"
 	ProfileProgOffcpuWalkPhp         = "offcpu_walk_php"
+	ProfileProgOffcpuWalkRuby        = "offcpu_walk_ruby"
 	ProfileProgPerlStep              = "perl_step"
 	ProfileProgPhpStep               = "php_step"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
+	ProfileProgRubyStep              = "ruby_step"
 	ProfileProgUnwindStep            = "unwind_step"
 	ProfileVarActiveBuf              = "active_buf"
 	ProfileVarCgroupSelect           = "cgroup_select"
@@ -800,6 +882,11 @@ const (
 	ProfileVarUnusedRbSample         = "unused_rb_sample"
 	ProfileVarUnusedRowBits          = "unused_row_bits"
 	ProfileVarUnusedRowKind          = "unused_row_kind"
+	ProfileVarUnusedRubyBufs         = "unused_ruby_bufs"
+	ProfileVarUnusedRubyError        = "unused_ruby_error"
+	ProfileVarUnusedRubyFrameFlags   = "unused_ruby_frame_flags"
+	ProfileVarUnusedRubyFrameKind    = "unused_ruby_frame_kind"
+	ProfileVarUnusedRubyLimits       = "unused_ruby_limits"
 	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
 	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
 	ProfileVarUnusedSelectVerdict    = "unused_select_verdict"
@@ -870,10 +957,12 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
 	OffcpuWalkPerl    *ebpf.ProgramSpec `ebpf:"offcpu_walk_perl"`
 	OffcpuWalkPhp     *ebpf.ProgramSpec `ebpf:"offcpu_walk_php"`
+	OffcpuWalkRuby    *ebpf.ProgramSpec `ebpf:"offcpu_walk_ruby"`
 	PerlStep          *ebpf.ProgramSpec `ebpf:"perl_step"`
 	PhpStep           *ebpf.ProgramSpec `ebpf:"php_step"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	RubyStep          *ebpf.ProgramSpec `ebpf:"ruby_step"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
@@ -912,6 +1001,9 @@ type ProfileMapSpecs struct {
 	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
 	PhpScratch       *ebpf.MapSpec `ebpf:"php_scratch"`
 	PhpStats         *ebpf.MapSpec `ebpf:"php_stats"`
+	RubyProcs        *ebpf.MapSpec `ebpf:"ruby_procs"`
+	RubyScratch      *ebpf.MapSpec `ebpf:"ruby_scratch"`
+	RubyStats        *ebpf.MapSpec `ebpf:"ruby_stats"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
@@ -982,6 +1074,11 @@ type ProfileVariableSpecs struct {
 	UnusedRbSample         *ebpf.VariableSpec `ebpf:"unused_rb_sample"`
 	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
 	UnusedRowKind          *ebpf.VariableSpec `ebpf:"unused_row_kind"`
+	UnusedRubyBufs         *ebpf.VariableSpec `ebpf:"unused_ruby_bufs"`
+	UnusedRubyError        *ebpf.VariableSpec `ebpf:"unused_ruby_error"`
+	UnusedRubyFrameFlags   *ebpf.VariableSpec `ebpf:"unused_ruby_frame_flags"`
+	UnusedRubyFrameKind    *ebpf.VariableSpec `ebpf:"unused_ruby_frame_kind"`
+	UnusedRubyLimits       *ebpf.VariableSpec `ebpf:"unused_ruby_limits"`
 	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
 	UnusedSelectVerdict    *ebpf.VariableSpec `ebpf:"unused_select_verdict"`
@@ -1050,6 +1147,9 @@ type ProfileMaps struct {
 	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
 	PhpScratch       *ebpf.Map `ebpf:"php_scratch"`
 	PhpStats         *ebpf.Map `ebpf:"php_stats"`
+	RubyProcs        *ebpf.Map `ebpf:"ruby_procs"`
+	RubyScratch      *ebpf.Map `ebpf:"ruby_scratch"`
+	RubyStats        *ebpf.Map `ebpf:"ruby_stats"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
@@ -1100,6 +1200,9 @@ func (m *ProfileMaps) Close() error {
 		m.PhpProcs,
 		m.PhpScratch,
 		m.PhpStats,
+		m.RubyProcs,
+		m.RubyScratch,
+		m.RubyStats,
 		m.Samples,
 		m.Scratch,
 		m.Seen,
@@ -1171,6 +1274,11 @@ type ProfileVariables struct {
 	UnusedRbSample         *ebpf.Variable `ebpf:"unused_rb_sample"`
 	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
 	UnusedRowKind          *ebpf.Variable `ebpf:"unused_row_kind"`
+	UnusedRubyBufs         *ebpf.Variable `ebpf:"unused_ruby_bufs"`
+	UnusedRubyError        *ebpf.Variable `ebpf:"unused_ruby_error"`
+	UnusedRubyFrameFlags   *ebpf.Variable `ebpf:"unused_ruby_frame_flags"`
+	UnusedRubyFrameKind    *ebpf.Variable `ebpf:"unused_ruby_frame_kind"`
+	UnusedRubyLimits       *ebpf.Variable `ebpf:"unused_ruby_limits"`
 	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
 	UnusedSelectVerdict    *ebpf.Variable `ebpf:"unused_select_verdict"`
@@ -1203,10 +1311,12 @@ type ProfilePrograms struct {
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
 	OffcpuWalkPerl    *ebpf.Program `ebpf:"offcpu_walk_perl"`
 	OffcpuWalkPhp     *ebpf.Program `ebpf:"offcpu_walk_php"`
+	OffcpuWalkRuby    *ebpf.Program `ebpf:"offcpu_walk_ruby"`
 	PerlStep          *ebpf.Program `ebpf:"perl_step"`
 	PhpStep           *ebpf.Program `ebpf:"php_step"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
+	RubyStep          *ebpf.Program `ebpf:"ruby_step"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
 }
 
@@ -1223,10 +1333,12 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkNative,
 		p.OffcpuWalkPerl,
 		p.OffcpuWalkPhp,
+		p.OffcpuWalkRuby,
 		p.PerlStep,
 		p.PhpStep,
 		p.ProfileAgg,
 		p.ProfileRb,
+		p.RubyStep,
 		p.UnwindStep,
 	)
 }

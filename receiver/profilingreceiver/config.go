@@ -151,6 +151,8 @@ type InterpretersConfig struct {
 	// PHP walks PHP stacks of PHP 8.2 and 8.4 (non-thread-safe builds:
 	// CLI, FPM, CGI).
 	PHP bool `mapstructure:"php"`
+	// Ruby walks Ruby stacks of CRuby 3.1 and 3.3 (x86-64).
+	Ruby bool `mapstructure:"ruby"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -163,7 +165,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, Ruby: c.Ruby, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -217,6 +219,7 @@ func createDefaultConfig() *Config {
 			CPython:        true,
 			Perl:           true,
 			PHP:            true,
+			Ruby:           true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

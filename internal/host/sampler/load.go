@@ -63,6 +63,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 		if s.walkPHP() {
 			groups = append(groups, &o.phpObjs)
 		}
+		if s.walkRuby() {
+			groups = append(groups, &o.rubyObjs)
+		}
 		if s.offcpu != nil {
 			groups = append(groups, &o.offcpuObjs)
 			if s.walkHotSpot() {
@@ -76,6 +79,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 			}
 			if s.walkPHP() {
 				groups = append(groups, &o.offcpuPhpObjs)
+			}
+			if s.walkRuby() {
+				groups = append(groups, &o.offcpuRubyObjs)
 			}
 		}
 	}
@@ -102,6 +108,7 @@ var runtimePrograms = map[string][]string{
 	"cpython": {"cpython_step", "offcpu_walk_cpython"},
 	"perl":    {"perl_step", "offcpu_walk_perl"},
 	"php":     {"php_step", "offcpu_walk_php"},
+	"ruby":    {"ruby_step", "offcpu_walk_ruby"},
 }
 
 // refusedRuntime names the runtime whose program a load failure is about,
@@ -112,7 +119,7 @@ func (s *Sampler) refusedRuntime(err error) (string, bool) {
 		if _, done := s.refused[name]; done {
 			continue
 		}
-		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() || name == "php" && !s.walkPHP() {
+		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() || name == "php" && !s.walkPHP() || name == "ruby" && !s.walkRuby() {
 			continue
 		}
 		for _, p := range progs {
@@ -142,6 +149,11 @@ func (s *Sampler) walkPerl() bool {
 func (s *Sampler) walkPHP() bool {
 	_, refused := s.refused["php"]
 	return s.cfg.walking() && s.cfg.Runtimes.PHP && !refused
+}
+
+func (s *Sampler) walkRuby() bool {
+	_, refused := s.refused["ruby"]
+	return s.cfg.walking() && s.cfg.Runtimes.Ruby && !refused
 }
 
 // RefusedRuntimes says which runtimes the configuration asked for but the

@@ -21,7 +21,7 @@ import (
 func TestLoadsEveryProgram(t *testing.T) {
 	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
-		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true},
+		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true},
 		OffCPU:   offcpu.Config{Enabled: true},
 	})
 	if s.Runtimes() == nil {
@@ -52,14 +52,14 @@ func TestRefusedRuntimeWalker(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { specHook = nil })
-	s := newSampler(t, Config{SampleRate: 99, Runtimes: runtimes.Config{HotSpot: true, CPython: true, PHP: true}})
+	s := newSampler(t, Config{SampleRate: 99, Runtimes: runtimes.Config{HotSpot: true, CPython: true, PHP: true, Ruby: true}})
 	refused := s.RefusedRuntimes()
 	if _, ok := refused["cpython"]; !ok || len(refused) != 1 {
 		t.Fatalf("refused %v, want cpython alone", refused)
 	}
 	t.Logf("refused: %v", refused["cpython"])
-	if s.objs.CpythonStep != nil || s.objs.HotspotStep == nil || s.objs.PhpStep == nil {
-		t.Errorf("loaded cpython %v, hotspot %v, php %v", s.objs.CpythonStep, s.objs.HotspotStep, s.objs.PhpStep)
+	if s.objs.CpythonStep != nil || s.objs.HotspotStep == nil || s.objs.PhpStep == nil || s.objs.RubyStep == nil {
+		t.Errorf("loaded cpython %v, hotspot %v, php %v, ruby %v", s.objs.CpythonStep, s.objs.HotspotStep, s.objs.PhpStep, s.objs.RubyStep)
 	}
 }
 

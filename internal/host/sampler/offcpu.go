@@ -77,6 +77,9 @@ type offcpuPerlObjs struct {
 type offcpuPhpObjs struct {
 	OffcpuWalkPhp *ebpf.Program `ebpf:"offcpu_walk_php"`
 }
+type offcpuRubyObjs struct {
+	OffcpuWalkRuby *ebpf.Program `ebpf:"offcpu_walk_ruby"`
+}
 
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
 // offcpu_progs (enum walk_prog): the native one, and those of the runtimes
@@ -96,6 +99,9 @@ func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
 	}
 	if o.OffcpuWalkPhp != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_PHP)] = o.OffcpuWalkPhp
+	}
+	if o.OffcpuWalkRuby != nil {
+		w[uint32(bpf.ProfileWalkProgWALK_RUBY)] = o.OffcpuWalkRuby
 	}
 	return w
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/runtimes/perl"
 	"github.com/profsym/profsym/internal/host/runtimes/php"
+	"github.com/profsym/profsym/internal/host/runtimes/ruby"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -48,6 +49,15 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		rts = append(rts, php.New(php.Options{
 			Logger: s.log.Named("php"), Config: s.cfg.Runtimes,
 			Procs: s.objs.PhpProcs, Counters: s.objs.PhpStats,
+		}))
+	}
+	if s.walkRuby() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_RUBY), s.objs.RubyStep); err != nil {
+			return nil, fmt.Errorf("installing the Ruby walker: %w", err)
+		}
+		rts = append(rts, ruby.New(ruby.Options{
+			Logger: s.log.Named("ruby"), Config: s.cfg.Runtimes,
+			Procs: s.objs.RubyProcs, Counters: s.objs.RubyStats,
 		}))
 	}
 	return rts, nil

@@ -137,6 +137,12 @@ type phpObjs struct {
 	PhpScratch *ebpf.Map     `ebpf:"php_scratch"`
 	PhpStats   *ebpf.Map     `ebpf:"php_stats"`
 }
+type rubyObjs struct {
+	RubyStep    *ebpf.Program `ebpf:"ruby_step"`
+	RubyProcs   *ebpf.Map     `ebpf:"ruby_procs"`
+	RubyScratch *ebpf.Map     `ebpf:"ruby_scratch"`
+	RubyStats   *ebpf.Map     `ebpf:"ruby_stats"`
+}
 
 type rbObjs struct {
 	ProfileRb *ebpf.Program `ebpf:"profile_rb"`
@@ -162,11 +168,13 @@ type objects struct {
 	cpythonObjs // zero unless CPython is walked
 	perlObjs    // zero unless Perl is walked
 	phpObjs     // zero unless PHP is walked
+	rubyObjs    // zero unless Ruby is walked
 	offcpuObjs  // zero unless off-CPU samples are on
 	offcpuHotspotObjs
 	offcpuCpythonObjs
 	offcpuPerlObjs
 	offcpuPhpObjs
+	offcpuRubyObjs
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -199,7 +207,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp, o.RubyStep, o.OffcpuWalkRuby} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -209,7 +217,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())

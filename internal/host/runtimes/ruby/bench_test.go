@@ -1,0 +1,156 @@
+package ruby_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/otlp/profbuild"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// BenchmarkRubyCost is what walking Ruby costs the agent, beside the
+// native-only walk of the same processes in the same run: two busy Ruby
+// processes (testdata/src/e2e/rubychain.rb, mode chain) keep both cores
+// loaded while the sampler runs at 99 Hz and a report is built every 2 s
+// (Ruby frames named), per Debian Ruby:
+//
+//	make bench-ruby    (PROFSYM_BENCH_SECONDS: 30 there, 10 by default)
+//
+// Reported per Ruby and walk: agent-cpu-% (this process's CPU over wall
+// time, % of one core), bpf-us/sample (the sampling program and its tail
+// calls, kernel.bpf_stats, per sample), rss-MB, rb-frames/sample.
+func BenchmarkRubyCost(b *testing.B) {
+	secs := 10.0
+	if v, err := strconv.ParseFloat(os.Getenv("PROFSYM_BENCH_SECONDS"), 64); err == nil && v > 0 {
+		secs = v
+	}
+	testfixture.Short(b, "eBPF")
+	for _, v := range []struct{ name, suite, pkg, ruby string }{
+		{"3.1-bookworm", "bookworm", "ruby3.1", "ruby3.1"},
+		{"3.3-trixie", "trixie", "ruby3.3", "ruby3.3"},
+	} {
+		root := testfixture.Chroot(b, v.suite, v.pkg)
+		for _, walk := range []bool{false, true} {
+			name := v.name + "/native-only"
+			if walk {
+				name = v.name + "/ruby"
+			}
+			b.Run(name, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					measureRuby(b, root, v.ruby, walk, time.Duration(secs*float64(time.Second)))
+				}
+			})
+		}
+	}
+}
+
+func measureRuby(b *testing.B, root, ruby string, walk bool, dur time.Duration) {
+	b.StopTimer()
+	if err := sampler.CheckPrerequisites(); err != nil {
+		testfixture.SkipOrFail(b, "%v", err)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Logf("bpf run-time stats unavailable: %v", err)
+	} else {
+		defer stats.Close()
+	}
+	script := testfixture.ChrootCopy(b, root, testfixture.Src(b, "e2e/rubychain.rb"))[0]
+	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "rubybench-") //nolint:usetesting // inside the chroot
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	gofile := filepath.Join(dir, "go")
+	if err := os.WriteFile(gofile, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var pids []int
+	for range 2 {
+		c := testfixture.ChrootCommand(root, ruby, "--disable-gems", script, fmt.Sprint(dur.Seconds()+600),
+			filepath.Join("/tmp", filepath.Base(dir), "go"), "chain")
+		out, err := c.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+			}
+		}()
+		pids = append(pids, c.Process.Pid)
+		defer func() { c.Process.Kill(); c.Wait() }()
+	}
+	s, err := sampler.New(sampler.Config{SampleRate: 99, KernelStacks: true, Runtimes: runtimes.Config{Ruby: walk}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bld := profbuild.New(profbuild.Options{SampleRate: 99, Unwinder: s.Unwinder(), Runtimes: s.Runtimes()})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range s.Events() {
+			bld.HandleEvent(ev)
+		}
+	}()
+	defer func() { s.Close(); <-done }()
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	collect := func() profbuild.Report {
+		r, err := bld.Collect(s, start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		return r
+	}
+	time.Sleep(3 * time.Second) // attach, tables
+	collect()
+	prog0, runs0, _ := s.ProgramStats()
+	cpu0, wall0 := testfixture.ProcessCPU(), time.Now()
+	b.StartTimer()
+	var samples, frames int64
+	tick := time.NewTicker(2 * time.Second)
+	for end := time.After(dur); ; {
+		select {
+		case <-tick.C:
+			r := collect()
+			for _, pid := range pids {
+				for _, sv := range samplesOf(b, r, pid) {
+					samples += sv.count
+					frames += sv.count * int64(len(sv.ruby))
+				}
+			}
+			continue
+		case <-end:
+		}
+		break
+	}
+	tick.Stop()
+	b.StopTimer()
+	wall := time.Since(wall0)
+	cpu := testfixture.ProcessCPU() - cpu0
+	prog1, runs1, _ := s.ProgramStats()
+	runs := max(int64(runs1-runs0), 1)
+	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "agent-cpu-%")
+	b.ReportMetric(float64((prog1-prog0).Nanoseconds())/float64(runs)/1000, "bpf-us/sample")
+	b.ReportMetric(float64(testfixture.StatusBytes("VmRSS"))/(1<<20), "rss-MB")
+	b.ReportMetric(float64(frames)/float64(max(samples, 1)), "rb-frames/sample")
+	b.Logf("%s walk=%v: %v, %d samples of the busy processes, %d ruby frames; %d program runs",
+		ruby, walk, wall.Round(time.Second), samples, frames, runs)
+}

@@ -1,0 +1,85 @@
+package ruby
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/profsym/profsym/internal/elfx"
+)
+
+// Finding vm_exec_core in a build that exports neither it nor rb_vm_exec
+// (Debian's 3.3 hides every internal symbol): Ruby's VM is direct-threaded
+// (GCC's labels as values), and vm_exec_core keeps the address of every
+// instruction's code in a static table, insns_address_table. In a shared
+// library that table is R_X86_64_RELATIVE relocations, one an instruction
+// (over 200 of them), whose targets all lie in one function: the FDE that
+// holds far more relocated addresses than any other is vm_exec_core.
+
+const (
+	rX8664RELATIVE = 8
+	minInsns       = 150     // YARV has 200+ instructions (trace_ ones included) in every 3.x
+	maxVMLoop      = 4 << 20 // bytes vm_exec_core is believed to span at most
+)
+
+// vmLoopFromTable finds vm_exec_core's [start, end) from relocs (.rela.dyn)
+// and the FDEs of f.
+func vmLoopFromTable(f *elfx.File, relocs []byte) (start, end uint64, err error) {
+	type rel struct{ off, target uint64 }
+	var rs []rel
+	for i := 0; i+24 <= len(relocs); i += 24 {
+		if uint32(binary.LittleEndian.Uint64(relocs[i+8:])) != rX8664RELATIVE {
+			continue
+		}
+		rs = append(rs, rel{binary.LittleEndian.Uint64(relocs[i:]), binary.LittleEndian.Uint64(relocs[i+16:])})
+	}
+	idx, eh, ehAddr, err := fdeIndex(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	votes := map[[2]uint64]int{}
+	for _, r := range rs {
+		if fs, fe, ok := fdeCovering(idx, eh, ehAddr, r.target); ok && fe-fs <= maxVMLoop {
+			votes[[2]uint64{fs, fe}]++
+		}
+	}
+	best, second := 0, 0
+	for r, n := range votes {
+		switch {
+		case n > best:
+			second = best
+			start, end, best = r[0], r[1], n
+		case n > second:
+			second = n
+		}
+	}
+	// Every instruction's code is in the one function; no other has
+	// nearly as many addresses taken (Onigmo's match_at, also threaded,
+	// has under a hundred).
+	if best < minInsns || second*2 > best {
+		return 0, 0, fmt.Errorf("no instruction address table (%d and %d addresses in one function): %w", best, second, errUnsupported)
+	}
+	return start, end, nil
+}
+
+// fdeIndex reads f's .eh_frame_hdr search table and .eh_frame.
+func fdeIndex(f *elfx.File) ([]hdrEntry, []byte, uint64, error) {
+	hdr, err := f.SectionData(".eh_frame_hdr")
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf(".eh_frame_hdr: %w", err)
+	}
+	s := f.Section(".eh_frame_hdr")
+	ehf := f.Section(".eh_frame")
+	if ehf == nil || s == nil {
+		return nil, nil, 0, errors.New("no .eh_frame")
+	}
+	eh, err := f.SectionData(".eh_frame")
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf(".eh_frame: %w", err)
+	}
+	idx, err := parseHdrTable(hdr, s.Addr)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return idx, eh, ehf.Addr, nil
+}
