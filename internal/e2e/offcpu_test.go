@@ -37,8 +37,10 @@ var offCPUChain = []string{"wait_sleep", "loop_sleep", "main"}
 func TestCollectorOffCPU(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
 	root := testfixture.Root(t)
-	wait := testfixture.Build(t, testfixture.Spec{Name: "e2e-offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
-		Args: []string{"-O2", "-g", "-fomit-frame-pointer", "-Wall", "-pthread"}})
+	wait := testfixture.Build(t, testfixture.Spec{
+		Name: "e2e-offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
+		Args: []string{"-O2", "-g", "-fomit-frame-pointer", "-Wall", "-pthread"},
+	})
 	work := t.TempDir()
 	// A name of its own, so that off_cpu.targets selects it alone.
 	name := fmt.Sprintf("offcpu%d", os.Getpid()%100000)
