@@ -52,6 +52,7 @@
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_native, offcpu_progs, native_step, WALK_SLOT_OFF_CPU)
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_hotspot, offcpu_progs, hotspot_walk, WALK_SLOT_OFF_CPU)
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_cpython, offcpu_progs, cpython_walk, WALK_SLOT_OFF_CPU)
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_v8, offcpu_progs, v8_walk, WALK_SLOT_OFF_CPU)
 
 static __always_inline struct offcpu_stats *offcpu_get_stats(void)
 {

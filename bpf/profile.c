@@ -355,6 +355,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 #include "walk.h"
 #include "hotspot.h"
 #include "cpython.h"
+#include "v8.h"
 #include "offcpu.h"
 
 SEC("perf_event")

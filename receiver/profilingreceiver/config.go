@@ -146,6 +146,8 @@ type InterpretersConfig struct {
 	HotSpot bool `mapstructure:"hotspot"`
 	// CPython walks Python stacks of CPython 3.9 and later.
 	CPython bool `mapstructure:"cpython"`
+	// V8 walks JavaScript stacks of Node.js (V8 with its v8dbg_* tables).
+	V8 bool `mapstructure:"v8"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -158,7 +160,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, V8: c.V8, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -210,6 +212,7 @@ func createDefaultConfig() *Config {
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,
 			CPython:        true,
+			V8:             true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

@@ -7,6 +7,7 @@ import "fmt"
 type Config struct {
 	HotSpot bool // Java: HotSpot JVMs (OpenJDK 8 to 27)
 	CPython bool // Python: CPython 3.6-3.15
+	V8      bool // JavaScript: Node.js's V8 (Node 20)
 	// MaxNames bounds the names cached per runtime (methods, code
 	// objects); the least recently used go first.
 	MaxNames int
@@ -42,4 +43,4 @@ func (c *Config) Validate() error {
 }
 
 // Enabled reports whether any runtime is walked.
-func (c *Config) Enabled() bool { return c.HotSpot || c.CPython }
+func (c *Config) Enabled() bool { return c.HotSpot || c.CPython || c.V8 }

@@ -57,6 +57,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 		if s.walkCPython() {
 			groups = append(groups, &o.cpythonObjs)
 		}
+		if s.walkV8() {
+			groups = append(groups, &o.v8Objs)
+		}
 		if s.offcpu != nil {
 			groups = append(groups, &o.offcpuObjs)
 			if s.walkHotSpot() {
@@ -64,6 +67,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 			}
 			if s.walkCPython() {
 				groups = append(groups, &o.offcpuCpythonObjs)
+			}
+			if s.walkV8() {
+				groups = append(groups, &o.offcpuV8Objs)
 			}
 		}
 	}
@@ -88,6 +94,7 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 var runtimePrograms = map[string][]string{
 	"hotspot": {"hotspot_step", "offcpu_walk_hotspot"},
 	"cpython": {"cpython_step", "offcpu_walk_cpython"},
+	"v8":      {"v8_step", "offcpu_walk_v8"},
 }
 
 // refusedRuntime names the runtime whose program a load failure is about,
@@ -98,7 +105,7 @@ func (s *Sampler) refusedRuntime(err error) (string, bool) {
 		if _, done := s.refused[name]; done {
 			continue
 		}
-		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() {
+		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "v8" && !s.walkV8() {
 			continue
 		}
 		for _, p := range progs {
@@ -118,6 +125,11 @@ func (s *Sampler) walkHotSpot() bool {
 func (s *Sampler) walkCPython() bool {
 	_, refused := s.refused["cpython"]
 	return s.cfg.walking() && s.cfg.Runtimes.CPython && !refused
+}
+
+func (s *Sampler) walkV8() bool {
+	_, refused := s.refused["v8"]
+	return s.cfg.walking() && s.cfg.Runtimes.V8 && !refused
 }
 
 // RefusedRuntimes says which runtimes the configuration asked for but the

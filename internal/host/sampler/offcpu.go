@@ -71,6 +71,10 @@ type offcpuCpythonObjs struct {
 	OffcpuWalkCpython *ebpf.Program `ebpf:"offcpu_walk_cpython"`
 }
 
+type offcpuV8Objs struct {
+	OffcpuWalkV8 *ebpf.Program `ebpf:"offcpu_walk_v8"`
+}
+
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
 // offcpu_progs (enum walk_prog): the native one, and those of the runtimes
 // walked. A runtime's walker adds its instance next to the native one in
@@ -83,6 +87,9 @@ func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
 	}
 	if o.OffcpuWalkCpython != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_CPYTHON)] = o.OffcpuWalkCpython
+	}
+	if o.OffcpuWalkV8 != nil {
+		w[uint32(bpf.ProfileWalkProgWALK_V8)] = o.OffcpuWalkV8
 	}
 	return w
 }

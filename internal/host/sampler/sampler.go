@@ -125,6 +125,13 @@ type cpythonObjs struct {
 	CpythonStats   *ebpf.Map     `ebpf:"cpython_stats"`
 }
 
+type v8Objs struct {
+	V8Step    *ebpf.Program `ebpf:"v8_step"`
+	V8Procs   *ebpf.Map     `ebpf:"v8_procs"`
+	V8Scratch *ebpf.Map     `ebpf:"v8_scratch"`
+	V8Stats   *ebpf.Map     `ebpf:"v8_stats"`
+}
+
 type rbObjs struct {
 	ProfileRb *ebpf.Program `ebpf:"profile_rb"`
 	Samples   *ebpf.Map     `ebpf:"samples"`
@@ -147,9 +154,11 @@ type objects struct {
 	rbObjs      // zero in ModeKernelAggregation
 	hotspotObjs // zero unless HotSpot is walked
 	cpythonObjs // zero unless CPython is walked
+	v8Objs      // zero unless V8 is walked
 	offcpuObjs  // zero unless off-CPU samples are on
 	offcpuHotspotObjs
 	offcpuCpythonObjs
+	offcpuV8Objs
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -182,7 +191,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.V8Step, o.OffcpuWalkV8} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -192,7 +201,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.V8Procs, o.V8Scratch, o.V8Stats, o.SelectedCgroups,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
