@@ -28,9 +28,9 @@ type layout struct {
 	codeBytecode                        int64
 
 	typeSFI, typeScript, typeScopeInfo, typeBytecode, typeFixedArray, typeCode int64
-	firstNonString                                                           int64
-	encodingMask, oneByteTag, reprMask                                       int64
-	seqTag, consTag, slicedTag, thinTag, externalTag                         int64
+	firstNonString                                                             int64
+	encodingMask, oneByteTag, reprMask                                         int64
+	seqTag, consTag, slicedTag, thinTag, externalTag                           int64
 
 	// Not in the tables (V8 11, Node 20): BytecodeArray's header size
 	// and its source_position_table field.
@@ -39,46 +39,46 @@ type layout struct {
 
 // The constants every walk and name needs.
 var required = map[string]func(l *layout) *int64{
-	"v8dbg_off_fp_context":                                            func(l *layout) *int64 { return &l.fpContext },
-	"v8dbg_off_fp_function":                                           func(l *layout) *int64 { return &l.fpFunction },
-	"v8dbg_off_fp_bytecode_array":                                     func(l *layout) *int64 { return &l.fpBytecode },
-	"v8dbg_off_fp_bytecode_offset":                                    func(l *layout) *int64 { return &l.fpBytecodeOff },
-	"v8dbg_class_JSFunction__shared__SharedFunctionInfo":              func(l *layout) *int64 { return &l.fnShared },
-	"v8dbg_class_HeapObject__map__Map":                                func(l *layout) *int64 { return &l.mapOff },
-	"v8dbg_class_Map__instance_type__uint16_t":                        func(l *layout) *int64 { return &l.instanceType },
-	"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object":      func(l *layout) *int64 { return &l.sfiName },
-	"v8dbg_class_SharedFunctionInfo__function_data__Object":           func(l *layout) *int64 { return &l.sfiData },
+	"v8dbg_off_fp_context":                                             func(l *layout) *int64 { return &l.fpContext },
+	"v8dbg_off_fp_function":                                            func(l *layout) *int64 { return &l.fpFunction },
+	"v8dbg_off_fp_bytecode_array":                                      func(l *layout) *int64 { return &l.fpBytecode },
+	"v8dbg_off_fp_bytecode_offset":                                     func(l *layout) *int64 { return &l.fpBytecodeOff },
+	"v8dbg_class_JSFunction__shared__SharedFunctionInfo":               func(l *layout) *int64 { return &l.fnShared },
+	"v8dbg_class_HeapObject__map__Map":                                 func(l *layout) *int64 { return &l.mapOff },
+	"v8dbg_class_Map__instance_type__uint16_t":                         func(l *layout) *int64 { return &l.instanceType },
+	"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object":       func(l *layout) *int64 { return &l.sfiName },
+	"v8dbg_class_SharedFunctionInfo__function_data__Object":            func(l *layout) *int64 { return &l.sfiData },
 	"v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject": func(l *layout) *int64 { return &l.sfiScript },
-	"v8dbg_class_Script__name__Object":                                func(l *layout) *int64 { return &l.scriptName },
-	"v8dbg_class_Script__source__Object":                              func(l *layout) *int64 { return &l.scriptSource },
-	"v8dbg_class_Script__line_ends__Object":                           func(l *layout) *int64 { return &l.scriptLineEnds },
-	"v8dbg_class_String__length__int32_t":                             func(l *layout) *int64 { return &l.strLength },
-	"v8dbg_class_SeqOneByteString__chars__char":                       func(l *layout) *int64 { return &l.seqOneChars },
-	"v8dbg_class_SeqTwoByteString__chars__char":                       func(l *layout) *int64 { return &l.seqTwoChars },
-	"v8dbg_class_ConsString__first__String":                           func(l *layout) *int64 { return &l.consFirst },
-	"v8dbg_class_ConsString__second__String":                          func(l *layout) *int64 { return &l.consSecond },
-	"v8dbg_class_SlicedString__parent__String":                        func(l *layout) *int64 { return &l.slicedParent },
-	"v8dbg_class_SlicedString__offset__SMI":                           func(l *layout) *int64 { return &l.slicedOffset },
-	"v8dbg_class_ThinString__actual__String":                          func(l *layout) *int64 { return &l.thinActual },
-	"v8dbg_class_ExternalString__resource__Object":                    func(l *layout) *int64 { return &l.extResource },
-	"v8dbg_class_FixedArrayBase__length__SMI":                         func(l *layout) *int64 { return &l.arrayLength },
-	"v8dbg_class_FixedArray__data__uintptr_t":                         func(l *layout) *int64 { return &l.arrayData },
-	"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject":      func(l *layout) *int64 { return &l.codeBytecode },
-	"v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE":        func(l *layout) *int64 { return &l.typeSFI },
-	"v8dbg_type_Script__SCRIPT_TYPE":                                  func(l *layout) *int64 { return &l.typeScript },
-	"v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE":                           func(l *layout) *int64 { return &l.typeScopeInfo },
-	"v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE":                   func(l *layout) *int64 { return &l.typeBytecode },
-	"v8dbg_type_FixedArray__FIXED_ARRAY_TYPE":                         func(l *layout) *int64 { return &l.typeFixedArray },
-	"v8dbg_type_Code__CODE_TYPE":                                      func(l *layout) *int64 { return &l.typeCode },
-	"v8dbg_FirstNonstringType":                                        func(l *layout) *int64 { return &l.firstNonString },
-	"v8dbg_StringEncodingMask":                                        func(l *layout) *int64 { return &l.encodingMask },
-	"v8dbg_OneByteStringTag":                                          func(l *layout) *int64 { return &l.oneByteTag },
-	"v8dbg_StringRepresentationMask":                                  func(l *layout) *int64 { return &l.reprMask },
-	"v8dbg_SeqStringTag":                                              func(l *layout) *int64 { return &l.seqTag },
-	"v8dbg_ConsStringTag":                                             func(l *layout) *int64 { return &l.consTag },
-	"v8dbg_SlicedStringTag":                                           func(l *layout) *int64 { return &l.slicedTag },
-	"v8dbg_ThinStringTag":                                             func(l *layout) *int64 { return &l.thinTag },
-	"v8dbg_ExternalStringTag":                                         func(l *layout) *int64 { return &l.externalTag },
+	"v8dbg_class_Script__name__Object":                                 func(l *layout) *int64 { return &l.scriptName },
+	"v8dbg_class_Script__source__Object":                               func(l *layout) *int64 { return &l.scriptSource },
+	"v8dbg_class_Script__line_ends__Object":                            func(l *layout) *int64 { return &l.scriptLineEnds },
+	"v8dbg_class_String__length__int32_t":                              func(l *layout) *int64 { return &l.strLength },
+	"v8dbg_class_SeqOneByteString__chars__char":                        func(l *layout) *int64 { return &l.seqOneChars },
+	"v8dbg_class_SeqTwoByteString__chars__char":                        func(l *layout) *int64 { return &l.seqTwoChars },
+	"v8dbg_class_ConsString__first__String":                            func(l *layout) *int64 { return &l.consFirst },
+	"v8dbg_class_ConsString__second__String":                           func(l *layout) *int64 { return &l.consSecond },
+	"v8dbg_class_SlicedString__parent__String":                         func(l *layout) *int64 { return &l.slicedParent },
+	"v8dbg_class_SlicedString__offset__SMI":                            func(l *layout) *int64 { return &l.slicedOffset },
+	"v8dbg_class_ThinString__actual__String":                           func(l *layout) *int64 { return &l.thinActual },
+	"v8dbg_class_ExternalString__resource__Object":                     func(l *layout) *int64 { return &l.extResource },
+	"v8dbg_class_FixedArrayBase__length__SMI":                          func(l *layout) *int64 { return &l.arrayLength },
+	"v8dbg_class_FixedArray__data__uintptr_t":                          func(l *layout) *int64 { return &l.arrayData },
+	"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject":       func(l *layout) *int64 { return &l.codeBytecode },
+	"v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE":         func(l *layout) *int64 { return &l.typeSFI },
+	"v8dbg_type_Script__SCRIPT_TYPE":                                   func(l *layout) *int64 { return &l.typeScript },
+	"v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE":                            func(l *layout) *int64 { return &l.typeScopeInfo },
+	"v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE":                    func(l *layout) *int64 { return &l.typeBytecode },
+	"v8dbg_type_FixedArray__FIXED_ARRAY_TYPE":                          func(l *layout) *int64 { return &l.typeFixedArray },
+	"v8dbg_type_Code__CODE_TYPE":                                       func(l *layout) *int64 { return &l.typeCode },
+	"v8dbg_FirstNonstringType":                                         func(l *layout) *int64 { return &l.firstNonString },
+	"v8dbg_StringEncodingMask":                                         func(l *layout) *int64 { return &l.encodingMask },
+	"v8dbg_OneByteStringTag":                                           func(l *layout) *int64 { return &l.oneByteTag },
+	"v8dbg_StringRepresentationMask":                                   func(l *layout) *int64 { return &l.reprMask },
+	"v8dbg_SeqStringTag":                                               func(l *layout) *int64 { return &l.seqTag },
+	"v8dbg_ConsStringTag":                                              func(l *layout) *int64 { return &l.consTag },
+	"v8dbg_SlicedStringTag":                                            func(l *layout) *int64 { return &l.slicedTag },
+	"v8dbg_ThinStringTag":                                              func(l *layout) *int64 { return &l.thinTag },
+	"v8dbg_ExternalStringTag":                                          func(l *layout) *int64 { return &l.externalTag },
 }
 
 // newLayout checks a build's constants: a V8 whose tables lack one, or
