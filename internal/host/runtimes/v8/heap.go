@@ -26,6 +26,7 @@ const (
 	// V8's ScopeInfo keeps its context locals' names inline below this
 	// count, in a hash table from it on (kScopeInfoMaxInlinedLocalNamesSize).
 	inlinedLocalNames = 75
+	readChunk         = 1 << 16 // bytes of a string read at once
 )
 
 // reader reads V8 objects of one process with a build's layout. Every
@@ -98,22 +99,27 @@ func (r *reader) units(obj uint64, limit int, out []uint16, budget *int, depth i
 		switch t & r.l.reprMask {
 		case r.l.seqTag:
 			n = min(n, limit-len(out))
-			if t&r.l.encodingMask == r.l.oneByteTag {
-				b := make([]byte, n)
-				if err := r.m.Read(obj-1+uint64(r.l.seqOneChars), b); err != nil {
+			one := t&r.l.encodingMask == r.l.oneByteTag
+			at, size := obj-1+uint64(r.l.seqTwoChars), 2
+			if one {
+				at, size = obj-1+uint64(r.l.seqOneChars), 1
+			}
+			// In chunks: a read of process memory is bounded
+			// (runtimes.MaxRead), a script's source is not.
+			b := make([]byte, min(n*size, readChunk))
+			for done := 0; done < n; {
+				k := min(n-done, len(b)/size)
+				if err := r.m.Read(at+uint64(done*size), b[:k*size]); err != nil {
 					return out, err
 				}
-				for _, c := range b {
-					out = append(out, uint16(c))
+				for i := 0; i < k; i++ {
+					if one {
+						out = append(out, uint16(b[i]))
+					} else {
+						out = append(out, binary.LittleEndian.Uint16(b[2*i:]))
+					}
 				}
-				return out, nil
-			}
-			b := make([]byte, 2*n)
-			if err := r.m.Read(obj-1+uint64(r.l.seqTwoChars), b); err != nil {
-				return out, err
-			}
-			for i := 0; i+1 < len(b); i += 2 {
-				out = append(out, binary.LittleEndian.Uint16(b[i:]))
+				done += k
 			}
 			return out, nil
 		case r.l.thinTag:
