@@ -42,7 +42,7 @@ func hostConsts() map[string]int64 {
 		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object":       16,
 		"v8dbg_class_SharedFunctionInfo__function_data__Object":            8,
 		"v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject": 32,
-		"v8dbg_class_Script__name__Object": 16, "v8dbg_class_Script__source__Object": 8,
+		"v8dbg_class_Script__name__Object":                                 16, "v8dbg_class_Script__source__Object": 8,
 		"v8dbg_class_Script__line_ends__Object": 56, "v8dbg_class_String__length__int32_t": 12,
 		"v8dbg_class_SeqOneByteString__chars__char": 16, "v8dbg_class_SeqTwoByteString__chars__char": 16,
 		"v8dbg_class_ConsString__first__String": 16, "v8dbg_class_ConsString__second__String": 24,
