@@ -540,6 +540,7 @@ type ProfileV8Counters struct {
 	Walks  uint64
 	Frames uint64
 	Typed  uint64
+	NotJs  uint64
 	Errors [6]uint64
 }
 
@@ -560,6 +561,7 @@ type ProfileV8FrameKind uint32
 const (
 	ProfileV8FrameKindFRAME_V8INTERP ProfileV8FrameKind = 32
 	ProfileV8FrameKindFRAME_V8JIT    ProfileV8FrameKind = 33
+	ProfileV8FrameKindFRAME_V8OPT    ProfileV8FrameKind = 34
 )
 
 type ProfileV8Limits uint32
@@ -570,17 +572,32 @@ const (
 	ProfileV8LimitsV8FRAME_BELOW     ProfileV8Limits = 48
 	ProfileV8LimitsV8MAX_FRAME       ProfileV8Limits = 1048576
 	ProfileV8LimitsV8MAX_PROCS       ProfileV8Limits = 4096
+	ProfileV8LimitsV8MAX_BYTECODE    ProfileV8Limits = 16777216
 )
 
 type ProfileV8Proc struct {
-	_             structs.HostLayout
+	_    structs.HostLayout
+	Blob [2]struct {
+		_  structs.HostLayout
+		Lo uint64
+		Hi uint64
+	}
 	FpContext     int16
 	FpFunction    int16
 	FpBytecode    int16
 	FpBytecodeOff int16
 	FnShared      uint16
+	MapType       uint16
+	FnCode        uint16
+	CodeStart     uint16
+	CodeFlags     uint16
+	CodeSize      uint16
+	KindMaglev    uint16
+	KindTurbofan  uint16
+	TypeSfi       uint16
 	SmiShift      uint8
 	Ready         uint8
+	_             [4]byte
 }
 
 type ProfileWalkProg uint32

@@ -20,8 +20,19 @@
  *                    offset (low 32 bits, from the tagged BytecodeArray) |
  *                    the BytecodeArray's low 32 bits << 32, so that the host
  *                    can tell whether the SFI still has that bytecode;
- *   FRAME_V8_JIT:    ptr = the SharedFunctionInfo, aux = the frame's PC
- *                    (baseline, Maglev and TurboFan code).
+ *   FRAME_V8_OPT:    ptr = the Code object (Maglev, TurboFan) the function
+ *                    runs, aux = the PC's offset in it | the SFI's low 32
+ *                    bits << 32 (the host reads the source positions and
+ *                    the inlined functions from the code object);
+ *   FRAME_V8_JIT:    ptr = the SharedFunctionInfo, aux = the frame's PC:
+ *                    other JIT code (baseline, code replaced on the stack,
+ *                    code the function no longer has), named by function.
+ * JSFunctions are not recorded: young ones move at every scavenge, before
+ * the host names them; SFIs and code objects live in the old generation.
+ * A frame is interpreted when its PC is in the builtins (the interpreter's
+ * trampoline and bytecode handlers run in the interpreted frame) and its
+ * slots hold a heap object and a Smi; a JIT frame's slots there are spill
+ * slots, which may look alike, so the PC decides.
  * Then the walker steps to the caller by the frame pointer; a caller
  * outside V8's code (C++ that called into JavaScript) goes back to the
  * native walker. A frame that fails a check ends the V8 walk with
@@ -34,6 +45,7 @@
 enum v8_frame_kind {
 	FRAME_V8_INTERP = FRAME_V8_FIRST, /* see above */
 	FRAME_V8_JIT = FRAME_V8_FIRST + 1,
+	FRAME_V8_OPT = FRAME_V8_FIRST + 2,
 };
 
 enum v8_limits {
@@ -42,6 +54,7 @@ enum v8_limits {
 	V8_FRAME_BELOW = 48,     /* ... of which below fp */
 	V8_MAX_FRAME = 1 << 20,  /* a caller's fp at most this far above */
 	V8_MAX_PROCS = 4096,
+	V8_MAX_BYTECODE = 1 << 24, /* an interpreted frame's bytecode offset is below */
 };
 
 /* Why a V8 walk ended early (v8_counters.errors). */
@@ -59,11 +72,20 @@ enum v8_error {
  * from fp (negative below it), object offsets from the tagged pointer's
  * object start. */
 struct v8_proc {
+	struct rt_range blob[2]; /* the embedded builtins, and V8's copy of them */
 	__s16 fp_context;       /* v8dbg_off_fp_context */
 	__s16 fp_function;      /* v8dbg_off_fp_function */
 	__s16 fp_bytecode;      /* v8dbg_off_fp_bytecode_array */
 	__s16 fp_bytecode_off;  /* v8dbg_off_fp_bytecode_offset */
 	__u16 fn_shared;        /* JSFunction::shared */
+	__u16 map_type;         /* Map::instance_type */
+	__u16 fn_code;          /* JSFunction::code */
+	__u16 code_start;       /* Code::instruction_start; flags, size follow at */
+	__u16 code_flags;       /*   code_flags, code_size (low 4 bits of flags: the kind) */
+	__u16 code_size;
+	__u16 kind_maglev;      /* optimized code kinds */
+	__u16 kind_turbofan;
+	__u16 type_sfi;         /* SHARED_FUNCTION_INFO_TYPE */
 	__u8 smi_shift;         /* a Smi's value is word >> smi_shift (32, or 1) */
 	__u8 ready;             /* 0: refused (stacks stay native) */
 };
@@ -72,6 +94,7 @@ struct v8_counters {
 	__u64 walks;  /* runs of the walker */
 	__u64 frames; /* JavaScript frames pushed */
 	__u64 typed;  /* frames with a marker stepped over */
+	__u64 not_js; /* frames with a context whose function is none (pushed native) */
 	__u64 errors[V8_ERRORS];
 };
 
@@ -111,6 +134,58 @@ static __always_inline __u64 v8_slot(struct v8_bufs *b, __s32 off)
 	return *(__u64 *)(b->frame + (i & (V8_FRAME_READ - 8)));
 }
 
+/* The word at byte off (a multiple of 8 below 24, as the host checks)
+ * of a buffer of 4 words. */
+#define V8_WORD(w, off) ((w)[((off) >> 3) & 3])
+
+/* Whether sfi is a tagged pointer to a SharedFunctionInfo: its map's
+ * instance type says so. */
+static __always_inline int v8_is_sfi(struct v8_proc *p, __u64 sfi)
+{
+	__u64 map = 0;
+	__u16 type = 0;
+
+	if ((sfi & 3) != 1 || bpf_probe_read_user(&map, sizeof(map), (void *)(sfi - 1)) || (map & 3) != 1 ||
+	    bpf_probe_read_user(&type, sizeof(type), (void *)(map - 1 + p->map_type)))
+		return 0;
+	return type == p->type_sfi;
+}
+
+/* The optimized code object fn runs at pc, with *off = pc's offset in
+ * it; 0 when fn's code is no optimized code holding pc. */
+static __always_inline __u64 v8_code(struct v8_proc *p, __u64 fn, __u64 pc, __u64 *off)
+{
+	__u64 code = 0, w[4] = {}, start, size, kind;
+
+	if (bpf_probe_read_user(&code, sizeof(code), (void *)(fn - 1 + p->fn_code)) || (code & 3) != 1 ||
+	    bpf_probe_read_user(w, 24, (void *)(code - 1 + p->code_start)))
+		return 0;
+	start = w[0];
+	kind = (__u32)V8_WORD(w, p->code_flags - p->code_start) & 15;
+	size = (__u32)V8_WORD(w, p->code_size - p->code_start);
+	if (pc < start || pc - start >= size || (kind != p->kind_maglev && kind != p->kind_turbofan))
+		return 0;
+	*off = pc - start;
+	return code;
+}
+
+/* Pushes s->pc as a native frame. Returns 1 when the stack is full. */
+static __always_inline int v8_push_pc(struct unwind_state *s)
+{
+	__u32 n = s->stack.len;
+
+	if (s->pc & ~RT_PTR_MASK)
+		return 0;
+	if (n >= s->max_frames || n >= MAX_USER_FRAMES) {
+		set_reason(s, STOP_DEPTH);
+		return 1;
+	}
+	s->stack.pcs[n & (MAX_USER_FRAMES - 1)] = s->pc | (n && s->pc_exact ? PC_EXACT : 0);
+	s->stack.len = n + 1;
+	s->hash = mix(s->hash, s->pc);
+	return 0;
+}
+
 /* Asks the host to attach (again) to a process it has no entry for: its
  * V8 was not set up when the host looked (at most every 100 ms). */
 static __always_inline void v8_ask_attach(struct unwind_state *s, struct stats *st)
@@ -133,7 +208,8 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 	struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &s->tgid);
 	struct v8_bufs *b = bpf_map_lookup_elem(&v8_scratch, &slot);
 	struct v8_counters *cs = bpf_map_lookup_elem(&v8_stats, &zero);
-	__u64 fp, next_fp, ret, marker, fn, sfi, ba, bo, aux;
+	__u64 fp, next_fp, ret, marker, fn, sfi, ba, bo, aux, pc, code;
+	__s64 off;
 	__u64 tagmask = 1;
 
 	if (!b || !cs)
@@ -169,16 +245,34 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 			if (!(fn & tagmask) || fn < 4096)
 				goto fail;
 			err = V8_ERR_READ_SFI;
-			if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->fn_shared)) || !(sfi & tagmask))
+			if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->fn_shared)))
 				goto fail;
+			if (!v8_is_sfi(p, sfi)) {
+				/* Not a JavaScript frame after all (irregexp code
+				 * keeps other values there): its PC, as the native
+				 * walker would push it. */
+				cs->not_js++;
+				if (v8_push_pc(s))
+					return finish_walk(s, st);
+				goto step;
+			}
 			ba = v8_slot(b, p->fp_bytecode);
 			bo = v8_slot(b, p->fp_bytecode_off);
-			if ((ba & tagmask) && !(bo & tagmask)) {
+			off = (__s64)bo >> p->smi_shift;
+			pc = s->pc_exact ? s->pc : s->pc - 1;
+			if ((ba & tagmask) && !(bo & tagmask) && off >= 0 && off < V8_MAX_BYTECODE &&
+			    ((pc >= p->blob[0].lo && pc < p->blob[0].hi) || (pc >= p->blob[1].lo && pc < p->blob[1].hi))) {
 				kind = FRAME_V8_INTERP;
-				aux = (__u32)((__s64)bo >> p->smi_shift) | (ba << 32);
+				aux = (__u32)off | (ba << 32);
 			} else {
 				kind = FRAME_V8_JIT;
 				aux = s->pc;
+				code = v8_code(p, fn, pc, &aux);
+				if (code) {
+					kind = FRAME_V8_OPT;
+					aux |= sfi << 32;
+					sfi = code;
+				}
 			}
 			if (push_runtime_frame(s, kind, sfi, aux))
 				return finish_walk(s, st);
@@ -186,6 +280,7 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 		} else {
 			cs->typed++;
 		}
+step:
 		s->pc = ret;
 		s->sp = fp + 16;
 		s->fp = next_fp;

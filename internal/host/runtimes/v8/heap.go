@@ -211,7 +211,7 @@ func (r *reader) function(sfi uint64, lines func(script uint64) ([]int32, error)
 	}
 	if ba, err := r.bytecodeOf(sfi); err == nil && ba != 0 {
 		fi.bytecode = uint32(ba)
-		fi.spt = r.positions(ba)
+		fi.spt = r.positions(ba, r.l.bytecodeSPT)
 	}
 	script, err := r.word(sfi, r.l.sfiScript)
 	if err != nil {
@@ -308,10 +308,11 @@ func (r *reader) bytecodeOf(sfi uint64) (uint64, error) {
 	return d, nil
 }
 
-// positions copies the source position table of BytecodeArray ba; nil
-// when V8 has not built it (it does so lazily) or it is unreadable.
-func (r *reader) positions(ba uint64) []byte {
-	spt, err := r.word(ba, r.l.bytecodeSPT)
+// positions copies the source position table in field off of obj (a
+// BytecodeArray or a Code); nil when V8 has not built it (it does so
+// lazily for bytecode) or it is unreadable.
+func (r *reader) positions(obj uint64, off int64) []byte {
+	spt, err := r.word(obj, off)
 	if err != nil || !isHeap(spt) {
 		return nil
 	}
@@ -386,11 +387,21 @@ func lineCol(ends []int32, pos int64) (line, col uint32) {
 	return uint32(i + 1), uint32(pos-start) + 1
 }
 
-// sourcePosition decodes V8's source position table (delta-coded
-// entries of zigzag varints: the code offset, negative for an expression
-// position, then the position) and returns the script offset of the last
-// entry at or before code offset off; -1 when none.
+// sourcePosition is the script offset of code offset off by the source
+// position table spt; -1 when none.
 func sourcePosition(spt []byte, off int64) int64 {
+	raw := positionAt(spt, off)
+	if raw < 0 {
+		return -1
+	}
+	return scriptOffset(raw)
+}
+
+// positionAt decodes V8's source position table (delta-coded entries of
+// zigzag varints: the code offset, negative for an expression position,
+// then the position) and returns the raw SourcePosition of the last entry
+// at or before code offset off; -1 when none.
+func positionAt(spt []byte, off int64) int64 {
 	var code, pos, best int64 = 0, 0, -1
 	for i := 0; i < len(spt); {
 		d, n := zigzag(spt[i:])
@@ -411,9 +422,7 @@ func sourcePosition(spt []byte, off int64) int64 {
 		if code > off {
 			break
 		}
-		// SourcePosition: bit 0 external, then the script offset + 1 in
-		// 30 bits (the inlining id above it is 0 in bytecode).
-		best = (pos>>1)&(1<<30-1) - 1
+		best = pos
 	}
 	return best
 }

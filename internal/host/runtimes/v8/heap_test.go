@@ -56,6 +56,8 @@ func hostConsts() map[string]int64 {
 		"v8dbg_FirstNonstringType": 128, "v8dbg_StringEncodingMask": 8, "v8dbg_OneByteStringTag": 8,
 		"v8dbg_StringRepresentationMask": 7, "v8dbg_SeqStringTag": 0, "v8dbg_ConsStringTag": 1,
 		"v8dbg_SlicedStringTag": 3, "v8dbg_ThinStringTag": 5, "v8dbg_ExternalStringTag": 2,
+		"v8dbg_class_Code__source_position_table__ByteArray": 24, "v8dbg_class_Code__deoptimization_data__FixedArray": 16,
+		"v8dbg_DeoptimizationDataLiteralArrayIndex": 2, "v8dbg_DeoptimizationDataSharedFunctionInfoIndex": 6, "v8dbg_DeoptimizationDataInliningPositionsIndex": 7,
 		"v8dbg_SystemPointerSize": 8, "v8dbg_SmiShiftSize": 31, "v8dbg_HeapObjectTag": 1, "v8dbg_SmiTag": 0,
 	}
 }

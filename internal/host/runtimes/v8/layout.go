@@ -25,7 +25,9 @@ type layout struct {
 	slicedParent, slicedOffset          int64
 	thinActual, extResource             int64
 	arrayLength, arrayData              int64
-	codeBytecode                        int64
+	codeBytecode, codePositions         int64
+	codeDeopt                           int64
+	deopt                               deoptIndex
 
 	typeSFI, typeScript, typeScopeInfo, typeBytecode, typeFixedArray, typeCode int64
 	firstNonString                                                             int64
@@ -64,6 +66,11 @@ var required = map[string]func(l *layout) *int64{
 	"v8dbg_class_FixedArrayBase__length__SMI":                          func(l *layout) *int64 { return &l.arrayLength },
 	"v8dbg_class_FixedArray__data__uintptr_t":                          func(l *layout) *int64 { return &l.arrayData },
 	"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject":       func(l *layout) *int64 { return &l.codeBytecode },
+	"v8dbg_class_Code__source_position_table__ByteArray":               func(l *layout) *int64 { return &l.codePositions },
+	"v8dbg_class_Code__deoptimization_data__FixedArray":                func(l *layout) *int64 { return &l.codeDeopt },
+	"v8dbg_DeoptimizationDataSharedFunctionInfoIndex":                  func(l *layout) *int64 { return &l.deopt.sfi },
+	"v8dbg_DeoptimizationDataLiteralArrayIndex":                        func(l *layout) *int64 { return &l.deopt.literals },
+	"v8dbg_DeoptimizationDataInliningPositionsIndex":                   func(l *layout) *int64 { return &l.deopt.inlining },
 	"v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE":         func(l *layout) *int64 { return &l.typeSFI },
 	"v8dbg_type_Script__SCRIPT_TYPE":                                   func(l *layout) *int64 { return &l.typeScript },
 	"v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE":                            func(l *layout) *int64 { return &l.typeScopeInfo },
@@ -106,7 +113,8 @@ func newLayout(c map[string]int64) (layout, error) {
 	}
 	for _, o := range []int64{l.fnShared, l.instanceType, l.sfiName, l.sfiData, l.sfiScript, l.scriptName,
 		l.scriptSource, l.scriptLineEnds, l.strLength, l.seqOneChars, l.seqTwoChars, l.consFirst, l.consSecond,
-		l.slicedParent, l.slicedOffset, l.thinActual, l.extResource, l.arrayLength, l.arrayData, l.codeBytecode} {
+		l.slicedParent, l.slicedOffset, l.thinActual, l.extResource, l.arrayLength, l.arrayData, l.codeBytecode,
+		l.codePositions, l.codeDeopt, l.deopt.literals, l.deopt.inlining, l.deopt.sfi} {
 		if o < 0 || o > 256 {
 			return l, fmt.Errorf("object field at %d: %w", o, errRefused)
 		}
@@ -125,5 +133,8 @@ func (l *layout) bpf() bpf.ProfileV8Proc {
 	return bpf.ProfileV8Proc{
 		FpContext: int16(l.fpContext), FpFunction: int16(l.fpFunction), FpBytecode: int16(l.fpBytecode),
 		FpBytecodeOff: int16(l.fpBytecodeOff), FnShared: uint16(l.fnShared), SmiShift: 32, Ready: 1,
+		MapType: uint16(l.instanceType), TypeSfi: uint16(l.typeSFI),
+		FnCode: fnCode, CodeStart: codeInstrStart, CodeFlags: codeFlags, CodeSize: codeInstrSize,
+		KindMaglev: codeKindMaglev, KindTurbofan: codeKindTurbo,
 	}
 }

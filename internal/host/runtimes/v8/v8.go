@@ -32,6 +32,7 @@ import (
 const (
 	FrameInterp = uint8(bpf.ProfileV8FrameKindFRAME_V8INTERP)
 	FrameJIT    = uint8(bpf.ProfileV8FrameKindFRAME_V8JIT)
+	FrameOpt    = uint8(bpf.ProfileV8FrameKindFRAME_V8OPT)
 )
 
 // Map is the part of an *ebpf.Map the runtime writes (v8_procs).
@@ -70,6 +71,7 @@ type Runtime struct {
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
 	fns   *lru.Cache[fnKey, *fnInfo]
+	jits  *lru.Cache[fnKey, []frame.Frame] // by function and PC
 	lines *lru.Cache[fnKey, []int32]
 	mems  *lru.Cache[int, *runtimes.Mem]
 
@@ -82,6 +84,7 @@ type fnKey struct {
 	pid  int
 	addr uint64
 	id   uint32
+	sfi  uint32 // optimized frames: the low bits of the code's function
 }
 
 type proc struct {
@@ -103,6 +106,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.fns = lru.New[fnKey, *fnInfo](maxFnBytes, opt.Config.MaxNames, (*fnInfo).cost, nil)
+	r.jits = lru.New[fnKey, []frame.Frame](maxFnBytes, opt.Config.MaxNames, framesCost, nil)
 	r.lines = lru.New[fnKey, []int32](maxLineBytes, maxScripts, func(v []int32) int64 { return int64(4*len(v)) + 32 }, nil)
 	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { m.Close() })
 	return r
@@ -138,9 +142,11 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		return nil, true, fmt.Errorf("%s: mapping offset %#x outside its segments: %w", m.Path, m.Offset, errRefused)
 	}
 	var ranges [][2]uint64
+	var blobCopy [2]uint64
 	if fi.err == nil {
 		ranges = append(ranges, [2]uint64{fi.blobLo + bias, fi.blobHi + bias})
-		if cr, ok := codeRange(p, m, fi); ok {
+		var cr [2]uint64
+		if blobCopy, cr, ok = codeRange(p, m, fi); ok {
 			ranges = append(ranges, cr)
 		}
 	}
@@ -156,6 +162,8 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	entry := bpf.ProfileV8Proc{}
 	if err == nil {
 		entry = lay.bpf()
+		entry.Blob[0].Lo, entry.Blob[0].Hi = fi.blobLo+bias, fi.blobHi+bias
+		entry.Blob[1].Lo, entry.Blob[1].Hi = blobCopy[0], blobCopy[1]
 	}
 	if perr := r.opt.Procs.Put(uint32(p.PID), entry); perr != nil && err == nil {
 		err = fmt.Errorf("writing the walker entry: %w", perr)
@@ -198,7 +206,7 @@ func loadBias(m *normalize.Mapping) (uint64, bool) {
 // codeRange is V8's code range: the copy of the builtins V8 maps there
 // (a mapping of V8's file at the blob's offset, away from the file's own
 // place) and the anonymous executable mappings near it (JIT code).
-func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) ([2]uint64, bool) {
+func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) (blobCopy, cr [2]uint64, ok bool) {
 	var lo, hi uint64
 	bias, _ := loadBias(file)
 	size := fi.blobHi - fi.blobLo
@@ -212,6 +220,7 @@ func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) ([2]
 		}
 		lo = m.Start + fi.blobFileLo - m.Offset
 		hi = lo + size
+		blobCopy = [2]uint64{lo, hi}
 		break
 	}
 	for i := range p.Mappings {
@@ -227,7 +236,7 @@ func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) ([2]
 			lo, hi = min(lo, m.Start), max(hi, m.End)
 		}
 	}
-	return [2]uint64{lo, hi}, lo != 0 && hi > lo && hi-lo <= codeRangeSpan
+	return blobCopy, [2]uint64{lo, hi}, lo != 0 && hi > lo && hi-lo <= codeRangeSpan
 }
 
 // Forget drops pid.
@@ -244,6 +253,7 @@ func (r *Runtime) Forget(pid int) {
 	r.mems.Remove(pid)
 	r.memMu.Unlock()
 	r.fns.EvictWhere(func(k fnKey, _ *fnInfo) bool { return k.pid == pid }, func() bool { return false })
+	r.jits.EvictWhere(func(k fnKey, _ []frame.Frame) bool { return k.pid == pid }, func() bool { return false })
 	r.lines.EvictWhere(func(k fnKey, _ []int32) bool { return k.pid == pid }, func() bool { return false })
 }
 
@@ -251,7 +261,7 @@ func (r *Runtime) Forget(pid int) {
 // script, and for an interpreted frame the line and column of the
 // bytecode it ran.
 func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
-	if f.Kind != FrameInterp && f.Kind != FrameJIT {
+	if f.Kind != FrameInterp && f.Kind != FrameJIT && f.Kind != FrameOpt {
 		return runtimes.Symbol{}, fmt.Errorf("v8 frame kind %d: %w", f.Kind, runtimes.ErrNotAttached)
 	}
 	r.mu.Lock()
@@ -260,6 +270,21 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	if st == nil || st.err != nil {
 		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
 	}
+	if f.Kind == FrameOpt {
+		k := fnKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux), sfi: uint32(f.Aux >> 32)}
+		frs, ok := r.jits.Get(k)
+		if !ok {
+			var err error
+			if frs, err = r.readOpt(pid, st, f.Ptr, f.Aux); err != nil {
+				r.log.Debug("javascript frame left unnamed", zap.Int("pid", pid), zap.Uint64("function", f.Ptr), zap.Error(err))
+				return runtimes.Symbol{}, err
+			}
+			r.jits.Add(k, frs)
+		}
+		return runtimes.Symbol{Frames: frs, Type: frame.TypeV8JS}, nil
+	}
+	// Interpreted frames are checked against the bytecode they ran; JIT
+	// frames of other code by the SFI's type only.
 	var id uint32
 	if f.Kind == FrameInterp {
 		id = uint32(f.Aux >> 32)
@@ -271,6 +296,9 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 		if fi, err = r.read(pid, st, f.Ptr); err != nil {
 			r.log.Debug("javascript frame left unnamed", zap.Int("pid", pid), zap.Uint64("sfi", f.Ptr), zap.Error(err))
 			return runtimes.Symbol{}, err
+		}
+		if f.Kind == FrameJIT {
+			fi = &fnInfo{name: fi.name, file: fi.file}
 		}
 		if f.Kind == FrameInterp && fi.bytecode != id {
 			// Not the bytecode the frame ran: the function was moved,
@@ -293,6 +321,39 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
 	r.memMu.Lock()
 	defer r.memMu.Unlock()
+	m, err := r.mem(pid)
+	if err != nil {
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	return rd.function(sfi, r.scriptLines(pid, rd))
+}
+
+// readOpt names an optimized frame of pid: code object code at the
+// offset in aux's low bits, the function's SFI's low bits above them.
+func (r *Runtime) readOpt(pid int, st *proc, code, aux uint64) ([]frame.Frame, error) {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	m, err := r.mem(pid)
+	if err != nil {
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	return rd.optFrames(code, int64(uint32(aux)), uint32(aux>>32), st.lay.deopt, func(sfi uint64) (*fnInfo, error) {
+		k := fnKey{pid: pid, addr: sfi, sfi: 1} // apart from a JIT frame's names-only entry
+		if fi, ok := r.fns.Get(k); ok {
+			return fi, nil
+		}
+		fi, err := rd.function(sfi, r.scriptLines(pid, rd))
+		if err == nil {
+			r.fns.Add(k, fi)
+		}
+		return fi, err
+	})
+}
+
+// mem is pid's memory file, kept open; r.memMu held.
+func (r *Runtime) mem(pid int) (*runtimes.Mem, error) {
 	m, ok := r.mems.Get(pid)
 	if !ok {
 		var err error
@@ -301,8 +362,12 @@ func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
 		}
 		r.mems.Add(pid, m)
 	}
-	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
-	return rd.function(sfi, func(script uint64) ([]int32, error) {
+	return m, nil
+}
+
+// scriptLines looks up (and caches) the line ends of pid's scripts.
+func (r *Runtime) scriptLines(pid int, rd *reader) func(script uint64) ([]int32, error) {
+	return func(script uint64) ([]int32, error) {
 		k := fnKey{pid: pid, addr: script}
 		if le, ok := r.lines.Get(k); ok {
 			return le, nil
@@ -312,7 +377,15 @@ func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
 			r.lines.Add(k, le)
 		}
 		return le, err
-	})
+	}
+}
+
+func framesCost(frs []frame.Frame) int64 {
+	n := int64(64)
+	for _, f := range frs {
+		n += int64(len(f.Name)+len(f.File)) + 64
+	}
+	return n
 }
 
 // WalkStats sums the BPF walker's counters over CPUs.

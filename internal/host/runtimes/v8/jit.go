@@ -1,0 +1,130 @@
+package v8
+
+import (
+	"encoding/binary"
+
+	"github.com/profsym/profsym/internal/frame"
+)
+
+// Code objects (V8 11, Node 20): what the v8dbg tables lack. The Code
+// object is the metadata of a function's machine code, which lives in an
+// InstructionStream in the code space.
+const (
+	fnCode          = 48 // JSFunction::code, between feedback_cell and prototype_or_initial_map
+	codeInstrStart  = 40 // Code::instruction_start (raw address)
+	codeFlags       = 48 // Code::flags (uint32): the kind in its low 4 bits
+	codeInstrSize   = 56 // Code::instruction_size (int32)
+	codeKindMaglev  = 12
+	codeKindTurbo   = 13
+	maxInlineDepth  = 64 // inlined calls followed for one PC
+	maxInlinings    = 1 << 16
+	inliningPosSize = 16 // InliningPosition: a SourcePosition and an int, padded
+)
+
+// Indices of DeoptimizationData (a FixedArray), from the tables where they
+// are (v8dbg_DeoptimizationData*Index).
+type deoptIndex struct {
+	sfi, literals, inlining int64
+}
+
+// optFrames names an optimized frame: code (a Code object of Maglev or
+// TurboFan) ran at offset off for the function whose SFI has low bits
+// id. The code's source position table gives the line, and the functions
+// inlined at off, innermost first.
+func (r *reader) optFrames(code uint64, off int64, id uint32, di deoptIndex, info func(sfi uint64) (*fnInfo, error)) ([]frame.Frame, error) {
+	if t, err := r.typeOf(code); err != nil || t != r.l.typeCode {
+		return nil, badf("%#x: type %d, no code object (freed)", code, t)
+	}
+	deopt, err := r.word(code, r.l.codeDeopt)
+	if err != nil {
+		return nil, err
+	}
+	if t, err := r.typeOf(deopt); err != nil || t != r.l.typeFixedArray {
+		return nil, badf("code %#x: deoptimization data %#x", code, deopt)
+	}
+	sfi, err := r.word(deopt, r.l.arrayData+8*di.sfi)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(sfi) != id {
+		return nil, badf("code %#x: function %#x, the frame's was %#x (code freed, another there)", code, sfi, id)
+	}
+	outer, err := info(sfi)
+	if err != nil {
+		return nil, err
+	}
+	plain := []frame.Frame{{Name: outer.name, File: outer.file, StartFile: outer.file}}
+	spt := r.positions(code, r.l.codePositions)
+	if spt == nil {
+		return plain, nil
+	}
+	raw := positionAt(spt, off)
+	if raw < 0 {
+		return plain, nil
+	}
+	var out []frame.Frame
+	for depth := 0; depth < maxInlineDepth; depth++ {
+		inl := (raw >> 31) & 0xffff
+		if inl == 0 {
+			fr := plain[0]
+			fr.Line, fr.Column = lineCol(outer.lineEnds, scriptOffset(raw))
+			return append(out, fr), nil
+		}
+		inlined, pos, err := r.inlining(deopt, di, inl-1)
+		if err != nil {
+			return append(out, plain...), nil
+		}
+		fi, err := info(inlined)
+		if err != nil {
+			return append(out, plain...), nil
+		}
+		fr := frame.Frame{Name: fi.name, File: fi.file, StartFile: fi.file}
+		fr.Line, fr.Column = lineCol(fi.lineEnds, scriptOffset(raw))
+		out = append(out, fr)
+		raw = pos
+	}
+	return append(out, plain...), nil
+}
+
+// inlining reads entry i of the deoptimization data's inlining
+// positions: the SharedFunctionInfo inlined there, and the position of
+// the call in its caller.
+func (r *reader) inlining(deopt uint64, di deoptIndex, i int64) (sfi uint64, pos int64, err error) {
+	if i < 0 || i >= maxInlinings {
+		return 0, 0, badf("inlining id %d", i)
+	}
+	positions, err := r.word(deopt, r.l.arrayData+8*di.inlining)
+	if err != nil {
+		return 0, 0, err
+	}
+	lw, err := r.word(positions, r.l.arrayLength)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !isSmi(lw) || (i+1)*inliningPosSize > smi(lw) {
+		return 0, 0, badf("inlining %d of %d bytes", i, smi(lw))
+	}
+	var b [inliningPosSize]byte
+	if err := r.m.Read(positions-1+uint64(r.l.arrayData+i*inliningPosSize), b[:]); err != nil {
+		return 0, 0, err
+	}
+	pos = int64(binary.LittleEndian.Uint64(b[:]))
+	fid := int64(int32(binary.LittleEndian.Uint32(b[8:])))
+	lits, err := r.word(deopt, r.l.arrayData+8*di.literals)
+	if err != nil {
+		return 0, 0, err
+	}
+	lw, err = r.word(lits, r.l.arrayLength)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !isSmi(lw) || fid < 0 || fid >= smi(lw) {
+		return 0, 0, badf("inlined function %d of %d literals", fid, smi(lw))
+	}
+	sfi, err = r.word(lits, r.l.arrayData+8*fid)
+	return sfi, pos, err
+}
+
+// scriptOffset is the script offset of a raw SourcePosition: bit 0 says
+// external, then the offset + 1 in 30 bits.
+func scriptOffset(raw int64) int64 { return (raw>>1)&(1<<30-1) - 1 }
