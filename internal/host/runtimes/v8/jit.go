@@ -128,3 +128,49 @@ func (r *reader) inlining(deopt uint64, di deoptIndex, i int64) (sfi uint64, pos
 // scriptOffset is the script offset of a raw SourcePosition: bit 0 says
 // external, then the offset + 1 in 30 bits.
 func scriptOffset(raw int64) int64 { return (raw>>1)&(1<<30-1) - 1 }
+
+// Finding a code object from a PC (code V8 runs but did not install on
+// the function: on-stack replacement). An InstructionStream is its map and
+// its Code's address, then the instructions, which start aligned.
+const (
+	istreamHeader = 16      // map, code
+	codeAlign     = 64      // kCodeAlignment on x86-64
+	maxCodeScan   = 1 << 20 // bytes searched below a PC for its code's start
+	scanChunk     = 1 << 14
+)
+
+// codeAt finds the optimized Code object whose instructions hold pc, by
+// the InstructionStream headers below pc: a candidate is taken only when
+// its map is an InstructionStream's and its Code says it starts there and
+// holds pc. 0 when none is found within maxCodeScan bytes.
+func (r *reader) codeAt(pc uint64) (code, start uint64) {
+	buf := make([]byte, scanChunk)
+	top := pc &^ (codeAlign - 1)
+	for scanned := uint64(0); scanned < maxCodeScan && top > scanChunk; scanned += scanChunk {
+		lo := top - scanChunk
+		if r.m.Read(lo, buf) != nil {
+			return 0, 0
+		}
+		for s := top; s >= lo+istreamHeader; s -= codeAlign {
+			off := s - lo
+			mp := binary.LittleEndian.Uint64(buf[off-16:])
+			c := binary.LittleEndian.Uint64(buf[off-8:])
+			if !isHeap(mp) || !isHeap(c) {
+				continue
+			}
+			if t, err := r.typeOf(c); err != nil || t != r.l.typeCode {
+				continue
+			}
+			var b [24]byte
+			if r.m.Read(c-1+codeInstrStart, b[:]) != nil {
+				continue
+			}
+			size := uint64(binary.LittleEndian.Uint32(b[codeInstrSize-codeInstrStart:]))
+			if binary.LittleEndian.Uint64(b[:]) == s && pc-s < size {
+				return c, s
+			}
+		}
+		top = lo
+	}
+	return 0, 0
+}

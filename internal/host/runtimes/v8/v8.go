@@ -270,12 +270,20 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	if st == nil || st.err != nil {
 		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
 	}
-	if f.Kind == FrameOpt {
+	if f.Kind == FrameOpt || f.Kind == FrameJIT {
 		k := fnKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux), sfi: uint32(f.Aux >> 32)}
+		if f.Kind == FrameJIT {
+			k = fnKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux), sfi: 2}
+		}
 		frs, ok := r.jits.Get(k)
 		if !ok {
 			var err error
-			if frs, err = r.readOpt(pid, st, f.Ptr, f.Aux); err != nil {
+			if f.Kind == FrameJIT {
+				frs, err = r.readJIT(pid, st, f.Ptr, f.Aux)
+			} else {
+				frs, err = r.readOpt(pid, st, f.Ptr, f.Aux)
+			}
+			if err != nil {
 				r.log.Debug("javascript frame left unnamed", zap.Int("pid", pid), zap.Uint64("function", f.Ptr), zap.Error(err))
 				return runtimes.Symbol{}, err
 			}
@@ -327,6 +335,34 @@ func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
 	}
 	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
 	return rd.function(sfi, r.scriptLines(pid, rd))
+}
+
+// readJIT names a frame of JIT code that is not its function's current
+// code (on-stack replacement, baseline code): the code object is searched
+// from the PC; optimized code of the same function gives lines and
+// inlined functions, anything else the function's name.
+func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, error) {
+	r.memMu.Lock()
+	m, err := r.mem(pid)
+	if err != nil {
+		r.memMu.Unlock()
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	code, start := rd.codeAt(pc)
+	r.memMu.Unlock()
+	if code != 0 {
+		if frs, err := r.readOpt(pid, st, code, pc-start|uint64(uint32(sfi))<<32); err == nil {
+			return frs, nil
+		}
+	}
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	fi, err := rd.function(sfi, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []frame.Frame{{Name: fi.name, File: fi.file, StartFile: fi.file}}, nil
 }
 
 // readOpt names an optimized frame of pid: code object code at the
