@@ -207,9 +207,11 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 // It says on stderr when the sampler runs: loading it can take seconds on
 // a busy machine, and a run is only worth its samples from there.
 func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Report, error) {
-	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
+	s, err := sampler.New(sampler.Config{
+		SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
 		Unwinding: unwind.Config{Mode: o.unwinding},
-		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters, V8: o.interpreters}})
+		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters, V8: o.interpreters},
+	})
 	if err != nil {
 		return profbuild.Report{}, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
-	"github.com/profsym/profsym/internal/host/runtimes/v8"
+	v8 "github.com/profsym/profsym/internal/host/runtimes/v8"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -35,8 +35,10 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_V8), s.objs.V8Step); err != nil {
 			return nil, fmt.Errorf("installing the V8 walker: %w", err)
 		}
-		rts = append(rts, v8.New(v8.Options{Logger: s.log.Named("v8"), Config: s.cfg.Runtimes,
-			Procs: s.objs.V8Procs, Counters: s.objs.V8Stats}))
+		rts = append(rts, v8.New(v8.Options{
+			Logger: s.log.Named("v8"), Config: s.cfg.Runtimes,
+			Procs: s.objs.V8Procs, Counters: s.objs.V8Stats,
+		}))
 	}
 	return rts, nil
 }

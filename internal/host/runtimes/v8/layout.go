@@ -111,10 +111,12 @@ func newLayout(c map[string]int64) (layout, error) {
 			return l, fmt.Errorf("frame slot at fp%+d outside what the walker reads: %w", o, errRefused)
 		}
 	}
-	for _, o := range []int64{l.fnShared, l.instanceType, l.sfiName, l.sfiData, l.sfiScript, l.scriptName,
+	for _, o := range []int64{
+		l.fnShared, l.instanceType, l.sfiName, l.sfiData, l.sfiScript, l.scriptName,
 		l.scriptSource, l.scriptLineEnds, l.strLength, l.seqOneChars, l.seqTwoChars, l.consFirst, l.consSecond,
 		l.slicedParent, l.slicedOffset, l.thinActual, l.extResource, l.arrayLength, l.arrayData, l.codeBytecode,
-		l.codePositions, l.codeDeopt, l.deopt.literals, l.deopt.inlining, l.deopt.sfi} {
+		l.codePositions, l.codeDeopt, l.deopt.literals, l.deopt.inlining, l.deopt.sfi,
+	} {
 		if o < 0 || o > 256 {
 			return l, fmt.Errorf("object field at %d: %w", o, errRefused)
 		}

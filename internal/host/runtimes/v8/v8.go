@@ -108,7 +108,7 @@ func New(opt Options) *Runtime {
 	r.fns = lru.New[fnKey, *fnInfo](maxFnBytes, opt.Config.MaxNames, (*fnInfo).cost, nil)
 	r.jits = lru.New[fnKey, []frame.Frame](maxFnBytes, opt.Config.MaxNames, framesCost, nil)
 	r.lines = lru.New[fnKey, []int32](maxLineBytes, maxScripts, func(v []int32) int64 { return int64(4*len(v)) + 32 }, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { m.Close() })
+	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
 	return r
 }
 
@@ -186,7 +186,7 @@ func (r *Runtime) readFile(pid int, m *normalize.Mapping) (*fileInfo, error) {
 			continue
 		}
 		fi := inspect(f)
-		f.Close()
+		_ = f.Close()
 		return fi, nil
 	}
 	return nil, fmt.Errorf("opening %s: %w", m.Path, err)
@@ -225,7 +225,7 @@ func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) (blo
 	}
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		if !m.Anonymous || m.File != nil || !(m.Path == "" || strings.HasPrefix(m.Path, "[anon:")) {
+		if !m.Anonymous || m.File != nil || m.Path != "" && !strings.HasPrefix(m.Path, "[anon:") {
 			continue
 		}
 		if lo == 0 {
