@@ -3,6 +3,7 @@ package v8
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -270,4 +271,82 @@ func TestHostNodeTables(t *testing.T) {
 		t.Fatalf("builtins [%#x, %#x)", fi.blobLo, fi.blobHi)
 	}
 	t.Logf("%d constants, builtins [%#x, %#x) at file offset %#x", len(fi.consts), fi.blobLo, fi.blobHi, fi.blobFileLo)
+}
+
+// code forges an optimized Code object of sfi whose instructions start at
+// start (size bytes), with position table spt and inlined functions
+// (inlining positions: SFI literal index, caller position).
+func (h *heap) code(sfi uint64, start, size uint64, spt []byte, inlined []uint64, callers []int64) uint64 {
+	table := h.alloc(190, 16+len(spt))
+	h.put(table, 8, smiOf(int64(len(spt))))
+	copy(h.m.b[table-1+16-heapBase:], spt)
+	lits := h.alloc(175, 16+8*len(inlined))
+	h.put(lits, 8, smiOf(int64(len(inlined))))
+	for i, f := range inlined {
+		h.put(lits, int64(16+8*i), f)
+	}
+	pos := h.alloc(190, 16+inliningPosSize*len(callers))
+	h.put(pos, 8, smiOf(int64(inliningPosSize*len(callers))))
+	for i, c := range callers {
+		h.put(pos, int64(16+inliningPosSize*i), uint64(c))
+		binary.LittleEndian.PutUint32(h.m.b[pos-1+uint64(16+inliningPosSize*i+8)-heapBase:], uint32(i))
+	}
+	deopt := h.alloc(175, 16+8*8)
+	h.put(deopt, 8, smiOf(8))
+	h.put(deopt, 16+8*2, lits)
+	h.put(deopt, 16+8*6, sfi)
+	h.put(deopt, 16+8*7, pos)
+	c := h.alloc(245, 64)
+	h.put(c, 16, deopt)
+	h.put(c, 24, table)
+	h.put(c, codeInstrStart, start)
+	h.put(c, codeFlags, codeKindTurbo)
+	binary.LittleEndian.PutUint32(h.m.b[c-1+codeInstrSize-heapBase:], uint32(size))
+	// The InstructionStream header before the instructions.
+	h.put(start-istreamHeader+1, 0, h.alloc(252, 8))
+	h.put(start-istreamHeader+1, 8, c)
+	return c
+}
+
+func TestForgedInlined(t *testing.T) {
+	h := newHeap(t)
+	src := "function leaf() {\n  return 1;\n}\nfunction top() {\n  return leaf();\n}\n"
+	leaf, _ := h.function("leaf", 0, "/srv/app.js", src, nil)
+	top, _ := h.function("top", 0, "/srv/app.js", src, nil)
+	// Offsets 0-15: top's own line 5; 16 on: leaf (inlining id 1) line 2,
+	// called from top's line 5 (script offset 51).
+	raw := func(off, inl int64) int64 { return (off+1)<<1 | inl<<31 }
+	var spt []byte
+	var code, p int64
+	for _, e := range [][2]int64{{0, raw(51, 0)}, {16, raw(22, 1)}} {
+		spt = append(spt, varint(e[0]-code)...)
+		spt = append(spt, varint(e[1]-p)...)
+		code, p = e[0], e[1]
+	}
+	start := uint64(heapBase + 0xc000)
+	c := h.code(top, start, 64, spt, []uint64{leaf}, []int64{raw(51, 0)})
+	r := &reader{m: h.m, l: &h.l, max: 64}
+	info := func(sfi uint64) (*fnInfo, error) { return r.function(sfi, r.lineEnds) }
+	frs, err := r.optFrames(c, 20, uint32(top), h.l.deopt, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, f := range frs {
+		got += fmt.Sprintf("%s:%d ", f.Name, f.Line)
+	}
+	if got != "leaf:2 top:5 " {
+		t.Errorf("inlined frames %q, want leaf:2 top:5", got)
+	}
+	// Another function's code at that address (freed, reused): a reason.
+	if _, err := r.optFrames(c, 20, uint32(leaf), h.l.deopt, info); !errors.Is(err, runtimes.ErrBadFrame) {
+		t.Errorf("code of another function: %v", err)
+	}
+	// Found from a PC inside it, not from one past it.
+	if fc, fs := r.codeAt(start + 20); fc != c || fs != start {
+		t.Errorf("codeAt: %#x at %#x, want %#x at %#x", fc, fs, c, start)
+	}
+	if fc, _ := r.codeAt(start + 200); fc != 0 {
+		t.Errorf("codeAt past the code: %#x", fc)
+	}
 }
