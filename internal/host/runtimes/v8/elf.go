@@ -36,6 +36,9 @@ func candidate(p *normalize.Process) *normalize.Mapping {
 	return best
 }
 
+// symBytecodeSizes is v8::internal::interpreter::Bytecodes::kBytecodeSizes.
+const symBytecodeSizes = "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE"
+
 // Bounds on the symbol tables scanned (node's .symtab has ~110,000).
 const maxSyms = 1 << 22
 
@@ -46,7 +49,10 @@ type fileInfo struct {
 	blobLo     uint64 // [blobLo, blobHi): the Builtins_* code
 	blobHi     uint64
 	blobFileLo uint64 // the blob's file offset
-	err        error
+	// bytecodeSizes is V8's kBytecodeSizes (3 operand scales x the
+	// bytecodes): baseline frames' lines need it; nil without .symtab.
+	bytecodeSizes []byte
+	err           error
 }
 
 // inspect reads the v8dbg_* constants from f's dynamic symbols and the
@@ -66,6 +72,10 @@ func inspect(f *elfx.File) *fileInfo {
 					return
 				}
 				fi.consts[string(name)] = readConst(f, value)
+			case typ == elf.STT_OBJECT && string(name) == symBytecodeSizes && size%3 == 0 && size > 0 && size <= 3*1024:
+				if b, err := f.ReadVaddr(value, int(size)); err == nil {
+					fi.bytecodeSizes = bytes.Clone(b)
+				}
 			case typ == elf.STT_FUNC && bytes.HasPrefix(name, []byte("Builtins_")) && size > 0 && value+size > value:
 				lo, hi = min(lo, value), max(hi, value+size)
 			}

@@ -53,3 +53,15 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBaselineOffset: any tables: no panic, an offset inside the bytecode.
+func FuzzBaselineOffset(f *testing.F) {
+	f.Add([]byte{10, 4, 6, 2, 8}, []byte{4, 0, 5, 0, 0, 0, 4, 0, 0, 5, 0, 0}, uint64(21))
+	sizes := []byte{1, 1, 1, 1, 2, 3, 1, 1, 1, 1, 3, 5, 1, 1, 1, 1, 5, 9}
+	f.Fuzz(func(t *testing.T, table, bytecodes []byte, pc uint64) {
+		if off := baselineOffset(table, bytecodes, sizes, pc); off < -1 || off >= int64(len(bytecodes)) {
+			t.Fatalf("offset %d of %d bytes", off, len(bytecodes))
+		}
+		baselineOffset(table, bytecodes, nil, pc)
+	})
+}

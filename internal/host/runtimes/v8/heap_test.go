@@ -350,3 +350,17 @@ func TestForgedInlined(t *testing.T) {
 		t.Errorf("codeAt past the code: %#x", fc)
 	}
 }
+
+func TestBaselineOffset(t *testing.T) {
+	// Bytecodes 0-3 are the prefixes; 4 is 2 bytes long (3 wide, 5 extra
+	// wide), 5 is 3 (5, 9).
+	sizes := []byte{1, 1, 1, 1, 2, 3, 1, 1, 1, 1, 3, 5, 1, 1, 1, 1, 5, 9}
+	bytecodes := []byte{4, 0, 5, 0, 0, 0, 4, 0, 0, 5, 0, 0}
+	// The prologue's machine code, then each bytecode's.
+	table := []byte{10, 4, 6, 2, 8}
+	for pc, want := range map[uint64]int64{5: -1, 12: 0, 14: 0, 15: 2, 21: 5, 25: 9, 31: -1} {
+		if got := baselineOffset(table, bytecodes, sizes, pc); got != want {
+			t.Errorf("pc offset %d: bytecode offset %d, want %d", pc, got, want)
+		}
+	}
+}

@@ -174,3 +174,119 @@ func (r *reader) codeAt(pc uint64) (code, start uint64) {
 	}
 	return 0, 0
 }
+
+// Baseline (Sparkplug) code keeps, instead of source positions, the
+// length of each bytecode's machine code in bytecode order (unsigned
+// varints); the bytecodes' own lengths come from V8's kBytecodeSizes table
+// (per operand scale: 1, 2 with the Wide prefix, 4 with ExtraWide).
+const (
+	maxBytecodeLen = 1 << 20
+	prefixWide     = 0 // Bytecode::kWide, then kExtraWide, kDebugBreakWide, kDebugBreakExtraWide
+	prefixCount    = 4
+)
+
+// baselineOffset is the bytecode offset the baseline code ran at PC
+// offset pcOff, from its offset table and the bytecodes; -1 when the
+// tables do not reach it.
+func baselineOffset(table, bytecodes, sizes []byte, pcOff uint64) int64 {
+	n := len(sizes) / 3
+	if n == 0 {
+		return -1
+	}
+	var end uint64
+	i := 0
+	next := func() (uint64, bool) {
+		var v uint64
+		for shift := uint(0); i < len(table) && shift < 64; shift += 7 {
+			c := table[i]
+			i++
+			v |= uint64(c&0x7f) << shift
+			if c&0x80 == 0 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	d, ok := next() // the prologue, before the first bytecode
+	if !ok {
+		return -1
+	}
+	end = d
+	if pcOff <= end {
+		return -1 // the function's entry
+	}
+	for off := 0; off < len(bytecodes); {
+		b := int(bytecodes[off])
+		scale, at := 0, off
+		if b < prefixCount {
+			scale = 1 + b%2 // Wide, ExtraWide (and their DebugBreak forms)
+			at = off + 1
+			if at >= len(bytecodes) {
+				return -1
+			}
+			b = int(bytecodes[at])
+		}
+		if b >= n {
+			return -1
+		}
+		size := int(sizes[scale*n+b])
+		if at > off {
+			size++
+		}
+		if size <= 0 {
+			return -1
+		}
+		d, ok := next()
+		if !ok {
+			return -1
+		}
+		end += d
+		if pcOff <= end {
+			return int64(off)
+		}
+		off += size
+	}
+	return -1
+}
+
+// codeKindBaseline is CodeKind::BASELINE (v8dbg_CodeKindBaseline).
+const codeKindBaseline = 11
+
+// baselineFrame names a frame of baseline code of the function sfi at
+// PC offset off: the code's bytecode must be the SFI's.
+func (r *reader) baselineFrame(code, sfi, off uint64, lines func(uint64) ([]int32, error)) (frame.Frame, bool) {
+	var fr frame.Frame
+	var b [24]byte
+	if len(r.l.bytecodeSizes) == 0 || r.m.Read(code-1+codeInstrStart, b[:]) != nil ||
+		binary.LittleEndian.Uint32(b[codeFlags-codeInstrStart:])&15 != codeKindBaseline {
+		return fr, false
+	}
+	ba, err := r.word(code, r.l.codeBytecode)
+	if err != nil || ba == 0 {
+		return fr, false
+	}
+	if own, err := r.bytecodeOf(sfi); err != nil || own != ba {
+		return fr, false
+	}
+	fi, err := r.function(sfi, lines)
+	if err != nil || fi.spt == nil {
+		return fr, false
+	}
+	table := r.positions(code, r.l.codePositions) // the bytecode offset table
+	lw, err := r.word(ba, r.l.arrayLength)
+	if err != nil || table == nil || !isSmi(lw) || smi(lw) <= 0 || smi(lw) > maxBytecodeLen {
+		return fr, false
+	}
+	bytecodes := make([]byte, smi(lw))
+	if r.m.Read(ba-1+uint64(r.l.bytecodeHeader), bytecodes) != nil {
+		return fr, false
+	}
+	bo := baselineOffset(table, bytecodes, r.l.bytecodeSizes, off)
+	fr = frame.Frame{Name: fi.name, File: fi.file, StartFile: fi.file}
+	if bo >= 0 {
+		if pos := sourcePosition(fi.spt, bo); pos >= 0 {
+			fr.Line, fr.Column = lineCol(fi.lineEnds, pos)
+		}
+	}
+	return fr, true
+}

@@ -37,6 +37,8 @@ type layout struct {
 	// Not in the tables (V8 11, Node 20): BytecodeArray's header size
 	// and its source_position_table field.
 	bytecodeHeader, bytecodeSPT int64
+
+	bytecodeSizes []byte // fileInfo.bytecodeSizes
 }
 
 // The constants every walk and name needs.

@@ -154,6 +154,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	var lay layout
 	if err == nil {
 		lay, err = newLayout(fi.consts)
+		lay.bytecodeSizes = fi.bytecodeSizes
 	}
 	if err == nil && runtime.GOARCH != "amd64" {
 		err = fmt.Errorf("node on %s: not walked yet: %w", runtime.GOARCH, errRefused)
@@ -350,6 +351,12 @@ func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, err
 	}
 	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
 	code, start := rd.codeAt(pc)
+	if code != 0 {
+		if fr, ok := rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd)); ok {
+			r.memMu.Unlock()
+			return []frame.Frame{fr}, nil
+		}
+	}
 	r.memMu.Unlock()
 	if code != 0 {
 		if frs, err := r.readOpt(pid, st, code, pc-start|uint64(uint32(sfi))<<32); err == nil {
