@@ -573,6 +573,7 @@ const (
 	ProfileV8LimitsV8MAX_FRAME       ProfileV8Limits = 1048576
 	ProfileV8LimitsV8MAX_PROCS       ProfileV8Limits = 4096
 	ProfileV8LimitsV8MAX_BYTECODE    ProfileV8Limits = 16777216
+	ProfileV8LimitsV8CALLER_WORDS    ProfileV8Limits = 4
 )
 
 type ProfileV8Proc struct {

@@ -55,7 +55,11 @@ enum v8_limits {
 	V8_MAX_FRAME = 1 << 20,  /* a caller's fp at most this far above */
 	V8_MAX_PROCS = 4096,
 	V8_MAX_BYTECODE = 1 << 24, /* an interpreted frame's bytecode offset is below */
+	V8_CALLER_WORDS = 4,       /* stack words searched for a frameless builtin's caller */
 };
+
+/* The runtime range (unwind_proc.rt) that is V8's code range. */
+#define V8_CODE_RANGE 1
 
 /* Why a V8 walk ended early (v8_counters.errors). */
 enum v8_error {
@@ -169,6 +173,29 @@ static __always_inline __u64 v8_code(struct v8_proc *p, __u64 fn, __u64 pc, __u6
 	return code;
 }
 
+static __always_inline int v8_in_blob(struct v8_proc *p, __u64 pc)
+{
+	return (pc >= p->blob[0].lo && pc < p->blob[0].hi) || (pc >= p->blob[1].lo && pc < p->blob[1].hi);
+}
+
+/* A leaf in a builtin that JIT code called without a frame of its own
+ * (Builtins_ModulusSmi_Baseline): the JIT code's return address is one of
+ * the first words on the stack; the first in JIT code (V8's code range,
+ * not the builtins) is taken, else pc. The host checks it against the
+ * function's code. */
+static __always_inline __u64 v8_builtin_caller(struct v8_proc *p, struct unwind_state *s, __u64 pc)
+{
+	__u64 w[V8_CALLER_WORDS] = {};
+
+	if (bpf_probe_read_user(w, sizeof(w), (void *)s->sp))
+		return pc;
+	for (int i = 0; i < V8_CALLER_WORDS; i++) {
+		if (w[i] >= s->rt[V8_CODE_RANGE].lo && w[i] < s->rt[V8_CODE_RANGE].hi && !v8_in_blob(p, w[i]))
+			return w[i] - 1;
+	}
+	return pc;
+}
+
 /* Pushes s->pc as a native frame. Returns 1 when the stack is full. */
 static __always_inline int v8_push_pc(struct unwind_state *s)
 {
@@ -221,6 +248,8 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 	err = V8_ERR_REFUSED;
 	if (!p->ready || p->smi_shift == 0 || p->smi_shift > 32)
 		goto fail;
+	if (V8_CODE_RANGE >= RT_RANGES)
+		goto fail;
 	cs->walks++;
 	for (int i = 0; i < V8_FRAMES_PER_PROG; i++) {
 		if (runtime_of(s, s->pc_exact ? s->pc : s->pc - 1) != RUNTIME_V8)
@@ -266,7 +295,9 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 				aux = (__u32)off | (ba << 32);
 			} else {
 				kind = FRAME_V8_JIT;
-				aux = s->pc;
+				if (s->pc_exact && v8_in_blob(p, pc))
+					pc = v8_builtin_caller(p, s, pc);
+				aux = pc;
 				code = v8_code(p, fn, pc, &aux);
 				if (code) {
 					kind = FRAME_V8_OPT;

@@ -33,11 +33,13 @@ type nodeCase struct {
 }
 
 // nodeCases: interpreted only (Ignition; Node 20's V8 has Maglev off by
-// default, --no-maglev keeps it so), and TurboFan from the first call
+// default, --no-maglev keeps it so), baseline (Sparkplug) from the first
+// call, TurboFan from the first call
 // with inlining off (each function its own optimized code, installed on
 // it), and node's defaults.
 var nodeCases = []nodeCase{
 	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}},
+	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}},
 	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}},
 	// No flags: leaf's loop is replaced on the stack by TurboFan code
 	// (OSR), which the function does not hold: found from the PC.
