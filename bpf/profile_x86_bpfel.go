@@ -567,7 +567,7 @@ const (
 type ProfileV8Limits uint32
 
 const (
-	ProfileV8LimitsV8FRAMES_PER_PROG ProfileV8Limits = 16
+	ProfileV8LimitsV8FRAMES_PER_PROG ProfileV8Limits = 8
 	ProfileV8LimitsV8FRAME_READ      ProfileV8Limits = 64
 	ProfileV8LimitsV8FRAME_BELOW     ProfileV8Limits = 48
 	ProfileV8LimitsV8MAX_FRAME       ProfileV8Limits = 1048576

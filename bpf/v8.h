@@ -49,7 +49,7 @@ enum v8_frame_kind {
 };
 
 enum v8_limits {
-	V8_FRAMES_PER_PROG = 16, /* V8 frames per run */
+	V8_FRAMES_PER_PROG = 8, /* V8 frames per run (a small loop for older verifiers) */
 	V8_FRAME_READ = 64,      /* bytes read around fp: [fp - 48, fp + 16) */
 	V8_FRAME_BELOW = 48,     /* ... of which below fp */
 	V8_MAX_FRAME = 1 << 20,  /* a caller's fp at most this far above */

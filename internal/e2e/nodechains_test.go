@@ -152,9 +152,12 @@ func TestCollectorNodeChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
-	runs := make([]*pyRun, len(nodeCases))
-	for i, nc := range nodeCases {
-		runs[i] = startNode(t, node, nc)
+	// Two tiers here (CI time); TestRecordNodeChains runs them all.
+	var runs []*pyRun
+	for _, nc := range nodeCases {
+		if nc.name == "node20-interpreted" || nc.name == "node20-default" {
+			runs = append(runs, startNode(t, node, nc))
+		}
 	}
 	pending := map[int64]*pyRun{}
 	for _, r := range runs {

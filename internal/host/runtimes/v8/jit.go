@@ -221,10 +221,11 @@ func baselineOffset(table, bytecodes, sizes []byte, pcOff uint64) int64 {
 		if b < prefixCount {
 			scale = 1 + b%2 // Wide, ExtraWide (and their DebugBreak forms)
 			at = off + 1
-			if at >= len(bytecodes) {
+			rest := bytecodes[at:]
+			if len(rest) == 0 {
 				return -1
 			}
-			b = int(bytecodes[at])
+			b = int(rest[0])
 		}
 		if b >= n {
 			return -1
