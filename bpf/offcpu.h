@@ -55,6 +55,7 @@ WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_cpython, offcpu_progs, cpython_w
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_perl, offcpu_progs, perl_walk, WALK_SLOT_OFF_CPU)
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_php, offcpu_progs, php_walk, WALK_SLOT_OFF_CPU)
 WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_ruby, offcpu_progs, ruby_walk, WALK_SLOT_OFF_CPU)
+WALK_PROGRAM("tp_btf/sched_switch", offcpu_walk_v8, offcpu_progs, v8_walk, WALK_SLOT_OFF_CPU)
 
 static __always_inline struct offcpu_stats *offcpu_get_stats(void)
 {

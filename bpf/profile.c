@@ -358,6 +358,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 #include "perl.h"
 #include "php.h"
 #include "ruby.h"
+#include "v8.h"
 #include "offcpu.h"
 
 SEC("perf_event")

@@ -749,6 +749,77 @@ type ProfileUserStack struct {
 	Pcs    [128]uint64
 }
 
+type ProfileV8Bufs struct {
+	_     structs.HostLayout
+	Frame [64]uint8
+}
+
+type ProfileV8Counters struct {
+	_      structs.HostLayout
+	Walks  uint64
+	Frames uint64
+	Typed  uint64
+	NotJs  uint64
+	Errors [6]uint64
+}
+
+type ProfileV8Error uint32
+
+const (
+	ProfileV8ErrorV8ERR_NOT_ATTACHED ProfileV8Error = 0
+	ProfileV8ErrorV8ERR_REFUSED      ProfileV8Error = 1
+	ProfileV8ErrorV8ERR_READ_FRAME   ProfileV8Error = 2
+	ProfileV8ErrorV8ERR_BAD_FP       ProfileV8Error = 3
+	ProfileV8ErrorV8ERR_NOT_FUNCTION ProfileV8Error = 4
+	ProfileV8ErrorV8ERR_READ_SFI     ProfileV8Error = 5
+	ProfileV8ErrorV8ERRORS           ProfileV8Error = 6
+)
+
+type ProfileV8FrameKind uint32
+
+const (
+	ProfileV8FrameKindFRAME_V8INTERP ProfileV8FrameKind = 32
+	ProfileV8FrameKindFRAME_V8JIT    ProfileV8FrameKind = 33
+	ProfileV8FrameKindFRAME_V8OPT    ProfileV8FrameKind = 34
+)
+
+type ProfileV8Limits uint32
+
+const (
+	ProfileV8LimitsV8FRAMES_PER_PROG ProfileV8Limits = 8
+	ProfileV8LimitsV8FRAME_READ      ProfileV8Limits = 64
+	ProfileV8LimitsV8FRAME_BELOW     ProfileV8Limits = 48
+	ProfileV8LimitsV8MAX_FRAME       ProfileV8Limits = 1048576
+	ProfileV8LimitsV8MAX_PROCS       ProfileV8Limits = 4096
+	ProfileV8LimitsV8MAX_BYTECODE    ProfileV8Limits = 16777216
+	ProfileV8LimitsV8CALLER_WORDS    ProfileV8Limits = 4
+)
+
+type ProfileV8Proc struct {
+	_    structs.HostLayout
+	Blob [2]struct {
+		_  structs.HostLayout
+		Lo uint64
+		Hi uint64
+	}
+	FpContext     int16
+	FpFunction    int16
+	FpBytecode    int16
+	FpBytecodeOff int16
+	FnShared      uint16
+	MapType       uint16
+	FnCode        uint16
+	CodeStart     uint16
+	CodeFlags     uint16
+	CodeSize      uint16
+	KindMaglev    uint16
+	KindTurbofan  uint16
+	TypeSfi       uint16
+	SmiShift      uint8
+	Ready         uint8
+	_             [4]byte
+}
+
 type ProfileWalkProg uint32
 
 const (
@@ -815,6 +886,9 @@ const (
 	ProfileMapUnwindTables           = "unwind_tables"
 	ProfileMapUstacks0               = "ustacks0"
 	ProfileMapUstacks1               = "ustacks1"
+	ProfileMapV8Procs                = "v8_procs"
+	ProfileMapV8Scratch              = "v8_scratch"
+	ProfileMapV8Stats                = "v8_stats"
 	ProfileProgCpythonStep           = "cpython_step"
 	ProfileProgHandleExec            = "handle_exec"
 	ProfileProgHandleExit            = "handle_exit"
@@ -827,12 +901,14 @@ const (
 	ProfileProgOffcpuWalkPerl        = "offcpu_walk_perl"
 	ProfileProgOffcpuWalkPhp         = "offcpu_walk_php"
 	ProfileProgOffcpuWalkRuby        = "offcpu_walk_ruby"
+	ProfileProgOffcpuWalkV8          = "offcpu_walk_v8"
 	ProfileProgPerlStep              = "perl_step"
 	ProfileProgPhpStep               = "php_step"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgRubyStep              = "ruby_step"
 	ProfileProgUnwindStep            = "unwind_step"
+	ProfileProgV8Step                = "v8_step"
 	ProfileVarActiveBuf              = "active_buf"
 	ProfileVarCgroupSelect           = "cgroup_select"
 	ProfileVarCgroupSelectAll        = "cgroup_select_all"
@@ -900,6 +976,10 @@ const (
 	ProfileVarUnusedUnwindRow        = "unused_unwind_row"
 	ProfileVarUnusedUnwindTable      = "unused_unwind_table"
 	ProfileVarUnusedUserStack        = "unused_user_stack"
+	ProfileVarUnusedV8Bufs           = "unused_v8_bufs"
+	ProfileVarUnusedV8Error          = "unused_v8_error"
+	ProfileVarUnusedV8FrameKind      = "unused_v8_frame_kind"
+	ProfileVarUnusedV8Limits         = "unused_v8_limits"
 	ProfileVarUnusedWalkProg         = "unused_walk_prog"
 	ProfileVarUnwindCfi              = "unwind_cfi"
 )
@@ -958,12 +1038,14 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkPerl    *ebpf.ProgramSpec `ebpf:"offcpu_walk_perl"`
 	OffcpuWalkPhp     *ebpf.ProgramSpec `ebpf:"offcpu_walk_php"`
 	OffcpuWalkRuby    *ebpf.ProgramSpec `ebpf:"offcpu_walk_ruby"`
+	OffcpuWalkV8      *ebpf.ProgramSpec `ebpf:"offcpu_walk_v8"`
 	PerlStep          *ebpf.ProgramSpec `ebpf:"perl_step"`
 	PhpStep           *ebpf.ProgramSpec `ebpf:"php_step"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
 	RubyStep          *ebpf.ProgramSpec `ebpf:"ruby_step"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
+	V8Step            *ebpf.ProgramSpec `ebpf:"v8_step"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -1019,6 +1101,9 @@ type ProfileMapSpecs struct {
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
 	Ustacks0         *ebpf.MapSpec `ebpf:"ustacks0"`
 	Ustacks1         *ebpf.MapSpec `ebpf:"ustacks1"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	V8Scratch        *ebpf.MapSpec `ebpf:"v8_scratch"`
+	V8Stats          *ebpf.MapSpec `ebpf:"v8_stats"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -1092,6 +1177,10 @@ type ProfileVariableSpecs struct {
 	UnusedUnwindRow        *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 	UnusedUnwindTable      *ebpf.VariableSpec `ebpf:"unused_unwind_table"`
 	UnusedUserStack        *ebpf.VariableSpec `ebpf:"unused_user_stack"`
+	UnusedV8Bufs           *ebpf.VariableSpec `ebpf:"unused_v8_bufs"`
+	UnusedV8Error          *ebpf.VariableSpec `ebpf:"unused_v8_error"`
+	UnusedV8FrameKind      *ebpf.VariableSpec `ebpf:"unused_v8_frame_kind"`
+	UnusedV8Limits         *ebpf.VariableSpec `ebpf:"unused_v8_limits"`
 	UnusedWalkProg         *ebpf.VariableSpec `ebpf:"unused_walk_prog"`
 	UnwindCfi              *ebpf.VariableSpec `ebpf:"unwind_cfi"`
 }
@@ -1165,6 +1254,9 @@ type ProfileMaps struct {
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
 	Ustacks0         *ebpf.Map `ebpf:"ustacks0"`
 	Ustacks1         *ebpf.Map `ebpf:"ustacks1"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	V8Scratch        *ebpf.Map `ebpf:"v8_scratch"`
+	V8Stats          *ebpf.Map `ebpf:"v8_stats"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -1218,6 +1310,9 @@ func (m *ProfileMaps) Close() error {
 		m.UnwindTables,
 		m.Ustacks0,
 		m.Ustacks1,
+		m.V8Procs,
+		m.V8Scratch,
+		m.V8Stats,
 	)
 }
 
@@ -1292,6 +1387,10 @@ type ProfileVariables struct {
 	UnusedUnwindRow        *ebpf.Variable `ebpf:"unused_unwind_row"`
 	UnusedUnwindTable      *ebpf.Variable `ebpf:"unused_unwind_table"`
 	UnusedUserStack        *ebpf.Variable `ebpf:"unused_user_stack"`
+	UnusedV8Bufs           *ebpf.Variable `ebpf:"unused_v8_bufs"`
+	UnusedV8Error          *ebpf.Variable `ebpf:"unused_v8_error"`
+	UnusedV8FrameKind      *ebpf.Variable `ebpf:"unused_v8_frame_kind"`
+	UnusedV8Limits         *ebpf.Variable `ebpf:"unused_v8_limits"`
 	UnusedWalkProg         *ebpf.Variable `ebpf:"unused_walk_prog"`
 	UnwindCfi              *ebpf.Variable `ebpf:"unwind_cfi"`
 }
@@ -1312,12 +1411,14 @@ type ProfilePrograms struct {
 	OffcpuWalkPerl    *ebpf.Program `ebpf:"offcpu_walk_perl"`
 	OffcpuWalkPhp     *ebpf.Program `ebpf:"offcpu_walk_php"`
 	OffcpuWalkRuby    *ebpf.Program `ebpf:"offcpu_walk_ruby"`
+	OffcpuWalkV8      *ebpf.Program `ebpf:"offcpu_walk_v8"`
 	PerlStep          *ebpf.Program `ebpf:"perl_step"`
 	PhpStep           *ebpf.Program `ebpf:"php_step"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
 	RubyStep          *ebpf.Program `ebpf:"ruby_step"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
+	V8Step            *ebpf.Program `ebpf:"v8_step"`
 }
 
 func (p *ProfilePrograms) Close() error {
@@ -1334,12 +1435,14 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkPerl,
 		p.OffcpuWalkPhp,
 		p.OffcpuWalkRuby,
+		p.OffcpuWalkV8,
 		p.PerlStep,
 		p.PhpStep,
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.RubyStep,
 		p.UnwindStep,
+		p.V8Step,
 	)
 }
 

@@ -92,7 +92,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.StringVar(&o.output, "output", "", "file to write (required)")
 	fs.StringVar(&o.format, "format", "otlp-json", "otlp-json (OTLP profiles JSON) or pprof (gzipped profile.proto)")
 	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
-	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot), Python (CPython), Perl, PHP and Ruby frames in user stacks (needs -unwinding auto)")
+	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot), Python (CPython), Perl, PHP, Ruby and JavaScript (Node.js V8) frames in user stacks (needs -unwinding auto)")
 	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
 	fs.BoolVar(&o.offCPU.Enabled, "off-cpu", false, "also record where threads wait off CPU, and for how long (an off_cpu profile; --pid and --comm select whose)")
 	fs.Float64Var(&o.offCPU.Probability, "off-cpu-probability", offcpu.DefaultProbability, "the least chance a wait has of being recorded (each counts its length divided by its chance)")
@@ -210,7 +210,7 @@ func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Rep
 	s, err := sampler.New(sampler.Config{
 		SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
 		Unwinding: unwind.Config{Mode: o.unwinding},
-		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters, Perl: o.interpreters, PHP: o.interpreters, Ruby: o.interpreters},
+		Runtimes:  runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters, Perl: o.interpreters, PHP: o.interpreters, Ruby: o.interpreters, V8: o.interpreters},
 	})
 	if err != nil {
 		return profbuild.Report{}, err

@@ -153,6 +153,8 @@ type InterpretersConfig struct {
 	PHP bool `mapstructure:"php"`
 	// Ruby walks Ruby stacks of CRuby 3.1 and 3.3 (x86-64).
 	Ruby bool `mapstructure:"ruby"`
+	// V8 walks JavaScript stacks of Node.js (V8 with its v8dbg_* tables).
+	V8 bool `mapstructure:"v8"`
 	// MaxCachedNames bounds the names cached per runtime (methods, code
 	// objects).
 	MaxCachedNames int `mapstructure:"max_cached_names"`
@@ -165,7 +167,7 @@ type InterpretersConfig struct {
 
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
-	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, Ruby: c.Ruby, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
+	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, Ruby: c.Ruby, V8: c.V8, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
 	return rc, rc.Validate()
 }
 
@@ -220,6 +222,7 @@ func createDefaultConfig() *Config {
 			Perl:           true,
 			PHP:            true,
 			Ruby:           true,
+			V8:             true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},

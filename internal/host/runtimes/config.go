@@ -10,6 +10,7 @@ type Config struct {
 	Perl    bool // Perl 5.36, 5.40, 5.42 (threaded builds, x86-64)
 	PHP     bool // PHP: 8.2 and 8.4 (non-thread-safe builds)
 	Ruby    bool // Ruby: CRuby 3.1 and 3.3 (x86-64)
+	V8      bool // JavaScript: Node.js's V8 (Node 20)
 	// MaxNames bounds the names cached per runtime (methods, code
 	// objects); the least recently used go first.
 	MaxNames int
@@ -45,4 +46,4 @@ func (c *Config) Validate() error {
 }
 
 // Enabled reports whether any runtime is walked.
-func (c *Config) Enabled() bool { return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby }
+func (c *Config) Enabled() bool { return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby || c.V8 }

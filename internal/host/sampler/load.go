@@ -66,6 +66,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 		if s.walkRuby() {
 			groups = append(groups, &o.rubyObjs)
 		}
+		if s.walkV8() {
+			groups = append(groups, &o.v8Objs)
+		}
 		if s.offcpu != nil {
 			groups = append(groups, &o.offcpuObjs)
 			if s.walkHotSpot() {
@@ -82,6 +85,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 			}
 			if s.walkRuby() {
 				groups = append(groups, &o.offcpuRubyObjs)
+			}
+			if s.walkV8() {
+				groups = append(groups, &o.offcpuV8Objs)
 			}
 		}
 	}
@@ -109,6 +115,7 @@ var runtimePrograms = map[string][]string{
 	"perl":    {"perl_step", "offcpu_walk_perl"},
 	"php":     {"php_step", "offcpu_walk_php"},
 	"ruby":    {"ruby_step", "offcpu_walk_ruby"},
+	"v8":      {"v8_step", "offcpu_walk_v8"},
 }
 
 // refusedRuntime names the runtime whose program a load failure is about,
@@ -119,7 +126,7 @@ func (s *Sampler) refusedRuntime(err error) (string, bool) {
 		if _, done := s.refused[name]; done {
 			continue
 		}
-		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() || name == "php" && !s.walkPHP() || name == "ruby" && !s.walkRuby() {
+		if name == "hotspot" && !s.walkHotSpot() || name == "cpython" && !s.walkCPython() || name == "perl" && !s.walkPerl() || name == "php" && !s.walkPHP() || name == "ruby" && !s.walkRuby() || name == "v8" && !s.walkV8() {
 			continue
 		}
 		for _, p := range progs {
@@ -154,6 +161,11 @@ func (s *Sampler) walkPHP() bool {
 func (s *Sampler) walkRuby() bool {
 	_, refused := s.refused["ruby"]
 	return s.cfg.walking() && s.cfg.Runtimes.Ruby && !refused
+}
+
+func (s *Sampler) walkV8() bool {
+	_, refused := s.refused["v8"]
+	return s.cfg.walking() && s.cfg.Runtimes.V8 && !refused
 }
 
 // RefusedRuntimes says which runtimes the configuration asked for but the

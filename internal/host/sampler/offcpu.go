@@ -80,6 +80,9 @@ type offcpuPhpObjs struct {
 type offcpuRubyObjs struct {
 	OffcpuWalkRuby *ebpf.Program `ebpf:"offcpu_walk_ruby"`
 }
+type offcpuV8Objs struct {
+	OffcpuWalkV8 *ebpf.Program `ebpf:"offcpu_walk_v8"`
+}
 
 // offCPUWalkers are the walker instances for off-CPU walks, by slot of
 // offcpu_progs (enum walk_prog): the native one, and those of the runtimes
@@ -102,6 +105,9 @@ func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
 	}
 	if o.OffcpuWalkRuby != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_RUBY)] = o.OffcpuWalkRuby
+	}
+	if o.OffcpuWalkV8 != nil {
+		w[uint32(bpf.ProfileWalkProgWALK_V8)] = o.OffcpuWalkV8
 	}
 	return w
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes/perl"
 	"github.com/profsym/profsym/internal/host/runtimes/php"
 	"github.com/profsym/profsym/internal/host/runtimes/ruby"
+	v8 "github.com/profsym/profsym/internal/host/runtimes/v8"
 )
 
 // newRuntimes makes the host halves of the runtimes cfg enables, over
@@ -58,6 +59,15 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		rts = append(rts, ruby.New(ruby.Options{
 			Logger: s.log.Named("ruby"), Config: s.cfg.Runtimes,
 			Procs: s.objs.RubyProcs, Counters: s.objs.RubyStats,
+		}))
+	}
+	if s.walkV8() {
+		if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_V8), s.objs.V8Step); err != nil {
+			return nil, fmt.Errorf("installing the V8 walker: %w", err)
+		}
+		rts = append(rts, v8.New(v8.Options{
+			Logger: s.log.Named("v8"), Config: s.cfg.Runtimes,
+			Procs: s.objs.V8Procs, Counters: s.objs.V8Stats,
 		}))
 	}
 	return rts, nil

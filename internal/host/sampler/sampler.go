@@ -143,6 +143,12 @@ type rubyObjs struct {
 	RubyScratch *ebpf.Map     `ebpf:"ruby_scratch"`
 	RubyStats   *ebpf.Map     `ebpf:"ruby_stats"`
 }
+type v8Objs struct {
+	V8Step    *ebpf.Program `ebpf:"v8_step"`
+	V8Procs   *ebpf.Map     `ebpf:"v8_procs"`
+	V8Scratch *ebpf.Map     `ebpf:"v8_scratch"`
+	V8Stats   *ebpf.Map     `ebpf:"v8_stats"`
+}
 
 type rbObjs struct {
 	ProfileRb *ebpf.Program `ebpf:"profile_rb"`
@@ -169,12 +175,14 @@ type objects struct {
 	perlObjs    // zero unless Perl is walked
 	phpObjs     // zero unless PHP is walked
 	rubyObjs    // zero unless Ruby is walked
+	v8Objs      // zero unless V8 is walked
 	offcpuObjs  // zero unless off-CPU samples are on
 	offcpuHotspotObjs
 	offcpuCpythonObjs
 	offcpuPerlObjs
 	offcpuPhpObjs
 	offcpuRubyObjs
+	offcpuV8Objs
 }
 
 func (o *objects) profile() *ebpf.Program {
@@ -207,7 +215,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp, o.RubyStep, o.OffcpuWalkRuby} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp, o.RubyStep, o.OffcpuWalkRuby, o.V8Step, o.OffcpuWalkV8} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -217,7 +225,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())

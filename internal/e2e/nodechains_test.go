@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// Issue 27: Node.js stacks came out as Builtins_InterpreterEntryTrampoline
+// frames. These tests run the built binaries, with every runtime on as a
+// user has them, against the host's node running
+// testdata/src/e2e/nodechain.js, and hold each case's measured samples to
+// the whole named chain leaf <- mid <- top with file and marked lines.
+
+// nodeChain is what every measured sample holds, leaf first, as
+// consecutive JavaScript frames (node's module loader is below them).
+var nodeChain = []string{"leaf", "mid", "top"}
+
+// nodeCase is one way the fixture runs: its V8 flags pin the tier the
+// chain's functions run in.
+type nodeCase struct {
+	name  string
+	flags []string
+}
+
+// nodeCases: interpreted only (Ignition; Node 20's V8 has Maglev off by
+// default, --no-maglev keeps it so), baseline (Sparkplug) from the first
+// call, TurboFan from the first call
+// with inlining off (each function its own optimized code, installed on
+// it), and node's defaults.
+var nodeCases = []nodeCase{
+	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}},
+	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}},
+	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}},
+	// No flags: leaf's loop is replaced on the stack by TurboFan code
+	// (OSR), which the function does not hold: found from the PC.
+	{"node20-default", nil},
+}
+
+// nodeBinary is the host's node, or skips (fails under CI).
+func nodeBinary(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testfixture.SkipOrFail(t, "no node on the host")
+	}
+	return node
+}
+
+// startNode starts nodechain.js under node with c's flags; it warms until
+// go is called.
+func startNode(t *testing.T, node string, c nodeCase) *pyRun {
+	t.Helper()
+	src := testfixture.Src(t, "e2e/nodechain.js")
+	r := &pyRun{it: pyInterp{name: c.name, python: node}, lines: make(chan string, 16), script: src}
+	r.gofile = filepath.Join(t.TempDir(), "go")
+	args := append(slices.Clone(c.flags), src, strconv.Itoa(pyChainSeconds), r.gofile)
+	r.cmd = exec.Command(node, args...)
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Stderr = os.Stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	r.pid = int64(r.cmd.Process.Pid)
+	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	return r
+}
+
+// nodeWhole says whether frames hold the whole named chain: JavaScript
+// frames leaf, mid, top in a row, each of type v8js in the fixture's file
+// on a marked line of its function; above leaf only what leaf calls
+// (cpuSeconds, node's process.cpuUsage, native frames). It also says what
+// the JavaScript frames were.
+func nodeWhole(frames []userFrame, script string, marks map[string][]int64) (bool, string) {
+	var js []userFrame
+	for _, f := range frames {
+		if f.typ == "v8js" {
+			js = append(js, f)
+		}
+	}
+	desc := make([]string, len(js))
+	for i, f := range js {
+		if f.raw {
+			desc[i] = "raw(" + f.err + ")"
+			continue
+		}
+		desc[i] = fmt.Sprintf("%s@%s:%d", f.fn, f.file, f.line)
+	}
+	i := 0
+	for i < len(js) && !js[i].raw && (js[i].fn == "cpuSeconds" || js[i].path != script) {
+		i++
+	}
+	ok := len(js)-i >= len(nodeChain)
+	for k := 0; ok && k < len(nodeChain); k++ {
+		f := js[i+k]
+		if f.raw || f.fn != nodeChain[k] || f.path != script || !slices.Contains(marks[f.fn], f.line) {
+			ok = false
+		}
+	}
+	leaf := "none"
+	if len(frames) > 0 {
+		leaf = frames[0].fn + " " + frames[0].typ
+		if frames[0].raw {
+			leaf = "raw(" + frames[0].err + ") " + frames[0].typ
+		}
+	}
+	return ok, "[" + strings.Join(desc, " ") + "] leaf frame " + leaf
+}
+
+func checkNode(t *testing.T, path string, runs []*pyRun) {
+	t.Helper()
+	marks := fixtureMarks(t, "nodechain.js", `// L:([a-z]+)`, nodeChain)
+	checkChains(t, path, runs, chainCheck{
+		kind: "JavaScript", samples: "samples",
+		whole: func(r *pyRun, s sampleOf) (bool, string) { return nodeWhole(s.frames, r.script, marks) },
+		want: func(r *pyRun) string {
+			return fmt.Sprintf("%s with names, file %s and marked lines", strings.Join(nodeChain, " <- "), r.script)
+		},
+	})
+}
+
+// TestCollectorNodeChains runs the distribution with config/default.yaml
+// and the fixtures started after it, warms each until the output names
+// its warm frame, and checks the chains in the file.
+func TestCollectorNodeChains(t *testing.T) {
+	bin := needBuilt(t, "otelcol-profsym", "otelcol")
+	node := nodeBinary(t)
+	root := testfixture.Root(t)
+	out := filepath.Join(t.TempDir(), "profiles.json")
+	env := []string{
+		"PROFSYM_OUTPUT=" + out,
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		"PROFSYM_REPORT_INTERVAL=1s",
+	}
+	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	// Two tiers here (CI time); TestRecordNodeChains runs them all.
+	var runs []*pyRun
+	for _, nc := range nodeCases {
+		if nc.name == "node20-interpreted" || nc.name == "node20-default" {
+			runs = append(runs, startNode(t, node, nc))
+		}
+	}
+	pending := map[int64]*pyRun{}
+	for _, r := range runs {
+		pending[r.pid] = r
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		pids := map[int64]bool{}
+		for pid := range pending {
+			pids[pid] = true
+		}
+		eachSampleOf(t, out, pids, func(s sampleOf) {
+			for _, f := range s.frames {
+				if r := pending[s.pid]; r != nil && f.typ == "v8js" && f.fn == "warm" {
+					r.start(t)
+					delete(pending, s.pid)
+				}
+			}
+		})
+	}
+	for _, r := range pending {
+		t.Errorf("%s (pid %d): no named warm frame in 45 s of warm-up", r.it.name, r.pid)
+		r.start(t)
+	}
+	waitPy(t, runs)
+	time.Sleep(2500 * time.Millisecond) // the last reports
+	c.stop(t)
+	checkNode(t, out, runs)
+	if t.Failed() {
+		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
+	}
+}
+
+// TestRecordNodeChains runs `profsym record --symbolize --pid ...` over
+// fixtures started before it and checks the chains in its output.
+func TestRecordNodeChains(t *testing.T) {
+	bin := needBuilt(t, "profsym", "build")
+	node := nodeBinary(t)
+	runs := make([]*pyRun, len(nodeCases))
+	for i, nc := range nodeCases {
+		runs[i] = startNode(t, node, nc)
+	}
+	out := filepath.Join(t.TempDir(), "rec.json")
+	recordWhile(t, bin, out, runs, time.Second, 3*time.Second)
+	checkNode(t, out, runs)
+}

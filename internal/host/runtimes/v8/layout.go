@@ -1,0 +1,144 @@
+package v8
+
+import (
+	"fmt"
+
+	"github.com/profsym/profsym/bpf"
+)
+
+// layout is what the walker and the namer need of one V8 build, from its
+// v8dbg_* tables; the few fields those tables lack are constants of the
+// V8 versions walked (named below), each checked on the live process.
+type layout struct {
+	fpContext, fpFunction, fpBytecode, fpBytecodeOff int64
+
+	fnShared int64 // JSFunction::shared
+
+	mapOff, instanceType int64 // HeapObject::map, Map::instance_type
+
+	sfiName, sfiData, sfiScript int64
+	scriptName, scriptSource    int64
+	scriptLineEnds              int64
+
+	strLength, seqOneChars, seqTwoChars int64
+	consFirst, consSecond               int64
+	slicedParent, slicedOffset          int64
+	thinActual, extResource             int64
+	arrayLength, arrayData              int64
+	codeBytecode, codePositions         int64
+	codeDeopt                           int64
+	deopt                               deoptIndex
+
+	typeSFI, typeScript, typeScopeInfo, typeBytecode, typeFixedArray, typeCode int64
+	firstNonString                                                             int64
+	encodingMask, oneByteTag, reprMask                                         int64
+	seqTag, consTag, slicedTag, thinTag, externalTag                           int64
+
+	// Not in the tables (V8 11, Node 20): BytecodeArray's header size
+	// and its source_position_table field.
+	bytecodeHeader, bytecodeSPT int64
+
+	bytecodeSizes []byte // fileInfo.bytecodeSizes
+}
+
+// The constants every walk and name needs.
+var required = map[string]func(l *layout) *int64{
+	"v8dbg_off_fp_context":                                             func(l *layout) *int64 { return &l.fpContext },
+	"v8dbg_off_fp_function":                                            func(l *layout) *int64 { return &l.fpFunction },
+	"v8dbg_off_fp_bytecode_array":                                      func(l *layout) *int64 { return &l.fpBytecode },
+	"v8dbg_off_fp_bytecode_offset":                                     func(l *layout) *int64 { return &l.fpBytecodeOff },
+	"v8dbg_class_JSFunction__shared__SharedFunctionInfo":               func(l *layout) *int64 { return &l.fnShared },
+	"v8dbg_class_HeapObject__map__Map":                                 func(l *layout) *int64 { return &l.mapOff },
+	"v8dbg_class_Map__instance_type__uint16_t":                         func(l *layout) *int64 { return &l.instanceType },
+	"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object":       func(l *layout) *int64 { return &l.sfiName },
+	"v8dbg_class_SharedFunctionInfo__function_data__Object":            func(l *layout) *int64 { return &l.sfiData },
+	"v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject": func(l *layout) *int64 { return &l.sfiScript },
+	"v8dbg_class_Script__name__Object":                                 func(l *layout) *int64 { return &l.scriptName },
+	"v8dbg_class_Script__source__Object":                               func(l *layout) *int64 { return &l.scriptSource },
+	"v8dbg_class_Script__line_ends__Object":                            func(l *layout) *int64 { return &l.scriptLineEnds },
+	"v8dbg_class_String__length__int32_t":                              func(l *layout) *int64 { return &l.strLength },
+	"v8dbg_class_SeqOneByteString__chars__char":                        func(l *layout) *int64 { return &l.seqOneChars },
+	"v8dbg_class_SeqTwoByteString__chars__char":                        func(l *layout) *int64 { return &l.seqTwoChars },
+	"v8dbg_class_ConsString__first__String":                            func(l *layout) *int64 { return &l.consFirst },
+	"v8dbg_class_ConsString__second__String":                           func(l *layout) *int64 { return &l.consSecond },
+	"v8dbg_class_SlicedString__parent__String":                         func(l *layout) *int64 { return &l.slicedParent },
+	"v8dbg_class_SlicedString__offset__SMI":                            func(l *layout) *int64 { return &l.slicedOffset },
+	"v8dbg_class_ThinString__actual__String":                           func(l *layout) *int64 { return &l.thinActual },
+	"v8dbg_class_ExternalString__resource__Object":                     func(l *layout) *int64 { return &l.extResource },
+	"v8dbg_class_FixedArrayBase__length__SMI":                          func(l *layout) *int64 { return &l.arrayLength },
+	"v8dbg_class_FixedArray__data__uintptr_t":                          func(l *layout) *int64 { return &l.arrayData },
+	"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject":       func(l *layout) *int64 { return &l.codeBytecode },
+	"v8dbg_class_Code__source_position_table__ByteArray":               func(l *layout) *int64 { return &l.codePositions },
+	"v8dbg_class_Code__deoptimization_data__FixedArray":                func(l *layout) *int64 { return &l.codeDeopt },
+	"v8dbg_DeoptimizationDataSharedFunctionInfoIndex":                  func(l *layout) *int64 { return &l.deopt.sfi },
+	"v8dbg_DeoptimizationDataLiteralArrayIndex":                        func(l *layout) *int64 { return &l.deopt.literals },
+	"v8dbg_DeoptimizationDataInliningPositionsIndex":                   func(l *layout) *int64 { return &l.deopt.inlining },
+	"v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE":         func(l *layout) *int64 { return &l.typeSFI },
+	"v8dbg_type_Script__SCRIPT_TYPE":                                   func(l *layout) *int64 { return &l.typeScript },
+	"v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE":                            func(l *layout) *int64 { return &l.typeScopeInfo },
+	"v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE":                    func(l *layout) *int64 { return &l.typeBytecode },
+	"v8dbg_type_FixedArray__FIXED_ARRAY_TYPE":                          func(l *layout) *int64 { return &l.typeFixedArray },
+	"v8dbg_type_Code__CODE_TYPE":                                       func(l *layout) *int64 { return &l.typeCode },
+	"v8dbg_FirstNonstringType":                                         func(l *layout) *int64 { return &l.firstNonString },
+	"v8dbg_StringEncodingMask":                                         func(l *layout) *int64 { return &l.encodingMask },
+	"v8dbg_OneByteStringTag":                                           func(l *layout) *int64 { return &l.oneByteTag },
+	"v8dbg_StringRepresentationMask":                                   func(l *layout) *int64 { return &l.reprMask },
+	"v8dbg_SeqStringTag":                                               func(l *layout) *int64 { return &l.seqTag },
+	"v8dbg_ConsStringTag":                                              func(l *layout) *int64 { return &l.consTag },
+	"v8dbg_SlicedStringTag":                                            func(l *layout) *int64 { return &l.slicedTag },
+	"v8dbg_ThinStringTag":                                              func(l *layout) *int64 { return &l.thinTag },
+	"v8dbg_ExternalStringTag":                                          func(l *layout) *int64 { return &l.externalTag },
+}
+
+// newLayout checks a build's constants: a V8 whose tables lack one, or
+// whose values the walker cannot use, is refused with the reason.
+func newLayout(c map[string]int64) (layout, error) {
+	var l layout
+	for name, field := range required {
+		v, ok := c[name]
+		if !ok {
+			return l, fmt.Errorf("no %s: %w", name, errRefused)
+		}
+		*field(&l) = v
+	}
+	// Pointer compression (4-byte tagged fields) is not walked yet: its
+	// Smis are 31 bits, its pointers offsets from a cage base.
+	if c["v8dbg_SystemPointerSize"] != 8 || c["v8dbg_SmiShiftSize"] != 31 || c["v8dbg_HeapObjectTag"] != 1 ||
+		c["v8dbg_SmiTag"] != 0 {
+		return l, fmt.Errorf("tagged values of %d bytes, Smi shift %d: compressed pointers are not walked yet: %w",
+			c["v8dbg_SystemPointerSize"], c["v8dbg_SmiShiftSize"], errRefused)
+	}
+	for _, o := range []int64{l.fpContext, l.fpFunction, l.fpBytecode, l.fpBytecodeOff} {
+		if o > -8 || o < -int64(bpf.ProfileV8LimitsV8FRAME_BELOW) || o%8 != 0 {
+			return l, fmt.Errorf("frame slot at fp%+d outside what the walker reads: %w", o, errRefused)
+		}
+	}
+	for _, o := range []int64{
+		l.fnShared, l.instanceType, l.sfiName, l.sfiData, l.sfiScript, l.scriptName,
+		l.scriptSource, l.scriptLineEnds, l.strLength, l.seqOneChars, l.seqTwoChars, l.consFirst, l.consSecond,
+		l.slicedParent, l.slicedOffset, l.thinActual, l.extResource, l.arrayLength, l.arrayData, l.codeBytecode,
+		l.codePositions, l.codeDeopt, l.deopt.literals, l.deopt.inlining, l.deopt.sfi,
+	} {
+		if o < 0 || o > 256 {
+			return l, fmt.Errorf("object field at %d: %w", o, errRefused)
+		}
+	}
+	if l.mapOff != 0 || l.firstNonString <= 0 || l.firstNonString > 1<<16 {
+		return l, fmt.Errorf("map at %d, first non-string type %d: %w", l.mapOff, l.firstNonString, errRefused)
+	}
+	// V8 11's BytecodeArray: map, length, constant_pool, handler_table,
+	// source_position_table, then 16 bytes of integers.
+	l.bytecodeHeader, l.bytecodeSPT = 56, 32
+	return l, nil
+}
+
+// bpf is the walker's entry for this layout.
+func (l *layout) bpf() bpf.ProfileV8Proc {
+	return bpf.ProfileV8Proc{
+		FpContext: int16(l.fpContext), FpFunction: int16(l.fpFunction), FpBytecode: int16(l.fpBytecode),
+		FpBytecodeOff: int16(l.fpBytecodeOff), FnShared: uint16(l.fnShared), SmiShift: 32, Ready: 1,
+		MapType: uint16(l.instanceType), TypeSfi: uint16(l.typeSFI),
+		FnCode: fnCode, CodeStart: codeInstrStart, CodeFlags: codeFlags, CodeSize: codeInstrSize,
+		KindMaglev: codeKindMaglev, KindTurbofan: codeKindTurbo,
+	}
+}

@@ -1,0 +1,491 @@
+// Package v8 is the host half of the V8 (Node.js) walker (bpf/v8.h,
+// docs/runtimes.md): it finds V8 in a node process by its v8dbg_*
+// postmortem tables, checks the constants the walker and the namer need,
+// hands the walker V8's code (the embedded builtins and the JIT code
+// range), and names the JavaScript frames the walker records from the
+// process's SharedFunctionInfos, with a bounded cache revalidated by the
+// bytecode the walker saw.
+package v8
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/elfx"
+	"github.com/profsym/profsym/internal/frame"
+	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/lru"
+)
+
+// Frame kinds the walker records.
+const (
+	FrameInterp = uint8(bpf.ProfileV8FrameKindFRAME_V8INTERP)
+	FrameJIT    = uint8(bpf.ProfileV8FrameKindFRAME_V8JIT)
+	FrameOpt    = uint8(bpf.ProfileV8FrameKindFRAME_V8OPT)
+)
+
+// Map is the part of an *ebpf.Map the runtime writes (v8_procs).
+type Map interface {
+	Put(key, value any) error
+	Delete(key any) error
+}
+
+// Options configure a Runtime.
+type Options struct {
+	Logger   *zap.Logger
+	ProcRoot string // "/proc" unless testing
+	Config   runtimes.Config
+	// Procs is the walker's v8_procs map: pid -> bpf.ProfileV8Proc.
+	Procs Map
+	// Counters, when set, reads the walker's per-CPU v8_stats.
+	Counters interface{ Lookup(key, value any) error }
+}
+
+// Bounds of the host side.
+const (
+	maxFiles     = 16       // V8 builds whose inspection is kept
+	maxOpenMems  = 32       // /proc/PID/mem files kept open for naming
+	maxFnBytes   = 32 << 20 // function cache, besides Config.MaxNames entries
+	maxScripts   = 256      // scripts' line ends kept
+	maxLineBytes = 64 << 20
+	openTimeout  = 10 * time.Second
+	// codeRangeSpan bounds the JIT code range: V8 reserves at most 512 MB
+	// for its code on x86-64 (and keeps its copy of the builtins there).
+	codeRangeSpan = 1 << 30
+)
+
+// Runtime walks V8. Safe for concurrent use.
+type Runtime struct {
+	opt   Options
+	log   *zap.Logger
+	files *lru.Cache[normalize.FileID, *fileInfo]
+	fns   *lru.Cache[fnKey, *fnInfo]
+	jits  *lru.Cache[fnKey, []frame.Frame] // by function and PC
+	lines *lru.Cache[fnKey, []int32]
+	mems  *lru.Cache[int, *runtimes.Mem]
+
+	mu    sync.Mutex
+	procs map[int]*proc
+	memMu sync.Mutex // one naming read at a time: mems may close a file
+}
+
+type fnKey struct {
+	pid  int
+	addr uint64
+	id   uint32
+	sfi  uint32 // optimized frames: the low bits of the code's function
+}
+
+type proc struct {
+	file   normalize.FileID
+	lay    layout
+	ranges [][2]uint64
+	err    error
+}
+
+// New makes the V8 runtime.
+func New(opt Options) *Runtime {
+	if opt.Logger == nil {
+		opt.Logger = zap.NewNop()
+	}
+	if opt.ProcRoot == "" {
+		opt.ProcRoot = "/proc"
+	}
+	opt.Config.SetDefaults()
+	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
+	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
+	r.fns = lru.New[fnKey, *fnInfo](maxFnBytes, opt.Config.MaxNames, (*fnInfo).cost, nil)
+	r.jits = lru.New[fnKey, []frame.Frame](maxFnBytes, opt.Config.MaxNames, framesCost, nil)
+	r.lines = lru.New[fnKey, []int32](maxLineBytes, maxScripts, func(v []int32) int64 { return int64(4*len(v)) + 32 }, nil)
+	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
+	return r
+}
+
+// Kind is runtimes.KindV8.
+func (r *Runtime) Kind() runtimes.Kind { return runtimes.KindV8 }
+
+// Attach finds V8 in p, if any: its builtins and JIT code are what the
+// walker hands to the V8 walker.
+func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
+	m := candidate(p)
+	if m == nil {
+		r.Forget(p.PID)
+		return nil, false, nil
+	}
+	fi, ok := r.files.Get(m.File.ID)
+	if !ok {
+		var err error
+		if fi, err = r.readFile(p.PID, m); err != nil {
+			return nil, true, err
+		}
+		r.files.Add(m.File.ID, fi)
+		r.log.Debug("v8 build", zap.String("file", m.Path), zap.Int("constants", len(fi.consts)), zap.Error(fi.err))
+	}
+	if fi.err != nil && len(fi.consts) == 0 {
+		// No V8 tables at all: a program named node that is not Node.
+		r.Forget(p.PID)
+		return nil, false, nil
+	}
+	bias, ok := loadBias(m)
+	if !ok {
+		return nil, true, fmt.Errorf("%s: mapping offset %#x outside its segments: %w", m.Path, m.Offset, errRefused)
+	}
+	var ranges [][2]uint64
+	var blobCopy [2]uint64
+	if fi.err == nil {
+		ranges = append(ranges, [2]uint64{fi.blobLo + bias, fi.blobHi + bias})
+		var cr [2]uint64
+		if blobCopy, cr, ok = codeRange(p, m, fi); ok {
+			ranges = append(ranges, cr)
+		}
+	}
+	err := fi.err
+	var lay layout
+	if err == nil {
+		lay, err = newLayout(fi.consts)
+		lay.bytecodeSizes = fi.bytecodeSizes
+	}
+	if err == nil && runtime.GOARCH != "amd64" {
+		err = fmt.Errorf("node on %s: not walked yet: %w", runtime.GOARCH, errRefused)
+	}
+	st := &proc{file: m.File.ID, lay: lay, ranges: ranges, err: err}
+	entry := bpf.ProfileV8Proc{}
+	if err == nil {
+		entry = lay.bpf()
+		entry.Blob[0].Lo, entry.Blob[0].Hi = fi.blobLo+bias, fi.blobHi+bias
+		entry.Blob[1].Lo, entry.Blob[1].Hi = blobCopy[0], blobCopy[1]
+	}
+	if perr := r.opt.Procs.Put(uint32(p.PID), entry); perr != nil && err == nil {
+		err = fmt.Errorf("writing the walker entry: %w", perr)
+		st.err = err
+	}
+	r.mu.Lock()
+	r.procs[p.PID] = st
+	r.mu.Unlock()
+	return ranges, true, err
+}
+
+func (r *Runtime) readFile(pid int, m *normalize.Mapping) (*fileInfo, error) {
+	err := errors.New("no path to open it by")
+	for _, pth := range normalize.OpenPaths(filepath.Join(r.opt.ProcRoot, strconv.Itoa(pid)), m.Start, m.End, m.Path) {
+		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+		f, oerr := elfx.OpenContext(ctx, pth, elfx.Limits{})
+		cancel()
+		if oerr != nil {
+			err = oerr
+			continue
+		}
+		fi := inspect(f)
+		_ = f.Close()
+		return fi, nil
+	}
+	return nil, fmt.Errorf("opening %s: %w", m.Path, err)
+}
+
+// loadBias is the difference between run-time and link-time addresses of
+// the file mapped by m.
+func loadBias(m *normalize.Mapping) (uint64, bool) {
+	for _, s := range m.File.Loads {
+		if m.Offset >= s.Off && m.Offset-s.Off < s.Filesz {
+			return m.Start - (s.Vaddr + m.Offset - s.Off), true
+		}
+	}
+	return 0, false
+}
+
+// codeRange is V8's code range: the copy of the builtins V8 maps there
+// (a mapping of V8's file at the blob's offset, away from the file's own
+// place) and the anonymous executable mappings near it (JIT code).
+func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) (blobCopy, cr [2]uint64, ok bool) {
+	var lo, hi uint64
+	bias, _ := loadBias(file)
+	size := fi.blobHi - fi.blobLo
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if m.File == nil || m.File.ID != file.File.ID || fi.blobFileLo < m.Offset || fi.blobFileLo-m.Offset >= m.End-m.Start {
+			continue
+		}
+		if b, ok := loadBias(m); ok && b == bias {
+			continue // the file's own text
+		}
+		lo = m.Start + fi.blobFileLo - m.Offset
+		hi = lo + size
+		blobCopy = [2]uint64{lo, hi}
+		break
+	}
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if !m.Anonymous || m.File != nil || m.Path != "" && !strings.HasPrefix(m.Path, "[anon:") {
+			continue
+		}
+		if lo == 0 {
+			lo, hi = m.Start, m.End
+			continue
+		}
+		if max(hi, m.End)-min(lo, m.Start) <= codeRangeSpan {
+			lo, hi = min(lo, m.Start), max(hi, m.End)
+		}
+	}
+	return blobCopy, [2]uint64{lo, hi}, lo != 0 && hi > lo && hi-lo <= codeRangeSpan
+}
+
+// Forget drops pid.
+func (r *Runtime) Forget(pid int) {
+	r.mu.Lock()
+	_, ok := r.procs[pid]
+	delete(r.procs, pid)
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	_ = r.opt.Procs.Delete(uint32(pid))
+	r.memMu.Lock()
+	r.mems.Remove(pid)
+	r.memMu.Unlock()
+	r.fns.EvictWhere(func(k fnKey, _ *fnInfo) bool { return k.pid == pid }, func() bool { return false })
+	r.jits.EvictWhere(func(k fnKey, _ []frame.Frame) bool { return k.pid == pid }, func() bool { return false })
+	r.lines.EvictWhere(func(k fnKey, _ []int32) bool { return k.pid == pid }, func() bool { return false })
+}
+
+// Name names one JavaScript frame of pid: the function's name, its
+// script, and for an interpreted frame the line and column of the
+// bytecode it ran.
+func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
+	if f.Kind != FrameInterp && f.Kind != FrameJIT && f.Kind != FrameOpt {
+		return runtimes.Symbol{}, fmt.Errorf("v8 frame kind %d: %w", f.Kind, runtimes.ErrNotAttached)
+	}
+	r.mu.Lock()
+	st := r.procs[pid]
+	r.mu.Unlock()
+	if st == nil || st.err != nil {
+		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
+	}
+	if f.Kind == FrameOpt || f.Kind == FrameJIT {
+		k := fnKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux), sfi: uint32(f.Aux >> 32)}
+		if f.Kind == FrameJIT {
+			k = fnKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux), sfi: 2}
+		}
+		frs, ok := r.jits.Get(k)
+		if !ok {
+			var err error
+			if f.Kind == FrameJIT {
+				frs, err = r.readJIT(pid, st, f.Ptr, f.Aux)
+			} else {
+				frs, err = r.readOpt(pid, st, f.Ptr, f.Aux)
+			}
+			if err != nil {
+				r.log.Debug("javascript frame left unnamed", zap.Int("pid", pid), zap.Uint64("function", f.Ptr), zap.Error(err))
+				return runtimes.Symbol{}, err
+			}
+			r.jits.Add(k, frs)
+		}
+		return runtimes.Symbol{Frames: frs, Type: frame.TypeV8JS}, nil
+	}
+	// Interpreted frames are checked against the bytecode they ran; JIT
+	// frames of other code by the SFI's type only.
+	var id uint32
+	if f.Kind == FrameInterp {
+		id = uint32(f.Aux >> 32)
+	}
+	k := fnKey{pid: pid, addr: f.Ptr, id: id}
+	fi, ok := r.fns.Get(k)
+	if !ok {
+		var err error
+		if fi, err = r.read(pid, st, f.Ptr); err != nil {
+			r.log.Debug("javascript frame left unnamed", zap.Int("pid", pid), zap.Uint64("sfi", f.Ptr), zap.Error(err))
+			return runtimes.Symbol{}, err
+		}
+		if f.Kind == FrameJIT {
+			fi = &fnInfo{name: fi.name, file: fi.file}
+		}
+		if f.Kind == FrameInterp && fi.bytecode != id {
+			// Not the bytecode the frame ran: the function was moved,
+			// flushed or freed since, and what is there now is not it.
+			return runtimes.Symbol{}, fmt.Errorf("sfi %#x: bytecode %#x, frame ran %#x: %w", f.Ptr, fi.bytecode, id, runtimes.ErrBadFrame)
+		}
+		r.fns.Add(k, fi)
+	}
+	fr := frame.Frame{Name: fi.name, File: fi.file, StartFile: fi.file}
+	if f.Kind == FrameInterp && fi.spt != nil {
+		off := int64(int32(uint32(f.Aux))) - (st.lay.bytecodeHeader - 1)
+		if pos := sourcePosition(fi.spt, off); pos >= 0 {
+			fr.Line, fr.Column = lineCol(fi.lineEnds, pos)
+		}
+	}
+	return runtimes.Symbol{Frames: []frame.Frame{fr}, Type: frame.TypeV8JS}, nil
+}
+
+// read reads a function of pid through its (cached) memory file.
+func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	m, err := r.mem(pid)
+	if err != nil {
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	return rd.function(sfi, r.scriptLines(pid, rd))
+}
+
+// readJIT names a frame of JIT code that is not its function's current
+// code (on-stack replacement, baseline code): the code object is searched
+// from the PC; optimized code of the same function gives lines and
+// inlined functions, anything else the function's name.
+func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, error) {
+	r.memMu.Lock()
+	m, err := r.mem(pid)
+	if err != nil {
+		r.memMu.Unlock()
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	code, start := rd.codeAt(pc)
+	if code != 0 {
+		if fr, ok := rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd)); ok {
+			r.memMu.Unlock()
+			return []frame.Frame{fr}, nil
+		}
+	}
+	r.memMu.Unlock()
+	if code != 0 {
+		if frs, err := r.readOpt(pid, st, code, pc-start|uint64(uint32(sfi))<<32); err == nil {
+			return frs, nil
+		}
+	}
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	fi, err := rd.function(sfi, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []frame.Frame{{Name: fi.name, File: fi.file, StartFile: fi.file}}, nil
+}
+
+// readOpt names an optimized frame of pid: code object code at the
+// offset in aux's low bits, the function's SFI's low bits above them.
+func (r *Runtime) readOpt(pid int, st *proc, code, aux uint64) ([]frame.Frame, error) {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	m, err := r.mem(pid)
+	if err != nil {
+		return nil, err
+	}
+	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+	return rd.optFrames(code, int64(uint32(aux)), uint32(aux>>32), st.lay.deopt, func(sfi uint64) (*fnInfo, error) {
+		k := fnKey{pid: pid, addr: sfi, sfi: 1} // apart from a JIT frame's names-only entry
+		if fi, ok := r.fns.Get(k); ok {
+			return fi, nil
+		}
+		fi, err := rd.function(sfi, r.scriptLines(pid, rd))
+		if err == nil {
+			r.fns.Add(k, fi)
+		}
+		return fi, err
+	})
+}
+
+// mem is pid's memory file, kept open; r.memMu held.
+func (r *Runtime) mem(pid int) (*runtimes.Mem, error) {
+	m, ok := r.mems.Get(pid)
+	if !ok {
+		var err error
+		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
+			return nil, err
+		}
+		r.mems.Add(pid, m)
+	}
+	return m, nil
+}
+
+// scriptLines looks up (and caches) the line ends of pid's scripts.
+func (r *Runtime) scriptLines(pid int, rd *reader) func(script uint64) ([]int32, error) {
+	return func(script uint64) ([]int32, error) {
+		k := fnKey{pid: pid, addr: script}
+		if le, ok := r.lines.Get(k); ok {
+			return le, nil
+		}
+		le, err := rd.lineEnds(script)
+		if err == nil {
+			r.lines.Add(k, le)
+		}
+		return le, err
+	}
+}
+
+func framesCost(frs []frame.Frame) int64 {
+	n := int64(64)
+	for _, f := range frs {
+		n += int64(len(f.Name)+len(f.File)) + 64
+	}
+	return n
+}
+
+// WalkStats sums the BPF walker's counters over CPUs.
+func (r *Runtime) WalkStats() (bpf.ProfileV8Counters, error) {
+	var sum bpf.ProfileV8Counters
+	if r.opt.Counters == nil {
+		return sum, nil
+	}
+	var per []bpf.ProfileV8Counters
+	if err := r.opt.Counters.Lookup(uint32(0), &per); err != nil {
+		return sum, err
+	}
+	for _, p := range per {
+		sum.Walks += p.Walks
+		sum.Frames += p.Frames
+		sum.Typed += p.Typed
+		for i := range sum.Errors {
+			sum.Errors[i] += p.Errors[i]
+		}
+	}
+	return sum, nil
+}
+
+// errorNames are the walker's reasons (enum v8_error), by value.
+var errorNames = map[bpf.ProfileV8Error]string{
+	bpf.ProfileV8ErrorV8ERR_NOT_ATTACHED: "not_attached",
+	bpf.ProfileV8ErrorV8ERR_REFUSED:      "refused",
+	bpf.ProfileV8ErrorV8ERR_READ_FRAME:   "read_frame",
+	bpf.ProfileV8ErrorV8ERR_BAD_FP:       "bad_fp",
+	bpf.ProfileV8ErrorV8ERR_NOT_FUNCTION: "not_function",
+	bpf.ProfileV8ErrorV8ERR_READ_SFI:     "read_sfi",
+}
+
+// Errors returns the walker's failures so far, by reason (runtimes.WalkErrors).
+func (r *Runtime) Errors() map[string]uint64 {
+	out := map[string]uint64{}
+	st, err := r.WalkStats()
+	if err != nil {
+		return out
+	}
+	for i, n := range st.Errors {
+		if n == 0 {
+			continue
+		}
+		name, ok := errorNames[bpf.ProfileV8Error(i)]
+		if !ok {
+			name = "unknown"
+		}
+		out[name] += n
+	}
+	return out
+}
+
+// Close closes the process memory files kept open for naming.
+func (r *Runtime) Close() error {
+	r.memMu.Lock()
+	defer r.memMu.Unlock()
+	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	return nil
+}
