@@ -21,11 +21,11 @@ import (
 func TestLoadsEveryProgram(t *testing.T) {
 	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
-		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true},
+		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true, V8: true},
 		OffCPU:   offcpu.Config{Enabled: true},
 	})
 	if s.Runtimes() == nil {
-		t.Fatal("no runtimes with HotSpot, CPython and Perl on")
+		t.Fatal("no runtimes with every runtime on")
 	}
 	for name, err := range s.RefusedRuntimes() {
 		t.Errorf("the verifier refused the %s walker: %v", name, err)
