@@ -107,6 +107,7 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+	GoProcs        *ebpf.Map     `ebpf:"go_procs"`
 }
 
 // The runtime walkers' objects, loaded only for the runtimes walked.
@@ -301,6 +302,9 @@ func New(cfg Config) (s *Sampler, err error) {
 				return nil, fmt.Errorf("sampler: %w", err)
 			}
 			s.runtimes = runtimes.NewSet(s.log, s.unwinder, rts...)
+			if l := s.newLabeler(); l != nil {
+				s.runtimes.SetLabeler(l)
+			}
 		}
 	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
@@ -360,6 +364,15 @@ func (s *Sampler) load() error {
 		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
 		bpf.ProfileMapUnwindTables: uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
 		bpf.ProfileMapUstacks0: uint32(s.cfg.StackMapEntries), bpf.ProfileMapUstacks1: uint32(s.cfg.StackMapEntries),
+	}
+	// Go labels: read only where the walker runs; the map stays
+	// referenced (profile_agg), one entry when unused.
+	goLabels := s.cfg.walking() && s.cfg.Runtimes.GoLabels
+	if err := spec.Variables[bpf.ProfileVarGoLabelsOn].Set(goLabels); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if !goLabels {
+		spec.Maps[bpf.ProfileMapGoProcs].MaxEntries = 1
 	}
 	for name, n := range sizes {
 		if !s.cfg.walking() {
