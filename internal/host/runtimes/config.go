@@ -23,8 +23,8 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultMaxNames     = 65536
-	DefaultMaxNameBytes = 1024
+	DefaultMaxNames      = 65536
+	DefaultMaxNameBytes  = 1024
 	DefaultMaxLabels     = 16
 	DefaultMaxLabelBytes = 256
 )
