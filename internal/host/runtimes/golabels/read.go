@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/profsym/profsym/internal/host/runtimes"
 )
@@ -36,6 +37,7 @@ const (
 	maxBucketLog = 8    // 256 buckets: far above any label set
 	maxOverflow  = 64   // overflow buckets followed per bucket chain
 	maxBuckets   = 512  // bucket reads per set, overflow included
+	maxCells     = 256  // occupied cells looked at per set (duplicates included)
 	maxSliceLen  = 4096 // elements of a labels slice looked at
 	maxStringLen = 1 << 20
 )
@@ -57,7 +59,12 @@ func readString(r Reader, ptr, n uint64, lim Limits) (string, error) {
 	if err := r.Read(ptr, b); err != nil {
 		return "", err
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD"), nil
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	for len(s) > lim.MaxBytes { // a replacement is longer than what it replaced
+		_, n := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-n]
+	}
+	return s, nil
 }
 
 // Read reads the label set at ptr, runtime.g.labels of a goroutine of a
@@ -172,6 +179,7 @@ func readMap(r Reader, ptr uint64, lim Limits) ([]Label, error) {
 type mapWalk struct {
 	r     Reader
 	reads int
+	cellN int
 	lim   Limits
 	seen  map[string]bool
 	out   []Label
@@ -209,6 +217,9 @@ func (m *mapWalk) cells() error {
 	for j := range bucketCnt {
 		if m.buf[j] < minTopHash || len(m.out) >= m.lim.MaxLabels {
 			continue
+		}
+		if m.cellN++; m.cellN > maxCells {
+			return fmt.Errorf("over %d cells: %w", maxCells, errBadSet)
 		}
 		k, err := readString(m.r, u64(m.buf[:], 8+16*j), u64(m.buf[:], 16+16*j), m.lim)
 		if err != nil {
