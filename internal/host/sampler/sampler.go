@@ -193,7 +193,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.GoProcs,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())

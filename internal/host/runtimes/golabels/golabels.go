@@ -66,12 +66,14 @@ type setKey struct {
 }
 
 type proc struct {
-	file   normalize.FileID
-	l      Layout
-	err    error
-	mem    *runtimes.Mem
-	failed bool // refusal counted
+	file normalize.FileID
+	l    Layout
+	err  error
 }
+
+// maxOpenMems bounds the /proc/PID/mem files kept open for reading label
+// sets (one per process, least recently used closed first).
+const maxOpenMems = 32
 
 // Tracker holds the Go processes seen. Safe for concurrent use.
 type Tracker struct {
@@ -80,9 +82,13 @@ type Tracker struct {
 	files *lru.Clock[normalize.FileID, fileResult]
 	sets  *lru.Clock[setKey, []Label]
 
-	mu    sync.Mutex
-	procs map[int]*proc
-	stats Stats
+	mu     sync.Mutex
+	procs  map[int]*proc
+	stats  Stats
+	closed bool // Close ran: no file is opened any more
+
+	memMu sync.Mutex // held while a mem is used: eviction closes it
+	mems  *lru.Cache[int, *runtimes.Mem]
 }
 
 // New makes a Tracker.
@@ -99,6 +105,7 @@ func New(opt Options) *Tracker {
 	return &Tracker{opt: opt, log: opt.Logger,
 		files: lru.NewClock[normalize.FileID, fileResult](1024),
 		sets:  lru.NewClockBytes[setKey, []Label](opt.CacheSets, opt.CacheSize, setBytes),
+		mems: lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() }),
 		procs: map[int]*proc{}, stats: Stats{Refused: map[string]uint64{}}}
 }
 
@@ -153,33 +160,19 @@ func (t *Tracker) Attach(p *normalize.Process) {
 	}
 	st = &proc{file: m.File.ID, l: fr.l, err: fr.err}
 	if st.err == nil {
-		mem, err := runtimes.OpenMem(t.opt.ProcRoot, p.PID)
-		if err != nil {
-			st.err = err
-		} else {
-			st.mem = mem
-		}
-	}
-	if st.err == nil {
 		v := bpf.ProfileGoProc{TlsG: st.l.TLSG, G_m: st.l.GM, M_curg: st.l.MCurg, G_labels: st.l.GLabels}
 		if err := t.opt.Procs.Put(uint32(p.PID), &v); err != nil {
 			st.err = fmt.Errorf("go_procs: %w", err)
-			_ = st.mem.Close()
-			st.mem = nil
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old := t.procs[p.PID]; old != nil && old.mem != nil {
-		_ = old.mem.Close()
-	}
 	t.procs[p.PID] = st
 	if st.err != nil {
 		if errors.Is(st.err, runtimes.ErrProcessGone) {
 			delete(t.procs, p.PID)
 			return
 		}
-		st.failed = true
 		t.stats.Refused[reason(st.err)]++
 		t.log.Info("go program: no pprof labels", zap.Int("pid", p.PID), zap.String("exe", m.Path), zap.Error(st.err))
 		return
@@ -281,11 +274,11 @@ func (t *Tracker) Forget(pid int) {
 	st := t.procs[pid]
 	delete(t.procs, pid)
 	t.mu.Unlock()
+	t.memMu.Lock()
+	t.mems.Remove(pid)
+	t.memMu.Unlock()
 	if st == nil {
 		return
-	}
-	if st.mem != nil {
-		_ = st.mem.Close()
 	}
 	if st.err == nil {
 		_ = t.opt.Procs.Delete(uint32(pid))
@@ -303,12 +296,12 @@ func (t *Tracker) Labels(pid int, ptr uint64) []Label {
 		return s
 	}
 	t.mu.Lock()
-	st := t.procs[pid]
+	st, closed := t.procs[pid], t.closed
 	t.mu.Unlock()
-	if st == nil || st.mem == nil {
+	if st == nil || st.err != nil || closed {
 		return nil
 	}
-	s, err := Read(st.mem, ptr, st.l, t.opt.Limits)
+	s, err := t.read(pid, ptr, st.l)
 	t.mu.Lock()
 	if err != nil {
 		t.stats.Failed++
@@ -324,6 +317,21 @@ func (t *Tracker) Labels(pid int, ptr uint64) []Label {
 	}
 	t.sets.Add(k, s) // a set that failed is not read again either
 	return s
+}
+
+// read reads the set at ptr through pid's memory file, opened on first use.
+func (t *Tracker) read(pid int, ptr uint64, l Layout) ([]Label, error) {
+	t.memMu.Lock()
+	defer t.memMu.Unlock()
+	mem, ok := t.mems.Get(pid)
+	if !ok {
+		var err error
+		if mem, err = runtimes.OpenMem(t.opt.ProcRoot, pid); err != nil {
+			return nil, err
+		}
+		t.mems.Add(pid, mem)
+	}
+	return Read(mem, ptr, l, t.opt.Limits)
 }
 
 // Stats returns a copy of the counters.
@@ -344,11 +352,9 @@ func (t *Tracker) Close() {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for pid, st := range t.procs {
-		if st.mem != nil {
-			_ = st.mem.Close()
-		}
-		delete(t.procs, pid)
-	}
+	t.closed = true
+	t.mu.Unlock()
+	t.memMu.Lock()
+	defer t.memMu.Unlock()
+	t.mems.Purge()
 }
