@@ -105,7 +105,7 @@ func New(opt Options) *Tracker {
 	return &Tracker{opt: opt, log: opt.Logger,
 		files: lru.NewClock[normalize.FileID, fileResult](1024),
 		sets:  lru.NewClockBytes[setKey, []Label](opt.CacheSets, opt.CacheSize, setBytes),
-		mems: lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() }),
+		mems:  lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() }),
 		procs: map[int]*proc{}, stats: Stats{Refused: map[string]uint64{}}}
 }
 
