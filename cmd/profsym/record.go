@@ -211,8 +211,11 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Report, error) {
 	s, err := sampler.New(sampler.Config{SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
 		Unwinding: unwind.Config{Mode: o.unwinding},
-		Runtimes: runtimes.Config{HotSpot: o.interpreters, CPython: o.interpreters, GoLabels: o.goLabels,
-			MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes}})
+		Runtimes: runtimes.Config{
+			HotSpot: o.interpreters, CPython: o.interpreters, GoLabels: o.goLabels,
+			MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes,
+		},
+	})
 	if err != nil {
 		return profbuild.Report{}, err
 	}

@@ -41,6 +41,8 @@ func (s *Sampler) newLabeler() runtimes.Labeler {
 	}
 	rc := s.cfg.Runtimes
 	rc.SetDefaults()
-	return golabels.New(golabels.Options{Procs: s.objs.GoProcs, Logger: s.log.Named("golabels"),
-		Limits: golabels.Limits{MaxLabels: rc.MaxLabels, MaxBytes: rc.MaxLabelBytes}})
+	return golabels.New(golabels.Options{
+		Procs: s.objs.GoProcs, Logger: s.log.Named("golabels"),
+		Limits: golabels.Limits{MaxLabels: rc.MaxLabels, MaxBytes: rc.MaxLabelBytes},
+	})
 }

@@ -102,11 +102,13 @@ func New(opt Options) *Tracker {
 	if opt.CacheSize <= 0 {
 		opt.CacheSize = DefaultCacheBytes
 	}
-	return &Tracker{opt: opt, log: opt.Logger,
+	return &Tracker{
+		opt: opt, log: opt.Logger,
 		files: lru.NewClock[normalize.FileID, fileResult](1024),
 		sets:  lru.NewClockBytes[setKey, []Label](opt.CacheSets, opt.CacheSize, setBytes),
 		mems:  lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() }),
-		procs: map[int]*proc{}, stats: Stats{Refused: map[string]uint64{}}}
+		procs: map[int]*proc{}, stats: Stats{Refused: map[string]uint64{}},
+	}
 }
 
 func setBytes(s []Label) int64 {
@@ -216,7 +218,7 @@ func (t *Tracker) inspect(pid int, m *normalize.Mapping) fileResult {
 	if f == nil {
 		return fileResult{err: fmt.Errorf("opening %s: %w", m.Path, err)}
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
 		return fileResult{err: fmt.Errorf("%s: %s: %w", m.Path, f.Machine, ErrUnsupported)}
 	}
@@ -231,7 +233,7 @@ func (t *Tracker) inspect(pid int, m *normalize.Mapping) fileResult {
 	if gm, gl, mc, derr := offsetsFromDWARF(f); derr == nil {
 		l.GM, l.GLabels, l.MCurg = gm, gl, mc
 	} else if !table {
-		return fileResult{err: fmt.Errorf("%s (%s): no DWARF (%v) and offsets not known: %w", m.Path, v, derr, ErrUnsupported)}
+		return fileResult{err: fmt.Errorf("%s (%s): offsets not known, no DWARF: %w: %w", m.Path, v, ErrUnsupported, derr)}
 	}
 	l.TLSG = tlsSlot(f)
 	return fileResult{l: l}

@@ -43,10 +43,10 @@ func LayoutFor(v string) (l Layout, table bool, err error) {
 	}
 	l = Layout{TLSG: -8, GM: 48, MCurg: 192}
 	l.Slice = version.Compare(lang, "go1.24") >= 0
-	switch {
-	case lang == "go1.25":
+	switch lang {
+	case "go1.25":
 		return l, false, nil // not known here: DWARF only
-	case lang == "go1.26":
+	case "go1.26":
 		l.MCurg = 184 // m lost a word before curg
 	}
 	switch {

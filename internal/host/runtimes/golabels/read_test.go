@@ -188,7 +188,7 @@ func TestForgedSets(t *testing.T) {
 			w.put(h+hmapBuckets, 0)
 			return p, false
 		},
-		"pointer wild": func(w *memBuilder) (uint64, bool) { return 0xffff_ffff_ffff_fff0, true },
+		"pointer wild": func(*memBuilder) (uint64, bool) { return 0xffff_ffff_ffff_fff0, true },
 	}
 	for name, forge := range cases {
 		t.Run(name, func(t *testing.T) {
