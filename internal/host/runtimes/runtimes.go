@@ -1,6 +1,7 @@
 // Package runtimes names the frames of language runtimes that the eBPF
 // walker finds in user stacks: HotSpot's interpreted and compiled Java
-// methods, CPython's code objects (docs/runtimes.md).
+// methods, CPython's code objects, Perl's subs, PHP's functions, Ruby's
+// iseqs and V8's JavaScript functions (docs/runtimes.md).
 //
 // The walker records what it finds as it finds it, a pointer into the
 // process and a number beside it (bpf/runtime.h); what they mean lives in
