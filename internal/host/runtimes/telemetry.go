@@ -34,7 +34,4 @@ func (s *Set) Close() {
 			_ = c.Close()
 		}
 	}
-	if s.labels != nil {
-		s.labels.Close()
-	}
 }

@@ -1,3 +1,0 @@
-module golabelsfixture
-
-go 1.19
