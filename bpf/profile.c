@@ -61,6 +61,7 @@ struct sample_key {
 	__s32 ustack; /* stack id, -1 when none, -2: walked, see uhash */
 	__u32 origin; /* enum sample_origin */
 	__u64 uhash;  /* key of the walked user stack in ustacks0/1 */
+	__u64 labels; /* Go: the running goroutine's labels pointer, 0: none (golabels.h) */
 };
 
 struct sample_value {
@@ -268,6 +269,7 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 }
 
 #include "compat.h"
+#include "golabels.h"
 #include "unwind.h"
 
 /* Anchors for bpf2go's -type (see above). */
@@ -276,6 +278,7 @@ struct unwind_table *unused_unwind_table __attribute__((unused));
 struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
 struct unwind_proc *unused_unwind_proc __attribute__((unused));
 struct user_stack *unused_user_stack __attribute__((unused));
+struct go_proc *unused_go_proc __attribute__((unused));
 enum stop_reason *unused_stop_reason __attribute__((unused));
 enum sample_origin *unused_sample_origin __attribute__((unused));
 enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
@@ -348,6 +351,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 	if (id == -2)
 		return 0;
 	key.ustack = id;
+	key.labels = go_labels(tgid);
 
 	return count_sample(counts, &key, st);
 }
@@ -458,6 +462,7 @@ int handle_exit(__u64 *ctx)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
 	bpf_map_delete_elem(&unwind_procs, &tgid); /* PID reuse: never a stale table */
+	bpf_map_delete_elem(&go_procs, &tgid);
 	offcpu_forget(tgid);
 	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
 		return 0;
@@ -473,6 +478,7 @@ int handle_exec(__u64 *ctx)
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
+	bpf_map_delete_elem(&go_procs, &tgid); /* maybe no Go binary any more */
 	offcpu_forget(tgid); /* its name may have changed */
 	/* Only sampled processes: announcing every exec of the host would cost
 	 * a /proc read per short-lived process, most of them never sampled. */

@@ -122,6 +122,15 @@ const (
 	ProfileFrameKindFRAME_KINDS         ProfileFrameKind = 64
 )
 
+type ProfileGoProc struct {
+	_        structs.HostLayout
+	TlsG     int64
+	G_m      uint32
+	M_curg   uint32
+	G_labels uint32
+	Pad      uint32
+}
+
 type ProfileHotspotBlob struct {
 	_ structs.HostLayout
 	B [512]uint8
@@ -575,6 +584,7 @@ type ProfileSampleKey struct {
 	Ustack int32
 	Origin uint32
 	Uhash  uint64
+	Labels uint64
 }
 
 type ProfileSampleOrigin uint32
@@ -846,6 +856,7 @@ const (
 	ProfileMapCpythonStats           = "cpython_stats"
 	ProfileMapCpythonThreads         = "cpython_threads"
 	ProfileMapEvents                 = "events"
+	ProfileMapGoProcs                = "go_procs"
 	ProfileMapHotspotErrors          = "hotspot_errors"
 	ProfileMapHotspotProcs           = "hotspot_procs"
 	ProfileMapHotspotScratch         = "hotspot_scratch"
@@ -912,6 +923,7 @@ const (
 	ProfileVarActiveBuf              = "active_buf"
 	ProfileVarCgroupSelect           = "cgroup_select"
 	ProfileVarCgroupSelectAll        = "cgroup_select_all"
+	ProfileVarGoLabelsOn             = "go_labels_on"
 	ProfileVarHaveTaskPtRegs         = "have_task_pt_regs"
 	ProfileVarKernelStacks           = "kernel_stacks"
 	ProfileVarKernelThreadSize       = "kernel_thread_size"
@@ -932,6 +944,7 @@ const (
 	ProfileVarUnusedCpythonLayout    = "unused_cpython_layout"
 	ProfileVarUnusedCpythonLimits    = "unused_cpython_limits"
 	ProfileVarUnusedFrameKind        = "unused_frame_kind"
+	ProfileVarUnusedGoProc           = "unused_go_proc"
 	ProfileVarUnusedHotspotError     = "unused_hotspot_error"
 	ProfileVarUnusedHotspotFlags     = "unused_hotspot_flags"
 	ProfileVarUnusedHotspotFrameKind = "unused_hotspot_frame_kind"
@@ -1061,6 +1074,7 @@ type ProfileMapSpecs struct {
 	CpythonStats     *ebpf.MapSpec `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.MapSpec `ebpf:"cpython_threads"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
+	GoProcs          *ebpf.MapSpec `ebpf:"go_procs"`
 	HotspotErrors    *ebpf.MapSpec `ebpf:"hotspot_errors"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	HotspotScratch   *ebpf.MapSpec `ebpf:"hotspot_scratch"`
@@ -1113,6 +1127,7 @@ type ProfileVariableSpecs struct {
 	ActiveBuf              *ebpf.VariableSpec `ebpf:"active_buf"`
 	CgroupSelect           *ebpf.VariableSpec `ebpf:"cgroup_select"`
 	CgroupSelectAll        *ebpf.VariableSpec `ebpf:"cgroup_select_all"`
+	GoLabelsOn             *ebpf.VariableSpec `ebpf:"go_labels_on"`
 	HaveTaskPtRegs         *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.VariableSpec `ebpf:"kernel_thread_size"`
@@ -1133,6 +1148,7 @@ type ProfileVariableSpecs struct {
 	UnusedCpythonLayout    *ebpf.VariableSpec `ebpf:"unused_cpython_layout"`
 	UnusedCpythonLimits    *ebpf.VariableSpec `ebpf:"unused_cpython_limits"`
 	UnusedFrameKind        *ebpf.VariableSpec `ebpf:"unused_frame_kind"`
+	UnusedGoProc           *ebpf.VariableSpec `ebpf:"unused_go_proc"`
 	UnusedHotspotError     *ebpf.VariableSpec `ebpf:"unused_hotspot_error"`
 	UnusedHotspotFlags     *ebpf.VariableSpec `ebpf:"unused_hotspot_flags"`
 	UnusedHotspotFrameKind *ebpf.VariableSpec `ebpf:"unused_hotspot_frame_kind"`
@@ -1214,6 +1230,7 @@ type ProfileMaps struct {
 	CpythonStats     *ebpf.Map `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.Map `ebpf:"cpython_threads"`
 	Events           *ebpf.Map `ebpf:"events"`
+	GoProcs          *ebpf.Map `ebpf:"go_procs"`
 	HotspotErrors    *ebpf.Map `ebpf:"hotspot_errors"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	HotspotScratch   *ebpf.Map `ebpf:"hotspot_scratch"`
@@ -1270,6 +1287,7 @@ func (m *ProfileMaps) Close() error {
 		m.CpythonStats,
 		m.CpythonThreads,
 		m.Events,
+		m.GoProcs,
 		m.HotspotErrors,
 		m.HotspotProcs,
 		m.HotspotScratch,
@@ -1323,6 +1341,7 @@ type ProfileVariables struct {
 	ActiveBuf              *ebpf.Variable `ebpf:"active_buf"`
 	CgroupSelect           *ebpf.Variable `ebpf:"cgroup_select"`
 	CgroupSelectAll        *ebpf.Variable `ebpf:"cgroup_select_all"`
+	GoLabelsOn             *ebpf.Variable `ebpf:"go_labels_on"`
 	HaveTaskPtRegs         *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.Variable `ebpf:"kernel_thread_size"`
@@ -1343,6 +1362,7 @@ type ProfileVariables struct {
 	UnusedCpythonLayout    *ebpf.Variable `ebpf:"unused_cpython_layout"`
 	UnusedCpythonLimits    *ebpf.Variable `ebpf:"unused_cpython_limits"`
 	UnusedFrameKind        *ebpf.Variable `ebpf:"unused_frame_kind"`
+	UnusedGoProc           *ebpf.Variable `ebpf:"unused_go_proc"`
 	UnusedHotspotError     *ebpf.Variable `ebpf:"unused_hotspot_error"`
 	UnusedHotspotFlags     *ebpf.Variable `ebpf:"unused_hotspot_flags"`
 	UnusedHotspotFrameKind *ebpf.Variable `ebpf:"unused_hotspot_frame_kind"`

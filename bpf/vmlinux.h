@@ -143,6 +143,11 @@ struct mm_struct {
 	unsigned long start_code;
 } __attribute__((preserve_access_index));
 
+/* x86: the user thread pointer (golabels.h); arm64 reads none. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int __state; /* "state" (a long) before 5.14: see task_struct___pre514 */
 	unsigned int flags;
@@ -152,6 +157,7 @@ struct task_struct {
 	struct mm_struct *mm;
 	struct signal_struct *signal;
 	__u64 start_time; /* ns since boot (monotonic); tells a reused pid apart */
+	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
 /* The task's state field before Linux 5.14 renamed it (CO-RE flavor). */

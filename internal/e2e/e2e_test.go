@@ -185,6 +185,7 @@ type sampleOf struct {
 	stop   string // profsym.unwind.stop_reason, "" for a whole stack
 	thread string // thread.name (the thread's comm)
 	frames []userFrame
+	labels map[string]string // pprof.label.<key> attributes, by key
 }
 
 // eachSample reads a profiles file (one document per line, a line being
@@ -256,6 +257,18 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 						}
 						if th, ok := d.FindAttr(s.AttributeIndices(), "thread.name"); ok {
 							smp.thread = th.Str()
+						}
+						for _, ai := range s.AttributeIndices().All() {
+							if ai <= 0 || int(ai) >= dict.AttributeTable().Len() {
+								continue
+							}
+							kv := dict.AttributeTable().At(int(ai))
+							if k, ok := strings.CutPrefix(d.Str(kv.KeyStrindex()), "pprof.label."); ok {
+								if smp.labels == nil {
+									smp.labels = map[string]string{}
+								}
+								smp.labels[k] = kv.Value().Str()
+							}
 						}
 						fn(smp)
 					}

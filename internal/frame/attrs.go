@@ -51,6 +51,9 @@ const (
 	AttrSpanID          = "span_id"
 	AttrLocalRootSpanID = "local_root_span_id"
 	AttrSpanName        = "span_name"
+	// AttrPprofLabelPrefix + key is a pprof label of the sample (Go's
+	// runtime/pprof labels: pprof.Do, SetGoroutineLabels).
+	AttrPprofLabelPrefix = "pprof.label."
 
 	// Mapping: the identity of the mapped file.
 	AttrBuildIDGNU = string(semconv.ProcessExecutableBuildIDGNUKey)

@@ -47,6 +47,9 @@ type Config struct {
 	// Interpreters selects the language runtimes whose frames the walker
 	// follows and names on this host (docs/runtimes.md).
 	Interpreters InterpretersConfig `mapstructure:"interpreters"`
+	// GoLabels puts the pprof labels of Go programs' goroutines on their
+	// samples (docs/runtimes.md, "Go pprof labels").
+	GoLabels GoLabelsConfig `mapstructure:"go_labels"`
 	// OffCPU records where threads wait off CPU, and for how long
 	// (docs/off-cpu.md).
 	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
@@ -165,6 +168,32 @@ type InterpretersConfig struct {
 	_ struct{}
 }
 
+// GoLabelsConfig configures reading Go pprof labels (unwinding.mode auto
+// only).
+type GoLabelsConfig struct {
+	// Enabled reads the labels of the goroutine each sample of a Go
+	// program ran and puts them on the sample as pprof.label.<key>.
+	Enabled bool `mapstructure:"enabled"`
+	// MaxLabels bounds the labels kept per sample (1-256).
+	MaxLabels int `mapstructure:"max_labels"`
+	// MaxLabelBytes cuts every label key and value (1-4096).
+	MaxLabelBytes int `mapstructure:"max_label_bytes"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// sampler turns the interpreters' and Go labels' configuration into the
+// sampler's.
+func (c *Config) runtimes() (runtimes.Config, error) {
+	rc, err := c.Interpreters.sampler()
+	if err != nil {
+		return rc, err
+	}
+	rc.GoLabels, rc.MaxLabels, rc.MaxLabelBytes = c.GoLabels.Enabled, c.GoLabels.MaxLabels, c.GoLabels.MaxLabelBytes
+	return rc, rc.Validate()
+}
+
 // sampler turns the configuration into the sampler's.
 func (c InterpretersConfig) sampler() (runtimes.Config, error) {
 	rc := runtimes.Config{HotSpot: c.HotSpot, CPython: c.CPython, Perl: c.Perl, PHP: c.PHP, Ruby: c.Ruby, V8: c.V8, MaxNames: c.MaxCachedNames, MaxNameBytes: c.MaxNameLength}
@@ -226,6 +255,11 @@ func createDefaultConfig() *Config {
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
 		},
+		GoLabels: GoLabelsConfig{
+			Enabled:       true,
+			MaxLabels:     runtimes.DefaultMaxLabels,
+			MaxLabelBytes: runtimes.DefaultMaxLabelBytes,
+		},
 		OffCPU: OffCPUConfig{
 			Probability:                offcpu.DefaultProbability,
 			UninterruptibleProbability: offcpu.DefaultUninterruptible,
@@ -264,6 +298,8 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.Interpreters.sampler(); err != nil {
 		errs = append(errs, fmt.Errorf("interpreters: %w", err))
+	} else if _, err := c.runtimes(); err != nil {
+		errs = append(errs, fmt.Errorf("go_labels: %w", err))
 	}
 	if c.OffCPU.Enabled {
 		if _, err := c.OffCPU.sampler(); err != nil {

@@ -74,7 +74,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}
 	uw.Logger = r.log // SetDefaults gave it a no-op one
-	rts, err := r.cfg.Interpreters.sampler()
+	rts, err := r.cfg.runtimes()
 	if err != nil {
 		return fmt.Errorf("profiling receiver: %w", err)
 	}

@@ -16,12 +16,21 @@ type Config struct {
 	MaxNames int
 	// MaxNameBytes cuts every name and file name read from a process.
 	MaxNameBytes int
+	// GoLabels puts the pprof labels of a Go program's running goroutine
+	// on its samples (docs/runtimes.md, "Go pprof labels").
+	GoLabels bool
+	// MaxLabels bounds the labels kept per sample; MaxLabelBytes cuts
+	// every label key and value.
+	MaxLabels     int
+	MaxLabelBytes int
 }
 
 // Defaults.
 const (
-	DefaultMaxNames     = 65536
-	DefaultMaxNameBytes = 1024
+	DefaultMaxNames      = 65536
+	DefaultMaxNameBytes  = 1024
+	DefaultMaxLabels     = 16
+	DefaultMaxLabelBytes = 256
 )
 
 // SetDefaults fills zero bounds.
@@ -31,6 +40,12 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxNameBytes == 0 {
 		c.MaxNameBytes = DefaultMaxNameBytes
+	}
+	if c.MaxLabels == 0 {
+		c.MaxLabels = DefaultMaxLabels
+	}
+	if c.MaxLabelBytes == 0 {
+		c.MaxLabelBytes = DefaultMaxLabelBytes
 	}
 }
 
@@ -42,8 +57,16 @@ func (c *Config) Validate() error {
 	if c.MaxNameBytes < 16 || c.MaxNameBytes > 1<<16 {
 		return fmt.Errorf("runtimes: max name length %d outside 16..%d", c.MaxNameBytes, 1<<16)
 	}
+	if c.GoLabels && (c.MaxLabels < 1 || c.MaxLabels > 256) {
+		return fmt.Errorf("runtimes: max labels %d outside 1..256", c.MaxLabels)
+	}
+	if c.GoLabels && (c.MaxLabelBytes < 1 || c.MaxLabelBytes > 1<<12) {
+		return fmt.Errorf("runtimes: max label length %d outside 1..%d", c.MaxLabelBytes, 1<<12)
+	}
 	return nil
 }
 
-// Enabled reports whether any runtime is walked.
-func (c *Config) Enabled() bool { return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby || c.V8 }
+// Enabled reports whether any runtime is walked, or Go labels read.
+func (c *Config) Enabled() bool {
+	return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby || c.V8 || c.GoLabels
+}

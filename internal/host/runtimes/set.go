@@ -17,11 +17,24 @@ type Unwinder interface {
 	SetRuntime(pid int, rt unwind.Runtime) error
 }
 
+// Label is one pprof label of a sample (Go: runtime/pprof labels).
+type Label struct{ Key, Value string }
+
+// Labeler reads the labels samples point at (golabels): it is given every
+// process snapshot and exit, like a Runtime.
+type Labeler interface {
+	Attach(p *normalize.Process)
+	Forget(pid int)
+	Labels(pid int, ptr uint64) []Label
+	Close()
+}
+
 // Set holds the runtimes a sampler walks. Safe for concurrent use.
 type Set struct {
-	rts []Runtime
-	unw Unwinder
-	log *zap.Logger
+	rts    []Runtime
+	unw    Unwinder
+	log    *zap.Logger
+	labels Labeler // nil: samples carry no labels
 
 	mu     sync.Mutex
 	procs  map[int]Runtime // which runtime each attached process runs
@@ -56,6 +69,9 @@ func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
 func (s *Set) Attach(p *normalize.Process) {
 	if s == nil || p == nil {
 		return
+	}
+	if s.labels != nil {
+		s.labels.Attach(p)
 	}
 	for _, r := range s.rts {
 		ranges, found, err := r.Attach(p)
@@ -120,6 +136,9 @@ func (s *Set) Forget(pid int) {
 	if s == nil {
 		return
 	}
+	if s.labels != nil {
+		s.labels.Forget(pid)
+	}
 	s.mu.Lock()
 	r := s.procs[pid]
 	delete(s.procs, pid)
@@ -128,6 +147,18 @@ func (s *Set) Forget(pid int) {
 	if r != nil {
 		r.Forget(pid)
 	}
+}
+
+// SetLabeler has the Set pass process snapshots and exits to l too, and
+// read sample labels through it. Call before the Set is used.
+func (s *Set) SetLabeler(l Labeler) { s.labels = l }
+
+// Labels returns the labels at ptr (Sample.GoLabels) in pid, nil when none.
+func (s *Set) Labels(pid int, ptr uint64) []Label {
+	if s == nil || s.labels == nil || ptr == 0 {
+		return nil
+	}
+	return s.labels.Labels(pid, ptr)
 }
 
 // Name names one runtime frame of pid, through the runtime whose block

@@ -34,4 +34,7 @@ func (s *Set) Close() {
 			_ = c.Close()
 		}
 	}
+	if s.labels != nil {
+		s.labels.Close()
+	}
 }

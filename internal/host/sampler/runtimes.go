@@ -8,6 +8,7 @@ import (
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/cpython"
+	"github.com/profsym/profsym/internal/host/runtimes/golabels"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/runtimes/perl"
 	"github.com/profsym/profsym/internal/host/runtimes/php"
@@ -71,4 +72,17 @@ func (s *Sampler) newRuntimes() ([]runtimes.Runtime, error) {
 		}))
 	}
 	return rts, nil
+}
+
+// newLabeler makes the Go labels reader when cfg asks for it.
+func (s *Sampler) newLabeler() runtimes.Labeler {
+	if !s.cfg.Runtimes.GoLabels {
+		return nil
+	}
+	rc := s.cfg.Runtimes
+	rc.SetDefaults()
+	return golabels.New(golabels.Options{
+		Procs: s.objs.GoProcs, Logger: s.log.Named("golabels"),
+		Limits: golabels.Limits{MaxLabels: rc.MaxLabels, MaxBytes: rc.MaxLabelBytes},
+	})
 }

@@ -107,6 +107,7 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+	GoProcs        *ebpf.Map     `ebpf:"go_procs"`
 }
 
 // The runtime walkers' objects, loaded only for the runtimes walked.
@@ -225,7 +226,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
@@ -334,6 +335,9 @@ func New(cfg Config) (s *Sampler, err error) {
 				return nil, fmt.Errorf("sampler: %w", err)
 			}
 			s.runtimes = runtimes.NewSet(s.log, s.unwinder, rts...)
+			if l := s.newLabeler(); l != nil {
+				s.runtimes.SetLabeler(l)
+			}
 		}
 	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
@@ -393,6 +397,15 @@ func (s *Sampler) load() error {
 		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
 		bpf.ProfileMapUnwindTables: uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
 		bpf.ProfileMapUstacks0: uint32(s.cfg.StackMapEntries), bpf.ProfileMapUstacks1: uint32(s.cfg.StackMapEntries),
+	}
+	// Go labels: read only where the walker runs; the map stays
+	// referenced (profile_agg), one entry when unused.
+	goLabels := s.cfg.walking() && s.cfg.Runtimes.GoLabels
+	if err := spec.Variables[bpf.ProfileVarGoLabelsOn].Set(goLabels); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if !goLabels {
+		spec.Maps[bpf.ProfileMapGoProcs].MaxEntries = 1
 	}
 	for name, n := range sizes {
 		if !s.cfg.walking() {

@@ -143,6 +143,9 @@ type Sample struct {
 	Runnable  bool
 
 	Pid, Tid uint32
+	// GoLabels is the labels pointer of the Go goroutine the samples ran
+	// (runtime.g.labels), 0 when none: Runtimes().Labels reads the set.
+	GoLabels uint64
 	Comm     string // thread name at the first sample
 	CPU      uint32
 	// UserPCs is the user stack, leaf first; PCs after the first are

@@ -3,6 +3,7 @@ package profbuild
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -11,6 +12,7 @@ import (
 
 	pframe "github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/normalize"
+	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/otlp/pdict"
 	"github.com/profsym/profsym/internal/symbolize/kernel"
@@ -77,6 +79,7 @@ type rowKey struct {
 	stop     sampler.StopReason
 	origin   sampler.Origin
 	reason   string // off CPU: why it waited
+	labels   string // Go pprof labels: key NUL value NUL ..., sorted by key
 }
 
 type row struct {
@@ -129,6 +132,9 @@ func (r *run) add(s *sampler.Sample) {
 	}
 	r.locScratch = locs
 	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs), stop: s.Stop}
+	if s.GoLabels != 0 {
+		k.labels = r.goLabels(pid, s.GoLabels)
+	}
 	if s.Origin == sampler.OriginOffCPU {
 		k.origin, k.cpu, k.reason = s.Origin, 0, r.offCPUReason(s)
 	}
@@ -272,6 +278,37 @@ func (r *run) writeCPU(sp pprofile.ScopeProfiles, po *procOut) {
 		if rw.stop != sampler.StopOK && rw.stop != sampler.StopFramePointers {
 			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrUnwindStop, rw.stop.String()))
 		}
+		for rest := rw.labels; rest != ""; {
+			var k, v string
+			k, rest, _ = strings.Cut(rest, "\x00")
+			v, rest, _ = strings.Cut(rest, "\x00")
+			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrPprofLabelPrefix+k, v))
+		}
 		r.rep.Rows++
 	}
+}
+
+// LabelReader is the part of runtimes.Set that reads the Go pprof labels
+// samples point at.
+type LabelReader interface {
+	Labels(pid int, ptr uint64) []runtimes.Label
+}
+
+// goLabels returns the label set at ptr in pid as a row key part.
+func (r *run) goLabels(pid int, ptr uint64) string {
+	lr, ok := r.b.opt.Runtimes.(LabelReader)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range lr.Labels(pid, ptr) {
+		// NUL ends a key or value here: cut at one a process put in.
+		k, _, _ := strings.Cut(l.Key, "\x00")
+		v, _, _ := strings.Cut(l.Value, "\x00")
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(v)
+		b.WriteByte(0)
+	}
+	return b.String()
 }

@@ -1,0 +1,3 @@
+module golabelsfixture
+
+go 1.19
