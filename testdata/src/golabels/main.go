@@ -35,7 +35,8 @@ func warm(stop *atomic.Bool) {
 //go:noinline
 func labelled(cpu time.Duration) {
 	runtime.LockOSThread()
-	for threadCPU() < cpu {
+	// From now: the thread may be the one warm ran on, with its time.
+	for start := threadCPU(); threadCPU()-start < cpu; {
 		spin()
 	}
 }
@@ -43,7 +44,8 @@ func labelled(cpu time.Duration) {
 //go:noinline
 func unlabelled(cpu time.Duration) {
 	runtime.LockOSThread()
-	for threadCPU() < cpu {
+	// From now: the thread may be the one warm ran on, with its time.
+	for start := threadCPU(); threadCPU()-start < cpu; {
 		spin()
 	}
 }
