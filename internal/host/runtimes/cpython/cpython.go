@@ -61,12 +61,11 @@ type Runtime struct {
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
 	codes *lru.Cache[codeKey, *codeInfo]
-	mems  *lru.Cache[int, *runtimes.Mem]
+	mems  *runtimes.MemFiles
 
 	mu    sync.Mutex
 	procs map[int]*proc
 	stats Stats
-	memMu sync.Mutex // one naming read at a time: mems may close a file
 }
 
 type codeKey struct {
@@ -110,7 +109,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.codes = lru.New[codeKey, *codeInfo](maxCodeBytes, opt.Config.MaxNames, (*codeInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { m.Close() })
+	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
 }
 
@@ -290,9 +289,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	_ = r.opt.Procs.Delete(uint32(pid))
-	r.memMu.Lock()
-	r.mems.Remove(pid)
-	r.memMu.Unlock()
+	r.mems.Forget(pid)
 	r.codes.EvictWhere(func(k codeKey, _ *codeInfo) bool { return k.pid == pid }, func() bool { return false })
 }
 
@@ -336,18 +333,10 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 
 // read reads a code object of pid through its (cached) memory file.
 func (r *Runtime) read(pid int, st *proc, k codeKey) (*codeInfo, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, ok := r.mems.Get(pid)
-	if !ok {
-		var err error
-		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
-			return nil, err
-		}
-		r.mems.Add(pid, m)
-	}
-	r.count(func(s *Stats) { s.CodeReads++ })
-	return readCode(m, &st.lay, st.a, k.addr, k.id, r.opt.Config.MaxNameBytes)
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*codeInfo, error) {
+		r.count(func(s *Stats) { s.CodeReads++ })
+		return readCode(m, &st.lay, st.a, k.addr, k.id, r.opt.Config.MaxNameBytes)
+	})
 }
 
 func (r *Runtime) count(f func(*Stats)) {

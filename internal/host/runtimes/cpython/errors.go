@@ -21,30 +21,17 @@ var errorNames = map[bpf.ProfileCpythonError]string{
 // Errors returns the walker's failures so far, by reason, summed over
 // CPUs (runtimes.WalkErrors).
 func (r *Runtime) Errors() map[string]uint64 {
-	out := map[string]uint64{}
 	st, err := r.WalkStats()
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for i, n := range st.Errors {
-		if n == 0 {
-			continue
-		}
-		name, ok := errorNames[bpf.ProfileCpythonError(i)]
-		if !ok {
-			name = "unknown"
-		}
-		out[name] += n
-	}
-	return out
+	return runtimes.NameErrors(st.Errors[:], errorNames)
 }
 
 // Close closes the process memory files kept open for naming: the agent
 // is stopping (a collector reload would otherwise leave up to
 // maxOpenMems open per cycle, until the garbage collector finalized them).
 func (r *Runtime) Close() error {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	r.mems.Close()
 	return nil
 }

@@ -73,12 +73,11 @@ type Runtime struct {
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
 	names *lru.Cache[nameKey, *nameInfo]
-	mems  *lru.Cache[int, *runtimes.Mem]
+	mems  *runtimes.MemFiles
 
 	mu    sync.Mutex
 	procs map[int]*proc
 	stats Stats
-	memMu sync.Mutex // one naming read at a time: mems may close a file
 }
 
 // Stats count what the runtime did, cumulatively.
@@ -130,7 +129,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.names = lru.New[nameKey, *nameInfo](maxNameCache, opt.Config.MaxNames, (*nameInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
+	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
 }
 
@@ -366,9 +365,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	_ = r.opt.Procs.Delete(uint32(pid))
-	r.memMu.Lock()
-	r.mems.Remove(pid)
-	r.memMu.Unlock()
+	r.mems.Forget(pid)
 	r.names.EvictWhere(func(k nameKey, _ *nameInfo) bool { return k.pid == pid }, func() bool { return false })
 }
 
@@ -404,25 +401,17 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 }
 
 func (r *Runtime) read(pid int, l *layout, k nameKey) (*nameInfo, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, ok := r.mems.Get(pid)
-	if !ok {
-		var err error
-		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
-			return nil, err
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*nameInfo, error) {
+		r.count(func(s *Stats) { s.NameReads++ })
+		maxBytes := r.opt.Config.MaxNameBytes
+		switch k.kind {
+		case KindSub:
+			return readSub(m, l, k.addr, k.id, maxBytes)
+		case KindEval:
+			return readCop(m, l, k.addr, k.id, "(eval)", maxBytes)
 		}
-		r.mems.Add(pid, m)
-	}
-	r.count(func(s *Stats) { s.NameReads++ })
-	maxBytes := r.opt.Config.MaxNameBytes
-	switch k.kind {
-	case KindSub:
-		return readSub(m, l, k.addr, k.id, maxBytes)
-	case KindEval:
-		return readCop(m, l, k.addr, k.id, "(eval)", maxBytes)
-	}
-	return readCop(m, l, k.addr, k.id, "main", maxBytes)
+		return readCop(m, l, k.addr, k.id, "main", maxBytes)
+	})
 }
 
 func (r *Runtime) count(f func(*Stats)) {
@@ -473,28 +462,15 @@ var errorNames = map[bpf.ProfilePerlError]string{
 // Errors returns the walker's failures so far, by reason, summed over
 // CPUs (runtimes.WalkErrors).
 func (r *Runtime) Errors() map[string]uint64 {
-	out := map[string]uint64{}
 	st, err := r.WalkStats()
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for i, n := range st.Errors {
-		if n == 0 {
-			continue
-		}
-		name, ok := errorNames[bpf.ProfilePerlError(i)]
-		if !ok {
-			name = "unknown"
-		}
-		out[name] += n
-	}
-	return out
+	return runtimes.NameErrors(st.Errors[:], errorNames)
 }
 
 // Close closes the process memory files kept open for naming.
 func (r *Runtime) Close() error {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	r.mems.Close()
 	return nil
 }

@@ -1,7 +1,6 @@
 package php
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -28,14 +27,11 @@ func coldPart(f *elfx.File, lo, hi uint64) (start, end uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	hdr, err := f.SectionData(".eh_frame_hdr")
-	if err != nil {
-		return 0, 0, fmt.Errorf(".eh_frame_hdr: %w", err)
-	}
-	starts, err := fdeStarts(hdr, f.Section(".eh_frame_hdr").Addr)
+	fdes, err := f.FDEs()
 	if err != nil {
 		return 0, 0, err
 	}
+	starts := fdes.Starts()
 	votes := map[int]int{}
 	for off := 0; off < len(code); {
 		inst, err := x86asm.Decode(code[off:], 64)
@@ -71,30 +67,4 @@ func coldPart(f *elfx.File, lo, hi uint64) (start, end uint64, err error) {
 		return 0, 0, errors.New("no jump out of execute_ex")
 	}
 	return starts[best], starts[best+1], nil
-}
-
-// fdeStarts reads the sorted function starts of .eh_frame_hdr's search
-// table at address addr (datarel sdata4 entries, what linkers write).
-func fdeStarts(b []byte, addr uint64) ([]uint64, error) {
-	const (
-		udata4        = 0x03
-		pcrelSdata4   = 0x1b
-		datarelSdata4 = 0x3b
-	)
-	if len(b) < 12 || b[0] != 1 || b[1] != pcrelSdata4 || b[2] != udata4 || b[3] != datarelSdata4 {
-		return nil, errors.New(".eh_frame_hdr without the usual search table")
-	}
-	count := uint64(binary.LittleEndian.Uint32(b[8:]))
-	r := b[12:]
-	if count > uint64(len(r)/8) {
-		return nil, fmt.Errorf(".eh_frame_hdr: %d entries in %d bytes", count, len(r))
-	}
-	out := make([]uint64, count)
-	for i := range out {
-		out[i] = addr + uint64(int64(int32(binary.LittleEndian.Uint32(r[8*i:]))))
-	}
-	if !sort.SliceIsSorted(out, func(i, j int) bool { return out[i] < out[j] }) {
-		return nil, errors.New(".eh_frame_hdr table not sorted")
-	}
-	return out, nil
 }

@@ -60,12 +60,11 @@ type Runtime struct {
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
 	funcs *lru.Cache[funcKey, *funcInfo]
-	mems  *lru.Cache[int, *runtimes.Mem]
+	mems  *runtimes.MemFiles
 
 	mu    sync.Mutex
 	procs map[int]*proc
 	stats Stats
-	memMu sync.Mutex // one naming read at a time: mems may close a file
 }
 
 type funcKey struct {
@@ -107,7 +106,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.funcs = lru.New[funcKey, *funcInfo](maxFuncBytes, opt.Config.MaxNames, (*funcInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
+	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
 }
 
@@ -284,9 +283,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	_ = r.opt.Procs.Delete(uint32(pid))
-	r.memMu.Lock()
-	r.mems.Remove(pid)
-	r.memMu.Unlock()
+	r.mems.Forget(pid)
 	r.funcs.EvictWhere(func(k funcKey, _ *funcInfo) bool { return k.pid == pid }, func() bool { return false })
 }
 
@@ -325,18 +322,10 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 
 // read reads a function of pid through its (cached) memory file.
 func (r *Runtime) read(pid int, st *proc, k funcKey) (*funcInfo, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, ok := r.mems.Get(pid)
-	if !ok {
-		var err error
-		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
-			return nil, err
-		}
-		r.mems.Add(pid, m)
-	}
-	r.count(func(s *Stats) { s.FuncReads++ })
-	return readFunc(m, &st.fi.lay, k.addr, k.id, r.opt.Config.MaxNameBytes)
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*funcInfo, error) {
+		r.count(func(s *Stats) { s.FuncReads++ })
+		return readFunc(m, &st.fi.lay, k.addr, k.id, r.opt.Config.MaxNameBytes)
+	})
 }
 
 func (r *Runtime) count(f func(*Stats)) {
@@ -387,28 +376,15 @@ var errorNames = map[bpf.ProfilePhpError]string{
 // Errors returns the walker's failures so far, by reason, summed over
 // CPUs (runtimes.WalkErrors).
 func (r *Runtime) Errors() map[string]uint64 {
-	out := map[string]uint64{}
 	st, err := r.WalkStats()
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for i, n := range st.Errors {
-		if n == 0 {
-			continue
-		}
-		name, ok := errorNames[bpf.ProfilePhpError(i)]
-		if !ok {
-			name = "unknown"
-		}
-		out[name] += n
-	}
-	return out
+	return runtimes.NameErrors(st.Errors[:], errorNames)
 }
 
 // Close closes the process memory files kept open for naming.
 func (r *Runtime) Close() error {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	r.mems.Close()
 	return nil
 }

@@ -57,12 +57,11 @@ type Runtime struct {
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
 	names *lru.Cache[nameKey, *iseqInfo]
-	mems  *lru.Cache[int, *runtimes.Mem]
+	mems  *runtimes.MemFiles
 
 	mu    sync.Mutex
 	procs map[int]*proc
 	stats Stats
-	memMu sync.Mutex // one naming read at a time: mems may close a file
 }
 
 // nameKey is one recorded frame: the object, and the method entry and
@@ -108,7 +107,7 @@ func New(opt Options) *Runtime {
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
 	r.names = lru.New[nameKey, *iseqInfo](maxNameBytes, opt.Config.MaxNames, (*iseqInfo).cost, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
+	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
 }
 
@@ -252,9 +251,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	_ = r.opt.Procs.Delete(uint32(pid))
-	r.memMu.Lock()
-	r.mems.Remove(pid)
-	r.memMu.Unlock()
+	r.mems.Forget(pid)
 	r.names.EvictWhere(func(k nameKey, _ *iseqInfo) bool { return k.pid == pid }, func() bool { return false })
 }
 
@@ -292,25 +289,17 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 
 // read reads a frame's names through pid's (cached) memory file.
 func (r *Runtime) read(pid int, st *proc, k nameKey) (*iseqInfo, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, ok := r.mems.Get(pid)
-	if !ok {
-		var err error
-		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
-			return nil, err
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*iseqInfo, error) {
+		r.count(func(s *Stats) { s.NameReads++ })
+		if k.kind == KindCFunc {
+			name, err := readCFunc(m, &st.fi.lay, k.ptr, st.symbols, r.opt.Config.MaxNameBytes)
+			if err != nil {
+				return nil, err
+			}
+			return &iseqInfo{name: name}, nil
 		}
-		r.mems.Add(pid, m)
-	}
-	r.count(func(s *Stats) { s.NameReads++ })
-	if k.kind == KindCFunc {
-		name, err := readCFunc(m, &st.fi.lay, k.ptr, st.symbols, r.opt.Config.MaxNameBytes)
-		if err != nil {
-			return nil, err
-		}
-		return &iseqInfo{name: name}, nil
-	}
-	return readIseq(m, &st.fi.lay, k.ptr, k.aux, r.opt.Config.MaxNameBytes)
+		return readIseq(m, &st.fi.lay, k.ptr, k.aux, r.opt.Config.MaxNameBytes)
+	})
 }
 
 func (r *Runtime) count(f func(*Stats)) {
@@ -361,28 +350,15 @@ var errorNames = map[bpf.ProfileRubyError]string{
 // Errors returns the walker's failures so far, by reason, summed over
 // CPUs (runtimes.WalkErrors).
 func (r *Runtime) Errors() map[string]uint64 {
-	out := map[string]uint64{}
 	st, err := r.WalkStats()
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for i, n := range st.Errors {
-		if n == 0 {
-			continue
-		}
-		name, ok := errorNames[bpf.ProfileRubyError(i)]
-		if !ok {
-			name = "unknown"
-		}
-		out[name] += n
-	}
-	return out
+	return runtimes.NameErrors(st.Errors[:], errorNames)
 }
 
 // Close closes the process memory files kept open for naming.
 func (r *Runtime) Close() error {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	r.mems.Close()
 	return nil
 }

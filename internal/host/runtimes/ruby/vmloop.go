@@ -2,7 +2,6 @@ package ruby
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -33,13 +32,13 @@ func vmLoopFromTable(f *elfx.File, relocs []byte) (start, end uint64, err error)
 		}
 		rs = append(rs, rel{binary.LittleEndian.Uint64(relocs[i:]), binary.LittleEndian.Uint64(relocs[i+16:])})
 	}
-	idx, eh, ehAddr, err := fdeIndex(f)
+	fdes, err := f.FDEs()
 	if err != nil {
 		return 0, 0, err
 	}
 	votes := map[[2]uint64]int{}
 	for _, r := range rs {
-		if fs, fe, ok := fdeCovering(idx, eh, ehAddr, r.target); ok && fe-fs <= maxVMLoop {
+		if fs, fe, ok := fdes.Covering(r.target); ok && fe-fs <= maxVMLoop {
 			votes[[2]uint64{fs, fe}]++
 		}
 	}
@@ -60,26 +59,4 @@ func vmLoopFromTable(f *elfx.File, relocs []byte) (start, end uint64, err error)
 		return 0, 0, fmt.Errorf("no instruction address table (%d and %d addresses in one function): %w", best, second, errUnsupported)
 	}
 	return start, end, nil
-}
-
-// fdeIndex reads f's .eh_frame_hdr search table and .eh_frame.
-func fdeIndex(f *elfx.File) ([]hdrEntry, []byte, uint64, error) {
-	hdr, err := f.SectionData(".eh_frame_hdr")
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf(".eh_frame_hdr: %w", err)
-	}
-	s := f.Section(".eh_frame_hdr")
-	ehf := f.Section(".eh_frame")
-	if ehf == nil || s == nil {
-		return nil, nil, 0, errors.New("no .eh_frame")
-	}
-	eh, err := f.SectionData(".eh_frame")
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf(".eh_frame: %w", err)
-	}
-	idx, err := parseHdrTable(hdr, s.Addr)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	return idx, eh, ehf.Addr, nil
 }

@@ -73,11 +73,10 @@ type Runtime struct {
 	fns   *lru.Cache[fnKey, *fnInfo]
 	jits  *lru.Cache[fnKey, []frame.Frame] // by function and PC
 	lines *lru.Cache[fnKey, []int32]
-	mems  *lru.Cache[int, *runtimes.Mem]
+	mems  *runtimes.MemFiles
 
 	mu    sync.Mutex
 	procs map[int]*proc
-	memMu sync.Mutex // one naming read at a time: mems may close a file
 }
 
 type fnKey struct {
@@ -108,7 +107,7 @@ func New(opt Options) *Runtime {
 	r.fns = lru.New[fnKey, *fnInfo](maxFnBytes, opt.Config.MaxNames, (*fnInfo).cost, nil)
 	r.jits = lru.New[fnKey, []frame.Frame](maxFnBytes, opt.Config.MaxNames, framesCost, nil)
 	r.lines = lru.New[fnKey, []int32](maxLineBytes, maxScripts, func(v []int32) int64 { return int64(4*len(v)) + 32 }, nil)
-	r.mems = lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() })
+	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
 }
 
@@ -250,9 +249,7 @@ func (r *Runtime) Forget(pid int) {
 		return
 	}
 	_ = r.opt.Procs.Delete(uint32(pid))
-	r.memMu.Lock()
-	r.mems.Remove(pid)
-	r.memMu.Unlock()
+	r.mems.Forget(pid)
 	r.fns.EvictWhere(func(k fnKey, _ *fnInfo) bool { return k.pid == pid }, func() bool { return false })
 	r.jits.EvictWhere(func(k fnKey, _ []frame.Frame) bool { return k.pid == pid }, func() bool { return false })
 	r.lines.EvictWhere(func(k fnKey, _ []int32) bool { return k.pid == pid }, func() bool { return false })
@@ -328,14 +325,10 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 
 // read reads a function of pid through its (cached) memory file.
 func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, err := r.mem(pid)
-	if err != nil {
-		return nil, err
-	}
-	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
-	return rd.function(sfi, r.scriptLines(pid, rd))
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*fnInfo, error) {
+		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+		return rd.function(sfi, r.scriptLines(pid, rd))
+	})
 }
 
 // readJIT names a frame of JIT code that is not its function's current
@@ -343,29 +336,31 @@ func (r *Runtime) read(pid int, st *proc, sfi uint64) (*fnInfo, error) {
 // from the PC; optimized code of the same function gives lines and
 // inlined functions, anything else the function's name.
 func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, error) {
-	r.memMu.Lock()
-	m, err := r.mem(pid)
+	var code, start uint64
+	var base frame.Frame
+	baseline := false
+	err := r.mems.Do(pid, func(m *runtimes.Mem) error {
+		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+		if code, start = rd.codeAt(pc); code != 0 {
+			base, baseline = rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd))
+		}
+		return nil
+	})
 	if err != nil {
-		r.memMu.Unlock()
 		return nil, err
 	}
-	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
-	code, start := rd.codeAt(pc)
-	if code != 0 {
-		if fr, ok := rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd)); ok {
-			r.memMu.Unlock()
-			return []frame.Frame{fr}, nil
-		}
+	if baseline {
+		return []frame.Frame{base}, nil
 	}
-	r.memMu.Unlock()
 	if code != 0 {
 		if frs, err := r.readOpt(pid, st, code, pc-start|uint64(uint32(sfi))<<32); err == nil {
 			return frs, nil
 		}
 	}
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	fi, err := rd.function(sfi, nil)
+	fi, err := runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*fnInfo, error) {
+		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+		return rd.function(sfi, nil)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -375,37 +370,20 @@ func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, err
 // readOpt names an optimized frame of pid: code object code at the
 // offset in aux's low bits, the function's SFI's low bits above them.
 func (r *Runtime) readOpt(pid int, st *proc, code, aux uint64) ([]frame.Frame, error) {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	m, err := r.mem(pid)
-	if err != nil {
-		return nil, err
-	}
-	rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
-	return rd.optFrames(code, int64(uint32(aux)), uint32(aux>>32), st.lay.deopt, func(sfi uint64) (*fnInfo, error) {
-		k := fnKey{pid: pid, addr: sfi, sfi: 1} // apart from a JIT frame's names-only entry
-		if fi, ok := r.fns.Get(k); ok {
-			return fi, nil
-		}
-		fi, err := rd.function(sfi, r.scriptLines(pid, rd))
-		if err == nil {
-			r.fns.Add(k, fi)
-		}
-		return fi, err
+	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) ([]frame.Frame, error) {
+		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
+		return rd.optFrames(code, int64(uint32(aux)), uint32(aux>>32), st.lay.deopt, func(sfi uint64) (*fnInfo, error) {
+			k := fnKey{pid: pid, addr: sfi, sfi: 1} // apart from a JIT frame's names-only entry
+			if fi, ok := r.fns.Get(k); ok {
+				return fi, nil
+			}
+			fi, err := rd.function(sfi, r.scriptLines(pid, rd))
+			if err == nil {
+				r.fns.Add(k, fi)
+			}
+			return fi, err
+		})
 	})
-}
-
-// mem is pid's memory file, kept open; r.memMu held.
-func (r *Runtime) mem(pid int) (*runtimes.Mem, error) {
-	m, ok := r.mems.Get(pid)
-	if !ok {
-		var err error
-		if m, err = runtimes.OpenMem(r.opt.ProcRoot, pid); err != nil {
-			return nil, err
-		}
-		r.mems.Add(pid, m)
-	}
-	return m, nil
 }
 
 // scriptLines looks up (and caches) the line ends of pid's scripts.
@@ -464,28 +442,15 @@ var errorNames = map[bpf.ProfileV8Error]string{
 
 // Errors returns the walker's failures so far, by reason (runtimes.WalkErrors).
 func (r *Runtime) Errors() map[string]uint64 {
-	out := map[string]uint64{}
 	st, err := r.WalkStats()
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for i, n := range st.Errors {
-		if n == 0 {
-			continue
-		}
-		name, ok := errorNames[bpf.ProfileV8Error(i)]
-		if !ok {
-			name = "unknown"
-		}
-		out[name] += n
-	}
-	return out
+	return runtimes.NameErrors(st.Errors[:], errorNames)
 }
 
 // Close closes the process memory files kept open for naming.
 func (r *Runtime) Close() error {
-	r.memMu.Lock()
-	defer r.memMu.Unlock()
-	r.mems.EvictWhere(func(int, *runtimes.Mem) bool { return true }, func() bool { return false })
+	r.mems.Close()
 	return nil
 }

@@ -1,8 +1,4 @@
-package ruby
-
-// .eh_frame lookups for stripped builds: the same reading as the cpython
-// package's cold.go (an FDE's bounds from .eh_frame_hdr's search table),
-// kept here so that each runtime stays in its own files.
+package elfx
 
 import (
 	"encoding/binary"
@@ -11,25 +7,71 @@ import (
 	"sort"
 )
 
-// hdrEntry is one row of .eh_frame_hdr's search table.
-type hdrEntry struct{ loc, fde uint64 }
+// FDEs is .eh_frame_hdr's search table over .eh_frame: where a file's
+// functions start and end, as its unwind information says, for code a
+// stripped symbol table no longer names (a compiler's split-off .cold
+// parts, an interpreter's loop). Every offset is checked: the sections
+// are the file's.
+type FDEs struct {
+	rows   []fdeRow
+	eh     []byte
+	ehAddr uint64
+}
+
+// FDEs reads f's .eh_frame_hdr search table and .eh_frame.
+func (f *File) FDEs() (*FDEs, error) {
+	s, ehf := f.Section(".eh_frame_hdr"), f.Section(".eh_frame")
+	if s == nil || ehf == nil {
+		return nil, errors.New("no .eh_frame_hdr or .eh_frame")
+	}
+	hdr, err := f.SectionData(".eh_frame_hdr")
+	if err != nil {
+		return nil, fmt.Errorf(".eh_frame_hdr: %w", err)
+	}
+	eh, err := f.SectionData(".eh_frame")
+	if err != nil {
+		return nil, fmt.Errorf(".eh_frame: %w", err)
+	}
+	return ParseFDEs(hdr, s.Addr, eh, ehf.Addr)
+}
+
+// ParseFDEs is File.FDEs over the sections' bytes and addresses.
+func ParseFDEs(hdr []byte, hdrAddr uint64, eh []byte, ehAddr uint64) (*FDEs, error) {
+	rows, err := parseHdrTable(hdr, hdrAddr)
+	if err != nil {
+		return nil, err
+	}
+	return &FDEs{rows: rows, eh: eh, ehAddr: ehAddr}, nil
+}
+
+// Starts returns the functions' initial locations, sorted.
+func (x *FDEs) Starts() []uint64 {
+	out := make([]uint64, len(x.rows))
+	for i, r := range x.rows {
+		out[i] = r.loc
+	}
+	return out
+}
+
+// fdeRow is one row of .eh_frame_hdr's search table.
+type fdeRow struct{ loc, fde uint64 }
 
 // parseHdrTable reads the sorted (initial location, FDE address) table of
 // .eh_frame_hdr at address addr. Only the encoding every linker writes is
 // accepted: datarel sdata4 entries.
-func parseHdrTable(b []byte, addr uint64) ([]hdrEntry, error) {
+func parseHdrTable(b []byte, addr uint64) ([]fdeRow, error) {
 	const datarelSdata4 = 0x3b
 	if len(b) < 12 || b[0] != 1 || b[3] != datarelSdata4 {
 		return nil, errors.New(".eh_frame_hdr without a datarel sdata4 search table")
 	}
 	r := b[4:]
 	// eh_frame_ptr, then fde_count, each in its own encoding.
-	_, n, err := readEnc(r, b[1], addr+4)
+	_, n, err := readEHPointer(r, b[1], addr+4)
 	if err != nil {
 		return nil, err
 	}
 	r = r[n:]
-	count, n, err := readEnc(r, b[2], addr+4+uint64(n))
+	count, n, err := readEHPointer(r, b[2], addr+4+uint64(n))
 	if err != nil {
 		return nil, err
 	}
@@ -37,11 +79,11 @@ func parseHdrTable(b []byte, addr uint64) ([]hdrEntry, error) {
 	if count > uint64(len(r)/8) {
 		return nil, fmt.Errorf(".eh_frame_hdr: %d entries in %d bytes", count, len(r))
 	}
-	out := make([]hdrEntry, count)
+	out := make([]fdeRow, count)
 	for i := range out {
 		loc := int32(binary.LittleEndian.Uint32(r[8*i:]))
 		fde := int32(binary.LittleEndian.Uint32(r[8*i+4:]))
-		out[i] = hdrEntry{addr + uint64(int64(loc)), addr + uint64(int64(fde))}
+		out[i] = fdeRow{addr + uint64(int64(loc)), addr + uint64(int64(fde))}
 	}
 	if !sort.SliceIsSorted(out, func(i, j int) bool { return out[i].loc < out[j].loc }) {
 		return nil, errors.New(".eh_frame_hdr table not sorted")
@@ -49,25 +91,25 @@ func parseHdrTable(b []byte, addr uint64) ([]hdrEntry, error) {
 	return out, nil
 }
 
-// readEnc reads one DWARF EH pointer of encoding enc (absptr, udata4,
+// readEHPointer reads one DWARF EH pointer of encoding enc (absptr, udata4,
 // sdata4, udata8, optionally pcrel) at address at.
-func readEnc(b []byte, enc byte, at uint64) (uint64, int, error) {
+func readEHPointer(b []byte, enc byte, at uint64) (uint64, int, error) {
 	var v uint64
 	var n int
 	switch enc & 0x0f {
 	case 0x00, 0x04: // absptr, udata8
 		if len(b) < 8 {
-			return 0, 0, errTruncated
+			return 0, 0, errEHTruncated
 		}
 		v, n = binary.LittleEndian.Uint64(b), 8
 	case 0x03: // udata4
 		if len(b) < 4 {
-			return 0, 0, errTruncated
+			return 0, 0, errEHTruncated
 		}
 		v, n = uint64(binary.LittleEndian.Uint32(b)), 4
 	case 0x0b: // sdata4
 		if len(b) < 4 {
-			return 0, 0, errTruncated
+			return 0, 0, errEHTruncated
 		}
 		v, n = uint64(int64(int32(binary.LittleEndian.Uint32(b)))), 4
 	default:
@@ -83,12 +125,13 @@ func readEnc(b []byte, enc byte, at uint64) (uint64, int, error) {
 	return v, n, nil
 }
 
-var errTruncated = errors.New("truncated .eh_frame")
+var errEHTruncated = errors.New("truncated .eh_frame")
 
-// fdeCovering finds the FDE whose range holds pc: the table row with the
+// Covering finds the function whose FDE holds pc: the table row with the
 // greatest initial location <= pc, and that FDE's pc_range, read from
-// .eh_frame (eh, at address ehAddr) with the pointer encoding of its CIE.
-func fdeCovering(idx []hdrEntry, eh []byte, ehAddr, pc uint64) (start, end uint64, ok bool) {
+// .eh_frame with the pointer encoding of its CIE.
+func (x *FDEs) Covering(pc uint64) (start, end uint64, ok bool) {
+	idx, eh, ehAddr := x.rows, x.eh, x.ehAddr
 	i := sort.Search(len(idx), func(i int) bool { return idx[i].loc > pc }) - 1
 	if i < 0 {
 		return 0, 0, false
@@ -109,11 +152,11 @@ func fdeCovering(idx []hdrEntry, eh []byte, ehAddr, pc uint64) (start, end uint6
 	if !ok {
 		return 0, 0, false
 	}
-	begin, n, err := readEnc(eh[off+8:], enc, ehAddr+off+8)
+	begin, n, err := readEHPointer(eh[off+8:], enc, ehAddr+off+8)
 	if err != nil {
 		return 0, 0, false
 	}
-	size, _, err := readEnc(eh[off+8+uint64(n):], enc&0x0f, 0)
+	size, _, err := readEHPointer(eh[off+8+uint64(n):], enc&0x0f, 0)
 	if err != nil || begin > pc || pc-begin >= size {
 		return 0, 0, false
 	}
@@ -170,7 +213,7 @@ func cieEncoding(eh []byte, off uint64) (byte, bool) {
 			if len(b) == 0 {
 				return 0, false
 			}
-			_, n, err := readEnc(b[1:], b[0]&0x7f, 0)
+			_, n, err := readEHPointer(b[1:], b[0]&0x7f, 0)
 			if err != nil {
 				return 0, false
 			}
