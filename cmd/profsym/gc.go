@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/symbolize"
@@ -35,13 +36,26 @@ func holdGC() (release func()) {
 	}
 	limit := debug.SetMemoryLimit(hold)
 	percent := debug.SetGCPercent(-1)
+	start := numGC()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			heldGCs.Store(numGC() - start)
 			debug.SetGCPercent(percent)
 			debug.SetMemoryLimit(limit)
 		})
 	}
+}
+
+// heldGCs is how many collections the last hold saw end: what the hold is
+// for, counted from when it began (a test process's other goroutines may
+// start one before).
+var heldGCs atomic.Uint32
+
+func numGC() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
 }
 
 // sysLimits is what the process may still take beyond what it has, as the

@@ -74,8 +74,11 @@ func TestSymbolizeHoldsGCForTheFirstBatch(t *testing.T) {
 	if m1.TotalAlloc-m0.TotalAlloc < 3*m0.HeapAlloc {
 		t.Fatalf("only %d bytes allocated against a %d-byte heap: not enough to show the hold", m1.TotalAlloc-m0.TotalAlloc, m0.HeapAlloc)
 	}
-	if m1.NumGC != m0.NumGC {
-		t.Errorf("%d collections during the first batch", m1.NumGC-m0.NumGC)
+	// Counted by the hold itself: a collection another goroutine of this
+	// test process started before the hold began is not the hold's (CI saw
+	// one once, 23 MB into a run that allocates 23 MB).
+	if n := heldGCs.Load(); n != 0 {
+		t.Errorf("%d collections during the first batch (%d in the whole run)", n, m1.NumGC-m0.NumGC)
 	}
 	if p := gcPercent(); p != before {
 		t.Errorf("after the run: GOGC %d, want %d", p, before)
