@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/internal/testfixture"
+
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/host/runtimes"
 )
@@ -258,7 +260,7 @@ func TestLayoutRefusals(t *testing.T) {
 // TestHostNodeTables reads the host node's tables, as attach does.
 func TestHostNodeTables(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/node"); err != nil {
-		t.Skip("no /usr/bin/node")
+		testfixture.SkipOrFail(t, "no /usr/bin/node: %v", err)
 	}
 	fi := inspectPath(t, "/usr/bin/node")
 	if fi.err != nil {
