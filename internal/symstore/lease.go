@@ -168,10 +168,16 @@ func (s *Store) leaseShared(ctx context.Context, keys []Key, held map[Key]string
 			switch {
 			case err != nil:
 				answers[i].err = err
-			case ok:
-				answers[i].lease = Lease{BuildID: k.String(), Token: tok}
-			default:
+			case !ok:
 				answers[i].pending = true
+			case s.statBackend(ctx, k, DebugInfo):
+				// The holder stored the file and released its lease between
+				// the first look and ours: a store writes before it
+				// releases, so looking again now cannot miss it.
+				s.release(k, tok)
+				answers[i].present = true
+			default:
+				answers[i].lease = Lease{BuildID: k.String(), Token: tok}
 			}
 		}()
 	}

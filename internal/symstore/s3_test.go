@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -246,6 +247,78 @@ func TestS3SharedLeases(t *testing.T) {
 	}
 	if res, err := r.stores[0].Put(ctx, fx2.id, "debuginfo", bytes.NewReader(data), int64(len(data)), b.Upload[0].Token); err != nil || !res.Stored {
 		t.Errorf("B's holder through A: %+v %v", res, err)
+	}
+}
+
+// staleStat is an S3 backend whose first Stat answers "absent" only after
+// running before: the moment between a replica's look in the bucket and
+// its lease request, where another replica's upload can end.
+type staleStat struct {
+	*S3
+	once   sync.Once
+	before func()
+}
+
+func (b *staleStat) Stat(ctx context.Context, key Key, kind Kind) (int64, error) {
+	stale := false
+	b.once.Do(func() { b.before(); stale = true })
+	if stale {
+		return 0, fs.ErrNotExist
+	}
+	return b.S3.Stat(ctx, key, kind)
+}
+
+// A replica that looked in the bucket before another one stored the file
+// and released its lease gets the lease, and must then find the file
+// rather than tell its agent to upload it again (the third upload of
+// TestS3SharedLeases in a loaded CI run).
+func TestS3LeaseAfterStoreAndRelease(t *testing.T) {
+	srv := testfixture.StartS3(t)
+	if !srv.Conditional {
+		testfixture.SkipOrFail(t, "versitygw needs user extended attributes under %s for conditional writes", os.TempDir())
+	}
+	ctx := context.Background()
+	fx := buildFixture(t, "s3stale")
+	data, err := os.ReadFile(fx.debug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stores [2]*Store
+	var backB *staleStat
+	for i := range stores {
+		be, err := NewS3(ctx, S3Config{Endpoint: srv.Endpoint, Bucket: "stale", AccessKeyID: srv.Access,
+			SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var backend Backend = be
+		if i == 1 {
+			backB = &staleStat{S3: be}
+			backend = backB
+		}
+		if stores[i], err = New(ctx, Config{Backend: backend, ScratchDir: t.TempDir(), Lease: 5 * time.Second,
+			Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := stores[0].Missing(ctx, []string{fx.id}, true)
+	if err != nil || len(a.Upload) != 1 {
+		t.Fatalf("A: %+v %v", a, err)
+	}
+	backB.before = func() {
+		if res, err := stores[0].Put(ctx, fx.id, "debuginfo", bytes.NewReader(data), int64(len(data)), a.Upload[0].Token); err != nil || !res.Stored {
+			t.Errorf("A's upload: %+v %v", res, err)
+		}
+	}
+	b, err := stores[1].Missing(ctx, []string{fx.id}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Upload) != 0 || len(b.Pending) != 0 {
+		t.Errorf("B after A stored and released: %+v, want the id known", b)
+	}
+	if leases := regularFiles(filepath.Join(srv.Dir, "stale", "leases")); len(leases) != 0 {
+		t.Errorf("B kept the lease it took: %v", leases)
 	}
 }
 
