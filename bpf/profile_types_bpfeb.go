@@ -364,6 +364,26 @@ type ProfileSampleValue struct {
 	Comm    [16]int8
 }
 
+type ProfileStackCopy struct {
+	_       structs.HostLayout
+	Pid     uint32
+	Tid     uint32
+	Cpu     uint32
+	Kbytes  uint32
+	TsNs    uint64
+	Pc      uint64
+	Sp      uint64
+	Fp      uint64
+	Ulen    uint32
+	PcExact uint32
+	Size    uint32
+	Pad     uint32
+	Comm    [16]int8
+	Kpcs    [127]uint64
+	Upcs    [128]uint64
+	Stack   [20480]uint8
+}
+
 type ProfileStackWordBits uint32
 
 const (
@@ -383,24 +403,27 @@ type ProfileStats struct {
 	Truncated      uint64
 	UnwindFrames   uint64
 	UnwindTailFail uint64
+	StackCopies    uint64
+	StackCopyLost  uint64
 	Stops          [16]uint64
 }
 
 type ProfileStopReason uint32
 
 const (
-	ProfileStopReasonSTOP_OK              ProfileStopReason = 0
-	ProfileStopReasonSTOP_NOT_READY       ProfileStopReason = 1
-	ProfileStopReasonSTOP_UNKNOWN_MAPPING ProfileStopReason = 2
-	ProfileStopReasonSTOP_NO_TABLE        ProfileStopReason = 3
-	ProfileStopReasonSTOP_READ_FAULT      ProfileStopReason = 4
-	ProfileStopReasonSTOP_DEPTH           ProfileStopReason = 5
-	ProfileStopReasonSTOP_BAD_FRAME       ProfileStopReason = 6
-	ProfileStopReasonSTOP_FP_ONLY         ProfileStopReason = 7
-	ProfileStopReasonSTOP_JIT             ProfileStopReason = 8
-	ProfileStopReasonSTOP_RUNTIME         ProfileStopReason = 9
-	ProfileStopReasonSTOP_REASONS         ProfileStopReason = 10
-	ProfileStopReasonSTOP_SLOTS           ProfileStopReason = 16
+	ProfileStopReasonSTOP_OK                   ProfileStopReason = 0
+	ProfileStopReasonSTOP_NOT_READY            ProfileStopReason = 1
+	ProfileStopReasonSTOP_UNKNOWN_MAPPING      ProfileStopReason = 2
+	ProfileStopReasonSTOP_NO_TABLE             ProfileStopReason = 3
+	ProfileStopReasonSTOP_READ_FAULT           ProfileStopReason = 4
+	ProfileStopReasonSTOP_DEPTH                ProfileStopReason = 5
+	ProfileStopReasonSTOP_BAD_FRAME            ProfileStopReason = 6
+	ProfileStopReasonSTOP_FP_ONLY              ProfileStopReason = 7
+	ProfileStopReasonSTOP_JIT                  ProfileStopReason = 8
+	ProfileStopReasonSTOP_RUNTIME              ProfileStopReason = 9
+	ProfileStopReasonSTOP_STACK_COPY_TRUNCATED ProfileStopReason = 10
+	ProfileStopReasonSTOP_REASONS              ProfileStopReason = 11
+	ProfileStopReasonSTOP_SLOTS                ProfileStopReason = 16
 )
 
 type ProfileTableSlot uint32
@@ -422,11 +445,15 @@ const (
 type ProfileUnwindLimits uint32
 
 const (
-	ProfileUnwindLimitsMAX_USER_FRAMES  ProfileUnwindLimits = 128
-	ProfileUnwindLimitsFRAMES_PER_PROG  ProfileUnwindLimits = 6
-	ProfileUnwindLimitsROW_SEARCH_STEPS ProfileUnwindLimits = 22
-	ProfileUnwindLimitsMAP_SEARCH_STEPS ProfileUnwindLimits = 10
-	ProfileUnwindLimitsMAX_TAIL_CALLS   ProfileUnwindLimits = 30
+	ProfileUnwindLimitsMAX_USER_FRAMES       ProfileUnwindLimits = 128
+	ProfileUnwindLimitsFRAMES_PER_PROG       ProfileUnwindLimits = 6
+	ProfileUnwindLimitsROW_SEARCH_STEPS      ProfileUnwindLimits = 22
+	ProfileUnwindLimitsMAP_SEARCH_STEPS      ProfileUnwindLimits = 10
+	ProfileUnwindLimitsMAX_TAIL_CALLS        ProfileUnwindLimits = 30
+	ProfileUnwindLimitsSTACK_COPY_MAX        ProfileUnwindLimits = 16384
+	ProfileUnwindLimitsSTACK_COPY_PAGE       ProfileUnwindLimits = 4096
+	ProfileUnwindLimitsSTACK_COPY_CHUNKS     ProfileUnwindLimits = 5
+	ProfileUnwindLimitsSTACK_COPIES_PER_PROC ProfileUnwindLimits = 32
 )
 
 type ProfileUnwindMapping struct {
@@ -492,8 +519,12 @@ type ProfileUnwindState struct {
 		Lo uint64
 		Hi uint64
 	}
-	RtData [4]uint64
-	Stack  ProfileUserStack
+	RtData    [4]uint64
+	CopyTried uint32
+	WantCopy  uint32
+	Copied    uint32
+	CopyPad   uint32
+	Stack     ProfileUserStack
 }
 
 type ProfileUnwindTable struct {
@@ -518,7 +549,8 @@ const (
 	ProfileWalkProgWALK_NATIVE  ProfileWalkProg = 0
 	ProfileWalkProgWALK_HOTSPOT ProfileWalkProg = 1
 	ProfileWalkProgWALK_CPYTHON ProfileWalkProg = 2
-	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 3
+	ProfileWalkProgWALK_COPY    ProfileWalkProg = 3
+	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 4
 )
 
 // Names of all BPF objects in the ELF.
@@ -553,6 +585,8 @@ const (
 	ProfileMapSamples                = "samples"
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
+	ProfileMapStackCopies            = "stack_copies"
+	ProfileMapStackCopyScratch       = "stack_copy_scratch"
 	ProfileMapStacks0                = "stacks0"
 	ProfileMapStacks1                = "stacks1"
 	ProfileMapStatsMap               = "stats_map"
@@ -575,6 +609,7 @@ const (
 	ProfileProgOffcpuWalkNative      = "offcpu_walk_native"
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
+	ProfileProgUnwindCopy            = "unwind_copy"
 	ProfileProgUnwindStep            = "unwind_step"
 	ProfileVarActiveBuf              = "active_buf"
 	ProfileVarHaveTaskPtRegs         = "have_task_pt_regs"
@@ -588,6 +623,7 @@ const (
 	ProfileVarOffcpuSchedHi          = "offcpu_sched_hi"
 	ProfileVarOffcpuSchedLo          = "offcpu_sched_lo"
 	ProfileVarOffcpuSelect           = "offcpu_select"
+	ProfileVarStackCopyBytes         = "stack_copy_bytes"
 	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
 	ProfileVarUnusedCpythonBufs      = "unused_cpython_bufs"
 	ProfileVarUnusedCpythonError     = "unused_cpython_error"
@@ -615,6 +651,7 @@ const (
 	ProfileVarUnusedRowKind          = "unused_row_kind"
 	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
 	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
+	ProfileVarUnusedStackCopy        = "unused_stack_copy"
 	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
 	ProfileVarUnusedStopReason       = "unused_stop_reason"
 	ProfileVarUnusedTableSlot        = "unused_table_slot"
@@ -682,6 +719,7 @@ type ProfileProgramSpecs struct {
 	OffcpuWalkNative  *ebpf.ProgramSpec `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
+	UnwindCopy        *ebpf.ProgramSpec `ebpf:"unwind_copy"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
 }
 
@@ -717,6 +755,8 @@ type ProfileMapSpecs struct {
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
+	StackCopies      *ebpf.MapSpec `ebpf:"stack_copies"`
+	StackCopyScratch *ebpf.MapSpec `ebpf:"stack_copy_scratch"`
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
 	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
 	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
@@ -746,6 +786,7 @@ type ProfileVariableSpecs struct {
 	OffcpuSchedHi          *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
 	OffcpuSchedLo          *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.VariableSpec `ebpf:"offcpu_select"`
+	StackCopyBytes         *ebpf.VariableSpec `ebpf:"stack_copy_bytes"`
 	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.VariableSpec `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.VariableSpec `ebpf:"unused_cpython_error"`
@@ -773,6 +814,7 @@ type ProfileVariableSpecs struct {
 	UnusedRowKind          *ebpf.VariableSpec `ebpf:"unused_row_kind"`
 	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
+	UnusedStackCopy        *ebpf.VariableSpec `ebpf:"unused_stack_copy"`
 	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.VariableSpec `ebpf:"unused_table_slot"`
@@ -835,6 +877,8 @@ type ProfileMaps struct {
 	Samples          *ebpf.Map `ebpf:"samples"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
+	StackCopies      *ebpf.Map `ebpf:"stack_copies"`
+	StackCopyScratch *ebpf.Map `ebpf:"stack_copy_scratch"`
 	Stacks0          *ebpf.Map `ebpf:"stacks0"`
 	Stacks1          *ebpf.Map `ebpf:"stacks1"`
 	StatsMap         *ebpf.Map `ebpf:"stats_map"`
@@ -878,6 +922,8 @@ func (m *ProfileMaps) Close() error {
 		m.Samples,
 		m.Scratch,
 		m.Seen,
+		m.StackCopies,
+		m.StackCopyScratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.StatsMap,
@@ -908,6 +954,7 @@ type ProfileVariables struct {
 	OffcpuSchedHi          *ebpf.Variable `ebpf:"offcpu_sched_hi"`
 	OffcpuSchedLo          *ebpf.Variable `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.Variable `ebpf:"offcpu_select"`
+	StackCopyBytes         *ebpf.Variable `ebpf:"stack_copy_bytes"`
 	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.Variable `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.Variable `ebpf:"unused_cpython_error"`
@@ -935,6 +982,7 @@ type ProfileVariables struct {
 	UnusedRowKind          *ebpf.Variable `ebpf:"unused_row_kind"`
 	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
+	UnusedStackCopy        *ebpf.Variable `ebpf:"unused_stack_copy"`
 	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.Variable `ebpf:"unused_table_slot"`
@@ -964,6 +1012,7 @@ type ProfilePrograms struct {
 	OffcpuWalkNative  *ebpf.Program `ebpf:"offcpu_walk_native"`
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
+	UnwindCopy        *ebpf.Program `ebpf:"unwind_copy"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
 }
 
@@ -980,6 +1029,7 @@ func (p *ProfilePrograms) Close() error {
 		p.OffcpuWalkNative,
 		p.ProfileAgg,
 		p.ProfileRb,
+		p.UnwindCopy,
 		p.UnwindStep,
 	)
 }

@@ -46,7 +46,8 @@ enum walk_prog {
 	WALK_NATIVE = 0,
 	WALK_HOTSPOT = RUNTIME_HOTSPOT,
 	WALK_CPYTHON = RUNTIME_CPYTHON,
-	WALK_PROGS = RUNTIME_KINDS,
+	WALK_COPY = RUNTIME_KINDS, /* copies a not-ready sample's stack (unwind.h) */
+	WALK_PROGS = RUNTIME_KINDS + 1,
 };
 
 /* Kinds of runtime frames: what word 0's ptr and word 1's aux are. Each

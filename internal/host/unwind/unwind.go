@@ -75,6 +75,10 @@ type file struct {
 type proc struct {
 	maps  span
 	files []*file
+	// What a copied stack is walked with on the host (copy.go): the
+	// mappings as loaded, and the files by their table slot.
+	ents   []bpf.ProfileUnwindMapping
+	bySlot map[uint32]*file
 }
 
 // Manager owns the table maps' contents. Safe for concurrent use.
@@ -106,6 +110,13 @@ type Manager struct {
 	stats    Stats
 	closed   bool
 	runtimes map[int]Runtime // by pid, kept across Track
+
+	// Stacks copied by the BPF walker (copy.go): waiting for their
+	// process's tables, walked and not yet taken, and the exited
+	// processes copies still wait on (their files referenced).
+	copies []*pendingCopy
+	walked []WalkedCopy
+	dead   map[int]*proc
 }
 
 func (m *Manager) procValue(pid int, sp span) bpf.ProfileUnwindProc {
@@ -154,7 +165,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, maps: maps, log: cfg.Logger, maxRows: min(MaxRowsPerTable, int(cfg.Rows())),
-		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{}, runtimes: map[int]Runtime{},
+		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{}, runtimes: map[int]Runtime{}, dead: map[int]*proc{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
@@ -187,6 +198,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.stats
+	st.CopiesWaiting = len(m.copies)
 	st.Processes = len(m.procs)
 	st.Mappings = int(m.mapSlot.used)
 	st.Rows = int(m.rows.used)
@@ -218,7 +230,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 	if m.closed {
 		return nil
 	}
-	pr := &proc{}
+	pr := &proc{bySlot: map[uint32]*file{}}
 	ents := make([]bpf.ProfileUnwindMapping, 0, len(p.Mappings))
 	for i := range p.Mappings {
 		if len(ents) == MaxMappingsPerProcess {
@@ -233,6 +245,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 			if bias, ok := loadBias(fi.Loads, mp); ok {
 				f := m.fileFor(fi, p.PID, mp)
 				pr.files = append(pr.files, f)
+				pr.bySlot[f.slot] = f
 				e.Table = f.slot
 				e.Bias = bias
 			}
@@ -255,6 +268,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 		return nil
 	}
 	pr.maps = sp
+	pr.ents = ents
 	if err := m.writeMappings(sp, ents); err != nil {
 		m.mapSlot.release(sp)
 		m.unref(pr.files)
@@ -272,9 +286,30 @@ func (m *Manager) Track(p *normalize.Process) error {
 	m.procs[p.PID] = pr
 	if old != nil {
 		m.mapSlot.release(old.maps)
-		m.unref(old.files)
+		m.retireProc(p.PID, old)
 	}
+	m.tryCopies(p.PID, time.Time{})
 	return nil
+}
+
+// retireProc releases pr's files, unless copies of its stacks wait for
+// them: then it stays in m.dead until they are walked.
+func (m *Manager) retireProc(pid int, pr *proc) {
+	for _, c := range m.copies {
+		if c.pr == pr || c.pr == nil && int(c.c.Pid) == pid {
+			if old := m.dead[pid]; old != nil && old != pr {
+				m.unref(old.files) // one image of a pid waits at a time
+			}
+			for _, c := range m.copies {
+				if c.pr == nil && int(c.c.Pid) == pid {
+					c.pr = pr
+				}
+			}
+			m.dead[pid] = pr
+			return
+		}
+	}
+	m.unref(pr.files)
 }
 
 // loadBias returns pc - (ELF address of pc) for the code of mapping mp: the
@@ -306,10 +341,11 @@ func (m *Manager) Forget(pid int) {
 	if pr == nil {
 		return
 	}
+	m.tryCopies(pid, time.Time{}) // binds its copies that came before its mappings
 	delete(m.procs, pid)
 	_ = m.maps.Procs.Delete(uint32(pid))
 	m.mapSlot.release(pr.maps)
-	m.unref(pr.files)
+	m.retireProc(pid, pr)
 }
 
 // Tracked reports whether pid has mappings in the kernel (checked there).
