@@ -42,9 +42,18 @@ const (
 	// VMs build tables 10-30 times slower than the host (docs/kernels.md).
 	copyWait = 10 * time.Second
 	// maxCopies bounds the copies waiting (about 10 KiB each with the
-	// default stack_copy_bytes), and the walked ones not yet taken.
+	// default stack_copy_bytes); more are given up on at once. maxWalked
+	// bounds the walked ones not yet taken by a Drain (about 1 KiB each);
+	// more are dropped, counted.
 	maxCopies = 512
+	maxWalked = 8192
 )
+
+// waitMaps is what a copy waits for when its PC is in no mapping of its
+// live process: the snapshot may have been taken before the loader
+// mapped the libraries, and a sample there makes the BPF side ask for
+// another (ProcessMapsChanged), which Track brings.
+var waitMaps = &file{}
 
 type pendingCopy struct {
 	c     *StackCopy
@@ -74,8 +83,15 @@ func (m *Manager) AddCopy(c *StackCopy) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stats.CopiesReceived++
-	if m.closed || len(m.copies)+len(m.walked) >= maxCopies {
+	if m.closed || len(m.walked) >= maxWalked {
 		m.stats.CopiesDropped++
+		return
+	}
+	if len(m.copies) >= maxCopies {
+		// No room to wait: the sample as far as the BPF side walked it.
+		m.stats.CopiesExpired++
+		m.walked = append(m.walked, WalkedCopy{Copy: &StackCopy{Pid: c.Pid, Tid: c.Tid, CPU: c.CPU, Comm: c.Comm,
+			BootNs: c.BootNs, Walked: c.Walked, Kernel: c.Kernel}, Words: c.Walked, Reason: stopNotReady})
 		return
 	}
 	pc := &pendingCopy{c: c, added: time.Now()}
@@ -126,7 +142,9 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 		w, waiting := m.walkCopy(p.pr, p.c)
 		switch {
 		case waiting != nil && !expired:
-			m.request(waiting, true) // a sample waits for it
+			if waiting != waitMaps {
+				m.request(waiting, true) // a sample waits for it
+			}
 			kept = append(kept, p)
 			continue
 		case waiting != nil:
@@ -266,6 +284,9 @@ func (w *copyWalk) step() (reason uint32, done bool, waiting *file) {
 	ents := w.pr.ents
 	i := sort.Search(len(ents), func(i int) bool { return ents[i].Start > lookup }) - 1
 	if i < 0 || lookup >= ents[i].End {
+		if w.m.procs[int(w.c.Pid)] == w.pr {
+			return 0, false, waitMaps
+		}
 		return stopUnknown, true, nil
 	}
 	e := ents[i]
@@ -393,4 +414,23 @@ func (m *Manager) findRow(f *file, off uint32) (bpf.ProfileUnwindRow, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// CopiesPending is how many stack copies of pid are not taken yet: those
+// waiting for its tables and those walked since the last TakeWalked.
+func (m *Manager) CopiesPending(pid int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, p := range m.copies {
+		if int(p.c.Pid) == pid {
+			n++
+		}
+	}
+	for _, w := range m.walked {
+		if int(w.Copy.Pid) == pid {
+			n++
+		}
+	}
+	return n
 }
