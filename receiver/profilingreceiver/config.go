@@ -103,6 +103,10 @@ type UnwindingConfig struct {
 	MaxMappings int `mapstructure:"max_mappings"`
 	// MaxProcesses bounds the processes with unwind mappings.
 	MaxProcesses int `mapstructure:"max_processes"`
+	// StackCopyBytes is how much user stack a sample copies while its
+	// process's tables are not loaded yet, walked on the host once they
+	// are; 0 turns copies off (x86-64 only).
+	StackCopyBytes int `mapstructure:"stack_copy_bytes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -138,7 +142,11 @@ func (u UnwindingConfig) sampler() (unwind.Config, error) {
 	if err != nil {
 		return unwind.Config{}, err
 	}
-	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses}
+	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses,
+		StackCopyBytes: u.StackCopyBytes}
+	if u.StackCopyBytes == 0 {
+		c.StackCopyBytes = -1 // off (the Manager's zero is its default)
+	}
 	c.SetDefaults()
 	return c, c.Validate()
 }
@@ -168,10 +176,11 @@ func createDefaultConfig() *Config {
 		KernelSymbols:  true,
 		PerfMaps:       true,
 		Unwinding: UnwindingConfig{
-			Mode:          unwind.ModeAuto.String(),
-			MaxTableBytes: unwind.DefaultMaxTableBytes,
-			MaxMappings:   unwind.DefaultMaxMappings,
-			MaxProcesses:  unwind.DefaultMaxProcesses,
+			Mode:           unwind.ModeAuto.String(),
+			MaxTableBytes:  unwind.DefaultMaxTableBytes,
+			MaxMappings:    unwind.DefaultMaxMappings,
+			MaxProcesses:   unwind.DefaultMaxProcesses,
+			StackCopyBytes: unwind.DefaultStackCopyBytes,
 		},
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,

@@ -22,7 +22,7 @@ func TestLoadConfig(t *testing.T) {
 	custom.KernelStacks, custom.KernelSymbols, custom.PerfMaps = false, false, false
 	custom.Targets = []TargetConfig{{PIDs: []int{1, 42}}, {ProcessName: "^(java|node)$"},
 		{Cgroup: "/system.slice/", ProcessName: "nginx"}}
-	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
+	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048, StackCopyBytes: 4096}
 	custom.OffCPU = OffCPUConfig{Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
 		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true}
 	for _, tt := range []struct {
