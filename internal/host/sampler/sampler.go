@@ -96,9 +96,6 @@ type aggObjs struct {
 	BarrierInner *ebpf.Map     `ebpf:"barrier_inner"`
 
 	UnwindStep     *ebpf.Program `ebpf:"unwind_step"`
-	UnwindCopy     *ebpf.Program `ebpf:"unwind_copy"`
-	StackCopies    *ebpf.Map     `ebpf:"stack_copies"`
-	CopyScratch    *ebpf.Map     `ebpf:"stack_copy_scratch"`
 	UnwindProgs    *ebpf.Map     `ebpf:"unwind_progs"`
 	UnwindProcs    *ebpf.Map     `ebpf:"unwind_procs"`
 	UnwindMappings *ebpf.Map     `ebpf:"unwind_mappings"`
@@ -107,6 +104,13 @@ type aggObjs struct {
 	UnwindScratch  *ebpf.Map     `ebpf:"unwind_scratch"`
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
+}
+
+// The stack copy of not-ready samples (copies.go), loaded only when on.
+type copyObjs struct {
+	UnwindCopy  *ebpf.Program `ebpf:"unwind_copy"`
+	StackCopies *ebpf.Map     `ebpf:"stack_copies"`
+	CopyScratch *ebpf.Map     `ebpf:"stack_copy_scratch"`
 }
 
 // The runtime walkers' objects, loaded only for the runtimes walked.
@@ -145,6 +149,7 @@ type objects struct {
 	commonObjs
 	aggObjs     // zero in ModeRingBuffer
 	rbObjs      // zero in ModeKernelAggregation
+	copyObjs    // zero unless stacks are copied
 	hotspotObjs // zero unless HotSpot is walked
 	cpythonObjs // zero unless CPython is walked
 	offcpuObjs  // zero unless off-CPU samples are on
