@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -48,6 +51,11 @@ func checkNotReady(t *testing.T, name string, samples []sampler.Sample) {
 func TestShortLivedWhole(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("stack copies are walked on x86-64 only, not %s", runtime.GOARCH)
+	}
+	// BPF time per sample, copies included (their tail call is part of
+	// the sampling program's run): logged for docs/unwinding.md.
+	if stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+		defer stats.Close()
 	}
 	h := newHarness(t, sampler.Config{})
 	bin := testfixture.Build(t, chainPIE)
@@ -128,6 +136,9 @@ func TestShortLivedWhole(t *testing.T) {
 		u1.CopiesWalked-u0.CopiesWalked, u1.CopiesExpired-u0.CopiesExpired)
 	for k, n := range bad {
 		t.Logf("  %4d × %s  %s", n, k, example[k])
+	}
+	if d, n, err := h.s.ProgramStats(); err == nil && n > 0 {
+		t.Logf("bpf_ns_per_sample=%d over %d samples of the host (kernel.bpf_stats)", d.Nanoseconds()/int64(n), n)
 	}
 	total += dropped
 	if total < 500 {
