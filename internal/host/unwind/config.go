@@ -123,8 +123,8 @@ func (c *Config) Validate() error {
 	if c.MaxProcesses < 16 || c.MaxProcesses > 1<<22 {
 		errs = append(errs, fmt.Errorf("max_processes must be between 16 and %d, got %d", 1<<22, c.MaxProcesses))
 	}
-	if c.StackCopyBytes > MaxStackCopyBytes || c.StackCopyBytes > 0 && c.StackCopyBytes < 512 {
-		errs = append(errs, fmt.Errorf("stack_copy_bytes must be negative (off) or between 512 and %d, got %d", MaxStackCopyBytes, c.StackCopyBytes))
+	if c.StackCopyBytes > MaxStackCopyBytes || c.StackCopyBytes > 0 && c.StackCopyBytes < 64 {
+		errs = append(errs, fmt.Errorf("stack_copy_bytes must be negative (off) or between 64 and %d, got %d", MaxStackCopyBytes, c.StackCopyBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -146,5 +147,62 @@ func TestShortLivedWhole(t *testing.T) {
 	}
 	if float64(whole) < 0.999*float64(total) {
 		t.Errorf("%.2f%% of samples whole (dropped copies counted as failures), want >= 99.9%%", 100*float64(whole)/float64(total))
+	}
+}
+
+// TestStackCopyTruncated copies the least the config allows (64 bytes)
+// of the C chain's first samples: the walks that run past it end with
+// stack_copy_truncated, and every frame before that is the chain's, in
+// order from the leaf, or at least in a mapping of the process: a short
+// copy may cut a stack, never make up a caller.
+func TestStackCopyTruncated(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("stack copies are walked on x86-64 only, not %s", runtime.GOARCH)
+	}
+	h := newHarness(t, sampler.Config{Unwinding: unwind.Config{StackCopyBytes: 64}})
+	bin := testfixture.Build(t, chainPIE)
+	syms := loadSymbols(t, bin)
+	var pids []int
+	for range 16 {
+		cmd := exec.Command(bin, "0.05")
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, cmd.Process.Pid)
+	}
+	samples := h.drain(t, pids...)
+	truncated := 0
+	for _, s := range samples {
+		if s.Stop != sampler.StopStackCopyTruncated {
+			continue
+		}
+		truncated++
+		p := h.norm.Cached(int(s.Pid))
+		if p == nil {
+			t.Fatalf("no snapshot of pid %d", s.Pid)
+		}
+		for _, pc := range s.UserPCs {
+			if !inMapping(p, pc) {
+				t.Errorf("truncated stack %#x: %#x in no mapping", s.UserPCs, pc)
+			}
+		}
+		names := syms.names(p, s.UserPCs, s.UserExact...)
+		if !syms.inFiles(p, s.UserPCs[:1]) {
+			continue // the loader's or libc's code, before main
+		}
+		for i, n := range names {
+			if i >= len(cChain.want) || cChain.want[i].MatchString("main") && n != "main" {
+				break // past main: libc's start code
+			}
+			if !cChain.want[i].MatchString(n) {
+				t.Errorf("truncated stack %v (%#x): frame %d is not the chain's", names, s.UserPCs, i)
+				break
+			}
+		}
+	}
+	st, _ := h.s.Stats()
+	t.Logf("%d stacks truncated at 64 bytes of %d samples; copies sent %d", truncated, len(samples), st.StackCopies)
+	if truncated == 0 {
+		t.Errorf("no copy of 64 bytes was truncated")
 	}
 }
