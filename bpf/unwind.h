@@ -35,9 +35,8 @@ enum unwind_limits {
 	/* Stack copies of not-ready samples (WALK_COPY): at most this many
 	 * bytes (the config's stack_copy_bytes is 0 or up to it), read a page
 	 * at a time so that the end of the stack mapping ends the copy, not
-	 * the whole read; at most STACK_COPIES_PER_PROC per process image, so
-	 * a process the agent never loads (filtered out, no room) stops
-	 * costing copies. */
+	 * the whole read; at most STACK_COPIES_PER_PROC per process image
+	 * before the agent loads it (not_ready_step). */
 	STACK_COPY_MAX = 16384,
 	STACK_COPY_PAGE = 4096,
 	STACK_COPY_CHUNKS = STACK_COPY_MAX / STACK_COPY_PAGE + 1,
@@ -386,19 +385,25 @@ static __always_inline int untrusted_fp_step(struct unwind_state *s)
 }
 
 /* Code whose table is not loaded yet. A CPU sample whose stack is exact
- * so far has its stack copied instead (native_step tail-calls WALK_COPY),
- * at most STACK_COPIES_PER_PROC times per process image (the count lives
- * in seen); otherwise a checked FP step. Returns 1 when the walk stops
- * here, as unwind_frame. */
+ * so far has its stack copied instead (native_step tail-calls WALK_COPY);
+ * otherwise a checked FP step. While userspace has not loaded the process
+ * at all, at most STACK_COPIES_PER_PROC samples per process image copy
+ * (the count lives in seen): one it never loads (filtered out, no room)
+ * stops costing. Once loaded, tables pending are being built: every
+ * sample copies until they are (a cold agent in an emulated VM takes
+ * seconds for libc's). Returns 1 when the walk stops here, as
+ * unwind_frame. */
 static __always_inline int not_ready_step(struct unwind_state *s)
 {
-	__u8 *n;
+	__u8 *n = NULL;
 
 	if (stack_copy_bytes && s->origin == ORIGIN_CPU && !s->copy_tried && s->stack.reason == STOP_OK) {
 		s->copy_tried = 1;
-		n = bpf_map_lookup_elem(&seen, &s->tgid);
-		if (n && *n <= STACK_COPIES_PER_PROC) {
-			*n += 1;
+		if (!s->have_proc)
+			n = bpf_map_lookup_elem(&seen, &s->tgid);
+		if (s->have_proc || (n && *n <= STACK_COPIES_PER_PROC)) {
+			if (n)
+				*n += 1;
 			s->want_copy = 1;
 			set_reason(s, STOP_NOT_READY);
 			return 1;
