@@ -35,8 +35,7 @@ enum unwind_limits {
 	/* Stack copies of not-ready samples (WALK_COPY): at most this many
 	 * bytes (the config's stack_copy_bytes is 0 or up to it), read a page
 	 * at a time so that the end of the stack mapping ends the copy, not
-	 * the whole read; at most STACK_COPIES_PER_PROC per process image
-	 * before the agent loads it (not_ready_step). */
+	 * the whole read; STACK_COPIES_PER_PROC: see not_ready_step. */
 	STACK_COPY_MAX = 16384,
 	STACK_COPY_PAGE = 4096,
 	STACK_COPY_CHUNKS = STACK_COPY_MAX / STACK_COPY_PAGE + 1,
@@ -384,32 +383,36 @@ static __always_inline int untrusted_fp_step(struct unwind_state *s)
 	return !arch_ra_after_call(s->pc);
 }
 
-/* Code whose table is not loaded yet. A CPU sample whose stack is exact
- * so far has its stack copied instead (native_step tail-calls WALK_COPY);
- * otherwise a checked FP step. While userspace has not loaded the process
- * at all, at most STACK_COPIES_PER_PROC samples per process image copy
- * (the count lives in seen): one it never loads (filtered out, no room)
- * stops costing. Once loaded, tables pending are being built: every
- * sample copies until they are (a cold agent in an emulated VM takes
- * seconds for libc's). Returns 1 when the walk stops here, as
- * unwind_frame. */
-static __always_inline int not_ready_step(struct unwind_state *s)
+/* Code the walker cannot follow yet: the process or the file's table not
+ * loaded (NOT_READY), or a PC in no mapping of the snapshot userspace
+ * loaded (UNKNOWN_MAPPING: one taken before the loader mapped libc, or a
+ * dlopen since; signal_remap asks for another). A CPU sample whose stack
+ * is exact so far has its stack copied instead (native_step tail-calls
+ * WALK_COPY), for userspace to walk once it has loaded what was missing;
+ * otherwise a checked FP step. budget: at most STACK_COPIES_PER_PROC such
+ * samples per process image copy (the count lives in seen), for what may
+ * never be loaded (a process filtered out or without room, a mapping
+ * beyond the per-process limit). Tables pending for a loaded process are
+ * being built: every sample copies until they are (a cold agent in an
+ * emulated VM takes seconds for libc's). Returns 1 when the walk stops
+ * here, as unwind_frame. */
+static __always_inline int not_ready_step(struct unwind_state *s, __u32 reason, bool budget)
 {
 	__u8 *n = NULL;
 
 	if (stack_copy_bytes && s->origin == ORIGIN_CPU && !s->copy_tried && s->stack.reason == STOP_OK) {
 		s->copy_tried = 1;
-		if (!s->have_proc)
+		if (budget)
 			n = bpf_map_lookup_elem(&seen, &s->tgid);
-		if (s->have_proc || (n && *n <= STACK_COPIES_PER_PROC)) {
+		if (!budget || (n && *n <= STACK_COPIES_PER_PROC)) {
 			if (n)
 				*n += 1;
 			s->want_copy = 1;
-			set_reason(s, STOP_NOT_READY);
+			set_reason(s, reason);
 			return 1;
 		}
 	}
-	set_reason(s, STOP_NOT_READY);
+	set_reason(s, reason);
 	return untrusted_fp_step(s);
 }
 
@@ -455,12 +458,11 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 	s->regs_valid = 0; /* the caller's registers are not known */
 
 	if (!s->have_proc)
-		return not_ready_step(s);
+		return not_ready_step(s, STOP_NOT_READY, true);
 	m = find_mapping(s, lookup);
 	if (!m) {
 		signal_remap(s, st);
-		set_reason(s, STOP_UNKNOWN_MAPPING);
-		return untrusted_fp_step(s);
+		return not_ready_step(s, STOP_UNKNOWN_MAPPING, true);
 	}
 	slot = m->table;
 	off = lookup - m->bias;
@@ -487,7 +489,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		emit_event(st, slot, PROC_TABLE, 0);
 	}
 	if (t && t->state == TABLE_PENDING)
-		return not_ready_step(s);
+		return not_ready_step(s, STOP_NOT_READY, false);
 	if (!t || t->state != TABLE_READY) {
 		set_reason(s, STOP_NO_TABLE);
 		return untrusted_fp_step(s);

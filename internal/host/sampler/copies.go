@@ -21,9 +21,12 @@ import (
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
-// copyRing holds the copies in flight: 32 of 8 KiB. The reader takes them
-// as they come (a copy is a new process's first sample or two).
-const copyRing = 1 << 18
+// copyRing holds the copies in flight: about 100 of 8 KiB (2 KiB of
+// header each). The reader takes them as they come, but a loaded host
+// delays it: with 256 KiB, 27 of 313 copies found the ring full while
+// other engineers' builds kept the load average at 12 on 2 cores
+// (TestShortLivedWhole), and those samples end not_ready.
+const copyRing = 1 << 20
 
 // stackCopyBytes is what the BPF side copies: 0 where the host walk does
 // not know the architecture (it follows x86-64's rows and frame records)
