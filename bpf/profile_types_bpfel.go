@@ -377,8 +377,9 @@ type ProfileStackCopy struct {
 	Ulen    uint32
 	PcExact uint32
 	Size    uint32
-	Pad     uint32
+	Fplen   uint32
 	Comm    [16]int8
+	Fpcs    [32]uint64
 	Kpcs    [127]uint64
 	Upcs    [128]uint64
 	Stack   [20480]uint8
@@ -454,6 +455,7 @@ const (
 	ProfileUnwindLimitsSTACK_COPY_PAGE       ProfileUnwindLimits = 4096
 	ProfileUnwindLimitsSTACK_COPY_CHUNKS     ProfileUnwindLimits = 5
 	ProfileUnwindLimitsSTACK_COPIES_PER_PROC ProfileUnwindLimits = 32
+	ProfileUnwindLimitsSTACK_COPY_FP_FRAMES  ProfileUnwindLimits = 32
 )
 
 type ProfileUnwindMapping struct {

@@ -40,6 +40,7 @@ enum unwind_limits {
 	STACK_COPY_PAGE = 4096,
 	STACK_COPY_CHUNKS = STACK_COPY_MAX / STACK_COPY_PAGE + 1,
 	STACK_COPIES_PER_PROC = 32,
+	STACK_COPY_FP_FRAMES = 32, /* a power of two: indexes are masked */
 };
 
 /* Bytes of user stack copied for a sample whose process or table is not
@@ -183,8 +184,13 @@ struct stack_copy {
 	__u32 ulen;      /* words of upcs: the walk so far, as user_stack.pcs */
 	__u32 pc_exact;  /* pc is no return address (the leaf) */
 	__u32 size;      /* bytes of stack copied from sp */
-	__u32 pad;
+	__u32 fplen;     /* words of fpcs */
 	char comm[16];
+	/* The callers checked frame pointers give from pc, as the walk would
+	 * have gone on without the copy: what userspace keeps (marked
+	 * not_ready) if it cannot walk the copy, e.g. a process it never
+	 * loads. */
+	__u64 fpcs[STACK_COPY_FP_FRAMES];
 	__u64 kpcs[MAX_STACK_DEPTH];
 	__u64 upcs[MAX_USER_FRAMES];
 	/* One page more than the limit: the verifier checks a read at a

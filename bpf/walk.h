@@ -179,6 +179,29 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 	return finish_walk(s, st);
 }
 
+/* Fills c->fpcs with the callers checked FP steps give from s->pc (see
+ * struct stack_copy), leaving s as it was. */
+static __always_inline void copy_fp_fallback(struct unwind_state *s, struct stack_copy *c)
+{
+	__u64 pc = s->pc, sp = s->sp, fp = s->fp;
+	__u32 sp_unknown = s->sp_unknown, pc_exact = s->pc_exact, trusted = s->trusted, reason = s->stack.reason;
+
+	c->fplen = 0;
+	for (int i = 0; i < STACK_COPY_FP_FRAMES; i++) {
+		if (untrusted_fp_step(s) || s->pc == 0 || (s->pc & ~RT_PTR_MASK))
+			break;
+		c->fpcs[i & (STACK_COPY_FP_FRAMES - 1)] = s->pc;
+		c->fplen = i + 1;
+	}
+	s->pc = pc;
+	s->sp = sp;
+	s->fp = fp;
+	s->sp_unknown = sp_unknown;
+	s->pc_exact = pc_exact;
+	s->trusted = trusted;
+	s->stack.reason = reason;
+}
+
 /* Copies the stack of a sample that met code whose table is not loaded
  * yet, from the frame at s->pc up, with the walk so far, its kernel stack
  * and registers, to stack_copies; userspace walks the rest once the tables
@@ -220,7 +243,7 @@ static __always_inline int copy_stack(void *ctx, struct unwind_state *s, struct 
 	c->ulen = s->stack.len;
 	c->pc_exact = s->pc_exact;
 	c->size = got;
-	c->pad = 0;
+	copy_fp_fallback(s, c);
 	__builtin_memcpy(c->upcs, s->stack.pcs, sizeof(c->upcs));
 	bpf_get_current_comm(c->comm, sizeof(c->comm));
 	c->kbytes = 0;

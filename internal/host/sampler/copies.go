@@ -80,7 +80,8 @@ func decodeCopy(raw []byte) (*unwind.StackCopy, bool) {
 	size := int(u32(unsafe.Offsetof(sc.Size)))
 	ulen := int(u32(unsafe.Offsetof(sc.Ulen)))
 	kn := int(u32(unsafe.Offsetof(sc.Kbytes))) / 8
-	if size > len(raw)-head || ulen > len(sc.Upcs) || kn > len(sc.Kpcs) {
+	fn := int(u32(unsafe.Offsetof(sc.Fplen)))
+	if size > len(raw)-head || ulen > len(sc.Upcs) || kn > len(sc.Kpcs) || fn > len(sc.Fpcs) {
 		return nil, false
 	}
 	var comm [16]int8
@@ -91,10 +92,11 @@ func decodeCopy(raw []byte) (*unwind.StackCopy, bool) {
 		Pid: u32(unsafe.Offsetof(sc.Pid)), Tid: u32(unsafe.Offsetof(sc.Tid)), CPU: u32(unsafe.Offsetof(sc.Cpu)),
 		Comm: commString(comm), BootNs: u64(unsafe.Offsetof(sc.TsNs)),
 		PC: u64(unsafe.Offsetof(sc.Pc)), SP: u64(unsafe.Offsetof(sc.Sp)), FP: u64(unsafe.Offsetof(sc.Fp)),
-		PCExact: u32(unsafe.Offsetof(sc.PcExact)) != 0,
-		Walked:  words(unsafe.Offsetof(sc.Upcs), ulen),
-		Kernel:  words(unsafe.Offsetof(sc.Kpcs), kn),
-		Stack:   append([]byte(nil), raw[head:head+size]...),
+		PCExact:   u32(unsafe.Offsetof(sc.PcExact)) != 0,
+		Walked:    words(unsafe.Offsetof(sc.Upcs), ulen),
+		Kernel:    words(unsafe.Offsetof(sc.Kpcs), kn),
+		FPCallers: words(unsafe.Offsetof(sc.Fpcs), fn),
+		Stack:     append([]byte(nil), raw[head:head+size]...),
 	}, true
 }
 

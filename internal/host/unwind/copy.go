@@ -26,6 +26,16 @@ type StackCopy struct {
 	Walked     []uint64 // the walk so far, words as in the walked stacks
 	Kernel     []uint64
 	Stack      []byte // copied from SP up
+	// FPCallers are the callers of PC checked frame-pointer steps gave:
+	// the walk a copy that cannot be walked gets, as without copies.
+	FPCallers []uint64
+}
+
+// unwalked is c as far as the BPF walker got without the copy, marked
+// not_ready: for a copy whose process or tables never load.
+func unwalked(c *StackCopy) WalkedCopy {
+	w := append(append(make([]uint64, 0, len(c.Walked)+len(c.FPCallers)), c.Walked...), c.FPCallers...)
+	return WalkedCopy{Copy: c, Words: w[:min(len(w), maxWords)], Reason: stopNotReady}
 }
 
 // WalkedCopy is a StackCopy walked on the host: Words (as the BPF walker
@@ -41,6 +51,11 @@ const (
 	// is then given as far as it was walked, marked not_ready. Emulated
 	// VMs build tables 10-30 times slower than the host (docs/kernels.md).
 	copyWait = 10 * time.Second
+	// unloadedWait bounds how long a copy waits for its process to be
+	// loaded at all (Track follows the sampler's ProcessNew event within
+	// milliseconds); one never loaded (no client tracks it, a snapshot
+	// that failed) then comes as the frame-pointer walk gave it.
+	unloadedWait = 2 * time.Second
 	// maxCopies bounds the copies waiting (about 10 KiB each with the
 	// default stack_copy_bytes); more are given up on at once. maxWalked
 	// bounds the walked ones not yet taken by a Drain (about 1 KiB each);
@@ -90,8 +105,8 @@ func (m *Manager) AddCopy(c *StackCopy) {
 	if len(m.copies) >= maxCopies {
 		// No room to wait: the sample as far as the BPF side walked it.
 		m.stats.CopiesExpired++
-		m.walked = append(m.walked, WalkedCopy{Copy: &StackCopy{Pid: c.Pid, Tid: c.Tid, CPU: c.CPU, Comm: c.Comm,
-			BootNs: c.BootNs, Walked: c.Walked, Kernel: c.Kernel}, Words: c.Walked, Reason: stopNotReady})
+		c.Stack = nil
+		m.walked = append(m.walked, unwalked(c))
 		return
 	}
 	pc := &pendingCopy{c: c, added: time.Now()}
@@ -129,6 +144,7 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 		}
 		expired := !now.IsZero() && now.Sub(p.added) > copyWait
 		if p.pr == nil {
+			expired = !now.IsZero() && now.Sub(p.added) > unloadedWait
 			// Its process is not loaded yet (or never will be: filtered
 			// out, no room): the walk so far, once given up on.
 			if !expired {
@@ -136,7 +152,7 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 				continue
 			}
 			m.stats.CopiesExpired++
-			m.walked = append(m.walked, WalkedCopy{Copy: p.c, Words: p.c.Walked, Reason: stopNotReady})
+			m.walked = append(m.walked, unwalked(p.c))
 			continue
 		}
 		w, waiting := m.walkCopy(p.pr, p.c)
@@ -149,6 +165,7 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 			continue
 		case waiting != nil:
 			m.stats.CopiesExpired++
+			w = unwalked(p.c)
 		default:
 			m.stats.CopiesWalked++
 		}
