@@ -295,7 +295,7 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
 			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
-			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync,
+			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync, Seen: s.objs.Seen,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sampler: %w", err)

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/profsym/profsym/bpf"
 )
 
@@ -450,4 +452,34 @@ func (m *Manager) CopiesPending(pid int) int {
 		}
 	}
 	return n
+}
+
+// Ignore says pid will not be loaded (outside the targets): its samples
+// stop copying their stacks (its copy budget in the seen map is spent),
+// and the copies already taken come at once as the walk without them
+// gave. Without it a host's untargeted processes each copy 32 samples,
+// which wait for nothing and crowd the targeted ones' out of maxCopies.
+func (m *Manager) Ignore(pid int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.maps.Seen != nil {
+		var v uint8
+		if m.maps.Seen.Lookup(uint32(pid), &v) == nil {
+			_ = m.maps.Seen.Update(uint32(pid), uint8(255), ebpf.UpdateExist)
+		}
+	}
+	if m.procs[pid] != nil {
+		return // loaded after all (an exec into a targeted program)
+	}
+	kept := m.copies[:0]
+	for _, p := range m.copies {
+		if int(p.c.Pid) == pid && p.pr == nil {
+			m.stats.CopiesExpired++
+			m.walked = append(m.walked, unwalked(p.c))
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(m.copies[len(kept):])
+	m.copies = kept
 }

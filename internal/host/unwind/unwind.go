@@ -34,6 +34,10 @@ import (
 type Maps struct {
 	Procs, Mappings, Tables, Rows *ebpf.Map
 	Sync                          func() error
+	// Seen holds per process, besides that it was announced, its stack
+	// copies so far (bpf/unwind.h not_ready_step); Ignore spends them.
+	// Optional.
+	Seen *ebpf.Map
 }
 
 // speculativeDelay: a table queued because a process maps the file, not
