@@ -95,6 +95,8 @@ struct stats {
 	__u64 truncated;       /* a stack reached max_depth (ring buffer mode) */
 	__u64 unwind_frames;   /* frames walked with unwind tables or FP fallback */
 	__u64 unwind_tail_fail;/* a tail call into the walker failed */
+	__u64 stack_copies;    /* not-ready samples whose stack went to userspace (stack_copies) */
+	__u64 stack_copy_lost; /* ... that could not be sent (ring full): walked with FP, not_ready */
 	__u64 stops[STOP_SLOTS]; /* walked stacks by enum stop_reason */
 	__u64 selection[SELECT_VERDICTS]; /* samples by enum select_verdict (cgroup_select) */
 };
@@ -195,7 +197,8 @@ struct {
  * after sampling decides, so that nothing selected is lost. */
 __u32 cgroup_select_all = 0;
 
-/* tgids already announced to userspace. LRU: an evicted entry only causes a
+/* tgids already announced to userspace, with 1 + the stack copies of
+ * their current image (unwind.h). LRU: an evicted entry only causes a
  * duplicate PROC_NEW, which userspace tolerates. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -289,6 +292,7 @@ enum cfa_rule *unused_cfa_rule __attribute__((unused));
 enum stack_word_bits *unused_stack_word_bits __attribute__((unused));
 enum runtime_kind *unused_runtime_kind __attribute__((unused));
 enum walk_prog *unused_walk_prog __attribute__((unused));
+struct stack_copy *unused_stack_copy __attribute__((unused));
 enum frame_kind *unused_frame_kind __attribute__((unused));
 enum unwind_limits *unused_unwind_limits __attribute__((unused));
 enum row_bits *unused_row_bits __attribute__((unused));
@@ -475,6 +479,7 @@ int handle_exec(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
 	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u8 *n;
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
@@ -482,8 +487,10 @@ int handle_exec(__u64 *ctx)
 	offcpu_forget(tgid); /* its name may have changed */
 	/* Only sampled processes: announcing every exec of the host would cost
 	 * a /proc read per short-lived process, most of them never sampled. */
-	if (!bpf_map_lookup_elem(&seen, &tgid))
+	n = bpf_map_lookup_elem(&seen, &tgid);
+	if (!n)
 		return 0;
+	*n = 1; /* a new image: its stack copies start again (unwind.h) */
 	emit_event(get_stats(), tgid, PROC_EXEC, 1);
 	return 0;
 }

@@ -610,6 +610,27 @@ const (
 	ProfileSelectVerdictSELECT_VERDICTS     ProfileSelectVerdict = 2
 )
 
+type ProfileStackCopy struct {
+	_       structs.HostLayout
+	Pid     uint32
+	Tid     uint32
+	Cpu     uint32
+	Kbytes  uint32
+	TsNs    uint64
+	Pc      uint64
+	Sp      uint64
+	Fp      uint64
+	Ulen    uint32
+	PcExact uint32
+	Size    uint32
+	Fplen   uint32
+	Comm    [16]int8
+	Fpcs    [32]uint64
+	Kpcs    [127]uint64
+	Upcs    [128]uint64
+	Stack   [20480]uint8
+}
+
 type ProfileStackWordBits uint32
 
 const (
@@ -629,6 +650,8 @@ type ProfileStats struct {
 	Truncated      uint64
 	UnwindFrames   uint64
 	UnwindTailFail uint64
+	StackCopies    uint64
+	StackCopyLost  uint64
 	Stops          [16]uint64
 	Selection      [2]uint64
 }
@@ -636,18 +659,19 @@ type ProfileStats struct {
 type ProfileStopReason uint32
 
 const (
-	ProfileStopReasonSTOP_OK              ProfileStopReason = 0
-	ProfileStopReasonSTOP_NOT_READY       ProfileStopReason = 1
-	ProfileStopReasonSTOP_UNKNOWN_MAPPING ProfileStopReason = 2
-	ProfileStopReasonSTOP_NO_TABLE        ProfileStopReason = 3
-	ProfileStopReasonSTOP_READ_FAULT      ProfileStopReason = 4
-	ProfileStopReasonSTOP_DEPTH           ProfileStopReason = 5
-	ProfileStopReasonSTOP_BAD_FRAME       ProfileStopReason = 6
-	ProfileStopReasonSTOP_FP_ONLY         ProfileStopReason = 7
-	ProfileStopReasonSTOP_JIT             ProfileStopReason = 8
-	ProfileStopReasonSTOP_RUNTIME         ProfileStopReason = 9
-	ProfileStopReasonSTOP_REASONS         ProfileStopReason = 10
-	ProfileStopReasonSTOP_SLOTS           ProfileStopReason = 16
+	ProfileStopReasonSTOP_OK                   ProfileStopReason = 0
+	ProfileStopReasonSTOP_NOT_READY            ProfileStopReason = 1
+	ProfileStopReasonSTOP_UNKNOWN_MAPPING      ProfileStopReason = 2
+	ProfileStopReasonSTOP_NO_TABLE             ProfileStopReason = 3
+	ProfileStopReasonSTOP_READ_FAULT           ProfileStopReason = 4
+	ProfileStopReasonSTOP_DEPTH                ProfileStopReason = 5
+	ProfileStopReasonSTOP_BAD_FRAME            ProfileStopReason = 6
+	ProfileStopReasonSTOP_FP_ONLY              ProfileStopReason = 7
+	ProfileStopReasonSTOP_JIT                  ProfileStopReason = 8
+	ProfileStopReasonSTOP_RUNTIME              ProfileStopReason = 9
+	ProfileStopReasonSTOP_STACK_COPY_TRUNCATED ProfileStopReason = 10
+	ProfileStopReasonSTOP_REASONS              ProfileStopReason = 11
+	ProfileStopReasonSTOP_SLOTS                ProfileStopReason = 16
 )
 
 type ProfileTableSlot uint32
@@ -669,11 +693,16 @@ const (
 type ProfileUnwindLimits uint32
 
 const (
-	ProfileUnwindLimitsMAX_USER_FRAMES  ProfileUnwindLimits = 128
-	ProfileUnwindLimitsFRAMES_PER_PROG  ProfileUnwindLimits = 6
-	ProfileUnwindLimitsROW_SEARCH_STEPS ProfileUnwindLimits = 22
-	ProfileUnwindLimitsMAP_SEARCH_STEPS ProfileUnwindLimits = 10
-	ProfileUnwindLimitsMAX_TAIL_CALLS   ProfileUnwindLimits = 30
+	ProfileUnwindLimitsMAX_USER_FRAMES       ProfileUnwindLimits = 128
+	ProfileUnwindLimitsFRAMES_PER_PROG       ProfileUnwindLimits = 6
+	ProfileUnwindLimitsROW_SEARCH_STEPS      ProfileUnwindLimits = 22
+	ProfileUnwindLimitsMAP_SEARCH_STEPS      ProfileUnwindLimits = 10
+	ProfileUnwindLimitsMAX_TAIL_CALLS        ProfileUnwindLimits = 30
+	ProfileUnwindLimitsSTACK_COPY_MAX        ProfileUnwindLimits = 16384
+	ProfileUnwindLimitsSTACK_COPY_PAGE       ProfileUnwindLimits = 4096
+	ProfileUnwindLimitsSTACK_COPY_CHUNKS     ProfileUnwindLimits = 5
+	ProfileUnwindLimitsSTACK_COPIES_PER_PROC ProfileUnwindLimits = 32
+	ProfileUnwindLimitsSTACK_COPY_FP_FRAMES  ProfileUnwindLimits = 32
 )
 
 type ProfileUnwindMapping struct {
@@ -739,8 +768,12 @@ type ProfileUnwindState struct {
 		Lo uint64
 		Hi uint64
 	}
-	RtData [4]uint64
-	Stack  ProfileUserStack
+	RtData    [4]uint64
+	CopyTried uint32
+	WantCopy  uint32
+	Copied    uint32
+	CopyPad   uint32
+	Stack     ProfileUserStack
 }
 
 type ProfileUnwindTable struct {
@@ -840,7 +873,8 @@ const (
 	ProfileWalkProgWALK_PHP     ProfileWalkProg = 4
 	ProfileWalkProgWALK_PERL    ProfileWalkProg = 5
 	ProfileWalkProgWALK_RUBY    ProfileWalkProg = 6
-	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 7
+	ProfileWalkProgWALK_COPY    ProfileWalkProg = 7
+	ProfileWalkProgWALK_PROGS   ProfileWalkProg = 8
 )
 
 // Names of all BPF objects in the ELF.
@@ -886,6 +920,8 @@ const (
 	ProfileMapScratch                = "scratch"
 	ProfileMapSeen                   = "seen"
 	ProfileMapSelectedCgroups        = "selected_cgroups"
+	ProfileMapStackCopies            = "stack_copies"
+	ProfileMapStackCopyScratch       = "stack_copy_scratch"
 	ProfileMapStacks0                = "stacks0"
 	ProfileMapStacks1                = "stacks1"
 	ProfileMapStatsMap               = "stats_map"
@@ -918,6 +954,7 @@ const (
 	ProfileProgProfileAgg            = "profile_agg"
 	ProfileProgProfileRb             = "profile_rb"
 	ProfileProgRubyStep              = "ruby_step"
+	ProfileProgUnwindCopy            = "unwind_copy"
 	ProfileProgUnwindStep            = "unwind_step"
 	ProfileProgV8Step                = "v8_step"
 	ProfileVarActiveBuf              = "active_buf"
@@ -936,6 +973,7 @@ const (
 	ProfileVarOffcpuSchedHi          = "offcpu_sched_hi"
 	ProfileVarOffcpuSchedLo          = "offcpu_sched_lo"
 	ProfileVarOffcpuSelect           = "offcpu_select"
+	ProfileVarStackCopyBytes         = "stack_copy_bytes"
 	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
 	ProfileVarUnusedCpythonBufs      = "unused_cpython_bufs"
 	ProfileVarUnusedCpythonError     = "unused_cpython_error"
@@ -979,6 +1017,7 @@ const (
 	ProfileVarUnusedRuntimeKind      = "unused_runtime_kind"
 	ProfileVarUnusedSampleOrigin     = "unused_sample_origin"
 	ProfileVarUnusedSelectVerdict    = "unused_select_verdict"
+	ProfileVarUnusedStackCopy        = "unused_stack_copy"
 	ProfileVarUnusedStackWordBits    = "unused_stack_word_bits"
 	ProfileVarUnusedStopReason       = "unused_stop_reason"
 	ProfileVarUnusedTableSlot        = "unused_table_slot"
@@ -1057,6 +1096,7 @@ type ProfileProgramSpecs struct {
 	ProfileAgg        *ebpf.ProgramSpec `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.ProgramSpec `ebpf:"profile_rb"`
 	RubyStep          *ebpf.ProgramSpec `ebpf:"ruby_step"`
+	UnwindCopy        *ebpf.ProgramSpec `ebpf:"unwind_copy"`
 	UnwindStep        *ebpf.ProgramSpec `ebpf:"unwind_step"`
 	V8Step            *ebpf.ProgramSpec `ebpf:"v8_step"`
 }
@@ -1104,6 +1144,8 @@ type ProfileMapSpecs struct {
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	Seen             *ebpf.MapSpec `ebpf:"seen"`
 	SelectedCgroups  *ebpf.MapSpec `ebpf:"selected_cgroups"`
+	StackCopies      *ebpf.MapSpec `ebpf:"stack_copies"`
+	StackCopyScratch *ebpf.MapSpec `ebpf:"stack_copy_scratch"`
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
 	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
 	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
@@ -1140,6 +1182,7 @@ type ProfileVariableSpecs struct {
 	OffcpuSchedHi          *ebpf.VariableSpec `ebpf:"offcpu_sched_hi"`
 	OffcpuSchedLo          *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.VariableSpec `ebpf:"offcpu_select"`
+	StackCopyBytes         *ebpf.VariableSpec `ebpf:"stack_copy_bytes"`
 	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.VariableSpec `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.VariableSpec `ebpf:"unused_cpython_error"`
@@ -1183,6 +1226,7 @@ type ProfileVariableSpecs struct {
 	UnusedRuntimeKind      *ebpf.VariableSpec `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.VariableSpec `ebpf:"unused_sample_origin"`
 	UnusedSelectVerdict    *ebpf.VariableSpec `ebpf:"unused_select_verdict"`
+	UnusedStackCopy        *ebpf.VariableSpec `ebpf:"unused_stack_copy"`
 	UnusedStackWordBits    *ebpf.VariableSpec `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.VariableSpec `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.VariableSpec `ebpf:"unused_table_slot"`
@@ -1260,6 +1304,8 @@ type ProfileMaps struct {
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	Seen             *ebpf.Map `ebpf:"seen"`
 	SelectedCgroups  *ebpf.Map `ebpf:"selected_cgroups"`
+	StackCopies      *ebpf.Map `ebpf:"stack_copies"`
+	StackCopyScratch *ebpf.Map `ebpf:"stack_copy_scratch"`
 	Stacks0          *ebpf.Map `ebpf:"stacks0"`
 	Stacks1          *ebpf.Map `ebpf:"stacks1"`
 	StatsMap         *ebpf.Map `ebpf:"stats_map"`
@@ -1317,6 +1363,8 @@ func (m *ProfileMaps) Close() error {
 		m.Scratch,
 		m.Seen,
 		m.SelectedCgroups,
+		m.StackCopies,
+		m.StackCopyScratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.StatsMap,
@@ -1354,6 +1402,7 @@ type ProfileVariables struct {
 	OffcpuSchedHi          *ebpf.Variable `ebpf:"offcpu_sched_hi"`
 	OffcpuSchedLo          *ebpf.Variable `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.Variable `ebpf:"offcpu_select"`
+	StackCopyBytes         *ebpf.Variable `ebpf:"stack_copy_bytes"`
 	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.Variable `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.Variable `ebpf:"unused_cpython_error"`
@@ -1397,6 +1446,7 @@ type ProfileVariables struct {
 	UnusedRuntimeKind      *ebpf.Variable `ebpf:"unused_runtime_kind"`
 	UnusedSampleOrigin     *ebpf.Variable `ebpf:"unused_sample_origin"`
 	UnusedSelectVerdict    *ebpf.Variable `ebpf:"unused_select_verdict"`
+	UnusedStackCopy        *ebpf.Variable `ebpf:"unused_stack_copy"`
 	UnusedStackWordBits    *ebpf.Variable `ebpf:"unused_stack_word_bits"`
 	UnusedStopReason       *ebpf.Variable `ebpf:"unused_stop_reason"`
 	UnusedTableSlot        *ebpf.Variable `ebpf:"unused_table_slot"`
@@ -1437,6 +1487,7 @@ type ProfilePrograms struct {
 	ProfileAgg        *ebpf.Program `ebpf:"profile_agg"`
 	ProfileRb         *ebpf.Program `ebpf:"profile_rb"`
 	RubyStep          *ebpf.Program `ebpf:"ruby_step"`
+	UnwindCopy        *ebpf.Program `ebpf:"unwind_copy"`
 	UnwindStep        *ebpf.Program `ebpf:"unwind_step"`
 	V8Step            *ebpf.Program `ebpf:"v8_step"`
 }
@@ -1461,6 +1512,7 @@ func (p *ProfilePrograms) Close() error {
 		p.ProfileAgg,
 		p.ProfileRb,
 		p.RubyStep,
+		p.UnwindCopy,
 		p.UnwindStep,
 		p.V8Step,
 	)

@@ -54,7 +54,8 @@ enum walk_prog {
 	WALK_PHP = RUNTIME_PHP,
 	WALK_PERL = RUNTIME_PERL,
 	WALK_RUBY = RUNTIME_RUBY,
-	WALK_PROGS = RUNTIME_KINDS,
+	WALK_COPY = RUNTIME_KINDS, /* copies a not-ready sample's stack (unwind.h) */
+	WALK_PROGS = RUNTIME_KINDS + 1,
 };
 
 /* Kinds of runtime frames: what word 0's ptr and word 1's aux are. Each

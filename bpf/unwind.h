@@ -32,7 +32,20 @@ enum unwind_limits {
 	ROW_SEARCH_STEPS = 22,  /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
 	MAP_SEARCH_STEPS = 10,  /* up to 1023 executable mappings per process */
 	MAX_TAIL_CALLS = 30,    /* the kernel allows 33 */
+	/* Stack copies of not-ready samples (WALK_COPY): at most this many
+	 * bytes (the config's stack_copy_bytes is 0 or up to it), read a page
+	 * at a time so that the end of the stack mapping ends the copy, not
+	 * the whole read; STACK_COPIES_PER_PROC: see not_ready_step. */
+	STACK_COPY_MAX = 16384,
+	STACK_COPY_PAGE = 4096,
+	STACK_COPY_CHUNKS = STACK_COPY_MAX / STACK_COPY_PAGE + 1,
+	STACK_COPIES_PER_PROC = 32,
+	STACK_COPY_FP_FRAMES = 32, /* a power of two: indexes are masked */
 };
+
+/* Bytes of user stack copied for a sample whose process or table is not
+ * ready (0: off). Set by the loader. */
+volatile const __u32 stack_copy_bytes = 0;
 
 /* unwind_mapping.table values that are not slots (an enum, so that Go
  * gets them from the generated types, not a copy). */
@@ -153,7 +166,36 @@ struct unwind_state {
 	/* The runtime walkers' own state between their runs in one walk (a
 	 * cursor in the interpreter's frame chain, ...); zero at the start. */
 	__u64 rt_data[4];
+	__u32 copy_tried; /* this walk met not-ready code: copy at most once */
+	__u32 want_copy;  /* unwind_frame asks native_step for WALK_COPY */
+	__u32 copied;     /* the stack went to userspace: do not count the sample */
+	__u32 copy_pad;
 	struct user_stack stack;
+};
+
+/* A not-ready sample's stack, for userspace to walk once the tables are
+ * loaded (internal/host/unwind, copy.go). Sent up to stack[size]. */
+struct stack_copy {
+	__u32 pid, tid;
+	__u32 cpu;
+	__u32 kbytes;    /* bytes of kpcs */
+	__u64 ts_ns;     /* CLOCK_BOOTTIME */
+	__u64 pc, sp, fp; /* the frame at pc: the last of upcs */
+	__u32 ulen;      /* words of upcs: the walk so far, as user_stack.pcs */
+	__u32 pc_exact;  /* pc is no return address (the leaf) */
+	__u32 size;      /* bytes of stack copied from sp */
+	__u32 fplen;     /* words of fpcs */
+	char comm[16];
+	/* The callers checked frame pointers give from pc, as the walk would
+	 * have gone on without the copy: what userspace keeps (marked
+	 * not_ready) if it cannot walk the copy, e.g. a process it never
+	 * loads. */
+	__u64 fpcs[STACK_COPY_FP_FRAMES];
+	__u64 kpcs[MAX_STACK_DEPTH];
+	__u64 upcs[MAX_USER_FRAMES];
+	/* One page more than the limit: the verifier checks a read at a
+	 * variable offset against the largest offset plus the largest size. */
+	__u8 stack[STACK_COPY_MAX + STACK_COPY_PAGE];
 };
 
 struct {
@@ -212,6 +254,19 @@ struct {
 	__type(key, __u64);
 	__type(value, struct user_stack);
 } ustacks0 SEC(".maps"), ustacks1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_copy);
+} stack_copy_scratch SEC(".maps");
+
+/* Sized by the loader; a page when copies are off. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} stack_copies SEC(".maps");
 
 /* The walker's programs for perf_event samples, by enum walk_prog. Another
  * program type (kprobe) needs its own array: a tail call stays within one. */
@@ -334,6 +389,39 @@ static __always_inline int untrusted_fp_step(struct unwind_state *s)
 	return !arch_ra_after_call(s->pc);
 }
 
+/* Code the walker cannot follow yet: the process or the file's table not
+ * loaded (NOT_READY), or a PC in no mapping of the snapshot userspace
+ * loaded (UNKNOWN_MAPPING: one taken before the loader mapped libc, or a
+ * dlopen since; signal_remap asks for another). A CPU sample whose stack
+ * is exact so far has its stack copied instead (native_step tail-calls
+ * WALK_COPY), for userspace to walk once it has loaded what was missing;
+ * otherwise a checked FP step. budget: at most STACK_COPIES_PER_PROC such
+ * samples per process image copy (the count lives in seen), for what may
+ * never be loaded (a process filtered out or without room, a mapping
+ * beyond the per-process limit). Tables pending for a loaded process are
+ * being built: every sample copies until they are (a cold agent in an
+ * emulated VM takes seconds for libc's). Returns 1 when the walk stops
+ * here, as unwind_frame. */
+static __always_inline int not_ready_step(struct unwind_state *s, __u32 reason, bool budget)
+{
+	__u8 *n = NULL;
+
+	if (stack_copy_bytes && s->origin == ORIGIN_CPU && !s->copy_tried && s->stack.reason == STOP_OK) {
+		s->copy_tried = 1;
+		if (budget)
+			n = bpf_map_lookup_elem(&seen, &s->tgid);
+		if (!budget || (n && *n <= STACK_COPIES_PER_PROC)) {
+			if (n)
+				*n += 1;
+			s->want_copy = 1;
+			set_reason(s, reason);
+			return 1;
+		}
+	}
+	set_reason(s, reason);
+	return untrusted_fp_step(s);
+}
+
 /* An FP step where frame pointers are expected (JIT, fallback rows). */
 static __always_inline int expected_fp_step(struct unwind_state *s)
 {
@@ -375,15 +463,12 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 
 	s->regs_valid = 0; /* the caller's registers are not known */
 
-	if (!s->have_proc) {
-		set_reason(s, STOP_NOT_READY);
-		return untrusted_fp_step(s);
-	}
+	if (!s->have_proc)
+		return not_ready_step(s, STOP_NOT_READY, true);
 	m = find_mapping(s, lookup);
 	if (!m) {
 		signal_remap(s, st);
-		set_reason(s, STOP_UNKNOWN_MAPPING);
-		return untrusted_fp_step(s);
+		return not_ready_step(s, STOP_UNKNOWN_MAPPING, true);
 	}
 	slot = m->table;
 	off = lookup - m->bias;
@@ -409,8 +494,10 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		t->state = TABLE_PENDING;
 		emit_event(st, slot, PROC_TABLE, 0);
 	}
+	if (t && t->state == TABLE_PENDING)
+		return not_ready_step(s, STOP_NOT_READY, false);
 	if (!t || t->state != TABLE_READY) {
-		set_reason(s, t && t->state == TABLE_PENDING ? STOP_NOT_READY : STOP_NO_TABLE);
+		set_reason(s, STOP_NO_TABLE);
 		return untrusted_fp_step(s);
 	}
 	off -= t->base;

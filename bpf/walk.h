@@ -48,6 +48,10 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 
 	if (s->origin == ORIGIN_OFF_CPU)
 		return offcpu_park(s, st); /* counted when the thread runs again */
+	if (s->copied) {
+		st->stack_copies++; /* userspace walks and counts it */
+		return 0;
+	}
 	st->stops[reason]++;
 	key.pid = s->tgid;
 	key.tid = s->tid;
@@ -159,8 +163,15 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 			s->hash = mix(s->hash, s->pc);
 			st->unwind_frames++;
 		}
-		if (unwind_frame(s, st))
-			return finish_walk(s, st);
+		if (unwind_frame(s, st)) {
+			if (!s->want_copy)
+				return finish_walk(s, st);
+			s->want_copy = 0;
+			walk_tail_call(ctx, s, st, progs, WALK_COPY);
+			/* No copy program here: step as without copies. */
+			if (untrusted_fp_step(s))
+				return finish_walk(s, st);
+		}
 		if (s->pc == 0)
 			return finish_walk(s, st);
 	}
@@ -169,7 +180,97 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 	return finish_walk(s, st);
 }
 
+/* Fills c->fpcs with the callers checked FP steps give from s->pc (see
+ * struct stack_copy), leaving s as it was. */
+static __always_inline void copy_fp_fallback(struct unwind_state *s, struct stack_copy *c)
+{
+	__u64 pc = s->pc, sp = s->sp, fp = s->fp;
+	__u32 sp_unknown = s->sp_unknown, pc_exact = s->pc_exact, trusted = s->trusted, reason = s->stack.reason;
+
+	c->fplen = 0;
+	for (int i = 0; i < STACK_COPY_FP_FRAMES; i++) {
+		if (untrusted_fp_step(s) || s->pc == 0 || (s->pc & ~RT_PTR_MASK))
+			break;
+		c->fpcs[i & (STACK_COPY_FP_FRAMES - 1)] = s->pc;
+		c->fplen = i + 1;
+	}
+	s->pc = pc;
+	s->sp = sp;
+	s->fp = fp;
+	s->sp_unknown = sp_unknown;
+	s->pc_exact = pc_exact;
+	s->trusted = trusted;
+	s->stack.reason = reason;
+}
+
+/* Copies the stack of a sample that met code whose table is not loaded
+ * yet, from the frame at s->pc up, with the walk so far, its kernel stack
+ * and registers, to stack_copies; userspace walks the rest once the tables
+ * are loaded (docs/unwinding.md). A copy that cannot be sent goes on as
+ * without copies: a checked FP step. */
+static __always_inline int copy_stack(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
+{
+	__u32 zero = 0, got = 0, want = stack_copy_bytes, n;
+	__u64 addr = s->sp, size;
+	struct stack_copy *c = bpf_map_lookup_elem(&stack_copy_scratch, &zero);
+	long k;
+
+	if (!c)
+		goto lost;
+	if (want > STACK_COPY_MAX)
+		want = STACK_COPY_MAX;
+	for (int i = 0; i < STACK_COPY_CHUNKS; i++) {
+		if (got >= want)
+			break;
+		/* To the end of addr's page: a stack that ends sooner (the
+		 * main thread's, near its top) ends the copy there. */
+		n = STACK_COPY_PAGE - (addr & (STACK_COPY_PAGE - 1));
+		if (n > want - got)
+			n = want - got;
+		if (probe_read_user_upto(&c->stack[got & (STACK_COPY_MAX - 1)], n, STACK_COPY_PAGE, addr))
+			break;
+		got += n;
+		addr += n;
+	}
+	if (got == 0)
+		goto lost;
+	c->pid = s->tgid;
+	c->tid = s->tid;
+	c->cpu = bpf_get_smp_processor_id();
+	c->ts_ns = bpf_ktime_get_boot_ns();
+	c->pc = s->pc;
+	c->sp = s->sp;
+	c->fp = s->fp;
+	c->ulen = s->stack.len;
+	c->pc_exact = s->pc_exact;
+	c->size = got;
+	copy_fp_fallback(s, c);
+	__builtin_memcpy(c->upcs, s->stack.pcs, sizeof(c->upcs));
+	bpf_get_current_comm(c->comm, sizeof(c->comm));
+	c->kbytes = 0;
+	if (kernel_stacks) {
+		k = bpf_get_stack(ctx, c->kpcs, sizeof(c->kpcs), 0);
+		if (k > 0)
+			c->kbytes = k;
+	}
+	size = __builtin_offsetof(struct stack_copy, stack) + (got & (2 * STACK_COPY_MAX - 1));
+	if (size > sizeof(*c))
+		size = sizeof(*c);
+	if (bpf_ringbuf_output(&stack_copies, c, size, 0))
+		goto lost;
+	s->copied = 1;
+	return finish_walk(s, st);
+lost:
+	st->stack_copy_lost++;
+	if (untrusted_fp_step(s) || s->pc == 0)
+		return finish_walk(s, st);
+	walk_tail_call(ctx, s, st, progs, WALK_NATIVE);
+	set_reason(s, STOP_DEPTH);
+	return finish_walk(s, st);
+}
+
 WALK_PROGRAM("perf_event", unwind_step, unwind_progs, native_step, WALK_SLOT_CPU)
+WALK_PROGRAM("perf_event", unwind_copy, unwind_progs, copy_stack, WALK_SLOT_CPU)
 
 /* Sets up a walk of the current task's user stack and starts it through
  * progs. A CPU sample that hit user mode has the user registers in its
@@ -202,6 +303,9 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	s->kstack = -1;
 	s->rt_kind = RUNTIME_NONE;
 	s->rt_handled = 0;
+	s->copy_tried = 0;
+	s->want_copy = 0;
+	s->copied = 0;
 	__builtin_memset(s->rt_data, 0, sizeof(s->rt_data));
 	if (kernel_stacks && origin == ORIGIN_CPU) { /* off CPU: offcpu.h takes its own */
 		id = stack_id(ctx, s->buf ? (void *)&stacks1 : (void *)&stacks0, 0, st);

@@ -136,6 +136,10 @@ type UnwindingConfig struct {
 	MaxMappings int `mapstructure:"max_mappings"`
 	// MaxProcesses bounds the processes with unwind mappings.
 	MaxProcesses int `mapstructure:"max_processes"`
+	// StackCopyBytes is how much user stack a sample copies while its
+	// process's tables are not loaded yet, walked on the host once they
+	// are; 0 turns copies off (x86-64 only).
+	StackCopyBytes int `mapstructure:"stack_copy_bytes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -206,7 +210,11 @@ func (u UnwindingConfig) sampler() (unwind.Config, error) {
 	if err != nil {
 		return unwind.Config{}, err
 	}
-	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses}
+	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses,
+		StackCopyBytes: u.StackCopyBytes}
+	if u.StackCopyBytes == 0 {
+		c.StackCopyBytes = -1 // off (the Manager's zero is its default)
+	}
 	c.SetDefaults()
 	return c, c.Validate()
 }
@@ -240,10 +248,11 @@ func createDefaultConfig() *Config {
 			RescanInterval: DefaultRescanInterval,
 		},
 		Unwinding: UnwindingConfig{
-			Mode:          unwind.ModeAuto.String(),
-			MaxTableBytes: unwind.DefaultMaxTableBytes,
-			MaxMappings:   unwind.DefaultMaxMappings,
-			MaxProcesses:  unwind.DefaultMaxProcesses,
+			Mode:           unwind.ModeAuto.String(),
+			MaxTableBytes:  unwind.DefaultMaxTableBytes,
+			MaxMappings:    unwind.DefaultMaxMappings,
+			MaxProcesses:   unwind.DefaultMaxProcesses,
+			StackCopyBytes: unwind.DefaultStackCopyBytes,
 		},
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,

@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		{Cgroup: "/system.slice/", ProcessName: "nginx"},
 	}
 	custom.Selection = SelectionConfig{MaxCgroups: 64, RescanInterval: 5 * time.Second}
-	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048}
+	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048, StackCopyBytes: 4096}
 	custom.OffCPU = OffCPUConfig{
 		Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, PreemptedProbability: 0.5, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
 		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true,

@@ -51,6 +51,9 @@ func (s *Sampler) loadGroups(spec *ebpf.CollectionSpec) error {
 		groups = append(groups, &o.rbObjs)
 	default:
 		groups = append(groups, &o.aggObjs)
+		if s.cfg.stackCopyBytes() > 0 {
+			groups = append(groups, &o.copyObjs)
+		}
 		if s.walkHotSpot() {
 			groups = append(groups, &o.hotspotObjs)
 		}

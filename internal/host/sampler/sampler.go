@@ -47,6 +47,7 @@ type Sampler struct {
 	tracing      []link.Link
 	eventsRd     *ringbuf.Reader
 	samplesRd    *ringbuf.Reader // ModeRingBuffer only
+	copiesRd     *ringbuf.Reader // nil unless stacks are copied (copies.go)
 	events       chan Event
 	eventsClosed bool
 	wg           sync.WaitGroup
@@ -66,6 +67,7 @@ type Sampler struct {
 	lostEventsUser atomic.Uint64
 	lostDrain      atomic.Uint64 // samples whose stack a drain could not read
 	drainErrors    atomic.Uint64
+	copyStops      [NumStopReasons]atomic.Uint64 // how the host walks of stack copies ended
 
 	drainHook func(*drain) // tests: wraps the maps a drain reads
 
@@ -108,6 +110,13 @@ type aggObjs struct {
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
 	GoProcs        *ebpf.Map     `ebpf:"go_procs"`
+}
+
+// The stack copy of not-ready samples (copies.go), loaded only when on.
+type copyObjs struct {
+	UnwindCopy  *ebpf.Program `ebpf:"unwind_copy"`
+	StackCopies *ebpf.Map     `ebpf:"stack_copies"`
+	CopyScratch *ebpf.Map     `ebpf:"stack_copy_scratch"`
 }
 
 // The runtime walkers' objects, loaded only for the runtimes walked.
@@ -171,6 +180,7 @@ type objects struct {
 	commonObjs
 	aggObjs     // zero in ModeRingBuffer
 	rbObjs      // zero in ModeKernelAggregation
+	copyObjs    // zero unless stacks are copied
 	hotspotObjs // zero unless HotSpot is walked
 	cpythonObjs // zero unless CPython is walked
 	perlObjs    // zero unless Perl is walked
@@ -216,7 +226,7 @@ func (o *objects) ustacks(i uint32) *ebpf.Map {
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp, o.RubyStep, o.OffcpuWalkRuby, o.V8Step, o.OffcpuWalkV8} {
+	for _, p := range []*ebpf.Program{o.HandleExit, o.HandleExec, o.ProfileAgg, o.ProfileRb, o.UnwindStep, o.UnwindCopy, o.CpythonStep, o.HotspotStep, o.OffcpuWalkHotspot, o.OffcpuWalkCpython, o.PerlStep, o.OffcpuWalkPerl, o.PhpStep, o.OffcpuWalkPhp, o.RubyStep, o.OffcpuWalkRuby, o.V8Step, o.OffcpuWalkV8} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -225,7 +235,7 @@ func (o *objects) close() error {
 		o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
-		o.Ustacks0, o.Ustacks1, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
+		o.Ustacks0, o.Ustacks1, o.StackCopies, o.CopyScratch, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
 		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs,
 	} {
 		if m != nil {
@@ -322,9 +332,14 @@ func New(cfg Config) (s *Sampler, err error) {
 		if err := s.objs.UnwindProgs.Put(uint32(0), s.objs.UnwindStep); err != nil {
 			return nil, fmt.Errorf("sampler: installing the unwinder: %w", err)
 		}
+		if cfg.stackCopyBytes() > 0 {
+			if err := s.objs.UnwindProgs.Put(uint32(bpf.ProfileWalkProgWALK_COPY), s.objs.UnwindCopy); err != nil {
+				return nil, fmt.Errorf("sampler: installing the stack copy: %w", err)
+			}
+		}
 		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
 			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
-			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync,
+			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync, Seen: s.objs.Seen,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sampler: %w", err)
@@ -338,6 +353,11 @@ func New(cfg Config) (s *Sampler, err error) {
 			if l := s.newLabeler(); l != nil {
 				s.runtimes.SetLabeler(l)
 			}
+		}
+	}
+	if cfg.stackCopyBytes() > 0 {
+		if s.copiesRd, err = ringbuf.NewReader(s.objs.StackCopies); err != nil {
+			return nil, fmt.Errorf("sampler: stack copies ring buffer: %w", err)
 		}
 	}
 	if s.eventsRd, err = ringbuf.NewReader(s.objs.Events); err != nil {
@@ -382,6 +402,13 @@ func (s *Sampler) load() error {
 	}
 	if err := spec.Variables[bpf.ProfileVarUnwindCfi].Set(s.cfg.walking()); err != nil {
 		return fmt.Errorf("sampler: %w", err)
+	}
+	if err := spec.Variables[bpf.ProfileVarStackCopyBytes].Set(s.cfg.stackCopyBytes()); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	spec.Maps[bpf.ProfileMapStackCopies].MaxEntries = uint32(unix.Getpagesize())
+	if s.cfg.stackCopyBytes() > 0 {
+		spec.Maps[bpf.ProfileMapStackCopies].MaxEntries = copyRing
 	}
 	s.paths = probePaths()
 	if err := spec.Variables[bpf.ProfileVarHaveTaskPtRegs].Set(s.paths.taskPtRegs); err != nil {
@@ -493,6 +520,10 @@ func (s *Sampler) Start() error {
 		s.wg.Add(1)
 		go s.readSamples()
 	}
+	if s.copiesRd != nil {
+		s.wg.Add(1)
+		go s.readCopies()
+	}
 	for _, c := range s.cpus {
 		if err := unix.IoctlSetInt(c.fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			return fmt.Errorf("sampler: enabling perf event on CPU %d: %w", c.cpu, err)
@@ -517,7 +548,11 @@ func (s *Sampler) Drain() (Batch, error) {
 	if s.cfg.Mode == ModeRingBuffer {
 		return s.agg.swap(), nil
 	}
-	return s.drainKernel()
+	b, err := s.drainKernel()
+	if err == nil {
+		s.walkedCopies(&b)
+	}
+	return b, err
 }
 
 // Stats returns cumulative counters.
@@ -544,10 +579,15 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.Truncated += p.Truncated
 		st.UnwindFrames += p.UnwindFrames
 		st.UnwindTailFail += p.UnwindTailFail
+		st.StackCopies += p.StackCopies
+		st.StackCopyLost += p.StackCopyLost
 		for i := range st.Stops {
 			st.Stops[i] += p.Stops[i]
 		}
 		st.Selection.add(p.Selection)
+	}
+	for i := range st.Stops {
+		st.Stops[i] += s.copyStops[i].Load()
 	}
 	st.Truncated += s.truncatedUser.Load()
 	st.LostEvents += s.lostEventsUser.Load()
@@ -591,11 +631,14 @@ func (s *Sampler) release() error {
 	if s.eventsRd != nil {
 		errs = append(errs, s.eventsRd.Close())
 	}
+	if s.copiesRd != nil {
+		errs = append(errs, s.copiesRd.Close())
+	}
 	if s.samplesRd != nil {
 		errs = append(errs, s.samplesRd.Close())
 	}
 	s.wg.Wait()
-	s.eventsRd, s.samplesRd = nil, nil
+	s.eventsRd, s.samplesRd, s.copiesRd = nil, nil, nil
 	// The readers are joined: nothing attaches or names any more.
 	s.runtimes.Close()
 	if s.unwinder != nil {

@@ -104,10 +104,13 @@ const (
 	StopFramePointers  = StopReason(bpf.ProfileStopReasonSTOP_FP_ONLY)         // walked by bpf_get_stackid (frame pointers mode)
 	StopJIT            = StopReason(bpf.ProfileStopReasonSTOP_JIT)             // ended in code without unwind info (JIT, anonymous memory)
 	StopRuntime        = StopReason(bpf.ProfileStopReasonSTOP_RUNTIME)         // a runtime's walker gave up: its native frames only
-	NumStopReasons     = StopReason(bpf.ProfileStopReasonSTOP_REASONS)
+	// StopStackCopyTruncated: a not-ready sample's copied stack (unwinding
+	// stack_copy_bytes) ended before the walk did.
+	StopStackCopyTruncated = StopReason(bpf.ProfileStopReasonSTOP_STACK_COPY_TRUNCATED)
+	NumStopReasons         = StopReason(bpf.ProfileStopReasonSTOP_REASONS)
 )
 
-var stopNames = [NumStopReasons]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers", "jit", "runtime"}
+var stopNames = [NumStopReasons]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers", "jit", "runtime", "stack_copy_truncated"}
 
 func (r StopReason) String() string {
 	if r < NumStopReasons {
@@ -194,6 +197,11 @@ type Stats struct {
 	UnwindFrames   uint64
 	Stops          [NumStopReasons]uint64
 	UnwindTailFail uint64
+	// StackCopies counts samples of processes whose tables were not
+	// loaded yet whose user stack was copied, to be walked on the host
+	// (their stop reasons are in Stops once walked); StackCopyLost those
+	// whose copy could not be sent (walked with frame pointers, not_ready).
+	StackCopies, StackCopyLost uint64
 	// OffCPU counts waits off CPU (zero unless Config.OffCPU.Enabled).
 	OffCPU OffCPUStats
 	// Selection counts the CPU samples the cgroup selection let through

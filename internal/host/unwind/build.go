@@ -264,6 +264,9 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	f.rows, f.base = sp, base
 	f.state = stateReady
 	m.publish(f)
+	if len(m.copies) > 0 {
+		m.tryCopies(-1, time.Time{}) // copied stacks may have waited for this table
+	}
 	if f.refs == 0 && f.lru == nil {
 		f.lru = m.idle.PushBack(f)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/profsym/profsym/bpf"
 )
 
 // Mode selects how user stacks are walked.
@@ -46,6 +48,11 @@ const (
 	DefaultMaxMappings   = 65536
 	DefaultMaxTables     = 4096
 	DefaultMaxProcesses  = 16384
+	// DefaultStackCopyBytes: 8 KiB, as perf record --call-graph dwarf
+	// copies; the C chain's whole stack from its leaf is under 1 KiB.
+	DefaultStackCopyBytes = 8192
+	// MaxStackCopyBytes is what the BPF side can copy (STACK_COPY_MAX).
+	MaxStackCopyBytes = int(bpf.ProfileUnwindLimitsSTACK_COPY_MAX)
 )
 
 // Config bounds the kernel memory of the tables. Every map is allocated in
@@ -62,6 +69,12 @@ type Config struct {
 	MaxTables int
 	// MaxProcesses bounds the tracked processes.
 	MaxProcesses int
+	// StackCopyBytes is how much user stack a sample copies when its
+	// process's tables are not loaded yet, to be walked on the host once
+	// they are. Zero means DefaultStackCopyBytes; a negative value turns
+	// copies off (such samples are walked with frame pointers and marked
+	// not_ready). Only those samples pay for it. x86-64 only.
+	StackCopyBytes int
 	// ProcRoot is "/proc" unless testing.
 	ProcRoot string
 	Logger   *zap.Logger
@@ -80,6 +93,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxProcesses == 0 {
 		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.StackCopyBytes == 0 {
+		c.StackCopyBytes = DefaultStackCopyBytes
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
@@ -106,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxProcesses < 16 || c.MaxProcesses > 1<<22 {
 		errs = append(errs, fmt.Errorf("max_processes must be between 16 and %d, got %d", 1<<22, c.MaxProcesses))
+	}
+	if c.StackCopyBytes > MaxStackCopyBytes || c.StackCopyBytes > 0 && c.StackCopyBytes < 64 {
+		errs = append(errs, fmt.Errorf("stack_copy_bytes must be negative (off) or between 64 and %d, got %d", MaxStackCopyBytes, c.StackCopyBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -139,4 +158,10 @@ type Stats struct {
 	ProcsNoRoom   uint64 // processes left to frame pointers: no room for their mappings
 	Republished   uint64 // ready tables the BPF side marked pending over, found by Poll
 	BuildTime     time.Duration
+	// Stacks the BPF walker copied for samples of processes whose tables
+	// were not loaded yet (copy.go): received, walked once the tables
+	// were, given up on after copyWait (walked as far as possible, marked
+	// not_ready), dropped (more than maxCopies waiting), and waiting now.
+	CopiesReceived, CopiesWalked, CopiesExpired, CopiesDropped uint64
+	CopiesWaiting                                              int
 }

@@ -34,6 +34,10 @@ import (
 type Maps struct {
 	Procs, Mappings, Tables, Rows *ebpf.Map
 	Sync                          func() error
+	// Seen holds per process, besides that it was announced, its stack
+	// copies so far (bpf/unwind.h not_ready_step); Ignore spends them.
+	// Optional.
+	Seen *ebpf.Map
 }
 
 // speculativeDelay: a table queued because a process maps the file, not
@@ -79,6 +83,10 @@ type proc struct {
 	maps  span
 	files []*file
 	opens [][2]string // per files[i]: the paths to open it by through this process
+	// What a copied stack is walked with on the host (copy.go): the
+	// mappings as loaded, and the files by their table slot.
+	ents   []bpf.ProfileUnwindMapping
+	bySlot map[uint32]*file
 }
 
 // Manager owns the table maps' contents. Safe for concurrent use.
@@ -110,6 +118,13 @@ type Manager struct {
 	stats    Stats
 	closed   bool
 	runtimes map[int]Runtime // by pid, kept across Track
+
+	// Stacks copied by the BPF walker (copy.go): waiting for their
+	// process's tables, walked and not yet taken, and the exited
+	// processes copies still wait on (their files referenced).
+	copies []*pendingCopy
+	walked []WalkedCopy
+	dead   map[int]*proc
 }
 
 func (m *Manager) procValue(pid int, sp span) bpf.ProfileUnwindProc {
@@ -158,7 +173,7 @@ func New(cfg Config, maps Maps) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, maps: maps, log: cfg.Logger, maxRows: min(MaxRowsPerTable, int(cfg.Rows())),
-		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{}, runtimes: map[int]Runtime{},
+		files: map[normalize.FileID]*file{}, bySlot: map[uint32]*file{}, procs: map[int]*proc{}, runtimes: map[int]Runtime{}, dead: map[int]*proc{},
 		rows:    newAllocator(cfg.Rows()),
 		mapSlot: newAllocator(uint32(cfg.MaxMappings)),
 		slots:   newAllocator(uint32(cfg.MaxTables)),
@@ -191,6 +206,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.stats
+	st.CopiesWaiting = len(m.copies)
 	st.Processes = len(m.procs)
 	st.Mappings = int(m.mapSlot.used)
 	st.Rows = int(m.rows.used)
@@ -222,7 +238,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 	if m.closed {
 		return nil
 	}
-	pr := &proc{}
+	pr := &proc{bySlot: map[uint32]*file{}}
 	ents := make([]bpf.ProfileUnwindMapping, 0, len(p.Mappings))
 	for i := range p.Mappings {
 		if len(ents) == MaxMappingsPerProcess {
@@ -238,6 +254,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 				f := m.fileFor(fi)
 				pr.files = append(pr.files, f)
 				pr.opens = append(pr.opens, openPaths(m.cfg.ProcRoot, p.PID, mp))
+				pr.bySlot[f.slot] = f
 				e.Table = f.slot
 				e.Bias = bias
 			}
@@ -260,6 +277,7 @@ func (m *Manager) Track(p *normalize.Process) error {
 		return nil
 	}
 	pr.maps = sp
+	pr.ents = ents
 	if err := m.writeMappings(sp, ents); err != nil {
 		m.mapSlot.release(sp)
 		m.unref(pr.files)
@@ -277,9 +295,30 @@ func (m *Manager) Track(p *normalize.Process) error {
 	m.procs[p.PID] = pr
 	if old != nil {
 		m.mapSlot.release(old.maps)
-		m.unref(old.files)
+		m.retireProc(p.PID, old)
 	}
+	m.tryCopies(p.PID, time.Time{})
 	return nil
+}
+
+// retireProc releases pr's files, unless copies of its stacks wait for
+// them: then it stays in m.dead until they are walked.
+func (m *Manager) retireProc(pid int, pr *proc) {
+	for _, c := range m.copies {
+		if c.pr == pr || c.pr == nil && int(c.c.Pid) == pid {
+			if old := m.dead[pid]; old != nil && old != pr {
+				m.unref(old.files) // one image of a pid waits at a time
+			}
+			for _, c := range m.copies {
+				if c.pr == nil && int(c.c.Pid) == pid {
+					c.pr = pr
+				}
+			}
+			m.dead[pid] = pr
+			return
+		}
+	}
+	m.unref(pr.files)
 }
 
 // loadBias returns pc - (ELF address of pc) for the code of mapping mp: the
@@ -311,10 +350,11 @@ func (m *Manager) Forget(pid int) {
 	if pr == nil {
 		return
 	}
+	m.tryCopies(pid, time.Time{}) // binds its copies that came before its mappings
 	delete(m.procs, pid)
 	_ = m.maps.Procs.Delete(uint32(pid))
 	m.mapSlot.release(pr.maps)
-	m.unref(pr.files)
+	m.retireProc(pid, pr)
 }
 
 // Tracked reports whether pid has mappings in the kernel (checked there).

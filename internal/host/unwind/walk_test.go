@@ -103,17 +103,45 @@ func (h *harness) run(t testing.TB, bin string, args ...string) (int, []sampler.
 		t.Fatalf("%s: %v", bin, err)
 	}
 	time.Sleep(50 * time.Millisecond) // let the exit event through
-	b, err := h.s.Drain()
-	if err != nil {
-		t.Fatal(err)
+	return pid, h.drain(t, pid)
+}
+
+// drain returns the samples of pids, after the stack copies of their
+// first samples are walked (they wait for the tables; at most the
+// Manager's copyWait, 10 s, after which they come marked not_ready).
+func (h *harness) drain(t testing.TB, pids ...int) []sampler.Sample {
+	t.Helper()
+	want := map[int]bool{}
+	for _, p := range pids {
+		want[p] = true
 	}
 	var out []sampler.Sample
-	for _, s := range b.Samples {
-		if int(s.Pid) == pid {
-			out = append(out, s)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, err := h.s.Drain()
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, s := range b.Samples {
+			if want[int(s.Pid)] {
+				out = append(out, s)
+			}
+		}
+		waiting := 0
+		if u := h.s.Unwinder(); u != nil {
+			for _, p := range pids {
+				waiting += u.CopiesPending(p)
+			}
+		}
+		if waiting == 0 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d stack copies still waiting after 15 s", waiting)
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return pid, out
 }
 
 // cSpec is a C fixture built -O2 without frame pointers.
@@ -235,6 +263,9 @@ func TestWholeChains(t *testing.T) {
 				}
 			}
 			checkWhole(t, tc.name, r)
+			if tc.name == "c-pie" || tc.name == "c-nopie" {
+				checkNotReady(t, tc.name, samples)
+			}
 			if tc.name == "signal" {
 				checkExactAfterSignal(t, p, syms, samples)
 			}

@@ -200,6 +200,11 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		b.lastSeen[pid] = b.reports
 		b.mu.Unlock()
 		if !b.targeted(pid) {
+			// Its samples are dropped: stop them copying their stacks
+			// for a walk that will never come (internal/host/unwind).
+			if ig, ok := b.opt.Unwinder.(interface{ Ignore(int) }); ok {
+				ig.Ignore(pid)
+			}
 			return
 		}
 		p, err := b.norm.Refresh(pid)
