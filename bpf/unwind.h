@@ -378,15 +378,20 @@ static __always_inline int fp_step(struct unwind_state *s)
  * frame record, the return address follows a call instruction and, once
  * the process's mappings are known, lies in one of them; otherwise the
  * walk ends here. Either way the stack is marked with the reason. */
-static __always_inline int untrusted_fp_step(struct unwind_state *s)
+static __always_inline int untrusted_fp_step_in(struct unwind_state *s, bool check_mapping)
 {
 	if (s->fp + 16 < s->sp || s->fp > s->sp + MAX_FP_SPAN || (s->fp & 7))
 		return 1;
 	if (fp_step(s))
 		return 1;
-	if (s->have_proc && !find_mapping(s, s->pc - 1))
+	if (check_mapping && s->have_proc && !find_mapping(s, s->pc - 1))
 		return 1;
 	return !arch_ra_after_call(s->pc);
+}
+
+static __always_inline int untrusted_fp_step(struct unwind_state *s)
+{
+	return untrusted_fp_step_in(s, true);
 }
 
 /* Code the walker cannot follow yet: the process or the file's table not

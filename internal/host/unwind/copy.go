@@ -34,10 +34,30 @@ type StackCopy struct {
 }
 
 // unwalked is c as far as the BPF walker got without the copy, marked
-// not_ready: for a copy whose process or tables never load.
-func unwalked(c *StackCopy) WalkedCopy {
-	w := append(append(make([]uint64, 0, len(c.Walked)+len(c.FPCallers)), c.Walked...), c.FPCallers...)
+// not_ready: for a copy whose process or tables never load. The BPF side
+// takes the frame-pointer callers without searching the mappings (that
+// search, 32 times over, was most of the copy program's verification);
+// with the process known (pr) they end here at the first PC in none of
+// its mappings, where the walk without copies ends (untrusted_fp_step).
+func unwalked(c *StackCopy, pr *proc) WalkedCopy {
+	fp := c.FPCallers
+	if pr != nil {
+		for i, pc := range fp {
+			if !pr.mapped(pc - 1) {
+				fp = fp[:i]
+				break
+			}
+		}
+	}
+	w := append(append(make([]uint64, 0, len(c.Walked)+len(fp)), c.Walked...), fp...)
 	return WalkedCopy{Copy: c, Words: w[:min(len(w), maxWords)], Reason: stopNotReady}
+}
+
+// mapped reports whether addr is in one of the process's executable
+// mappings as loaded.
+func (pr *proc) mapped(addr uint64) bool {
+	i := sort.Search(len(pr.ents), func(i int) bool { return pr.ents[i].Start > addr }) - 1
+	return i >= 0 && addr < pr.ents[i].End
 }
 
 // WalkedCopy is a StackCopy walked on the host: Words (as the BPF walker
@@ -108,7 +128,7 @@ func (m *Manager) AddCopy(c *StackCopy) {
 		// No room to wait: the sample as far as the BPF side walked it.
 		m.stats.CopiesExpired++
 		c.Stack = nil
-		m.walked = append(m.walked, unwalked(c))
+		m.walked = append(m.walked, unwalked(c, m.procs[int(c.Pid)]))
 		return
 	}
 	pc := &pendingCopy{c: c, added: time.Now()}
@@ -154,7 +174,7 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 				continue
 			}
 			m.stats.CopiesExpired++
-			m.walked = append(m.walked, unwalked(p.c))
+			m.walked = append(m.walked, unwalked(p.c, nil))
 			continue
 		}
 		w, waiting := m.walkCopy(p.pr, p.c)
@@ -167,7 +187,7 @@ func (m *Manager) tryCopies(pid int, now time.Time) {
 			continue
 		case waiting != nil:
 			m.stats.CopiesExpired++
-			w = unwalked(p.c)
+			w = unwalked(p.c, p.pr)
 		default:
 			m.stats.CopiesWalked++
 		}
@@ -475,7 +495,7 @@ func (m *Manager) Ignore(pid int) {
 	for _, p := range m.copies {
 		if int(p.c.Pid) == pid && p.pr == nil {
 			m.stats.CopiesExpired++
-			m.walked = append(m.walked, unwalked(p.c))
+			m.walked = append(m.walked, unwalked(p.c, nil))
 			continue
 		}
 		kept = append(kept, p)
