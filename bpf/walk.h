@@ -239,8 +239,15 @@ static __always_inline int copy_stack(void *ctx, struct unwind_state *s, struct 
 		got += n;
 		addr += n;
 	}
-	if (got == 0)
-		goto lost;
+	if (got == 0) {
+		/* Nothing readable at SP: the stack is gone (a sample in
+		 * exit_group once the process's memory is released: its
+		 * unwind entry went with it, so it looked not ready). No walk
+		 * goes on from here, tables or not: a read fault, not a
+		 * sample waiting for tables. */
+		s->stack.reason = STOP_READ_FAULT;
+		return finish_walk(s, st);
+	}
 	c->pid = s->tgid;
 	c->tid = s->tid;
 	c->cpu = bpf_get_smp_processor_id();
