@@ -701,7 +701,7 @@ const (
 	ProfileUnwindLimitsSTACK_COPY_MAX        ProfileUnwindLimits = 16384
 	ProfileUnwindLimitsSTACK_COPY_PAGE       ProfileUnwindLimits = 4096
 	ProfileUnwindLimitsSTACK_COPY_CHUNKS     ProfileUnwindLimits = 5
-	ProfileUnwindLimitsSTACK_COPIES_PER_PROC ProfileUnwindLimits = 32
+	ProfileUnwindLimitsSTACK_COPIES_PER_PROC ProfileUnwindLimits = 128
 	ProfileUnwindLimitsSTACK_COPY_FP_FRAMES  ProfileUnwindLimits = 32
 )
 

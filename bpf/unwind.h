@@ -39,7 +39,13 @@ enum unwind_limits {
 	STACK_COPY_MAX = 16384,
 	STACK_COPY_PAGE = 4096,
 	STACK_COPY_CHUNKS = STACK_COPY_MAX / STACK_COPY_PAGE + 1,
-	STACK_COPIES_PER_PROC = 32,
+	/* 32 was too few: under TCG (5.10) a cold agent loaded the first
+	 * fixture late, and 7 of its samples after the 32 copies ended
+	 * not_ready. At 99 Hz
+	 * 128 is 1.3 s of one thread's CPU; a process the agent never loads
+	 * costs at most that many 10 KiB copies, and one outside the
+	 * targets none once Manager.Ignore spends its count. */
+	STACK_COPIES_PER_PROC = 128,
 	STACK_COPY_FP_FRAMES = 32, /* a power of two: indexes are masked */
 };
 

@@ -477,7 +477,7 @@ func (m *Manager) CopiesPending(pid int) int {
 // Ignore says pid will not be loaded (outside the targets): its samples
 // stop copying their stacks (its copy budget in the seen map is spent),
 // and the copies already taken come at once as the walk without them
-// gave. Without it a host's untargeted processes each copy 32 samples,
+// gave. Without it a host's untargeted processes each copy 128 samples,
 // which wait for nothing and crowd the targeted ones' out of maxCopies.
 func (m *Manager) Ignore(pid int) {
 	m.mu.Lock()

@@ -156,7 +156,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingRuntimeWalkErrors, err = builder.meter.Int64Counter(
 		"otelcol_receiver_profiling_runtime_walk_errors",
-		metric.WithDescription("Runtime walks the BPF walker could not finish, by runtime and reason (hotspot: no_proc, no_blob, blob_read, interpreter, return_address, stub; cpython: not_attached, refused, no_thread, read, read_frame, read_code, not_code, chain_end, loop; v8: not_attached, refused, read_frame, bad_fp, not_function, read_sfi). [Development]"),
+		metric.WithDescription("Runtime walks the BPF walker could not finish, by runtime and reason (hotspot: no_proc, no_blob, blob_read, interpreter, return_address, stub; cpython: not_attached, refused, no_thread, read, read_frame, read_code, not_code, chain_end, loop; v8: not_attached, refused, read_frame, bad_fp, not_function, read_sfi; php: not_attached, refused, read, read_frame, read_func, bad_func, chain_end, loop; perl: not_attached, refused, no_interpreter, read, read_context, read_cv, not_cv, bad_index; ruby: not_attached, refused, read_ec, bad_ec, read_frame, read_env, stack_end, no_thread_pointer). docs/runtimes.md says what each means. [Development]"),
 		metric.WithUnit("{walk}"),
 	)
 	errs = errors.Join(errs, err)
