@@ -95,7 +95,7 @@ func selectingSampler(t *testing.T, cfg Config, sel *testfixture.Cgroup) *Sample
 	if cfg.SelectCgroups == 0 {
 		cfg.SelectCgroups = 4
 	}
-	s, err := New(cfg)
+	s, err := New(withoutCopies(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

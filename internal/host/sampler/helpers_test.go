@@ -26,7 +26,7 @@ func newSampler(t testing.TB, cfg Config) *Sampler {
 	if err := CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
-	s, err := New(cfg)
+	s, err := New(withoutCopies(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +35,18 @@ func newSampler(t testing.TB, cfg Config) *Sampler {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// withoutCopies turns stack copies off unless cfg asks for them. Nothing
+// here loads a process (Track is profbuild's), so a not-ready sample's
+// copy would wait 2 s for it and miss the Drain right after a fixture: up
+// to 128 samples (1.3 s) of each. Copies are the unwinder's tests' (they
+// load processes).
+func withoutCopies(cfg Config) Config {
+	if cfg.Unwinding.StackCopyBytes == 0 {
+		cfg.Unwinding.StackCopyBytes = -1
+	}
+	return cfg
 }
 
 // The fixtures of this package's tests; TestFixturesBuild builds them all,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/profsym/profsym/internal/host/offcpu"
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/unwind"
 )
 
 // TestLoadsEveryProgram loads what the receiver's defaults load and more:
@@ -23,7 +24,12 @@ func TestLoadsEveryProgram(t *testing.T) {
 		SampleRate: 99, KernelStacks: true,
 		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true, V8: true},
 		OffCPU:   offcpu.Config{Enabled: true},
+		// unwind_copy too (newSampler leaves copies off otherwise).
+		Unwinding: unwind.Config{StackCopyBytes: unwind.DefaultStackCopyBytes},
 	})
+	if s.objs.UnwindCopy == nil {
+		t.Error("unwind_copy not loaded")
+	}
 	if s.Runtimes() == nil {
 		t.Fatal("no runtimes with every runtime on")
 	}
