@@ -24,8 +24,10 @@ func TestRecordFirstSamplesWhole(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("stack copies are walked on x86-64 only, not %s", runtime.GOARCH)
 	}
-	chain := testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c", Sources: []string{"unwind/chain.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	chain := testfixture.Build(t, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c", Sources: []string{"unwind/chain.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
 	out := filepath.Join(t.TempDir(), "rec.json")
 	rec := exec.Command(bin, "record", "--symbolize", "--duration", "5m", "--comm", "^unwind-chain", "--output", out)
 	log := new(syncBuffer)

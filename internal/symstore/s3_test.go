@@ -29,8 +29,10 @@ import (
 func TestS3Backend(t *testing.T) {
 	srv := testfixture.StartS3(t)
 	ctx := context.Background()
-	cfg := S3Config{Endpoint: srv.Endpoint, Bucket: "symbols", Prefix: "fleet", AccessKeyID: srv.Access,
-		SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true}
+	cfg := S3Config{
+		Endpoint: srv.Endpoint, Bucket: "symbols", Prefix: "fleet", AccessKeyID: srv.Access,
+		SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true,
+	}
 
 	bad := cfg
 	bad.SecretAccessKey = "wrong" + srv.Secret
@@ -118,8 +120,10 @@ func twoReplicas(t *testing.T, srv *testfixture.S3Server, bucket string, lease t
 	var r replicas
 	r.obs = &countObs{}
 	for i := range r.stores {
-		be, err := NewS3(context.Background(), S3Config{Endpoint: srv.Endpoint, Bucket: bucket, AccessKeyID: srv.Access,
-			SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true})
+		be, err := NewS3(context.Background(), S3Config{
+			Endpoint: srv.Endpoint, Bucket: bucket, AccessKeyID: srv.Access,
+			SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,8 +290,10 @@ func TestS3LeaseAfterStoreAndRelease(t *testing.T) {
 	var stores [2]*Store
 	var backB *staleStat
 	for i := range stores {
-		be, err := NewS3(ctx, S3Config{Endpoint: srv.Endpoint, Bucket: "stale", AccessKeyID: srv.Access,
-			SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true})
+		be, err := NewS3(ctx, S3Config{
+			Endpoint: srv.Endpoint, Bucket: "stale", AccessKeyID: srv.Access,
+			SecretAccessKey: srv.Secret, Insecure: true, CreateBucket: true,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,8 +302,10 @@ func TestS3LeaseAfterStoreAndRelease(t *testing.T) {
 			backB = &staleStat{S3: be}
 			backend = backB
 		}
-		if stores[i], err = New(ctx, Config{Backend: backend, ScratchDir: t.TempDir(), Lease: 5 * time.Second,
-			Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}); err != nil {
+		if stores[i], err = New(ctx, Config{
+			Backend: backend, ScratchDir: t.TempDir(), Lease: 5 * time.Second,
+			Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

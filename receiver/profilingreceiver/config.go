@@ -118,8 +118,10 @@ type OffCPUConfig struct {
 // sampler turns the configuration into the sampler's (Select is set by the
 // receiver).
 func (c OffCPUConfig) sampler() (offcpu.Config, error) {
-	oc := offcpu.Config{Enabled: c.Enabled, Probability: c.Probability, Uninterruptible: c.UninterruptibleProbability,
-		Preempted: c.PreemptedProbability, MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks}
+	oc := offcpu.Config{
+		Enabled: c.Enabled, Probability: c.Probability, Uninterruptible: c.UninterruptibleProbability,
+		Preempted: c.PreemptedProbability, MinWait: c.MinWait, MaxWaits: c.MaxWaits, MaxStacks: c.MaxStacks,
+	}
 	return oc, oc.Validate() // no defaults here: the default config has them, a 0 was written
 }
 
@@ -210,8 +212,10 @@ func (u UnwindingConfig) sampler() (unwind.Config, error) {
 	if err != nil {
 		return unwind.Config{}, err
 	}
-	c := unwind.Config{Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses,
-		StackCopyBytes: u.StackCopyBytes}
+	c := unwind.Config{
+		Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses,
+		StackCopyBytes: u.StackCopyBytes,
+	}
 	if u.StackCopyBytes == 0 {
 		c.StackCopyBytes = -1 // off (the Manager's zero is its default)
 	}

@@ -244,8 +244,10 @@ func (w *copyWalk) read(addr uint64) (uint64, bool) {
 // it may end short, never with a made-up caller. It returns the file whose
 // table it waits for, if any.
 func (m *Manager) walkCopy(pr *proc, c *StackCopy) (WalkedCopy, *file) {
-	w := &copyWalk{m: m, pr: pr, c: c, pc: c.PC, sp: c.SP, fp: c.FP, exact: c.PCExact,
-		words: append(make([]uint64, 0, maxWords), c.Walked...)}
+	w := &copyWalk{
+		m: m, pr: pr, c: c, pc: c.PC, sp: c.SP, fp: c.FP, exact: c.PCExact,
+		words: append(make([]uint64, 0, maxWords), c.Walked...),
+	}
 	out := WalkedCopy{Copy: c}
 	for {
 		reason, done, waiting := w.step()
