@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,13 +234,37 @@ func TestForgedRuby(t *testing.T) {
 					t.Fatalf("no verdict on pid %d after 15 s: %+v", cmd.Process.Pid, h.s.Runtimes().Stats())
 				}
 			}
+			pid := cmd.Process.Pid
 			h.collect(t)
-			// The forgery turns hostile 1 s after the start; what is
-			// measured is from 1.5 s to 4 s.
-			time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+			if mode == "freed" {
+				// Its frames are named first (their names cached), then
+				// the iseq is freed: from then on no frame may be named,
+				// cache or not. What is measured starts 0.5 s later.
+				named := 0
+				for deadline := time.Now().Add(10 * time.Second); named == 0; time.Sleep(100 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("no ruby frame of the forgery named in 10 s, before its iseq was freed")
+					}
+					for _, s := range samplesOf(t, h.collect(t), pid) {
+						for _, p := range s.ruby {
+							if p.err == "" {
+								named++
+							}
+						}
+					}
+				}
+				if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond)
+				start = time.Now()
+			} else {
+				// The forgery turns hostile 1 s after the start; what is
+				// measured is from 1.5 s to 4 s.
+				time.Sleep(time.Until(start.Add(1500 * time.Millisecond)))
+			}
 			h.collect(t)
 			time.Sleep(2500 * time.Millisecond)
-			pid := cmd.Process.Pid
 			r := h.collect(t)
 			var total, runtime, named, frames int64
 			for _, s := range samplesOf(t, r, pid) {

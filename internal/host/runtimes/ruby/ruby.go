@@ -270,6 +270,15 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	}
 	k := nameKey{pid: pid, kind: f.Kind, ptr: f.Ptr, aux: f.Aux}
 	fi, ok := r.names.Get(k)
+	if ok && !r.still(pid, k) {
+		// Freed since it was named (its slot no longer holds such an
+		// object): named again, which fails unless the slot holds a new
+		// one. Without this check one name read before the free named
+		// every later frame at that address (TestForgedRuby/freed, when
+		// the first report came before the free).
+		r.names.Remove(k)
+		ok = false
+	}
 	if ok {
 		r.count(func(s *Stats) { s.NameCacheHits++ })
 	} else {
@@ -285,6 +294,19 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 		fr.File, fr.StartFile, fr.StartLine, fr.Line = fi.file, fi.file, fi.first, fi.line
 	}
 	return runtimes.Symbol{Frames: []frame.Frame{fr}, Type: frame.TypeRuby}, nil
+}
+
+// still reports whether a cached name's object is still what it named:
+// an iseq or a method entry, by its flags word (one 8-byte read).
+func (r *Runtime) still(pid int, k nameKey) bool {
+	typ := uint64(imemoIseq)
+	if k.kind == KindCFunc {
+		typ = imemoMent
+	}
+	ok, err := runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (bool, error) {
+		return isImemo(m, k.ptr, typ), nil
+	})
+	return err == nil && ok
 }
 
 // read reads a frame's names through pid's (cached) memory file.

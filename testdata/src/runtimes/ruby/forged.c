@@ -9,10 +9,12 @@
  *   wild       a sane stack of two frames (one named with a 64 KiB
  *              label) whose ec->cfp turns into a wild pointer after a second
  *   no-finish  48 control frames, none flagged FINISH, up to the stack's end
- *   freed      the frames' iseq turns into garbage (freed) after a second
+ *   freed      the frames' iseq turns into garbage (freed) once the process
+ *              gets SIGUSR1, so that the test has had them named first
  *
  * It spins until killed.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,13 @@ static char ec[64], iseq[64], body[320], label[(1 << 16) + 64], path[64], env[3]
 static uint64_t insns[16];
 
 static volatile uint64_t sink;
+static volatile sig_atomic_t hostile;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	hostile = 1;
+}
 
 /* The "VM entry": where every sample lands. */
 __attribute__((noinline, visibility("default"))) void rb_vm_exec(double seconds) /* < 0: forever */
@@ -90,7 +99,13 @@ __attribute__((visibility("default"))) int forge_run(const char *mode)
 		frame(FRAMES - 1, 0x11110003 | 0x20, 1); /* FINISH */
 		AT(ec, 16, void *) = (char *)stack + (FRAMES - 2) * CFP;
 	}
-	rb_vm_exec(1);
+	if (!strcmp(mode, "freed")) {
+		signal(SIGUSR1, on_usr1);
+		while (!hostile)
+			rb_vm_exec(0.05);
+	} else {
+		rb_vm_exec(1);
+	}
 	if (!strcmp(mode, "wild"))
 		AT(ec, 16, uint64_t) = 0xdead0000;
 	else if (!strcmp(mode, "freed"))
