@@ -39,6 +39,57 @@ type collector struct {
 	exited chan struct{} // closed when the process has exited
 }
 
+// recording is a `profsym record` a test started (startRecord).
+type recording struct {
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+// startRecord starts bin (profsym) with args and returns once it says it
+// samples; a recording still running at the test's end is killed.
+func startRecord(t *testing.T, bin string, args ...string) *recording {
+	t.Helper()
+	r := &recording{cmd: exec.Command(bin, args...), log: new(syncBuffer), exited: make(chan struct{})}
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.err = r.cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		<-r.exited
+	})
+	ready := time.Now().Add(90 * time.Second)
+	for !strings.Contains(r.log.String(), "profsym record: sampling") {
+		select {
+		case <-r.exited:
+			t.Fatalf("profsym record exited (%v) before sampling:\n%s", r.err, r.log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(ready) {
+			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", r.log.String())
+		}
+	}
+	return r
+}
+
+// stop interrupts the recording, as a user's ^C, and fails unless it
+// writes its output and exits cleanly within 2 minutes.
+func (r *recording) stop(t *testing.T) {
+	t.Helper()
+	r.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-r.exited:
+		if r.err != nil {
+			t.Fatalf("profsym record: %v\n%s", r.err, r.log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", r.log.String())
+	}
+}
+
 // syncBuffer is a log the process writes while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,30 +28,8 @@ func TestRecordFirstSamplesWhole(t *testing.T) {
 		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
 	})
 	out := filepath.Join(t.TempDir(), "rec.json")
-	rec := exec.Command(bin, "record", "--symbolize", "--duration", "5m", "--comm", "^unwind-chain", "--output", out)
-	log := new(syncBuffer)
-	rec.Stdout, rec.Stderr = log, log
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var recErr error
-	go func() { recErr = rec.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		rec.Process.Kill()
-		<-exited
-	})
-	ready := time.Now().Add(90 * time.Second)
-	for !strings.Contains(log.String(), "profsym record: sampling") {
-		select {
-		case <-exited:
-			t.Fatalf("profsym record exited (%v) before sampling:\n%s", recErr, log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(ready) {
-			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
-		}
-	}
+	rec := startRecord(t, bin, "record", "--symbolize", "--duration", "5m", "--comm", "^unwind-chain", "--output", out)
+	log := rec.log
 	pids := map[int64]bool{}
 	for range 20 {
 		// Two at a time, as many as there are cores here.
@@ -72,15 +49,7 @@ func TestRecordFirstSamplesWhole(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second) // the last copies walked and drained
-	rec.Process.Signal(syscall.SIGINT)
-	select {
-	case <-exited:
-		if recErr != nil {
-			t.Fatalf("profsym record: %v\n%s", recErr, log.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("profsym record did not stop in 2 minutes")
-	}
+	rec.stop(t)
 
 	want := []string{"leaf", "d", "c", "b", "a", "main"}
 	var total, whole, notReady int64

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -448,44 +447,14 @@ func recordWhileWith(t *testing.T, bin, out string, runs []*pyRun, settle, warmU
 	for _, r := range runs {
 		args = append(args, "--pid", strconv.FormatInt(r.pid, 10))
 	}
-	rec := exec.Command(bin, args...)
-	log := new(syncBuffer)
-	rec.Stdout, rec.Stderr = log, log
 	time.Sleep(settle)
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var recErr error
-	go func() { recErr = rec.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		rec.Process.Kill()
-		<-exited
-	})
-	ready := time.Now().Add(90 * time.Second)
-	for !strings.Contains(log.String(), "profsym record: sampling") {
-		select {
-		case <-exited:
-			t.Fatalf("profsym record exited (%v) before sampling:\n%s", recErr, log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(ready) {
-			t.Fatalf("profsym record did not start sampling in 90 s:\n%s", log.String())
-		}
-	}
+	rec := startRecord(t, bin, args...)
+	log := rec.log
 	time.Sleep(warmUp)
 	for _, r := range runs {
 		r.start(t)
 	}
 	wait(t, runs)
-	rec.Process.Signal(syscall.SIGINT)
-	select {
-	case <-exited:
-		if recErr != nil {
-			t.Fatalf("profsym record: %v\n%s", recErr, log.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("profsym record did not finish within 2 min of SIGINT:\n%s", log.String())
-	}
+	rec.stop(t)
 	t.Logf("%s", strings.TrimSpace(log.String()))
 }
