@@ -42,9 +42,18 @@ func (c *Config) stackCopyBytes() uint32 {
 	return uint32(min(n, unwind.MaxStackCopyBytes))
 }
 
-// readCopies hands every stack copy to the unwind Manager.
-func (s *Sampler) readCopies() {
+// copyQueue is how many decoded copies wait for the unwind Manager (about
+// 10 KiB each). The Manager walks a copy under its lock, with rows-map
+// lookups per frame, and loading a table walks the copies that waited for
+// it; the queue keeps the ring's reader off that lock, so that a slow walk
+// (qemu's TCG) holds up no copy in the ring. When it is full the reader
+// waits, and the ring counts what it cannot take (StackCopyLost).
+const copyQueue = 256
+
+// readCopies decodes every stack copy for feedCopies.
+func (s *Sampler) readCopies(q chan<- *unwind.StackCopy) {
 	defer s.wg.Done()
+	defer close(q)
 	var rec ringbuf.Record
 	for {
 		if err := s.copiesRd.ReadInto(&rec); err != nil {
@@ -54,8 +63,16 @@ func (s *Sampler) readCopies() {
 			return
 		}
 		if c, ok := decodeCopy(rec.RawSample); ok {
-			s.unwinder.AddCopy(c)
+			q <- c
 		}
+	}
+}
+
+// feedCopies hands the decoded copies to the unwind Manager.
+func (s *Sampler) feedCopies(q <-chan *unwind.StackCopy) {
+	defer s.wg.Done()
+	for c := range q {
+		s.unwinder.AddCopy(c)
 	}
 }
 

@@ -521,8 +521,10 @@ func (s *Sampler) Start() error {
 		go s.readSamples()
 	}
 	if s.copiesRd != nil {
-		s.wg.Add(1)
-		go s.readCopies()
+		q := make(chan *unwind.StackCopy, copyQueue)
+		s.wg.Add(2)
+		go s.readCopies(q)
+		go s.feedCopies(q)
 	}
 	for _, c := range s.cpus {
 		if err := unix.IoctlSetInt(c.fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {

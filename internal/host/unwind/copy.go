@@ -96,6 +96,11 @@ type pendingCopy struct {
 	c     *StackCopy
 	pr    *proc // the process image it belongs to, once known
 	added time.Time
+	// waiting is what its last walk stopped at: a file whose table was
+	// not ready, or waitMaps. It is walked again only once that changed,
+	// so that copies waiting on one table cost one walk each, not one
+	// per copy that arrives or table that loads meanwhile.
+	waiting *file
 }
 
 // Stop reasons the host walk gives (generated from bpf/types.h).
@@ -131,9 +136,10 @@ func (m *Manager) AddCopy(c *StackCopy) {
 		m.walked = append(m.walked, unwalked(c, m.procs[int(c.Pid)]))
 		return
 	}
-	pc := &pendingCopy{c: c, added: time.Now()}
-	m.copies = append(m.copies, pc)
-	m.tryCopies(int(c.Pid), time.Time{})
+	p := &pendingCopy{c: c, added: time.Now()}
+	if m.tryCopy(p, time.Time{}) {
+		m.copies = append(m.copies, p)
+	}
 }
 
 // TakeWalked returns the copies walked since the last call, and those
@@ -153,49 +159,71 @@ func (m *Manager) TakeWalked() []WalkedCopy {
 func (m *Manager) tryCopies(pid int, now time.Time) {
 	kept := m.copies[:0]
 	for _, p := range m.copies {
-		if pid >= 0 && int(p.c.Pid) != pid {
+		if pid >= 0 && int(p.c.Pid) != pid || m.tryCopy(p, now) {
 			kept = append(kept, p)
-			continue
 		}
-		if p.pr == nil {
-			if pr := m.procs[int(p.c.Pid)]; pr != nil {
-				p.pr = pr
-			} else if pr := m.dead[int(p.c.Pid)]; pr != nil {
-				p.pr = pr
-			}
-		}
-		expired := !now.IsZero() && now.Sub(p.added) > copyWait
-		if p.pr == nil {
-			expired = !now.IsZero() && now.Sub(p.added) > unloadedWait
-			// Its process is not loaded yet (or never will be: filtered
-			// out, no room): the walk so far, once given up on.
-			if !expired {
-				kept = append(kept, p)
-				continue
-			}
-			m.stats.CopiesExpired++
-			m.walked = append(m.walked, unwalked(p.c, nil))
-			continue
-		}
-		w, waiting := m.walkCopy(p.pr, p.c)
-		switch {
-		case waiting != nil && !expired:
-			if waiting != waitMaps {
-				m.request(waiting, true) // a sample waits for it
-			}
-			kept = append(kept, p)
-			continue
-		case waiting != nil:
-			m.stats.CopiesExpired++
-			w = unwalked(p.c, p.pr)
-		default:
-			m.stats.CopiesWalked++
-		}
-		m.walked = append(m.walked, w)
 	}
 	clear(m.copies[len(kept):])
 	m.copies = kept
 	m.releaseDead()
+}
+
+// tryCopy walks p if what it waits for is there, or gives up on it (see
+// tryCopies); the walk goes to m.walked. It reports whether p still waits.
+func (m *Manager) tryCopy(p *pendingCopy, now time.Time) bool {
+	if p.pr == nil {
+		if pr := m.procs[int(p.c.Pid)]; pr != nil {
+			p.pr = pr
+		} else if pr := m.dead[int(p.c.Pid)]; pr != nil {
+			p.pr = pr
+		}
+	}
+	expired := !now.IsZero() && now.Sub(p.added) > copyWait
+	if p.pr == nil {
+		expired = !now.IsZero() && now.Sub(p.added) > unloadedWait
+		// Its process is not loaded yet (or never will be: filtered
+		// out, no room): the walk so far, once given up on.
+		if !expired {
+			return true
+		}
+		m.stats.CopiesExpired++
+		m.walked = append(m.walked, unwalked(p.c, nil))
+		return false
+	}
+	if !expired && m.stillWaits(p) {
+		return true
+	}
+	m.copyWalks++
+	w, waiting := m.walkCopy(p.pr, p.c)
+	switch {
+	case waiting != nil && !expired:
+		if waiting != waitMaps {
+			m.request(waiting, true) // a sample waits for it
+		}
+		p.waiting = waiting
+		return true
+	case waiting != nil:
+		m.stats.CopiesExpired++
+		w = unwalked(p.c, p.pr)
+	default:
+		m.stats.CopiesWalked++
+	}
+	m.walked = append(m.walked, w)
+	return false
+}
+
+// stillWaits reports whether what p's last walk stopped at is unchanged:
+// the same table not loaded yet, or the same process image without the
+// mapping (step's conditions for waiting).
+func (m *Manager) stillWaits(p *pendingCopy) bool {
+	switch f := p.waiting; {
+	case f == nil:
+		return false
+	case f == waitMaps:
+		return m.procs[int(p.c.Pid)] == p.pr
+	default:
+		return !f.retired && (f.state == statePending || f.state == stateLazy)
+	}
 }
 
 // releaseDead drops the exited processes no copy waits for any more.

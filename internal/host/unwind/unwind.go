@@ -125,6 +125,8 @@ type Manager struct {
 	copies []*pendingCopy
 	walked []WalkedCopy
 	dead   map[int]*proc
+	// copyWalks counts host walks of copies, retries included (tests).
+	copyWalks int
 }
 
 func (m *Manager) procValue(pid int, sp span) bpf.ProfileUnwindProc {

@@ -43,9 +43,11 @@ func TestJavaChains(t *testing.T) {
 		// known shape. a reaches C2's threshold later than hot (JDK 8
 		// under load: 16% of the samples after 6 s still had it
 		// interpreted): a longer warm-up.
-		{name: "c2-pinned", jvm: []string{"-XX:-TieredCompilation", "-XX:CompileCommand=quiet",
+		{name: "c2-pinned", jvm: []string{
+			"-XX:-TieredCompilation", "-XX:CompileCommand=quiet",
 			"-XX:CompileCommand=dontinline,fixture.Chain::hot", "-XX:CompileCommand=inline,fixture.Chain::b",
-			"-XX:CompileCommand=dontinline,fixture.Chain::a"}, warm: 10 * time.Second},
+			"-XX:CompileCommand=dontinline,fixture.Chain::a",
+		}, warm: 10 * time.Second},
 		{name: "jni", jni: true, warm: 6 * time.Second},
 		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
 	}
@@ -62,6 +64,14 @@ func TestJavaChains(t *testing.T) {
 					want = []string{"hot", "back", "viaNative", "a", "main"}
 				}
 				c := chainCheck{want: want, lines: lines, calls: calls, lib: lib, jni: m.jni, pinned: m.name == "c2-pinned"}
+				// Where nothing can inline hot (the interpreter, or C2
+				// told not to), the fixture's time in hot is the share
+				// asked: 99.7-100% of the samples in c2-pinned on JDK 8
+				// to 27, and the same interpreted (issue 31's 90%).
+				c.hotShare = 25
+				if c.pinned || slices.Contains(m.jvm, "-Xint") {
+					c.hotShare = 90
+				}
 				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, fixtureSeconds)
 				h.sampleJVMAtLeast(t, cmd, m.warm, 5*time.Second, 300, false, func(pid int, samples []sampler.Sample) {
 					p, err := h.norm.Refresh(pid)
@@ -86,6 +96,8 @@ type chainCheck struct {
 	// pinned: hot not inlined, b inlined into a, a not inlined into main
 	// (c2-pinned's CompileCommands).
 	pinned bool
+	// hotShare: the percentage of the samples that must start at hot.
+	hotShare uint64
 }
 
 func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples []sampler.Sample, inlining bool) {
@@ -145,9 +157,10 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 	// a) a share of the samples is named a, at a line of a's own: 92.5%
 	// and 88.9% from hot in two CI runs on one machine, 72.5% and 49.1%
 	// in CI and 70.8% quiet on another (249 of 491 in a once), every
-	// sample whole. So a quarter is asked, of hot and of inlined frames.
-	if full*100 < all*25 {
-		t.Errorf("%d of %d samples start at hot: the fixture should spend its time there", full, all)
+	// sample whole. So a quarter is asked there, of hot and of inlined
+	// frames; where the inlining is pinned, 90% (hotShare).
+	if full*100 < all*c.hotShare {
+		t.Errorf("%d of %d samples start at hot, want %d%%: the fixture spends its time there", full, all, c.hotShare)
 	}
 	// C2 compiles a within the warm-up: samples of the interpreted a
 	// before it are few.

@@ -49,7 +49,7 @@ func TestJavaVersions(t *testing.T) {
 				t.Fatalf("java -version says %d, the matrix %d", got, j.feature)
 			}
 			failed := h.s.Runtimes().Stats().Failed["hotspot"]
-			c := chainCheck{want: []string{"hot", "b", "a", "main"}, lines: lines, calls: calls, lib: lib}
+			c := chainCheck{want: []string{"hot", "b", "a", "main"}, lines: lines, calls: calls, lib: lib, hotShare: 25}
 			cmd := javaCmd(t, j, jar, lib, nil, "fixture.Chain", "chain", "20")
 			// At least 200 samples: one at a compilation's transition
 			// (JDK 11 once had one of 135) must not cost the 99%.
