@@ -216,10 +216,10 @@ func (m *Manager) tryCopy(p *pendingCopy, now time.Time) bool {
 // the same table not loaded yet, or the same process image without the
 // mapping (step's conditions for waiting).
 func (m *Manager) stillWaits(p *pendingCopy) bool {
-	switch f := p.waiting; {
-	case f == nil:
+	switch f := p.waiting; f {
+	case nil:
 		return false
-	case f == waitMaps:
+	case waitMaps:
 		return m.procs[int(p.c.Pid)] == p.pr
 	default:
 		return !f.retired && (f.state == statePending || f.state == stateLazy)
