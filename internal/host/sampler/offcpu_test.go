@@ -150,13 +150,6 @@ func TestOffCPULimits(t *testing.T) {
 // counted stale instead of reported; and the process filter's answer for a
 // pid ends with its process.
 func TestOffCPUGoneAndReused(t *testing.T) {
-	if emulated() {
-		// Once in four VM runs (6.12 under TCG, 2026-11-28) the reused
-		// tid's wait was not counted stale (stale 0, all else as
-		// expected); the cause is not found, and the kernel matrix runs
-		// each test once. make test runs it on the host.
-		t.Skip("not in the emulated VMs: stale 0 once on 6.12, cause unknown (docs/kernels.md)")
-	}
 	bin, comm := waitFixture(t)
 	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
@@ -192,6 +185,16 @@ func TestOffCPUGoneAndReused(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { return procStateOf(pid) == "T" }) {
 		cmd.Process.Kill()
 		t.Fatalf("fixture %d did not stop", pid)
+	}
+	// "T" shows as soon as the task's state is set, before it has left
+	// the CPU; its switch out, if it came after what is planted below,
+	// would write its own slot and wait over them (stale 0 in one of four
+	// runs on 6.12 under qemu, where that window is wide). Reading
+	// /proc/PID/syscall waits until the task is off its CPU
+	// (wait_task_inactive), after sched_switch has run.
+	if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid)); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("waiting for fixture %d to leave its CPU: %v", pid, err)
 	}
 	jiffies := uint64(0) // the slot's off time; only its tid and flags matter here
 	slot := uint64(pid)<<42 | 1<<41 | 1<<40 | jiffies
