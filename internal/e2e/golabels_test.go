@@ -184,7 +184,12 @@ func TestCollectorGoLabels(t *testing.T) {
 		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
-	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	prom := testfixture.FreePort(t)
+	overlay := filepath.Join(t.TempDir(), "telemetry.yaml")
+	if err := os.WriteFile(overlay, []byte(telemetryOverlay(prom)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"), overlay)
 	runs := make([]*goLabelsRun, len(builds))
 	for i, b := range builds {
 		runs[i] = startGoLabels(t, b)
@@ -210,6 +215,22 @@ func TestCollectorGoLabels(t *testing.T) {
 	}
 	goLabelsWork(t, runs)
 	time.Sleep(2500 * time.Millisecond) // the last reports
+	// Each fixture is one Go process whose labels are read (the host's
+	// other Go programs may add to it); none is refused for its build.
+	m := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", prom))
+	if n := m["otelcol_receiver_profiling_go_labels_processes"]; n < float64(len(runs)) {
+		t.Errorf("go_labels_processes %v, want at least the %d fixtures", n, len(runs))
+		for k, v := range m {
+			if strings.Contains(k, "go_labels") {
+				t.Logf("%s %v", k, v)
+			}
+		}
+	}
+	t.Logf("go labels metrics: processes %v, refused unsupported %v unreadable %v, unread sets %v",
+		m["otelcol_receiver_profiling_go_labels_processes"],
+		m[`otelcol_receiver_profiling_go_labels_refused{reason="unsupported"}`],
+		m[`otelcol_receiver_profiling_go_labels_refused{reason="unreadable"}`],
+		m["otelcol_receiver_profiling_go_labels_unread"])
 	c.stop(t)
 	checkGoLabels(t, out, runs)
 	if t.Failed() {

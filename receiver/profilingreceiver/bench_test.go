@@ -65,8 +65,10 @@ func BenchmarkSamplerOverhead(b *testing.B) {
 	perf := testfixture.NeedTool(b, "perf")
 	secs := benchSetting("PROFSYM_BENCH_SECONDS", 60)
 	defer bpfStats(b).Close()
-	bin := testfixture.Build(b, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
-		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	bin := testfixture.Build(b, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
 	var results []benchResult
 	for _, churn := range []int{0, 20} {
 		name := "steady"

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
 	"syscall"
 	"testing"
 	"time"

@@ -48,8 +48,10 @@ func typedTotals(pds []pprofile.Profiles) map[string]map[int64]int64 {
 // waits are counted, and nothing is left open.
 func TestOffCPUEndToEnd(t *testing.T) {
 	needSampler(t)
-	built := testfixture.Build(t, testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}})
+	built := testfixture.Build(t, testfixture.Spec{
+		Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"},
+	})
 	data, err := os.ReadFile(built)
 	if err != nil {
 		t.Fatal(err)

@@ -54,8 +54,10 @@ func countFDs(t testing.TB) int {
 }
 
 func buildC(t testing.TB) string {
-	return testfixture.Build(t, testfixture.Spec{Name: "sampler-hot", Lang: "c",
-		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}})
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "sampler-hot", Lang: "c",
+		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"},
+	})
 }
 
 func pidsIn(pd []pprofile.Profiles) map[int64]int64 {

@@ -12,13 +12,14 @@ import (
 // runtimeCounters are the runtime walkers' cumulative counters already
 // reported.
 type runtimeCounters struct {
-	set  runtimes.Stats
-	walk map[string]map[string]uint64
+	set    runtimes.Stats
+	walk   map[string]map[string]uint64
+	labels runtimes.LabelStats
 }
 
 // recordRuntimes reports what the runtime walkers did since the last
 // report: processes attached and refused, walks the BPF walkers could not
-// finish, frames left unnamed.
+// finish, frames left unnamed; and what the Go labels reader did.
 func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set) {
 	if s == nil {
 		return
@@ -38,7 +39,13 @@ func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set)
 				attrs(attribute.String("runtime", rt), attribute.String("reason", reason)))
 		}
 	}
-	r.lastRuntimes = runtimeCounters{set: st, walk: walk}
+	ls := s.LabelStats()
+	addDelta(ctx, r.tel.ReceiverProfilingGoLabelsProcesses, ls.Attached, last.labels.Attached)
+	for reason, n := range ls.Refused {
+		addDelta(ctx, r.tel.ReceiverProfilingGoLabelsRefused, n, last.labels.Refused[reason], reasonAttr(reason))
+	}
+	addDelta(ctx, r.tel.ReceiverProfilingGoLabelsUnread, ls.Failed, last.labels.Failed)
+	r.lastRuntimes = runtimeCounters{set: st, walk: walk, labels: ls}
 }
 
 func attrs(kv ...attribute.KeyValue) metric.AddOption {

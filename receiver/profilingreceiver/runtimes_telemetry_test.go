@@ -38,6 +38,15 @@ func (fakeRuntime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 }
 func (r *fakeRuntime) Errors() map[string]uint64 { return r.errs }
 
+// fakeLabeler says what a Go labels reader did.
+type fakeLabeler struct{ st runtimes.LabelStats }
+
+func (*fakeLabeler) Attach(*normalize.Process)           {}
+func (*fakeLabeler) Forget(int)                          {}
+func (*fakeLabeler) Labels(int, uint64) []runtimes.Label { return nil }
+func (l *fakeLabeler) Stats() runtimes.LabelStats        { return l.st }
+func (*fakeLabeler) Close()                              {}
+
 type nopUnwinder struct{}
 
 func (nopUnwinder) SetRuntime(int, unwind.Runtime) error { return nil }
@@ -54,6 +63,8 @@ func TestRuntimeTelemetry(t *testing.T) {
 	}
 	rt := &fakeRuntime{errs: map[string]uint64{"no_thread": 3}}
 	set := runtimes.NewSet(zap.NewNop(), nopUnwinder{}, rt)
+	lab := &fakeLabeler{st: runtimes.LabelStats{Attached: 2, Refused: map[string]uint64{"unsupported": 1}, Read: 9, Failed: 1}}
+	set.SetLabeler(lab)
 	set.Attach(&normalize.Process{PID: 1})
 	set.Attach(&normalize.Process{PID: 2})
 	for range 2 {
@@ -62,6 +73,7 @@ func TestRuntimeTelemetry(t *testing.T) {
 	r := &profilingReceiver{tel: tel}
 	r.recordRuntimes(ctx, set)
 	rt.errs = map[string]uint64{"no_thread": 5, "read": 1}
+	lab.st = runtimes.LabelStats{Attached: 3, Refused: map[string]uint64{"unsupported": 1, "unreadable": 2}, Read: 20, Failed: 4}
 	r.recordRuntimes(ctx, set)
 	r.recordRuntimes(ctx, set)
 
@@ -78,4 +90,10 @@ func TestRuntimeTelemetry(t *testing.T) {
 		one(5, attribute.String("runtime", "cpython"), attribute.String("reason", "no_thread")),
 		one(1, attribute.String("runtime", "cpython"), attribute.String("reason", "read")),
 	}, opts...)
+	metadatatest.AssertEqualReceiverProfilingGoLabelsProcesses(t, tt, []metricdata.DataPoint[int64]{one(3)}, opts...)
+	metadatatest.AssertEqualReceiverProfilingGoLabelsRefused(t, tt, []metricdata.DataPoint[int64]{
+		one(1, attribute.String("reason", "unsupported")),
+		one(2, attribute.String("reason", "unreadable")),
+	}, opts...)
+	metadatatest.AssertEqualReceiverProfilingGoLabelsUnread(t, tt, []metricdata.DataPoint[int64]{one(4)}, opts...)
 }

@@ -26,7 +26,16 @@ type Labeler interface {
 	Attach(p *normalize.Process)
 	Forget(pid int)
 	Labels(pid int, ptr uint64) []Label
+	Stats() LabelStats
 	Close()
+}
+
+// LabelStats count what a Labeler did, cumulatively.
+type LabelStats struct {
+	Attached uint64            // processes whose labels are read
+	Refused  map[string]uint64 // processes whose labels cannot be, by reason
+	Read     uint64            // label sets read from a process
+	Failed   uint64            // label sets that could not be read
 }
 
 // Set holds the runtimes a sampler walks. Safe for concurrent use.
@@ -53,8 +62,10 @@ type Stats struct {
 // NewSet makes a Set over rts (nil entries are skipped), telling unw which
 // process runs which.
 func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
-	s := &Set{unw: unw, log: log, procs: map[int]Runtime{}, failed: map[int]bool{},
-		stats: Stats{Failed: map[string]uint64{}, Unnamed: map[string]uint64{}}}
+	s := &Set{
+		unw: unw, log: log, procs: map[int]Runtime{}, failed: map[int]bool{},
+		stats: Stats{Failed: map[string]uint64{}, Unnamed: map[string]uint64{}},
+	}
 	for _, r := range rts {
 		if r != nil {
 			s.rts = append(s.rts, r)
@@ -159,6 +170,14 @@ func (s *Set) Labels(pid int, ptr uint64) []Label {
 		return nil
 	}
 	return s.labels.Labels(pid, ptr)
+}
+
+// LabelStats returns the Labeler's counters (zero without one).
+func (s *Set) LabelStats() LabelStats {
+	if s == nil || s.labels == nil {
+		return LabelStats{}
+	}
+	return s.labels.Stats()
 }
 
 // Name names one runtime frame of pid, through the runtime whose block

@@ -47,13 +47,9 @@ const (
 	DefaultCacheBytes = 8 << 20
 )
 
-// Stats count what a Tracker did, cumulatively.
-type Stats struct {
-	Attached uint64            // Go processes whose labels are read
-	Refused  map[string]uint64 // Go processes whose labels cannot be, by reason
-	Read     uint64            // label sets read from a process
-	Failed   uint64            // label sets that could not be read
-}
+// Stats count what a Tracker did, cumulatively: Refused by reason
+// (unsupported, process_gone, unreadable).
+type Stats = runtimes.LabelStats
 
 type fileResult struct {
 	l   Layout

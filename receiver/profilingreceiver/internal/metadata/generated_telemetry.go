@@ -26,6 +26,9 @@ type TelemetryBuilder struct {
 	meter                                  metric.Meter
 	mu                                     sync.Mutex
 	registrations                          []metric.Registration
+	ReceiverProfilingGoLabelsProcesses     metric.Int64Counter
+	ReceiverProfilingGoLabelsRefused       metric.Int64Counter
+	ReceiverProfilingGoLabelsUnread        metric.Int64Counter
 	ReceiverProfilingNormalizationFailures metric.Int64Counter
 	ReceiverProfilingOffCPUWaitsChosen     metric.Int64Counter
 	ReceiverProfilingOffCPUWaitsDropped    metric.Int64Counter
@@ -81,6 +84,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ReceiverProfilingGoLabelsProcesses, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_go_labels_processes",
+		metric.WithDescription("Go processes whose goroutines' pprof labels the agent reads (go_labels). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingGoLabelsRefused, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_go_labels_refused",
+		metric.WithDescription("Go processes whose pprof labels cannot be read, by reason (unsupported: a Go release, build or architecture without a known layout; unreadable: the executable could not be read or the kernel map refused it). Their samples carry no labels; the agent's log says why, once per process. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingGoLabelsUnread, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_go_labels_unread",
+		metric.WithDescription("Label sets samples pointed at that could not be read from the process (gone, freed, over go_labels' bounds): those samples are reported without labels. [Development]"),
+		metric.WithUnit("{set}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingNormalizationFailures, err = builder.meter.Int64Counter(
 		"otelcol_receiver_profiling_normalization_failures",
 		metric.WithDescription("Frames left raw or unnamed, by reason: process_gone, no_mapping, unreadable_file, no_load_segment, kernel_unnamed, jit_unnamed. [Development]"),

@@ -19,6 +19,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	tb.ReceiverProfilingGoLabelsProcesses.Add(context.Background(), 1)
+	tb.ReceiverProfilingGoLabelsRefused.Add(context.Background(), 1)
+	tb.ReceiverProfilingGoLabelsUnread.Add(context.Background(), 1)
 	tb.ReceiverProfilingNormalizationFailures.Add(context.Background(), 1)
 	tb.ReceiverProfilingOffCPUWaitsChosen.Add(context.Background(), 1)
 	tb.ReceiverProfilingOffCPUWaitsDropped.Add(context.Background(), 1)
@@ -43,6 +46,15 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingUnwindTableEvictions.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindTableRows.Record(context.Background(), 1)
 	tb.ReceiverProfilingUnwindTables.Record(context.Background(), 1)
+	AssertEqualReceiverProfilingGoLabelsProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingGoLabelsRefused(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingGoLabelsUnread(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingNormalizationFailures(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
