@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,9 +138,21 @@ func TestKernelStacks(t *testing.T) {
 		maps := w.mapsOf(pid)
 		var total, withK, readPath, userMain uint64
 		top := map[string]uint64{}
+		userLeaves := map[string]uint64{} // samples in user mode: where
 		for _, smp := range samplesOf(b, pid) {
 			total += smp.Count
 			if len(smp.KernelPCs) == 0 {
+				leaf := "none"
+				if len(smp.UserPCs) > 0 {
+					leaf = "other"
+					for _, mp := range maps {
+						if pc := smp.UserPCs[0]; pc >= mp.start && pc < mp.end {
+							leaf = fmt.Sprintf("%s+%#x", filepath.Base(mp.path), pc-mp.start+mp.off)
+							break
+						}
+					}
+				}
+				userLeaves[leaf] += smp.Count
 				continue
 			}
 			withK += smp.Count
@@ -162,8 +175,8 @@ func TestKernelStacks(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("pid %d: %d samples, %d with kernel stack, %d through vfs_read/ksys_read, %d reach main in user; kernel leaves: %v",
-			pid, total, withK, readPath, userMain, top)
+		t.Logf("pid %d: %d samples, %d with kernel stack, %d through vfs_read/ksys_read, %d reach main in user; kernel leaves: %v; user-mode leaves: %v",
+			pid, total, withK, readPath, userMain, top, userLeaves)
 		checkSampleCount(t, total, cpu, 99)
 		// The fixture's share of time in read(2); less in an emulated VM,
 		// where a system call costs relatively less (78.8% once on arm64).
