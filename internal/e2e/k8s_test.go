@@ -30,6 +30,7 @@ const (
 // server knows it by.
 type k8sFixture struct {
 	deployment, hash, container string
+	ns                          string // the workload's namespace; "" is k8sAppNS
 	driver                      string // "systemd" or "cgroupfs": how the kubelet names the cgroups; "" for a host process
 	// static: a static pod, whose cgroup carries its manifest's hash, not
 	// the UID of its mirror pod in the API: found by container.id alone.

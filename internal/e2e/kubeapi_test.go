@@ -344,13 +344,17 @@ func createMirrorPod(t *testing.T, api *kubeAPI, f *k8sFixture) {
 // the status a kubelet would report for a running container.
 func createWorkload(t *testing.T, api *kubeAPI, f *k8sFixture) {
 	t.Helper()
+	ns := k8sAppNS
+	if f.ns != "" {
+		ns = f.ns
+	}
 	labels := map[string]any{"app": f.deployment}
 	template := map[string]any{
 		"metadata": map[string]any{"labels": labels},
 		"spec":     map[string]any{"containers": []any{map[string]any{"name": f.container, "image": "registry.example/" + f.deployment + ":1"}}},
 	}
 	dep := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": f.deployment, "namespace": k8sAppNS, "labels": labels},
+		"metadata": map[string]any{"name": f.deployment, "namespace": ns, "labels": labels},
 		"spec":     map[string]any{"selector": map[string]any{"matchLabels": labels}, "template": template}})
 	owner := func(o map[string]any, kind string) []any {
 		m := o["metadata"].(map[string]any)
@@ -358,11 +362,11 @@ func createWorkload(t *testing.T, api *kubeAPI, f *k8sFixture) {
 	}
 	rsLabels := map[string]any{"app": f.deployment, "pod-template-hash": f.hash}
 	rs := api.create(t, map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-		"metadata": map[string]any{"name": f.deployment + "-" + f.hash, "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(dep, "Deployment")},
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash, "namespace": ns, "labels": rsLabels, "ownerReferences": owner(dep, "Deployment")},
 		"spec": map[string]any{"replicas": 1, "selector": map[string]any{"matchLabels": rsLabels},
 			"template": map[string]any{"metadata": map[string]any{"labels": rsLabels}, "spec": template["spec"]}}})
 	pod := api.create(t, map[string]any{"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": f.deployment + "-" + f.hash + "-x7k2q", "namespace": k8sAppNS, "labels": rsLabels, "ownerReferences": owner(rs, "ReplicaSet")},
+		"metadata": map[string]any{"name": f.deployment + "-" + f.hash + "-x7k2q", "namespace": ns, "labels": rsLabels, "ownerReferences": owner(rs, "ReplicaSet")},
 		"spec":     map[string]any{"nodeName": k8sNode, "containers": template["spec"].(map[string]any)["containers"]}})
 	setRunning(t, api, f, pod)
 }

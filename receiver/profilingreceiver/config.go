@@ -53,6 +53,9 @@ type Config struct {
 	// OffCPU records where threads wait off CPU, and for how long
 	// (docs/off-cpu.md).
 	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
+	// Kubernetes says how the API server is reached when a target selects
+	// pods (targets[].kubernetes).
+	Kubernetes KubernetesConfig `mapstructure:"kubernetes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -234,6 +237,9 @@ type TargetConfig struct {
 	// Cgroup is matched at the start of the process's cgroup v2 path: a
 	// path prefix, or a regular expression.
 	Cgroup string `mapstructure:"cgroup"`
+	// Kubernetes selects the processes of the pods on this node that the
+	// API server lists in one of some namespaces, with some labels.
+	Kubernetes *KubernetesTargetConfig `mapstructure:"kubernetes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -250,6 +256,10 @@ func createDefaultConfig() *Config {
 		Selection: SelectionConfig{
 			MaxCgroups:     DefaultMaxCgroups,
 			RescanInterval: DefaultRescanInterval,
+		},
+		Kubernetes: KubernetesConfig{
+			AuthType:    authServiceAccount,
+			SyncTimeout: defaultK8sSyncTimeout,
 		},
 		Unwinding: UnwindingConfig{
 			Mode:           unwind.ModeAuto.String(),
@@ -297,7 +307,10 @@ func (c *Config) Validate() error {
 	if c.ReportInterval < MinReportInterval {
 		errs = append(errs, fmt.Errorf("report_interval must be at least %v, got %v", MinReportInterval, c.ReportInterval))
 	}
-	if _, err := c.filter(); err != nil {
+	if _, _, _, err := c.filters(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Kubernetes.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Selection.MaxCgroups < 1 || c.Selection.MaxCgroups > sampler.MaxSelectCgroups {
@@ -321,36 +334,38 @@ func (c *Config) Validate() error {
 		if c.Unwinding.Mode != unwind.ModeAuto.String() {
 			errs = append(errs, fmt.Errorf("off_cpu needs unwinding.mode %s, not %q", unwind.ModeAuto, c.Unwinding.Mode))
 		}
-		if _, err := compileTargets("off_cpu.targets", c.OffCPU.Targets); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	return errors.Join(errs...)
 }
 
-// filter compiles the targets; nil selects the whole host.
-func (c *Config) filter() (*profbuild.Filter, error) {
-	return compileTargets("targets", c.Targets)
-}
-
-// offCPUFilter compiles the processes whose waits are recorded: off_cpu's
-// targets, else the receiver's; nil selects every process.
-func (c *Config) offCPUFilter() (*profbuild.Filter, error) {
-	if len(c.OffCPU.Targets) > 0 {
-		return compileTargets("off_cpu.targets", c.OffCPU.Targets)
+// filters compiles the targets (nil: the whole host) and the processes
+// whose waits are recorded (off_cpu's targets, else the receiver's; nil:
+// every process), and the pod selections their Kubernetes targets make,
+// in one podTargets both filters read.
+func (c *Config) filters() (main, offCPU *profbuild.Filter, pt *podTargets, err error) {
+	pt = &podTargets{}
+	if main, err = compileTargets("targets", c.Targets, pt); err != nil {
+		return nil, nil, nil, err
 	}
-	return c.filter()
+	offCPU = main
+	if c.OffCPU.Enabled && len(c.OffCPU.Targets) > 0 {
+		if offCPU, err = compileTargets("off_cpu.targets", c.OffCPU.Targets, pt); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return main, offCPU, pt, nil
 }
 
 // compileTargets compiles targets (named key in errors); nil when empty.
-func compileTargets(key string, targets []TargetConfig) (*profbuild.Filter, error) {
+// Their pod selections are added to pt.
+func compileTargets(key string, targets []TargetConfig, pt *podTargets) (*profbuild.Filter, error) {
 	if len(targets) == 0 {
 		return nil, nil
 	}
 	f := &profbuild.Filter{}
 	for i, t := range targets {
-		if len(t.PIDs) == 0 && t.ProcessName == "" && t.Cgroup == "" {
-			return nil, fmt.Errorf("%s[%d]: set pids, process_name or cgroup (leave %s empty to profile the whole host)", key, i, key)
+		if len(t.PIDs) == 0 && t.ProcessName == "" && t.Cgroup == "" && t.Kubernetes == nil {
+			return nil, fmt.Errorf("%s[%d]: set pids, process_name, cgroup or kubernetes (leave %s empty to profile the whole host)", key, i, key)
 		}
 		for _, pid := range t.PIDs {
 			if pid <= 0 {
@@ -360,6 +375,12 @@ func compileTargets(key string, targets []TargetConfig) (*profbuild.Filter, erro
 		ct, err := profbuild.CompileTarget(t.PIDs, t.ProcessName, cgroupPath(t.Cgroup))
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d].%w", key, i, err)
+		}
+		if t.Kubernetes != nil {
+			if ct.Pods, err = pt.add(t.Kubernetes); err != nil {
+				return nil, fmt.Errorf("%s[%d].kubernetes.%w", key, i, err)
+			}
+			f.Generation = pt.generation
 		}
 		f.Targets = append(f.Targets, ct)
 	}

@@ -90,6 +90,18 @@ func TestValidate(t *testing.T) {
 		{"bad pid", func(c *Config) { c.Targets = []TargetConfig{{PIDs: []int{-1}}} }, "targets[0].pids"},
 		{"bad regexp", func(c *Config) { c.Targets = []TargetConfig{{ProcessName: "("}} }, "targets[0].process_name"},
 		{"bad cgroup", func(c *Config) { c.Targets = []TargetConfig{{Cgroup: "["}} }, "targets[0].cgroup"},
+		{"bad pod_labels", func(c *Config) {
+			c.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{PodLabels: "app in (a"}}}
+		}, "targets[0].kubernetes.pod_labels"},
+		{"long pod_labels", func(c *Config) {
+			c.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{PodLabels: "app=" + strings.Repeat("a", 5000)}}}
+		}, "targets[0].kubernetes.pod_labels"},
+		{"empty namespace", func(c *Config) {
+			c.OffCPU.Enabled = true
+			c.OffCPU.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{Namespaces: []string{""}}}}
+		}, "off_cpu.targets[0].kubernetes.namespaces"},
+		{"auth_type", func(c *Config) { c.Kubernetes.AuthType = "token" }, "kubernetes.auth_type"},
+		{"sync_timeout", func(c *Config) { c.Kubernetes.SyncTimeout = 0 }, "kubernetes.sync_timeout"},
 		{"max_cgroups", func(c *Config) { c.Selection.MaxCgroups = 0 }, "selection.max_cgroups"},
 		{"max_cgroups high", func(c *Config) { c.Selection.MaxCgroups = 1 << 20 }, "selection.max_cgroups"},
 		{"rescan_interval", func(c *Config) { c.Selection.RescanInterval = time.Millisecond }, "selection.rescan_interval"},

@@ -32,6 +32,8 @@ type profilingReceiver struct {
 	tel      *metadata.TelemetryBuilder
 	obs      *receiverhelper.ObsReport
 	filter   *profbuild.Filter
+	ocFilter *profbuild.Filter  // off-CPU's targets
+	pods     *podTargets        // the Kubernetes targets' pod selections
 	profiles xconsumer.Profiles // nil unless a profiles pipeline uses it
 	logs     consumer.Logs      // nil unless a logs pipeline uses it
 
@@ -47,7 +49,7 @@ type profilingReceiver struct {
 }
 
 func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error) {
-	f, err := cfg.filter()
+	f, ocf, pods, err := cfg.filters()
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +62,7 @@ func newReceiver(cfg *Config, set receiver.Settings) (*profilingReceiver, error)
 	if err != nil {
 		return nil, err
 	}
-	return &profilingReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, obs: obs, filter: f}, nil
+	return &profilingReceiver{cfg: cfg, set: set, log: set.Logger, tel: tel, obs: obs, filter: f, ocFilter: ocf, pods: pods}, nil
 }
 
 // start loads the sampler. Missing privileges or kernel features fail here,
@@ -83,13 +85,22 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 		if oc, err = r.cfg.OffCPU.sampler(); err != nil {
 			return fmt.Errorf("profiling receiver: %w", err)
 		}
-		f, err := r.cfg.offCPUFilter()
-		if err != nil {
-			return fmt.Errorf("profiling receiver: %w", err)
-		}
-		if !f.All() {
+		if f := r.ocFilter; !f.All() {
 			oc.Select = func(pid int) bool { return f.MatchPID("", pid) }
 		}
+	}
+	// The loops' context: the pod watch starts first, so that the
+	// selection in the kernel starts with the node's pods.
+	ctx, cancel := context.WithCancel(context.Background())
+	started := false
+	defer func() {
+		if !started {
+			cancel()
+			r.loops.Wait()
+		}
+	}()
+	if err := r.watchPods(ctx); err != nil {
+		return fmt.Errorf("profiling receiver: %w", err)
 	}
 	sel := r.cgroupSelection()
 	maxCgroups := 0
@@ -144,7 +155,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.sampler = s
 	r.from = time.Now()
-	ctx, cancel := context.WithCancel(context.Background())
+	started = true
 	r.cancel = cancel
 	r.loops.Add(1)
 	go r.reportLoop(ctx)

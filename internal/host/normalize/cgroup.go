@@ -107,6 +107,15 @@ func parseCgroupPath(path string) (id, podUID, runtime string) {
 	return id, podUID, runtime
 }
 
+// PodUIDOfPath returns the UID of the Kubernetes pod whose cgroup path
+// (v2, as /proc/PID/cgroup writes it) is or contains path, dashed as the
+// API writes it; "" when the kubelet named no pod there (static pods'
+// cgroups carry their manifest's hash, which is not a UID either).
+func PodUIDOfPath(path string) string {
+	_, uid, _ := parseCgroupPath(path)
+	return uid
+}
+
 // containerOf says whether one path segment is a container's cgroup.
 // conmon, the monitor CRI-O and podman run beside each container, has a
 // scope named after the container ("crio-conmon-<id>.scope") but is not in

@@ -8,6 +8,7 @@ package profbuild
 
 import (
 	"crypto/rand"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -135,6 +136,8 @@ type Builder struct {
 	mu       sync.Mutex
 	exited   map[int]struct{}
 	match    map[int]bool // filter decisions by pid
+	matchGen uint64       // the Filter.Generation they were taken at
+	left     map[int]bool // decisions of the generation before, not taken again yet
 	lastSeen map[int]int  // report number a pid last appeared in
 	reports  int
 }
@@ -160,8 +163,10 @@ func New(opt Options) *Builder {
 	if opt.Logger == nil {
 		opt.Logger = zap.NewNop()
 	}
-	b := &Builder{opt: opt, norm: opt.Normalizer, kern: opt.Kernel, log: opt.Logger,
-		exited: map[int]struct{}{}, match: map[int]bool{}, lastSeen: map[int]int{}}
+	b := &Builder{
+		opt: opt, norm: opt.Normalizer, kern: opt.Kernel, log: opt.Logger,
+		exited: map[int]struct{}{}, match: map[int]bool{}, lastSeen: map[int]int{},
+	}
 	if b.norm == nil {
 		b.norm = normalize.New(normalize.Options{ProcRoot: opt.ProcRoot})
 	}
@@ -196,6 +201,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		delete(b.exited, pid)
 		if ev.Kind == sampler.ProcessExec {
 			delete(b.match, pid) // comm and exe changed
+			delete(b.left, pid)
 		}
 		b.lastSeen[pid] = b.reports
 		b.mu.Unlock()
@@ -207,19 +213,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 			}
 			return
 		}
-		p, err := b.norm.Refresh(pid)
-		if err != nil {
-			b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
-			return
-		}
-		if b.opt.Unwinder != nil {
-			if err := b.opt.Unwinder.Track(p); err != nil {
-				b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
-			}
-		}
-		if b.opt.Runtimes != nil {
-			b.opt.Runtimes.Attach(p)
-		}
+		b.load(pid)
 	case sampler.ProcessExit:
 		// Last chance for a process whose New event was lost or late.
 		if ev.MMAlive && b.norm.Cached(pid) == nil && b.targeted(pid) {
@@ -236,6 +230,24 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 	}
 }
 
+// load takes a snapshot of a targeted process and hands it to the unwinder
+// and the runtimes.
+func (b *Builder) load(pid int) {
+	p, err := b.norm.Refresh(pid)
+	if err != nil {
+		b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
+		return
+	}
+	if b.opt.Unwinder != nil {
+		if err := b.opt.Unwinder.Track(p); err != nil {
+			b.log.Warn("loading unwind mappings failed", zap.Int("pid", pid), zap.Error(err))
+		}
+	}
+	if b.opt.Runtimes != nil {
+		b.opt.Runtimes.Attach(p)
+	}
+}
+
 // targeted applies the filter, remembering decisions per pid.
 func (b *Builder) targeted(pid int) bool {
 	f := b.opt.Filter
@@ -246,7 +258,21 @@ func (b *Builder) targeted(pid int) bool {
 		return f.Match(ProcInfo{PID: pid})
 	}
 	b.mu.Lock()
+	if f.Generation != nil {
+		if g := f.Generation(); g != b.matchGen {
+			// A target's pods changed: decide again, and load the
+			// processes that were left out and are in now.
+			if b.left == nil {
+				b.left = map[int]bool{}
+			}
+			maps.Copy(b.left, b.match)
+			b.match = map[int]bool{}
+			b.matchGen = g
+		}
+	}
 	m, ok := b.match[pid]
+	was, decided := b.left[pid]
+	delete(b.left, pid)
 	b.mu.Unlock()
 	if ok {
 		return m
@@ -263,6 +289,9 @@ func (b *Builder) targeted(pid int) bool {
 	b.mu.Lock()
 	b.match[pid] = m
 	b.mu.Unlock()
+	if m && decided && !was {
+		b.load(pid)
+	}
 	return m
 }
 
@@ -303,6 +332,7 @@ func (b *Builder) forget(pid int) {
 	}
 	b.mu.Lock()
 	delete(b.match, pid)
+	delete(b.left, pid)
 	delete(b.lastSeen, pid)
 	b.mu.Unlock()
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/profsym/profsym/internal/host/normalize"
 )
 
 // Target selects processes. Every field that is set must match; a Target
@@ -19,12 +21,20 @@ type Target struct {
 	// Cgroup is matched against the start of the process's cgroup (v2)
 	// path, so a plain path works as a prefix and a regexp as a pattern.
 	Cgroup *regexp.Regexp
+	// Pods, when set, says whether the Kubernetes pod with a UID is
+	// selected (podsel.Watcher.Has): the process's cgroup must name one
+	// that is.
+	Pods func(uid string) bool
 }
 
 // Filter selects the processes a profile covers: those matching any of its
 // targets. A nil or empty Filter selects every process.
 type Filter struct {
 	Targets []Target
+	// Generation, when set, changes whenever a target's answer for a
+	// process may have (the pods a target selects changed): decisions
+	// remembered from before are taken again.
+	Generation func() uint64
 }
 
 // CompileTarget builds a Target from its configuration strings.
@@ -96,16 +106,18 @@ func (f *Filter) CgroupMatcher() (match, below func(path string) bool, ok bool) 
 	}
 	prefixes := make([]string, len(f.Targets))
 	for i, t := range f.Targets {
-		if t.Cgroup == nil {
+		if t.Cgroup == nil && t.Pods == nil {
 			return nil, nil, false
 		}
 		// Every match begins with it ("" when the regexp package cannot
-		// tell, which prunes nothing).
-		prefixes[i], _ = t.Cgroup.LiteralPrefix()
+		// tell, or for pods, which prunes nothing).
+		if t.Cgroup != nil {
+			prefixes[i], _ = t.Cgroup.LiteralPrefix()
+		}
 	}
 	match = func(path string) bool {
 		for _, t := range f.Targets {
-			if t.Cgroup.MatchString(path) {
+			if t.matchCgroup(path) {
 				return true
 			}
 		}
@@ -126,7 +138,7 @@ func (f *Filter) CgroupMatcher() (match, below func(path string) bool, ok bool) 
 // decides without reading /proc.
 func (f *Filter) PIDOnly() bool {
 	for _, t := range f.Targets {
-		if t.ProcessName != nil || t.Cgroup != nil || len(t.PIDs) == 0 {
+		if t.ProcessName != nil || t.Cgroup != nil || t.Pods != nil || len(t.PIDs) == 0 {
 			return false
 		}
 	}
@@ -141,10 +153,16 @@ func (t Target) match(p ProcInfo) bool {
 		(p.Exe == "" || !t.ProcessName.MatchString(filepath.Base(p.Exe))) {
 		return false
 	}
-	if t.Cgroup != nil && !t.Cgroup.MatchString(p.Cgroup) {
+	return t.matchCgroup(p.Cgroup)
+}
+
+// matchCgroup applies the target's cgroup and pod conditions to a cgroup
+// path.
+func (t Target) matchCgroup(path string) bool {
+	if t.Cgroup != nil && !t.Cgroup.MatchString(path) {
 		return false
 	}
-	return true
+	return t.Pods == nil || t.Pods(normalize.PodUIDOfPath(path))
 }
 
 func containsInt(s []int, v int) bool {

@@ -1,6 +1,10 @@
 package profbuild
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestCgroupMatcher(t *testing.T) {
 	compile := func(cgroups ...string) *Filter {
@@ -50,5 +54,57 @@ func TestCgroupMatcher(t *testing.T) {
 		if m, b := match(path), below(path); m != want[0] || b != want[1] {
 			t.Errorf("%s: match %v below %v, want %v", path, m, b, want)
 		}
+	}
+}
+
+// A Kubernetes target selects the cgroups whose path names a selected pod,
+// in either of the kubelet's drivers' forms; its pods may change, and a
+// Builder's remembered decisions go with a new Filter.Generation.
+func TestPodTargets(t *testing.T) {
+	const uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+	selected := map[string]bool{uid: true}
+	gen := uint64(1)
+	f := &Filter{Targets: []Target{{Pods: func(u string) bool { return selected[u] }}}, Generation: func() uint64 { return gen }}
+	match, below, ok := f.CgroupMatcher()
+	if !ok || f.PIDOnly() {
+		t.Fatalf("pod targets: bounded by cgroups %v, pids only %v", ok, f.PIDOnly())
+	}
+	for path, want := range map[string]bool{
+		"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8a9b_0c1d2e3f4a5b.slice/cri-containerd-ab.scope": true,
+		"/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/ab":                                                                    true,
+		"/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5c/ab":                                                                    false, // another pod
+		"/system.slice/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b":                                                                             false, // not below kubepods
+		"/": false,
+	} {
+		if match(path) != want || !below(path) {
+			t.Errorf("%s: match %v below %v, want %v and true", path, match(path), below(path), want)
+		}
+	}
+	if !f.Match(ProcInfo{PID: 7, Cgroup: "/kubepods/pod" + uid + "/c"}) || f.Match(ProcInfo{PID: 8, Cgroup: "/user.slice"}) {
+		t.Error("Match does not follow the pods")
+	}
+
+	// A process of another pod, under a /proc of the test's: left out,
+	// and remembered; taken again when the pods change.
+	proc := t.TempDir()
+	const other = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+	dir := filepath.Join(proc, "42")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "comm"), []byte("app\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/kubepods/burstable/pod"+other+"/c\n"), 0o644)
+	b := New(Options{Filter: f, ProcRoot: proc})
+	if b.targeted(42) {
+		t.Fatal("a process of a pod no target selects is targeted")
+	}
+	selected[other] = true
+	if b.targeted(42) { // without a new generation the remembered answer stands
+		t.Fatal("a remembered decision was taken again without a new generation")
+	}
+	gen++
+	if !b.targeted(42) {
+		t.Error("its pod selected and a new generation: still left out")
+	}
+	if len(b.left) != 0 {
+		t.Errorf("decisions of the generation before not dropped once taken again: %v", b.left)
 	}
 }

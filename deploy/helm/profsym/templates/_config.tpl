@@ -17,6 +17,11 @@ receivers:
     kernel_symbols: {{ $p.kernelSymbols }}
     perf_maps: {{ $p.perfMaps }}
     {{- with $p.targets }}
+    {{- range . }}
+    {{- if and (kindIs "map" .) (hasKey . "kubernetes") (not $.Values.kubernetesMetadata.enabled) }}
+    {{- fail "agent.profiling.targets: a kubernetes target needs kubernetesMetadata.enabled (the agent's API token and its ClusterRole on pods)" }}
+    {{- end }}
+    {{- end }}
     targets:
       {{- toYaml . | nindent 6 }}
     {{- end }}
