@@ -344,6 +344,9 @@ func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, err
 	var base frame.Frame
 	baseline := false
 	err := r.mems.Do(pid, func(m *runtimes.Mem) error {
+		if !st.lay.jit {
+			return nil // code objects unknown: the function's name only
+		}
 		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
 		if code, start = rd.codeAt(pc); code != 0 {
 			base, baseline = rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd))
