@@ -71,3 +71,18 @@ func TestDebianLibnode(t *testing.T) {
 		})
 	}
 }
+
+// TestBlobFromFDEsRefuses: a file whose code without FDEs is no single
+// large stretch (an ordinary program) gives no builtins' range.
+func TestBlobFromFDEsRefuses(t *testing.T) {
+	for _, p := range []string{"/bin/ls", "/bin/sh"} {
+		f, err := elfx.Open(p)
+		if err != nil {
+			testfixture.SkipOrFail(t, "%s: %v", p, err)
+		}
+		if lo, hi, err := blobFromFDEs(f); err == nil {
+			t.Errorf("%s: builtins [%#x, %#x)", p, lo, hi)
+		}
+		f.Close()
+	}
+}
