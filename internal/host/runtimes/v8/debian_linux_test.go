@@ -41,9 +41,12 @@ func TestBlobFromFDEs(t *testing.T) {
 // constants the tables lack (the end-to-end Node test checks them on the
 // running node).
 func TestDebianLibnode(t *testing.T) {
-	want := map[int]struct{ header, spt, data, scopeFirst int64 }{
-		18: {56, 32, 8, 4}, // V8 10.2: function_data in the tables
-		24: {64, 24, trustedData, 6},
+	want := map[int]struct {
+		header, spt, data, scopeFirst int64
+		jit                           bool
+	}{
+		18: {56, 32, 8, 4, false}, // V8 10.2: function_data in the tables
+		24: {64, 24, trustedData, 6, true},
 	}
 	for _, c := range testfixture.NodeChroots {
 		t.Run(fmt.Sprintf("node%d-%s", c.Node, c.Suite), func(t *testing.T) {
@@ -63,8 +66,8 @@ func TestDebianLibnode(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := want[c.Node]
-			if l.bytecodeHeader != w.header || l.bytecodeSPT != w.spt || l.sfiData != w.data || l.scopeFirst != w.scopeFirst || l.jit {
-				t.Errorf("bytecode at %d, its positions at %d, function data at %d, scope info's locals at word %d, jit %v; want %+v and no jit",
+			if l.bytecodeHeader != w.header || l.bytecodeSPT != w.spt || l.sfiData != w.data || l.scopeFirst != w.scopeFirst || l.jit != w.jit || l.bpfOpt {
+				t.Errorf("bytecode at %d, its positions at %d, function data at %d, scope info's locals at word %d, jit %v; want %+v, no optimized frames in the kernel",
 					l.bytecodeHeader, l.bytecodeSPT, l.sfiData, l.scopeFirst, l.jit, w)
 			}
 			t.Logf("%d constants, builtins [%#x, %#x)", len(fi.consts), fi.blobLo, fi.blobHi)

@@ -43,9 +43,18 @@ type layout struct {
 	scopeLocals, scopeFirst int64
 
 	// jit: the code objects' fields the tables lack are known for this
-	// V8 (11, Node 20), so optimized and baseline frames get lines and
-	// inlined functions. Without, their frames get the function's name.
+	// V8 (11, Node 20; 13, Node 24), so optimized and baseline frames get
+	// lines and inlined functions. Without, their frames get the
+	// function's name.
 	jit bool
+	// bpfOpt: the kernel may tell optimized frames by JSFunction::code
+	// (V8 11; V8 13 reaches the code through its dispatch table).
+	bpfOpt bool
+	// Code::flags, the InstructionStream's header before the
+	// instructions, CodeKind::BASELINE, the deoptimization data's type,
+	// and where a SharedFunctionInfoWrapper keeps its SFI (0: the data
+	// holds the SFI itself).
+	codeFlagsOff, istream, kindBaseline, typeDeopt, deoptWrapped int64
 
 	bytecodeSizes []byte // fileInfo.bytecodeSizes
 }
@@ -166,6 +175,11 @@ func newLayout(c map[string]int64) (layout, error) {
 			l.jit = false
 		}
 	}
+	l.codeFlagsOff, l.istream, l.kindBaseline, l.typeDeopt = codeFlags, istreamHeader, codeKindBaseline, l.typeFixedArray
+	if trusted {
+		l.jit = trustedCode(c, &l)
+	}
+	l.bpfOpt = l.jit && !trusted
 	// Pointer compression (4-byte tagged fields) is not walked yet: its
 	// Smis are 31 bits, its pointers offsets from a cage base.
 	if c["v8dbg_SystemPointerSize"] != 8 || c["v8dbg_SmiShiftSize"] != 31 || c["v8dbg_HeapObjectTag"] != 1 ||
@@ -232,9 +246,9 @@ func (l *layout) bpf() bpf.ProfileV8Proc {
 		FnCode: fnCode, CodeStart: codeInstrStart, CodeFlags: codeFlags, CodeSize: codeInstrSize,
 		KindMaglev: codeKindMaglev, KindTurbofan: codeKindTurbo,
 	}
-	if !l.jit {
+	if !l.bpfOpt {
 		// No kind matches (it is 4 bits): every JIT frame is FRAME_V8_JIT,
-		// named by its function.
+		// named by its function, or by its code the host finds from the PC.
 		e.KindMaglev, e.KindTurbofan = 0xffff, 0xffff
 	}
 	return e
@@ -242,3 +256,48 @@ func (l *layout) bpf() bpf.ProfileV8Proc {
 
 // trustedData is SharedFunctionInfo::trusted_function_data (V8 12, 13).
 const trustedData = 8
+
+// trustedCode sets the code objects' layout of V8 13 (Node 24), checked
+// on that version: Code keeps its deoptimization data (a
+// ProtectedFixedArray, or a baseline code's BytecodeArray) at 8 and its
+// source positions at 16, full pointers into trusted space; the
+// InstructionStream is map, Code, relocation info and sizes (32 bytes)
+// before the instructions; the deoptimization data holds the function as
+// a SharedFunctionInfoWrapper. The rest comes from the tables, and a V8
+// whose tables say otherwise is not decoded.
+func trustedCode(c map[string]int64, l *layout) bool {
+	want := map[string]int64{
+		"v8dbg_class_Code__instruction_start__Address":                    codeInstrStart,
+		"v8dbg_class_Code__instruction_size__int":                         codeInstrSize,
+		"v8dbg_class_Code__instruction_stream__Tagged_InstructionStream_": 32,
+	}
+	for name, v := range want {
+		if got, ok := c[name]; !ok || got != v {
+			return false
+		}
+	}
+	get := func(name string, dst *int64) bool {
+		v, ok := c[name]
+		*dst = v
+		return ok
+	}
+	if !get("v8dbg_class_Code__flags__uint32_t", &l.codeFlagsOff) ||
+		!get("v8dbg_CodeKindBaseline", &l.kindBaseline) ||
+		!get("v8dbg_type_ProtectedFixedArray__PROTECTED_FIXED_ARRAY_TYPE", &l.typeDeopt) ||
+		!get("v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_", &l.deoptWrapped) ||
+		!get("v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex", &l.deopt.sfi) ||
+		!get("v8dbg_DeoptimizationDataLiteralArrayIndex", &l.deopt.literals) ||
+		!get("v8dbg_DeoptimizationDataInliningPositionsIndex", &l.deopt.inlining) {
+		return false
+	}
+	if l.codeFlagsOff < codeInstrStart || l.codeFlagsOff+4 > codeInstrStart+24 || l.deoptWrapped <= 0 || l.deoptWrapped > 64 {
+		return false
+	}
+	for _, o := range []int64{l.deopt.sfi, l.deopt.literals, l.deopt.inlining} {
+		if o < 0 || o > 64 {
+			return false
+		}
+	}
+	l.codeDeopt, l.codePositions, l.codeBytecode, l.istream = 8, 16, 8, 32
+	return true
+}
