@@ -49,11 +49,14 @@ var nodeCases = []nodeCase{
 }
 
 // debianNodeCases: Debian's node 18 (bookworm; its V8 has no Maglev nor
-// the flag) and 24 (sid), interpreted only: their JIT frames are named by
-// function without lines (docs/runtimes.md).
+// the flag), interpreted only (its JIT frames are named by function
+// without lines, docs/runtimes.md), and 24 (sid) interpreted, TurboFan
+// and with node's defaults (leaf's loop OSR'd).
 var debianNodeCases = []nodeCase{
 	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root},
 	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-default", nil, testfixture.NodeChroots[1].Root},
 }
 
 // nodeBinary is the host's node, or skips (fails under CI).
@@ -177,10 +180,11 @@ func TestCollectorNodeChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
-	// Two tiers here (CI time); TestRecordNodeChains runs them all.
+	// Two tiers here (CI time), interpreted and defaults (node 18: the
+	// first only); TestRecordNodeChains runs them all.
 	var runs []*pyRun
 	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
-		if nc.name == "node20-interpreted" || nc.name == "node20-default" || nc.root != nil {
+		if strings.HasSuffix(nc.name, "-interpreted") || strings.HasSuffix(nc.name, "-default") {
 			runs = append(runs, startNode(t, node, nc))
 		}
 	}
