@@ -50,12 +50,14 @@ var nodeCases = []nodeCase{
 
 // debianNodeCases: Debian's node 18 (bookworm; its V8 has no Maglev nor
 // the flag), interpreted only (its JIT frames are named by function
-// without lines, docs/runtimes.md), and 24 (sid) interpreted, TurboFan
-// and with node's defaults (leaf's loop OSR'd).
+// without lines, docs/runtimes.md), and 24 (sid) interpreted, TurboFan,
+// Maglev (TurboFan off: leaf's loop OSR'd by Maglev) and with node's
+// defaults (leaf's loop OSR'd).
 var debianNodeCases = []nodeCase{
 	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root},
 	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root},
 	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-maglev", []string{"--no-turbofan", "--maglev", "--no-osr-from-maglev"}, testfixture.NodeChroots[1].Root},
 	{"node24-sid-default", nil, testfixture.NodeChroots[1].Root},
 }
 
