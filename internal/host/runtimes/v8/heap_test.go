@@ -97,6 +97,24 @@ func sidConsts() map[string]int64 {
 	return c
 }
 
+// bookwormConsts is hostConsts as V8 10.2 (bookworm's Node 18) has them:
+// no Code or DeoptimizationData fields but a few of Code's.
+func bookwormConsts() map[string]int64 {
+	c := hostConsts()
+	for _, k := range []string{
+		"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject", "v8dbg_class_Code__source_position_table__ByteArray",
+		"v8dbg_class_Code__deoptimization_data__FixedArray", "v8dbg_DeoptimizationDataSharedFunctionInfoIndex",
+		"v8dbg_DeoptimizationDataLiteralArrayIndex", "v8dbg_DeoptimizationDataInliningPositionsIndex",
+	} {
+		delete(c, k)
+	}
+	c["v8dbg_class_Code__instruction_start__uintptr_t"] = 128
+	c["v8dbg_class_Code__instruction_size__int"] = 40
+	c["v8dbg_class_Code__flags__uint32_t"] = 48
+	c["v8dbg_class_JSFunction__code__CodeT"] = 48
+	return c
+}
+
 const heapBase = 0x10000
 
 func newHeap(t testing.TB) *heap { return newHeapOf(t, hostConsts()) }
@@ -338,15 +356,23 @@ func (h *heap) code(sfi uint64, start, size uint64, spt []byte, inlined []uint64
 	}
 	h.put(deopt, 16+8*h.l.deopt.sfi, sfi)
 	h.put(deopt, 16+8*h.l.deopt.inlining, pos)
-	c := h.alloc(245, 64)
+	var c uint64
+	if h.l.codeInline {
+		// V8 10: the instructions follow the Code object's header.
+		c = start - uint64(h.l.istream) + 1
+		h.alloc(245, 8) // the Code map
+		h.put(c, 0, h.maps[245])
+	} else {
+		c = h.alloc(245, 64)
+		h.put(c, codeInstrStart, start)
+		// The InstructionStream header before the instructions.
+		h.put(start-uint64(h.l.istream)+1, 0, h.alloc(252, 8))
+		h.put(start-uint64(h.l.istream)+1, 8, c)
+	}
 	h.put(c, h.l.codeDeopt, deopt)
 	h.put(c, h.l.codePositions, table)
-	h.put(c, codeInstrStart, start)
 	binary.LittleEndian.PutUint32(h.m.b[c-1+uint64(h.l.codeFlagsOff)-heapBase:], codeKindTurbo)
-	binary.LittleEndian.PutUint32(h.m.b[c-1+codeInstrSize-heapBase:], uint32(size))
-	// The InstructionStream header before the instructions.
-	h.put(start-uint64(h.l.istream)+1, 0, h.alloc(252, 8))
-	h.put(start-uint64(h.l.istream)+1, 8, c)
+	binary.LittleEndian.PutUint32(h.m.b[c-1+uint64(h.l.codeSizeOff)-heapBase:], uint32(size))
 	return c
 }
 
@@ -354,6 +380,13 @@ func (h *heap) code(sfi uint64, start, size uint64, spt []byte, inlined []uint64
 // in V8 11's layout and V8 13's.
 func TestForgedInlined(t *testing.T) {
 	t.Run("v8-11", func(t *testing.T) { forgedInlined(t, newHeap(t)) })
+	t.Run("v8-10", func(t *testing.T) {
+		h := newHeapOf(t, bookwormConsts())
+		if !h.l.jit || h.l.bpfOpt || !h.l.codeInline {
+			t.Fatalf("V8 10's code layout not taken: %+v", h.l)
+		}
+		forgedInlined(t, h)
+	})
 	t.Run("v8-13", func(t *testing.T) {
 		h := newHeapOf(t, sidConsts())
 		if !h.l.jit || h.l.bpfOpt || h.l.istream != 32 || h.l.deoptWrapped != 8 {

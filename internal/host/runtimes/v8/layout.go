@@ -55,6 +55,10 @@ type layout struct {
 	// and where a SharedFunctionInfoWrapper keeps its SFI (0: the data
 	// holds the SFI itself).
 	codeFlagsOff, istream, kindBaseline, typeDeopt, deoptWrapped int64
+	// Code::instruction_size, and whether the instructions follow the
+	// Code object's header (V8 10) rather than an InstructionStream's.
+	codeSizeOff int64
+	codeInline  bool
 
 	bytecodeSizes []byte // fileInfo.bytecodeSizes
 }
@@ -176,10 +180,14 @@ func newLayout(c map[string]int64) (layout, error) {
 		}
 	}
 	l.codeFlagsOff, l.istream, l.kindBaseline, l.typeDeopt = codeFlags, istreamHeader, codeKindBaseline, l.typeFixedArray
-	if trusted {
+	l.codeSizeOff = codeInstrSize
+	switch {
+	case trusted:
 		l.jit = trustedCode(c, &l)
+	case !l.jit:
+		l.jit = inlineCode(c, &l)
 	}
-	l.bpfOpt = l.jit && !trusted
+	l.bpfOpt = l.jit && !trusted && !l.codeInline
 	// Pointer compression (4-byte tagged fields) is not walked yet: its
 	// Smis are 31 bits, its pointers offsets from a cage base.
 	if c["v8dbg_SystemPointerSize"] != 8 || c["v8dbg_SmiShiftSize"] != 31 || c["v8dbg_HeapObjectTag"] != 1 ||
@@ -256,6 +264,34 @@ func (l *layout) bpf() bpf.ProfileV8Proc {
 
 // trustedData is SharedFunctionInfo::trusted_function_data (V8 12, 13).
 const trustedData = 8
+
+// inlineCode sets the code objects' layout of V8 10 (Node 18), checked
+// on that version: the instructions follow the Code object's header
+// (v8dbg_class_Code__instruction_start__uintptr_t is that header's size,
+// 128), its deoptimization data (a FixedArray; a baseline code's
+// BytecodeArray) at 16 and its source positions at 24, and the
+// deoptimization data's literals, function and inlining positions at
+// indices 2, 6 and 7, as in V8 11. The kernel does not tell optimized
+// frames: JSFunction::code is such a Code, without an instruction start
+// field to read.
+func inlineCode(c map[string]int64, l *layout) bool {
+	for name, v := range map[string]int64{
+		"v8dbg_class_Code__instruction_start__uintptr_t": 128,
+		"v8dbg_class_Code__instruction_size__int":        40,
+		"v8dbg_class_Code__flags__uint32_t":              48,
+	} {
+		if got, ok := c[name]; !ok || got != v {
+			return false
+		}
+	}
+	if _, ok := c["v8dbg_class_JSFunction__code__CodeT"]; !ok {
+		return false
+	}
+	l.codeInline, l.istream, l.codeSizeOff, l.codeFlagsOff = true, 128, 40, 48
+	l.codeDeopt, l.codePositions, l.codeBytecode = 16, 24, 16
+	l.deopt = deoptIndex{sfi: 6, literals: 2, inlining: 7}
+	return true
+}
 
 // trustedCode sets the code objects' layout of V8 13 (Node 24), checked
 // on that version: Code keeps its deoptimization data (a
