@@ -49,12 +49,13 @@ var nodeCases = []nodeCase{
 }
 
 // debianNodeCases: Debian's node 18 (bookworm; its V8 has no Maglev nor
-// the flag), interpreted only (its JIT frames are named by function
-// without lines, docs/runtimes.md), and 24 (sid) interpreted, TurboFan,
-// Maglev (TurboFan off: leaf's loop OSR'd by Maglev) and with node's
+// the flag, and says --always-opt) and 24 (sid): interpreted, TurboFan,
+// Maglev (24; TurboFan off: leaf's loop OSR'd by Maglev) and node's
 // defaults (leaf's loop OSR'd).
 var debianNodeCases = []nodeCase{
 	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root},
+	{"node18-bookworm-turbofan", []string{"--always-opt", "--max-inlined-bytecode-size=0"}, testfixture.NodeChroots[0].Root},
+	{"node18-bookworm-default", nil, testfixture.NodeChroots[0].Root},
 	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root},
 	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root},
 	{"node24-sid-maglev", []string{"--no-turbofan", "--maglev", "--no-osr-from-maglev"}, testfixture.NodeChroots[1].Root},
@@ -182,8 +183,8 @@ func TestCollectorNodeChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
-	// Two tiers here (CI time), interpreted and defaults (node 18: the
-	// first only); TestRecordNodeChains runs them all.
+	// Two tiers here (CI time), interpreted and defaults;
+	// TestRecordNodeChains runs them all.
 	var runs []*pyRun
 	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
 		if strings.HasSuffix(nc.name, "-interpreted") || strings.HasSuffix(nc.name, "-default") {
