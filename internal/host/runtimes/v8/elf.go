@@ -39,7 +39,8 @@ func candidate(p *normalize.Process) *normalize.Mapping {
 // symBytecodeSizes is v8::internal::interpreter::Bytecodes::kBytecodeSizes.
 const symBytecodeSizes = "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE"
 
-// Bounds on the symbol tables scanned (node's .symtab has ~110,000).
+// Bounds on the symbol tables and FDE tables scanned (node's .symtab has
+// ~110,000 symbols).
 const maxSyms = 1 << 22
 
 // fileInfo is what one V8 build says about itself: its v8dbg_* constants
@@ -128,9 +129,13 @@ func blobFromFDEs(f *elfx.File) (lo, hi uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	starts := x.Starts()
+	if len(starts) > maxSyms {
+		return 0, 0, fmt.Errorf("%d FDEs", len(starts))
+	}
 	var best, second [2]uint64
 	end := text.Addr
-	for _, s := range x.Starts() {
+	for _, s := range starts {
 		if s >= text.Addr+text.Size {
 			break
 		}
