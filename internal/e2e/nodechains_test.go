@@ -26,10 +26,12 @@ import (
 var nodeChain = []string{"leaf", "mid", "top"}
 
 // nodeCase is one way the fixture runs: its V8 flags pin the tier the
-// chain's functions run in.
+// chain's functions run in; a case with a chroot runs Debian's node
+// there (V8 in a stripped libnode.so.N).
 type nodeCase struct {
 	name  string
 	flags []string
+	root  func(t testing.TB) string // nil: the host's node
 }
 
 // nodeCases: interpreted only (Ignition; Node 20's V8 has Maglev off by
@@ -38,12 +40,26 @@ type nodeCase struct {
 // with inlining off (each function its own optimized code, installed on
 // it), and node's defaults.
 var nodeCases = []nodeCase{
-	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}},
-	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}},
-	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}},
+	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, nil},
+	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}, nil},
+	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, nil},
 	// No flags: leaf's loop is replaced on the stack by TurboFan code
 	// (OSR), which the function does not hold: found from the PC.
-	{"node20-default", nil},
+	{"node20-default", nil, nil},
+}
+
+// debianNodeCases: Debian's node 18 (bookworm; its V8 has no Maglev nor
+// the flag, and says --always-opt) and 24 (sid): interpreted, TurboFan,
+// Maglev (24; TurboFan off: leaf's loop OSR'd by Maglev) and node's
+// defaults (leaf's loop OSR'd).
+var debianNodeCases = []nodeCase{
+	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root},
+	{"node18-bookworm-turbofan", []string{"--always-opt", "--max-inlined-bytecode-size=0"}, testfixture.NodeChroots[0].Root},
+	{"node18-bookworm-default", nil, testfixture.NodeChroots[0].Root},
+	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-maglev", []string{"--no-turbofan", "--maglev", "--no-osr-from-maglev"}, testfixture.NodeChroots[1].Root},
+	{"node24-sid-default", nil, testfixture.NodeChroots[1].Root},
 }
 
 // nodeBinary is the host's node, or skips (fails under CI).
@@ -56,15 +72,30 @@ func nodeBinary(t *testing.T) string {
 	return node
 }
 
-// startNode starts nodechain.js under node with c's flags; it warms until
-// go is called.
+// startNode starts nodechain.js under node with c's flags (in c's
+// chroot under its /usr/bin/node); it warms until go is called.
 func startNode(t *testing.T, node string, c nodeCase) *pyRun {
 	t.Helper()
 	src := testfixture.Src(t, "e2e/nodechain.js")
 	r := &pyRun{it: pyInterp{name: c.name, python: node}, lines: make(chan string, 16), script: src}
-	r.gofile = filepath.Join(t.TempDir(), "go")
-	args := append(slices.Clone(c.flags), src, strconv.Itoa(pyChainSeconds), r.gofile)
-	r.cmd = exec.Command(node, args...)
+	if c.root == nil {
+		r.gofile = filepath.Join(t.TempDir(), "go")
+		args := append(slices.Clone(c.flags), src, strconv.Itoa(pyChainSeconds), r.gofile)
+		r.cmd = exec.Command(node, args...)
+	} else {
+		root := c.root(t)
+		r.it = pyInterp{name: c.name, python: "/usr/bin/node", root: root}
+		r.script = testfixture.ChrootCopy(t, root, src)[0]
+		dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "nodechain-") //nolint:usetesting // inside the chroot
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		r.gofile = filepath.Join(dir, "go")
+		inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+		argv := append(append([]string{"/usr/bin/node"}, c.flags...), r.script, strconv.Itoa(pyChainSeconds), inside)
+		r.cmd = testfixture.ChrootCommand(root, argv...)
+	}
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +183,11 @@ func TestCollectorNodeChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
-	// Two tiers here (CI time); TestRecordNodeChains runs them all.
+	// Two tiers here (CI time), interpreted and defaults;
+	// TestRecordNodeChains runs them all.
 	var runs []*pyRun
-	for _, nc := range nodeCases {
-		if nc.name == "node20-interpreted" || nc.name == "node20-default" {
+	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
+		if strings.HasSuffix(nc.name, "-interpreted") || strings.HasSuffix(nc.name, "-default") {
 			runs = append(runs, startNode(t, node, nc))
 		}
 	}
@@ -197,9 +229,9 @@ func TestCollectorNodeChains(t *testing.T) {
 func TestRecordNodeChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
 	node := nodeBinary(t)
-	runs := make([]*pyRun, len(nodeCases))
-	for i, nc := range nodeCases {
-		runs[i] = startNode(t, node, nc)
+	var runs []*pyRun
+	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
+		runs = append(runs, startNode(t, node, nc))
 	}
 	out := filepath.Join(t.TempDir(), "rec.json")
 	recordWhile(t, bin, out, runs, time.Second, 3*time.Second)

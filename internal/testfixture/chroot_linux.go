@@ -3,7 +3,6 @@ package testfixture
 import (
 	"crypto/sha256"
 	"encoding/hex"
-
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,3 +152,18 @@ var RuntimeChroots = []RuntimeChroot{
 
 // Root builds (once) and returns the chroot.
 func (c RuntimeChroot) Root(t testing.TB) string { return Chroot(t, c.Suite, c.Packages...) }
+
+// NodeChroot is a Debian release whose nodejs keeps V8 in libnode.so.N,
+// stripped to its dynamic symbols (the host's node links V8 in and has
+// a symbol table).
+type NodeChroot struct {
+	Suite string
+	Node  int // nodejs's major version there
+}
+
+// NodeChroots are the Debian Node.js releases the V8 tests run: bookworm's
+// 18 (V8 10.2) and sid's 24 (V8 13.6, the LTS line).
+var NodeChroots = []NodeChroot{{Suite: "bookworm", Node: 18}, {Suite: "sid", Node: 24}}
+
+// Root builds (once) and returns the chroot.
+func (c NodeChroot) Root(t testing.TB) string { return Chroot(t, c.Suite, "nodejs") }

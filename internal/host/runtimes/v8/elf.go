@@ -39,7 +39,8 @@ func candidate(p *normalize.Process) *normalize.Mapping {
 // symBytecodeSizes is v8::internal::interpreter::Bytecodes::kBytecodeSizes.
 const symBytecodeSizes = "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE"
 
-// Bounds on the symbol tables scanned (node's .symtab has ~110,000).
+// Bounds on the symbol tables and FDE tables scanned (node's .symtab has
+// ~110,000 symbols).
 const maxSyms = 1 << 22
 
 // fileInfo is what one V8 build says about itself: its v8dbg_* constants
@@ -86,8 +87,14 @@ func inspect(f *elfx.File) *fileInfo {
 		return fi
 	}
 	if hi <= lo || hi-lo > 1<<30 {
-		fi.err = fmt.Errorf("%s: no Builtins_* symbols (stripped): %w", f.Path, errRefused)
-		return fi
+		// Stripped (Debian's libnode keeps only .dynsym, where no
+		// Builtins_* are): the builtins are the code without unwind
+		// information.
+		var err error
+		if lo, hi, err = blobFromFDEs(f); err != nil {
+			fi.err = fmt.Errorf("%s: no Builtins_* symbols and %w: %w", f.Path, err, errRefused)
+			return fi
+		}
 	}
 	fi.blobLo, fi.blobHi = lo, hi
 	for _, p := range f.Progs {
@@ -96,6 +103,68 @@ func inspect(f *elfx.File) *fileInfo {
 		}
 	}
 	return fi
+}
+
+// Bounds on the embedded builtins found without symbols: V8 10 to 13
+// have 1.4 to 2.1 MB of them.
+const (
+	minBlob = 256 << 10
+	maxBlob = 64 << 20
+)
+
+// blobFromFDEs finds the embedded builtins of a file without .symtab.
+// The compiler writes an FDE for every C++ function (and the assembler
+// for OpenSSL's and the like), while V8's embedded.S gives its builtins
+// none: they are the one large stretch of .text no FDE covers. The
+// stretch runs from the end of the C++ function before them to the start
+// of the one after, so it holds padding besides the builtins, never
+// code. It is refused unless it is alone of its size (the next largest
+// at most a quarter of it) and no exported function lies in it.
+func blobFromFDEs(f *elfx.File) (lo, hi uint64, err error) {
+	text := f.Section(".text")
+	if text == nil {
+		return 0, 0, errors.New("no .text")
+	}
+	x, err := f.FDEs()
+	if err != nil {
+		return 0, 0, err
+	}
+	starts := x.Starts()
+	if len(starts) > maxSyms {
+		return 0, 0, fmt.Errorf("%d FDEs", len(starts))
+	}
+	var best, second [2]uint64
+	end := text.Addr
+	for _, s := range starts {
+		if s >= text.Addr+text.Size {
+			break
+		}
+		if s > end {
+			g := [2]uint64{end, s}
+			switch {
+			case g[1]-g[0] > best[1]-best[0]:
+				best, second = g, best
+			case g[1]-g[0] > second[1]-second[0]:
+				second = g
+			}
+		}
+		if _, e, ok := x.Covering(s); ok && e > end {
+			end = e
+		}
+	}
+	size := best[1] - best[0]
+	if size < minBlob || size > maxBlob || second[1]-second[0] > size/4 {
+		return 0, 0, fmt.Errorf("no single stretch of code without unwind information (largest %d bytes, next %d)",
+			size, second[1]-second[0])
+	}
+	inside := false
+	scanSymbols(f, elf.SHT_DYNSYM, func(_ []byte, typ elf.SymType, value, _ uint64) {
+		inside = inside || typ == elf.STT_FUNC && value >= best[0] && value < best[1]
+	})
+	if inside {
+		return 0, 0, fmt.Errorf("an exported function in the stretch without unwind information %#x-%#x", best[0], best[1])
+	}
+	return best[0], best[1], nil
 }
 
 // readConst reads an int32 constant at vaddr; one in .bss (no file bytes)

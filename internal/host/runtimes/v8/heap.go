@@ -249,7 +249,7 @@ func (r *reader) functionName(sfi uint64) (string, error) {
 	// ScopeInfo: flags, parameter count, context local count, then the
 	// locals' names and infos, then the function's name and its slot,
 	// then the inferred name.
-	cw, err := r.word(v, 3*8)
+	cw, err := r.word(v, 8*r.l.scopeLocals)
 	if err != nil {
 		return "", err
 	}
@@ -257,9 +257,9 @@ func (r *reader) functionName(sfi uint64) (string, error) {
 	if !isSmi(cw) || n < 0 || n > maxContextLocal {
 		return "", badf("scope info %#x: %d context locals", v, n)
 	}
-	idx := 4 + 2*n
+	idx := r.l.scopeFirst + 2*n
 	if n >= inlinedLocalNames {
-		idx = 4 + 1 + n
+		idx = r.l.scopeFirst + 1 + n
 	}
 	for _, i := range []int64{idx, idx + 2} {
 		w, err := r.word(v, i*8)
@@ -294,7 +294,7 @@ func (r *reader) bytecodeOf(sfi uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if t == r.l.typeCode {
+	if t == r.l.typeCode && r.l.jit {
 		if d, err = r.word(d, r.l.codeBytecode); err != nil || !isHeap(d) {
 			return 0, err
 		}

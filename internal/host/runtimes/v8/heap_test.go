@@ -65,10 +65,62 @@ func hostConsts() map[string]int64 {
 	}
 }
 
+// sidConsts is hostConsts as V8 13.6 (sid's Node 24) spells and places
+// them, the instance types kept (the forged heap only needs them to be
+// its own).
+func sidConsts() map[string]int64 {
+	c := hostConsts()
+	for _, k := range []string{
+		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object", "v8dbg_class_SharedFunctionInfo__function_data__Object",
+		"v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject", "v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject",
+		"v8dbg_class_Code__source_position_table__ByteArray", "v8dbg_class_Code__deoptimization_data__FixedArray",
+		"v8dbg_DeoptimizationDataSharedFunctionInfoIndex",
+	} {
+		delete(c, k)
+	}
+	for k, v := range map[string]int64{
+		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Tagged_NameOrScopeInfoT_": 24,
+		"v8dbg_class_SharedFunctionInfo__script__Tagged_HeapObject_":                   40,
+		"v8dbg_class_BytecodeArray__wrapper__Tagged_BytecodeWrapper_":                  16,
+		"v8dbg_class_BytecodeArray__data__uintptr_t":                                   64,
+		"v8dbg_scopeinfo_idx_ncontextlocals":                                           2, "v8dbg_scopeinfo_idx_first_vars": 5,
+		"v8dbg_class_Code__instruction_start__Address": 40, "v8dbg_class_Code__instruction_size__int": 56,
+		"v8dbg_class_Code__instruction_stream__Tagged_InstructionStream_": 32, "v8dbg_class_Code__flags__uint32_t": 52,
+		"v8dbg_CodeKindBaseline": 10, "v8dbg_type_ProtectedFixedArray__PROTECTED_FIXED_ARRAY_TYPE": 193,
+		"v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_": 8,
+		"v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex":                         7,
+		"v8dbg_DeoptimizationDataLiteralArrayIndex":                                      3,
+		"v8dbg_DeoptimizationDataInliningPositionsIndex":                                 8,
+	} {
+		c[k] = v
+	}
+	return c
+}
+
+// bookwormConsts is hostConsts as V8 10.2 (bookworm's Node 18) has them:
+// no Code or DeoptimizationData fields but a few of Code's.
+func bookwormConsts() map[string]int64 {
+	c := hostConsts()
+	for _, k := range []string{
+		"v8dbg_class_Code__bytecode_or_interpreter_data__HeapObject", "v8dbg_class_Code__source_position_table__ByteArray",
+		"v8dbg_class_Code__deoptimization_data__FixedArray", "v8dbg_DeoptimizationDataSharedFunctionInfoIndex",
+		"v8dbg_DeoptimizationDataLiteralArrayIndex", "v8dbg_DeoptimizationDataInliningPositionsIndex",
+	} {
+		delete(c, k)
+	}
+	c["v8dbg_class_Code__instruction_start__uintptr_t"] = 128
+	c["v8dbg_class_Code__instruction_size__int"] = 40
+	c["v8dbg_class_Code__flags__uint32_t"] = 48
+	c["v8dbg_class_JSFunction__code__CodeT"] = 48
+	return c
+}
+
 const heapBase = 0x10000
 
-func newHeap(t testing.TB) *heap {
-	l, err := newLayout(hostConsts())
+func newHeap(t testing.TB) *heap { return newHeapOf(t, hostConsts()) }
+
+func newHeapOf(t testing.TB, c map[string]int64) *heap {
+	l, err := newLayout(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +171,13 @@ func (h *heap) cons(a, b uint64, n int) uint64 {
 // with nctx context locals) in a script of src, whose bytecode maps
 // offsets to the positions given.
 func (h *heap) function(name string, nctx int, file, src string, spt []byte) (sfi, ba uint64) {
-	si := h.alloc(261, 8*(4+2*nctx+8))
-	h.put(si, 24, smiOf(int64(nctx)))
+	first := int(h.l.scopeFirst)
+	si := h.alloc(261, 8*(first+2*nctx+8))
+	h.put(si, 8*h.l.scopeLocals, smiOf(int64(nctx)))
 	for i := 0; i < nctx; i++ {
-		h.put(si, int64(8*(4+i)), h.oneByte("local"))
+		h.put(si, int64(8*(first+i)), h.oneByte("local"))
 	}
-	h.put(si, int64(8*(4+2*nctx)), h.oneByte(name))
+	h.put(si, int64(8*(first+2*nctx)), h.oneByte(name))
 	script := h.alloc(167, 64)
 	h.put(script, 16, h.oneByte(file))
 	h.put(script, 8, h.oneByte(src))
@@ -132,12 +185,12 @@ func (h *heap) function(name string, nctx int, file, src string, spt []byte) (sf
 	table := h.alloc(190, 16+len(spt))
 	h.put(table, 8, smiOf(int64(len(spt))))
 	copy(h.m.b[table-1+16-heapBase:], spt)
-	ba = h.alloc(191, 64)
-	h.put(ba, 32, table)
-	sfi = h.alloc(262, 48)
-	h.put(sfi, 16, si)
-	h.put(sfi, 8, ba)
-	h.put(sfi, 32, script)
+	ba = h.alloc(191, int(h.l.bytecodeHeader))
+	h.put(ba, h.l.bytecodeSPT, table)
+	sfi = h.alloc(262, 64)
+	h.put(sfi, h.l.sfiName, si)
+	h.put(sfi, h.l.sfiData, ba)
+	h.put(sfi, h.l.sfiScript, script)
 	return sfi, ba
 }
 
@@ -293,25 +346,57 @@ func (h *heap) code(sfi uint64, start, size uint64, spt []byte, inlined []uint64
 		h.put(pos, int64(16+inliningPosSize*i), uint64(c))
 		binary.LittleEndian.PutUint32(h.m.b[pos-1+uint64(16+inliningPosSize*i+8)-heapBase:], uint32(i))
 	}
-	deopt := h.alloc(175, 16+8*8)
-	h.put(deopt, 8, smiOf(8))
-	h.put(deopt, 16+8*2, lits)
-	h.put(deopt, 16+8*6, sfi)
-	h.put(deopt, 16+8*7, pos)
-	c := h.alloc(245, 64)
-	h.put(c, 16, deopt)
-	h.put(c, 24, table)
-	h.put(c, codeInstrStart, start)
-	h.put(c, codeFlags, codeKindTurbo)
-	binary.LittleEndian.PutUint32(h.m.b[c-1+codeInstrSize-heapBase:], uint32(size))
-	// The InstructionStream header before the instructions.
-	h.put(start-istreamHeader+1, 0, h.alloc(252, 8))
-	h.put(start-istreamHeader+1, 8, c)
+	deopt := h.alloc(h.l.typeDeopt, 16+8*10)
+	h.put(deopt, 8, smiOf(10))
+	h.put(deopt, 16+8*h.l.deopt.literals, lits)
+	if h.l.deoptWrapped > 0 {
+		w := h.alloc(195, 16)
+		h.put(w, h.l.deoptWrapped, sfi)
+		sfi = w
+	}
+	h.put(deopt, 16+8*h.l.deopt.sfi, sfi)
+	h.put(deopt, 16+8*h.l.deopt.inlining, pos)
+	var c uint64
+	if h.l.codeInline {
+		// V8 10: the instructions follow the Code object's header.
+		c = start - uint64(h.l.istream) + 1
+		h.alloc(245, 8) // the Code map
+		h.put(c, 0, h.maps[245])
+	} else {
+		c = h.alloc(245, 64)
+		h.put(c, codeInstrStart, start)
+		// The InstructionStream header before the instructions.
+		h.put(start-uint64(h.l.istream)+1, 0, h.alloc(252, 8))
+		h.put(start-uint64(h.l.istream)+1, 8, c)
+	}
+	h.put(c, h.l.codeDeopt, deopt)
+	h.put(c, h.l.codePositions, table)
+	binary.LittleEndian.PutUint32(h.m.b[c-1+uint64(h.l.codeFlagsOff)-heapBase:], codeKindTurbo)
+	binary.LittleEndian.PutUint32(h.m.b[c-1+uint64(h.l.codeSizeOff)-heapBase:], uint32(size))
 	return c
 }
 
+// TestForgedInlined decodes an optimized frame with a function inlined,
+// in V8 11's layout and V8 13's.
 func TestForgedInlined(t *testing.T) {
-	h := newHeap(t)
+	t.Run("v8-11", func(t *testing.T) { forgedInlined(t, newHeap(t)) })
+	t.Run("v8-10", func(t *testing.T) {
+		h := newHeapOf(t, bookwormConsts())
+		if !h.l.jit || h.l.bpfOpt || !h.l.codeInline {
+			t.Fatalf("V8 10's code layout not taken: %+v", h.l)
+		}
+		forgedInlined(t, h)
+	})
+	t.Run("v8-13", func(t *testing.T) {
+		h := newHeapOf(t, sidConsts())
+		if !h.l.jit || h.l.bpfOpt || h.l.istream != 32 || h.l.deoptWrapped != 8 {
+			t.Fatalf("V8 13's code layout not taken: %+v", h.l)
+		}
+		forgedInlined(t, h)
+	})
+}
+
+func forgedInlined(t *testing.T, h *heap) {
 	src := "function leaf() {\n  return 1;\n}\nfunction top() {\n  return leaf();\n}\n"
 	leaf, _ := h.function("leaf", 0, "/srv/app.js", src, nil)
 	top, _ := h.function("top", 0, "/srv/app.js", src, nil)

@@ -39,12 +39,19 @@ func (r *reader) optFrames(code uint64, off int64, id uint32, di deoptIndex, inf
 	if err != nil {
 		return nil, err
 	}
-	if t, err := r.typeOf(deopt); err != nil || t != r.l.typeFixedArray {
+	if t, err := r.typeOf(deopt); err != nil || t != r.l.typeDeopt {
 		return nil, badf("code %#x: deoptimization data %#x", code, deopt)
 	}
 	sfi, err := r.word(deopt, r.l.arrayData+8*di.sfi)
 	if err != nil {
 		return nil, err
+	}
+	if r.l.deoptWrapped > 0 {
+		// V8 13: a SharedFunctionInfoWrapper (the SFI must be checked
+		// by its own map below, in info).
+		if sfi, err = r.word(sfi, r.l.deoptWrapped); err != nil {
+			return nil, err
+		}
 	}
 	if uint32(sfi) != id {
 		return nil, badf("code %#x: function %#x, the frame's was %#x (code freed, another there)", code, sfi, id)
@@ -130,10 +137,13 @@ func (r *reader) inlining(deopt uint64, di deoptIndex, i int64) (sfi uint64, pos
 func scriptOffset(raw int64) int64 { return (raw>>1)&(1<<30-1) - 1 }
 
 // Finding a code object from a PC (code V8 runs but did not install on
-// the function: on-stack replacement). An InstructionStream is its map and
-// its Code's address, then the instructions, which start aligned.
+// the function: on-stack replacement). An InstructionStream starts with
+// its map and its Code's address; its instructions follow its header
+// (layout.istream: 16 bytes in V8 11, 32 in 13), aligned. V8 10 has no
+// InstructionStream: the instructions follow the Code object's own
+// 128-byte header.
 const (
-	istreamHeader = 16      // map, code
+	istreamHeader = 16      // map, code (V8 11)
 	codeAlign     = 64      // kCodeAlignment on x86-64
 	maxCodeScan   = 1 << 20 // bytes searched below a PC for its code's start
 	scanChunk     = 1 << 14
@@ -144,29 +154,38 @@ const (
 // its map is an InstructionStream's and its Code says it starts there and
 // holds pc. 0 when none is found within maxCodeScan bytes.
 func (r *reader) codeAt(pc uint64) (code, start uint64) {
-	buf := make([]byte, scanChunk)
+	hdr := uint64(r.l.istream)
+	// Each chunk is read with the header below its lowest candidate.
+	buf := make([]byte, scanChunk+hdr)
 	top := pc &^ (codeAlign - 1)
-	for scanned := uint64(0); scanned < maxCodeScan && top > scanChunk; scanned += scanChunk {
+	for scanned := uint64(0); scanned < maxCodeScan && top > scanChunk+hdr; scanned += scanChunk {
 		lo := top - scanChunk
-		if r.m.Read(lo, buf) != nil {
+		if r.m.Read(lo-hdr, buf) != nil {
 			return 0, 0
 		}
-		for s := top; s >= lo+istreamHeader; s -= codeAlign {
-			off := s - lo
-			mp := binary.LittleEndian.Uint64(buf[off-16:])
-			c := binary.LittleEndian.Uint64(buf[off-8:])
-			if !isHeap(mp) || !isHeap(c) {
+		for s := top; s > lo; s -= codeAlign {
+			off := s - lo // the header's start in buf
+			if !isHeap(binary.LittleEndian.Uint64(buf[off:])) {
+				continue
+			}
+			c := s - hdr + 1 // V8 10: the Code object itself, the instructions inline
+			if !r.l.codeInline {
+				c = binary.LittleEndian.Uint64(buf[off+8:])
+			}
+			if !isHeap(c) {
 				continue
 			}
 			if t, err := r.typeOf(c); err != nil || t != r.l.typeCode {
 				continue
 			}
-			var b [24]byte
-			if r.m.Read(c-1+codeInstrStart, b[:]) != nil {
+			var b [8]byte
+			if !r.l.codeInline && (r.m.Read(c-1+codeInstrStart, b[:]) != nil || binary.LittleEndian.Uint64(b[:]) != s) {
 				continue
 			}
-			size := uint64(binary.LittleEndian.Uint32(b[codeInstrSize-codeInstrStart:]))
-			if binary.LittleEndian.Uint64(b[:]) == s && pc-s < size {
+			if r.m.Read(c-1+uint64(r.l.codeSizeOff), b[:4]) != nil {
+				continue
+			}
+			if pc-s < uint64(binary.LittleEndian.Uint32(b[:4])) {
 				return c, s
 			}
 		}
@@ -259,7 +278,7 @@ func (r *reader) baselineFrame(code, sfi, off uint64, lines func(uint64) ([]int3
 	var fr frame.Frame
 	var b [24]byte
 	if len(r.l.bytecodeSizes) == 0 || r.m.Read(code-1+codeInstrStart, b[:]) != nil ||
-		binary.LittleEndian.Uint32(b[codeFlags-codeInstrStart:])&15 != codeKindBaseline {
+		int64(binary.LittleEndian.Uint32(b[r.l.codeFlagsOff-codeInstrStart:])&15) != r.l.kindBaseline {
 		return fr, false
 	}
 	ba, err := r.word(code, r.l.codeBytecode)

@@ -210,16 +210,20 @@ func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) (blo
 	var lo, hi uint64
 	bias, _ := loadBias(file)
 	size := fi.blobHi - fi.blobLo
+	// V8 maps whole pages: a range found without symbols may begin with
+	// padding on the page before, which the copy does not hold.
+	fileHi := fi.blobFileLo + size
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		if m.File == nil || m.File.ID != file.File.ID || fi.blobFileLo < m.Offset || fi.blobFileLo-m.Offset >= m.End-m.Start {
+		if m.File == nil || m.File.ID != file.File.ID || fileHi <= m.Offset || fi.blobFileLo >= m.Offset+(m.End-m.Start) {
 			continue
 		}
 		if b, ok := loadBias(m); ok && b == bias {
 			continue // the file's own text
 		}
-		lo = m.Start + fi.blobFileLo - m.Offset
-		hi = lo + size
+		from := max(fi.blobFileLo, m.Offset)
+		lo = m.Start + from - m.Offset
+		hi = lo + min(fileHi, m.Offset+(m.End-m.Start)) - from
 		blobCopy = [2]uint64{lo, hi}
 		break
 	}
@@ -340,6 +344,9 @@ func (r *Runtime) readJIT(pid int, st *proc, sfi, pc uint64) ([]frame.Frame, err
 	var base frame.Frame
 	baseline := false
 	err := r.mems.Do(pid, func(m *runtimes.Mem) error {
+		if !st.lay.jit {
+			return nil // code objects unknown: the function's name only
+		}
 		rd := &reader{m: m, l: &st.lay, max: r.opt.Config.MaxNameBytes}
 		if code, start = rd.codeAt(pc); code != 0 {
 			base, baseline = rd.baselineFrame(code, sfi, pc-start, r.scriptLines(pid, rd))
