@@ -3,6 +3,7 @@ package sampler
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -178,10 +179,15 @@ func TestKernelStacks(t *testing.T) {
 		t.Logf("pid %d: %d samples, %d with kernel stack, %d through vfs_read/ksys_read, %d reach main in user; kernel leaves: %v; user-mode leaves: %v",
 			pid, total, withK, readPath, userMain, top, userLeaves)
 		checkSampleCount(t, total, cpu, 99)
-		// The fixture's share of time in read(2); less in an emulated VM,
-		// where a system call costs relatively less (78.8% once on arm64).
+		// The fixture's share of time in read(2): 94% on the host, at
+		// least 95.7% in the x86-64 VMs (kernel matrix with -count=3,
+		// 2026-11-29). arm64 under qemu's TCG takes the timer interrupt
+		// of many samples on the return to EL0, at the instruction after
+		// `svc` in libc's read (libc.so.6+0xd9e28, 43 of 46 user-mode
+		// samples in one run): 82.3% to 89.7% in kernel mode there, 78.8%
+		// once before. That, and only that, is asked less of.
 		inKernel := 0.8
-		if emulated() {
+		if emulated() && runtime.GOARCH == "arm64" {
 			inKernel = 0.7
 		}
 		if float64(withK) < inKernel*float64(total) {
