@@ -81,21 +81,7 @@ func TestKubernetesMetadata(t *testing.T) {
 		"--set", "agent.profiling.targets[0].process_name=^k8sspin$")
 	api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": k8sReleaseNS}})
 	api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": k8sAppNS}})
-	var role map[string]any
-	var saName string
-	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
-		o := rendered.one(t, kind)
-		api.create(t, o)
-		switch kind {
-		case "ClusterRole":
-			role = o
-		case "ServiceAccount":
-			saName = o["metadata"].(map[string]any)["name"].(string)
-		}
-	}
-	tok := api.do(t, "POST", "/api/v1/namespaces/"+k8sReleaseNS+"/serviceaccounts/"+saName+"/token", map[string]any{
-		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600}})
-	token := tok["status"].(map[string]any)["token"].(string)
+	role, token := applyAgentRBAC(t, api, rendered)
 
 	fixtures := []*k8sFixture{
 		{deployment: "web", hash: "7c9f8d6b5", container: "app", driver: "systemd", unshare: true,
@@ -220,6 +206,28 @@ func TestKubernetesMetadata(t *testing.T) {
 		})
 	}
 	api.do(t, "PUT", "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+role["metadata"].(map[string]any)["name"].(string), role)
+}
+
+// applyAgentRBAC creates the chart's agent ServiceAccount, ClusterRole and
+// ClusterRoleBinding (its namespace, k8sReleaseNS, must exist) and returns
+// the ClusterRole and a token of the account.
+func applyAgentRBAC(t *testing.T, api *kubeAPI, rendered chartObjects) (role map[string]any, token string) {
+	t.Helper()
+	var saName string
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+		o := rendered.one(t, kind)
+		api.create(t, o)
+		switch kind {
+		case "ClusterRole":
+			role = o
+		case "ServiceAccount":
+			saName = o["metadata"].(map[string]any)["name"].(string)
+		}
+	}
+	tok := api.do(t, "POST", "/api/v1/namespaces/"+k8sReleaseNS+"/serviceaccounts/"+saName+"/token", map[string]any{
+		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600},
+	})
+	return role, tok["status"].(map[string]any)["token"].(string)
 }
 
 // testCgroupV2 returns a cgroup v2 directory for the test's cgroups, below

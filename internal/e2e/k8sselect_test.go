@@ -48,18 +48,7 @@ func TestKubernetesSelection(t *testing.T) {
 	for _, ns := range []string{k8sReleaseNS, k8sAppNS, jobsNS} {
 		api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}})
 	}
-	var saName string
-	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
-		o := rendered.one(t, kind)
-		api.create(t, o)
-		if kind == "ServiceAccount" {
-			saName = o["metadata"].(map[string]any)["name"].(string)
-		}
-	}
-	tok := api.do(t, "POST", "/api/v1/namespaces/"+k8sReleaseNS+"/serviceaccounts/"+saName+"/token", map[string]any{
-		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600},
-	})
-	token := tok["status"].(map[string]any)["token"].(string)
+	_, token := applyAgentRBAC(t, api, rendered)
 
 	web := &k8sFixture{
 		deployment: "web", hash: "6b7c8d9f5", container: "app", driver: "systemd",
