@@ -562,6 +562,18 @@ func LoadsOf(ef *elf.File) []Segment {
 	return out
 }
 
+// RelroOf returns the PT_GNU_RELRO segment: the part of the writable data
+// the loader makes read-only once it has relocated the file. Memsz is 0
+// when the file has none.
+func RelroOf(ef *elf.File) Segment {
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_GNU_RELRO {
+			return Segment{Off: p.Off, Vaddr: p.Vaddr, Filesz: p.Filesz, Memsz: p.Memsz, Flags: p.Flags}
+		}
+	}
+	return Segment{}
+}
+
 // ReadVaddr returns n bytes of the file image at virtual address addr, through
 // the PT_LOAD segment holding it (falling back to allocated sections for
 // objects without program headers).

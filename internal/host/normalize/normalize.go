@@ -36,6 +36,9 @@ type FileInfo struct {
 	HTLHash    string // OpenTelemetry file id: always set when the file was readable
 	Size       int64
 	Loads      []elfx.Segment
+	// Relro is the PT_GNU_RELRO segment (Memsz 0: none), which tells
+	// whether the loader has relocated the file in a process.
+	Relro elfx.Segment
 	// UnwindBytes is the size of the sections an unwind table is built
 	// from (.eh_frame, .debug_frame, .gopclntab): what the build costs.
 	// Zero when section headers are missing.
@@ -288,6 +291,7 @@ func identify(openPath, path string) *FileInfo {
 	id := buildid.Identify(f)
 	fi.GNUBuildID, fi.GoBuildID, fi.HTLHash = id.GNU, id.Go, id.HTL
 	fi.Loads = f.Loads()
+	fi.Relro = elfx.RelroOf(f.File)
 	for _, s := range f.Sections {
 		switch s.Name {
 		case ".eh_frame", ".debug_frame", ".gopclntab":

@@ -178,7 +178,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	lay, a := fi.lay, fi.addrs(b)
 	err := fi.err
 	if err == nil {
-		err = r.probe(p.PID, &lay, a)
+		// Not before the loader is done with the file: its data reads as
+		// something else until then.
+		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, c.m); err != nil {
+			err = fmt.Errorf("%w: %w", errNotReady, err)
+		} else {
+			err = r.probe(p.PID, &lay, a)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

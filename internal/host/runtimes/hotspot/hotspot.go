@@ -63,6 +63,7 @@ type Runtime struct {
 	log      *zap.Logger
 	procRoot string
 	openMem  func(pid int) (memory, error)
+	loaded   func(pid int, m *normalize.Mapping) error // runtimes.Loaded; forged memory has no maps
 
 	// attachMu serializes Attach and Forget, the two writers of a proc's
 	// attach state (its fields above ready). Name never takes it: an
@@ -141,11 +142,14 @@ func New(cfg runtimes.Config, procMap ProcMap, errs Counters, log *zap.Logger) *
 		}
 		return n
 	}
-	r := &Runtime{cfg: cfg, procMap: procMap, errs: errs, log: log, procRoot: "/proc",
+	r := &Runtime{
+		cfg: cfg, procMap: procMap, errs: errs, log: log, procRoot: "/proc",
 		layouts: map[layoutKey]layoutEntry{}, procs: map[int]*proc{},
 		methods: lru.New[methodKey](cacheBytes, cfg.MaxNames, (*methodInfo).cost, nil),
-		names:   lru.NewKeyed(cacheBytes, cfg.MaxNames, symCost, nil)}
+		names:   lru.NewKeyed(cacheBytes, cfg.MaxNames, symCost, nil),
+	}
 	r.openMem = func(pid int) (memory, error) { return runtimes.OpenMem(r.procRoot, pid) }
+	r.loaded = func(pid int, m *normalize.Mapping) error { return runtimes.Loaded(r.procRoot, pid, m) }
 	return r
 }
 
@@ -250,6 +254,11 @@ func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) e
 		return layoutErr("no load segment maps libjvm's offset %#x", m.Offset)
 	}
 	if pr.l == nil {
+		// libjvm's tables read as something else until the loader has
+		// mapped and relocated it.
+		if err := r.loaded(p.PID, m); err != nil {
+			return errors.Join(err, errNotReady)
+		}
 		l, err := r.layoutFor(p.PID, m, pr.mem, bias)
 		if err != nil {
 			return err

@@ -65,6 +65,7 @@ func startingJVM(t *testing.T, j *fakeJVM) (*Runtime, *normalize.Process) {
 	r := New(runtimes.Config{}, nopMap{}, nil, nil)
 	mem := &lockedMem{m: j.m}
 	r.openMem = func(int) (memory, error) { return mem, nil }
+	r.loaded = func(int, *normalize.Mapping) error { return nil }
 	r.layouts[layoutKeyOf(&p.Mappings[0])] = layoutEntry{l: j.l}
 	return r, p
 }

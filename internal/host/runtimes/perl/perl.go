@@ -208,7 +208,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		thrKey = fi.thrKey + b
 	}
 	if err == nil {
-		err = r.probe(p.PID, &fi.lay, curinterp)
+		// Not before the loader is done with the file: its data reads as
+		// something else until then.
+		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, m); err != nil {
+			err = fmt.Errorf("%w: %w", errNotReady, err)
+		} else {
+			err = r.probe(p.PID, &fi.lay, curinterp)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

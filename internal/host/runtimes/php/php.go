@@ -173,7 +173,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		err = fi.lay.check()
 	}
 	if err == nil {
-		err = r.probe(p.PID, &fi.lay, cur)
+		// Not before the loader is done with the file: its data reads as
+		// something else until then.
+		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, c.m); err != nil {
+			err = fmt.Errorf("%w: %w", errNotReady, err)
+		} else {
+			err = r.probe(p.PID, &fi.lay, cur)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -170,7 +170,13 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	var entry bpf.ProfileRubyProc
 	var symbols uint64
 	if err == nil {
-		entry, symbols, err = r.tlsEntry(p.PID, fi, b)
+		// Not before the loader is done with the file: its data reads as
+		// something else until then.
+		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, c.m); err != nil {
+			err = fmt.Errorf("%w: %w", errNotReady, err)
+		} else {
+			entry, symbols, err = r.tlsEntry(p.PID, fi, b)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
