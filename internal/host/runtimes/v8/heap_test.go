@@ -97,6 +97,32 @@ func sidConsts() map[string]int64 {
 	return c
 }
 
+// npm22Consts is hostConsts as V8 12.4 (nodejs.org's Node 22) spells and
+// places them: V8 13's trusted code objects, with the flags and size 4
+// bytes earlier and the SFI itself in the deoptimization data.
+func npm22Consts() map[string]int64 {
+	c := sidConsts()
+	for _, k := range []string{
+		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Tagged_NameOrScopeInfoT_",
+		"v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_",
+		"v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex",
+	} {
+		delete(c, k)
+	}
+	for k, v := range map[string]int64{
+		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Tagged_Object_": 16,
+		"v8dbg_class_SharedFunctionInfo__script__Tagged_HeapObject_":         32,
+		"v8dbg_scopeinfo_idx_first_vars":                                     3,
+		"v8dbg_class_Code__flags__uint32_t":                                  48, "v8dbg_class_Code__instruction_size__int": 52,
+		"v8dbg_DeoptimizationDataSharedFunctionInfoIndex": 6, "v8dbg_DeoptimizationDataLiteralArrayIndex": 2,
+		"v8dbg_DeoptimizationDataInliningPositionsIndex":         7,
+		"v8dbg_type_TrustedFixedArray__TRUSTED_FIXED_ARRAY_TYPE": 213,
+	} {
+		c[k] = v
+	}
+	return c
+}
+
 // bookwormConsts is hostConsts as V8 10.2 (bookworm's Node 18) has them:
 // no Code or DeoptimizationData fields but a few of Code's.
 func bookwormConsts() map[string]int64 {
@@ -377,7 +403,7 @@ func (h *heap) code(sfi uint64, start, size uint64, spt []byte, inlined []uint64
 }
 
 // TestForgedInlined decodes an optimized frame with a function inlined,
-// in V8 11's layout and V8 13's.
+// in V8 10's, 11's, 12.4's and 13's layouts.
 func TestForgedInlined(t *testing.T) {
 	t.Run("v8-11", func(t *testing.T) { forgedInlined(t, newHeap(t)) })
 	t.Run("v8-10", func(t *testing.T) {
@@ -392,6 +418,15 @@ func TestForgedInlined(t *testing.T) {
 		if !h.l.jit || h.l.bpfOpt || h.l.istream != 32 || h.l.deoptWrapped != 8 {
 			t.Fatalf("V8 13's code layout not taken: %+v", h.l)
 		}
+		forgedInlined(t, h)
+	})
+	t.Run("v8-12.4", func(t *testing.T) {
+		h := newHeapOf(t, npm22Consts())
+		if !h.l.jit || h.l.bpfOpt || h.l.istream != 32 || h.l.deoptWrapped != 0 || h.l.codeSizeOff != 52 || h.l.typeDeoptAlt != 213 {
+			t.Fatalf("V8 12.4's code layout not taken: %+v", h.l)
+		}
+		// Its deoptimization data is a TrustedFixedArray: forged so.
+		h.l.typeDeopt, h.l.typeDeoptAlt = h.l.typeDeoptAlt, h.l.typeDeopt
 		forgedInlined(t, h)
 	})
 }

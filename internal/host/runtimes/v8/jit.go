@@ -39,8 +39,8 @@ func (r *reader) optFrames(code uint64, off int64, id uint32, di deoptIndex, inf
 	if err != nil {
 		return nil, err
 	}
-	if t, err := r.typeOf(deopt); err != nil || t != r.l.typeDeopt {
-		return nil, badf("code %#x: deoptimization data %#x", code, deopt)
+	if t, err := r.typeOf(deopt); err != nil || t != r.l.typeDeopt && t != r.l.typeDeoptAlt {
+		return nil, badf("code %#x: deoptimization data %#x of type %d", code, deopt, t)
 	}
 	sfi, err := r.word(deopt, r.l.arrayData+8*di.sfi)
 	if err != nil {

@@ -55,6 +55,10 @@ type layout struct {
 	// and where a SharedFunctionInfoWrapper keeps its SFI (0: the data
 	// holds the SFI itself).
 	codeFlagsOff, istream, kindBaseline, typeDeopt, deoptWrapped int64
+	// typeDeoptAlt is another type the deoptimization data may have (-1:
+	// none): V8 12.4 makes it a TrustedFixedArray, 13 a
+	// ProtectedFixedArray, of the same shape.
+	typeDeoptAlt int64
 	// Code::instruction_size, and whether the instructions follow the
 	// Code object's header (V8 10) rather than an InstructionStream's.
 	codeSizeOff int64
@@ -112,6 +116,7 @@ var required = map[string]func(l *layout) *int64{
 var aliases = map[string][]string{
 	"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object": {
 		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Tagged_NameOrScopeInfoT_",
+		"v8dbg_class_SharedFunctionInfo__name_or_scope_info__Tagged_Object_", // V8 12.4
 	},
 	// V8 12 keeps the debug info apart from the script.
 	"v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject": {
@@ -180,6 +185,7 @@ func newLayout(c map[string]int64) (layout, error) {
 		}
 	}
 	l.codeFlagsOff, l.istream, l.kindBaseline, l.typeDeopt = codeFlags, istreamHeader, codeKindBaseline, l.typeFixedArray
+	l.typeDeoptAlt = -1
 	l.codeSizeOff = codeInstrSize
 	switch {
 	case trusted:
@@ -293,18 +299,20 @@ func inlineCode(c map[string]int64, l *layout) bool {
 	return true
 }
 
-// trustedCode sets the code objects' layout of V8 13 (Node 24), checked
-// on that version: Code keeps its deoptimization data (a
-// ProtectedFixedArray, or a baseline code's BytecodeArray) at 8 and its
-// source positions at 16, full pointers into trusted space; the
+// trustedCode sets the code objects' layout of V8 12.4 (Node 22) and 13
+// (Node 24), checked on those versions: Code keeps its deoptimization
+// data (a ProtectedFixedArray in 13, a TrustedFixedArray in 12.4, or a
+// baseline code's BytecodeArray) at 8
+// and its source positions at 16, full pointers into trusted space; the
 // InstructionStream is map, Code, relocation info and sizes (32 bytes)
-// before the instructions; the deoptimization data holds the function as
-// a SharedFunctionInfoWrapper. The rest comes from the tables, and a V8
-// whose tables say otherwise is not decoded.
+// before the instructions. V8 13's deoptimization data holds the function
+// as a SharedFunctionInfoWrapper, V8 12.4's holds the SFI itself; the
+// flags and the instruction size moved by 4 bytes between them. The rest
+// comes from the tables, and a V8 whose tables say otherwise is not
+// decoded.
 func trustedCode(c map[string]int64, l *layout) bool {
 	want := map[string]int64{
 		"v8dbg_class_Code__instruction_start__Address":                    codeInstrStart,
-		"v8dbg_class_Code__instruction_size__int":                         codeInstrSize,
 		"v8dbg_class_Code__instruction_stream__Tagged_InstructionStream_": 32,
 	}
 	for name, v := range want {
@@ -318,15 +326,27 @@ func trustedCode(c map[string]int64, l *layout) bool {
 		return ok
 	}
 	if !get("v8dbg_class_Code__flags__uint32_t", &l.codeFlagsOff) ||
+		!get("v8dbg_class_Code__instruction_size__int", &l.codeSizeOff) ||
 		!get("v8dbg_CodeKindBaseline", &l.kindBaseline) ||
 		!get("v8dbg_type_ProtectedFixedArray__PROTECTED_FIXED_ARRAY_TYPE", &l.typeDeopt) ||
-		!get("v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_", &l.deoptWrapped) ||
-		!get("v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex", &l.deopt.sfi) ||
 		!get("v8dbg_DeoptimizationDataLiteralArrayIndex", &l.deopt.literals) ||
 		!get("v8dbg_DeoptimizationDataInliningPositionsIndex", &l.deopt.inlining) {
 		return false
 	}
-	if l.codeFlagsOff < codeInstrStart || l.codeFlagsOff+4 > codeInstrStart+24 || l.deoptWrapped <= 0 || l.deoptWrapped > 64 {
+	if !get("v8dbg_type_TrustedFixedArray__TRUSTED_FIXED_ARRAY_TYPE", &l.typeDeoptAlt) {
+		l.typeDeoptAlt = -1
+	}
+	if get("v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex", &l.deopt.sfi) {
+		if !get("v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_", &l.deoptWrapped) ||
+			l.deoptWrapped <= 0 || l.deoptWrapped > 64 {
+			return false
+		}
+	} else if !get("v8dbg_DeoptimizationDataSharedFunctionInfoIndex", &l.deopt.sfi) {
+		return false
+	}
+	// What baselineFrame reads: 24 bytes from the instruction start.
+	if l.codeFlagsOff < codeInstrStart || l.codeFlagsOff+4 > codeInstrStart+24 ||
+		l.codeSizeOff < codeInstrStart || l.codeSizeOff+4 > codeInstrStart+24 {
 		return false
 	}
 	for _, o := range []int64{l.deopt.sfi, l.deopt.literals, l.deopt.inlining} {
