@@ -192,8 +192,10 @@ type fixture struct {
 }
 
 func buildFixture(t *testing.T, name string) fixture {
-	src := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"e2e/hot.c"},
-		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + name}})
+	src := testfixture.Build(t, testfixture.Spec{
+		Name: name, Lang: "c", Sources: []string{"e2e/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-DE2E_ID=" + name},
+	})
 	stripped, debug := testfixture.SplitDebug(t, src, false)
 	f, err := elf.Open(src)
 	if err != nil {
@@ -225,6 +227,9 @@ type userFrame struct {
 	line     int64
 	raw      bool
 	typ, err string
+	// inlined are the location's other lines, innermost first: the
+	// functions inlined into fn at this address (fn is the outermost).
+	inlined []userFrame
 }
 
 // sampleOf is one sample of a profiles file: its process, value, first
@@ -293,11 +298,18 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 								frames = append(frames, userFrame{raw: true, typ: ft.Str(), err: why.Str()})
 								continue
 							}
-							ln := loc.Lines().At(loc.Lines().Len() - 1)
-							f := dict.FunctionTable().At(int(ln.FunctionIndex()))
-							file := d.Str(f.FilenameStrindex())
-							frames = append(frames, userFrame{fn: d.Str(f.NameStrindex()), file: filepath.Base(file), path: file,
-								line: ln.Line(), typ: ft.Str()})
+							var lines []userFrame
+							for _, ln := range loc.Lines().All() {
+								f := dict.FunctionTable().At(int(ln.FunctionIndex()))
+								file := d.Str(f.FilenameStrindex())
+								lines = append(lines, userFrame{
+									fn: d.Str(f.NameStrindex()), file: filepath.Base(file), path: file,
+									line: ln.Line(), typ: ft.Str(),
+								})
+							}
+							outer := lines[len(lines)-1]
+							outer.inlined = lines[:len(lines)-1]
+							frames = append(frames, outer)
 						}
 						smp := sampleOf{typ: typ, pid: v.Int(), n: s.Values().At(0), frames: frames}
 						if s.TimestampsUnixNano().Len() > 0 {
