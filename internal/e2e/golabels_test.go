@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -64,23 +63,7 @@ func startGoLabels(t *testing.T, b goLabelsBuild) *goLabelsRun {
 	if r.in, err = r.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := r.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cmd.Stderr = os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", b.name, err)
-	}
-	r.pid = int64(r.cmd.Process.Pid)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
+	r.pid = startLines(t, r.cmd, r.name, r.lines)
 	r.expect(t, "ready", 30*time.Second)
 	return r
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -75,8 +74,10 @@ func javaJDKs(t *testing.T) []javaJDK {
 			if slices.ContainsFunc(out, func(j javaJDK) bool { return j.feature == v }) {
 				continue // sid's stands in only for a missing host JDK
 			}
-			out = append(out, javaJDK{name: fmt.Sprintf("jdk%d-sid", v), root: sid, feature: v,
-				java: fmt.Sprintf("/usr/lib/jvm/java-%d-openjdk-amd64/bin/java", v)})
+			out = append(out, javaJDK{
+				name: fmt.Sprintf("jdk%d-sid", v), root: sid, feature: v,
+				java: fmt.Sprintf("/usr/lib/jvm/java-%d-openjdk-amd64/bin/java", v),
+			})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].feature < out[j].feature })
@@ -98,8 +99,10 @@ var javaModes = []struct {
 	jvm  []string
 }{
 	{"xint", []string{"-Xint"}},
-	{"c2", []string{"-XX:-TieredCompilation", "-Xbatch", "-XX:CompileCommand=quiet",
-		"-XX:CompileCommand=dontinline," + javaClass + "::*"}},
+	{"c2", []string{
+		"-XX:-TieredCompilation", "-Xbatch", "-XX:CompileCommand=quiet",
+		"-XX:CompileCommand=dontinline," + javaClass + "::*",
+	}},
 }
 
 // javaClasses compiles JChain.java once (javac --release 8) and returns
@@ -146,23 +149,7 @@ func startJava(t *testing.T, j javaJDK, mode string, jvm []string, classes strin
 		r.cmd = testfixture.ChrootCommand(j.root, append([]string{j.java}, args...)...)
 	}
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := r.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cmd.Stderr = os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", r.it.name, err)
-	}
-	r.pid = int64(r.cmd.Process.Pid)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
+	r.run(t)
 	return r
 }
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"os"
@@ -83,23 +82,7 @@ func startPerl(t *testing.T, it pyInterp, mode string) *pyRun {
 		inside := filepath.Join("/tmp", filepath.Base(dir), "go")
 		r.cmd = testfixture.ChrootCommand(it.root, it.python, r.script, mode, strconv.Itoa(pyChainSeconds), inside)
 	}
-	out, err := r.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cmd.Stderr = os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", it.name, err)
-	}
-	r.pid = int64(r.cmd.Process.Pid)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
+	r.run(t)
 	return r
 }
 

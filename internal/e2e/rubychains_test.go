@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,23 +72,7 @@ func startRuby(t *testing.T, c rubyCase) *pyRun {
 	inside := filepath.Join("/tmp", filepath.Base(dir), "go")
 	argv := []string{c.python, "--disable-gems", r.script, strconv.Itoa(pyChainSeconds), inside, c.mode}
 	r.cmd = testfixture.ChrootCommand(root, argv...)
-	out, err := r.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cmd.Stderr = os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", c.name, err)
-	}
-	r.pid = int64(r.cmd.Process.Pid)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
+	r.run(t)
 	return r
 }
 

@@ -125,24 +125,35 @@ func startPy(t *testing.T, it pyInterp) *pyRun {
 		inside := filepath.Join("/tmp", filepath.Base(dir), "go")
 		r.cmd = testfixture.ChrootCommand(root, it.python, r.script, strconv.Itoa(pyChainSeconds), inside)
 	}
-	out, err := r.cmd.StdoutPipe()
+	r.run(t)
+	return r
+}
+
+// run starts r.cmd with its output lines on r.lines; the process is
+// killed when the test ends.
+func (r *pyRun) run(t *testing.T) { r.pid = startLines(t, r.cmd, r.it.name, r.lines) }
+
+// startLines starts a fixture process, sends its output lines to lines
+// (closed at the end) and kills it when the test ends.
+func startLines(t *testing.T, cmd *exec.Cmd, name string, lines chan<- string) int64 {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cmd.Stderr = os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", it.name, err)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	r.pid = int64(r.cmd.Process.Pid)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			r.lines <- sc.Text()
+			lines <- sc.Text()
 		}
-		close(r.lines)
+		close(lines)
 	}()
-	return r
+	return int64(cmd.Process.Pid)
 }
 
 // start ends the warm-up.
