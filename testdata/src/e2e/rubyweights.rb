@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Ruby fixture of the agreement test with stackprof
-# (internal/e2e/rubyagree_test.go): ten methods w1 ... w10 whose own work
+# (internal/e2e/agree_test.go): ten methods w1 ... w10 whose own work
 # is in the ratio 1:2:...:10, called in turn for SECONDS of CPU time under
 # StackProf (cpu mode, a sample per ms of CPU) while profsym samples the
 # same process.
