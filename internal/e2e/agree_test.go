@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -64,13 +63,8 @@ func TestRecordAgreesWithRuntimeProfilers(t *testing.T) {
 			root := testfixture.Chroot(t, c.suite, c.pkgs...)
 			r := &pyRun{it: pyInterp{name: c.name, root: root}, lines: make(chan string, 16)}
 			r.script = testfixture.ChrootCopy(t, root, testfixture.Src(t, "e2e/"+c.script))[0]
-			dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "weights-") //nolint:usetesting // inside the chroot
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			r.gofile = filepath.Join(dir, "go")
-			inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+			var inside string
+			r.gofile, inside = chrootGoFile(t, root, "weights-")
 			r.cmd = testfixture.ChrootCommand(root, append(c.argv(r.script), strconv.Itoa(agreeSeconds), inside)...)
 			r.run(t)
 			out := filepath.Join(t.TempDir(), "rec.json")

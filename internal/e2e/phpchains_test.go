@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -84,13 +83,8 @@ func startPHP(t *testing.T, c phpCase) *pyRun {
 	r := &pyRun{it: c.pyInterp, lines: make(chan string, 16)}
 	root := c.root
 	r.script = testfixture.ChrootCopy(t, root, src)[0]
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "phpchain-") //nolint:usetesting // inside the chroot
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	r.gofile = filepath.Join(dir, "go")
-	inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+	var inside string
+	r.gofile, inside = chrootGoFile(t, root, "phpchain-")
 	flags := phpFlags
 	if c.jit {
 		flags = phpJITFlags

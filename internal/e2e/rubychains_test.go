@@ -63,13 +63,8 @@ func startRuby(t *testing.T, c rubyCase) *pyRun {
 	r := &pyRun{it: c.pyInterp, lines: make(chan string, 16)}
 	root := c.root
 	r.script = testfixture.ChrootCopy(t, root, src)[0]
-	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "rubychain-") //nolint:usetesting // inside the chroot
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	r.gofile = filepath.Join(dir, "go")
-	inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+	var inside string
+	r.gofile, inside = chrootGoFile(t, root, "rubychain-")
 	argv := []string{c.python, "--disable-gems", r.script, strconv.Itoa(pyChainSeconds), inside, c.mode}
 	r.cmd = testfixture.ChrootCommand(root, argv...)
 	r.run(t)

@@ -116,17 +116,24 @@ func startPy(t *testing.T, it pyInterp) *pyRun {
 	} else {
 		root := it.root
 		r.script = testfixture.ChrootCopy(t, root, src)[0]
-		dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), "pychain-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		r.gofile = filepath.Join(dir, "go")
-		inside := filepath.Join("/tmp", filepath.Base(dir), "go")
+		var inside string
+		r.gofile, inside = chrootGoFile(t, root, "pychain-")
 		r.cmd = testfixture.ChrootCommand(root, it.python, r.script, strconv.Itoa(pyChainSeconds), inside)
 	}
 	r.run(t)
 	return r
+}
+
+// chrootGoFile makes a directory in root's /tmp for a fixture's GOFILE
+// and returns the file's path on the host and inside the chroot.
+func chrootGoFile(t *testing.T, root, prefix string) (host, inside string) {
+	t.Helper()
+	dir, err := os.MkdirTemp(filepath.Join(root, "tmp"), prefix) //nolint:usetesting // inside the chroot
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "go"), filepath.Join("/tmp", filepath.Base(dir), "go")
 }
 
 // run starts r.cmd with its output lines on r.lines; the process is
