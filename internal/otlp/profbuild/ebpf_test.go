@@ -35,6 +35,15 @@ func checkHot(t *testing.T, r Report, pid int, cpu time.Duration, bin, hot, call
 		if s.attrs[pframe.AttrThreadID] == nil || s.attrs[pframe.AttrCPU] == nil || s.attrs[pframe.AttrThreadName] == nil {
 			t.Fatalf("sample attributes %v", s.attrs)
 		}
+		if len(s.locs) == 0 {
+			// No user frame: a sample taken while the process exits (its
+			// memory gone), with the stop reason that says so. A miss,
+			// not a crash of the test (CI saw one).
+			if len(misses) < 5 {
+				misses = append(misses, fmt.Sprintf("no frames (stop %v)", s.attrs[pframe.AttrUnwindStop]))
+			}
+			continue
+		}
 		leaf := s.locs[0]
 		file, mattrs := v.mapping(leaf)
 		if mattrs[pframe.AttrBuildIDGNU] != id || leaf.Address() < hotLo || leaf.Address() >= hotHi {
@@ -264,8 +273,10 @@ func top(m map[string]int64, n int) []string {
 // pointers comes out whole in the OTLP profile, and the few samples that are
 // not whole say why.
 func TestWholeChainInProfiles(t *testing.T) {
-	bin := testfixture.Build(t, testfixture.Spec{Name: "unwind-chain-pie", Lang: "c",
-		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"}})
+	bin := testfixture.Build(t, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c",
+		Sources: []string{"unwind/chain.c"}, Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
 	h := newHarness(t, sampler.Config{SampleRate: 99}, Options{SampleRate: 99})
 	pid, _ := runFixture(t, bin, fixtureSeconds)
 	h.exitSeen(pid, 2*time.Second)
