@@ -27,7 +27,7 @@ const maxMapsBytes = 16 << 20
 
 // Loaded checks in /proc/PID/maps that file m (one executable mapping of
 // it, with its PT_LOAD and PT_GNU_RELRO headers) is in place: the first and
-// last page of each segment's file bytes are mapped from the same path at
+// last byte of each segment's file bytes are mapped from the same path at
 // the offset the segment gives, and the RELRO pages, which the loader makes
 // read-only once it has relocated the file, are no longer writable. A file
 // without RELRO (a non-PIE static executable needs no relocation) is
