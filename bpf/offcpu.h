@@ -77,9 +77,9 @@ static __always_inline int offcpu_targeted(__u32 tgid)
 	return (b >> 1) & 1;
 }
 
-/* A process exits or execs: its filter bits are cleared. Only an answer
- * to its own question can race with this, and what that leaves behind
- * reads as undecided: it is asked again. */
+/* A process exits or execs: its filter bits are cleared. An answer read
+ * before and written after this would stand for the new image: userspace
+ * reads the process again after writing (sampler's answer). */
 static __always_inline void offcpu_forget(__u32 tgid)
 {
 	__u32 i = tgid >> 5;

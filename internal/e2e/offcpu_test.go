@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,6 +93,16 @@ receivers:
 		t.Fatal(err)
 	}
 	time.Sleep(2500 * time.Millisecond) // the last reports
+	// The agent's own counts, for a failure to say where waits went: left
+	// out undecided (the filter answered late), none seen at all (it
+	// answered no), tables still pending.
+	var counts []string
+	for k, v := range scrape(t, metrics) {
+		if strings.Contains(k, "off_cpu") || strings.Contains(k, "unwind_tables") || strings.Contains(k, "events_lost") {
+			counts = append(counts, fmt.Sprintf("%s %v", k, v))
+		}
+	}
+	sort.Strings(counts)
 	c.stop(t)
 
 	// The fixture's own measure of its time asleep.
@@ -145,6 +156,7 @@ receivers:
 		t.Errorf("wall %v less than off_cpu %v", wall, off+stopped)
 	}
 	if t.Failed() {
+		t.Logf("the agent's counts:\n%s", strings.Join(counts, "\n"))
 		t.Logf("collector log (tail):\n%s", tail(c.log.String(), 4000))
 	}
 }

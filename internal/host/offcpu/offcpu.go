@@ -62,8 +62,9 @@ type Config struct {
 	// MaxStacks bounds the distinct stacks of the waits that span a drain
 	// (user and kernel: 1 KiB and 0.5 KiB each).
 	MaxStacks int
-	// Select, when set, says which processes to record (it is asked once
-	// per process, and again after an exec); nil records every process.
+	// Select, when set, says which processes to record (it is asked about
+	// a process twice, around writing its answer, and again after an
+	// exec); nil records every process.
 	Select func(pid int) bool
 }
 

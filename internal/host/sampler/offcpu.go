@@ -52,8 +52,10 @@ func (o *offcpuObjs) close() []error {
 			errs = append(errs, p.Close())
 		}
 	}
-	for _, m := range []*ebpf.Map{o.OffcpuProgs, o.OffcpuStatsMap, o.OffcpuWaits, o.OffcpuUstore, o.OffcpuKstore, o.OffcpuCounts0,
-		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots, o.OffcpuAsked} {
+	for _, m := range []*ebpf.Map{
+		o.OffcpuProgs, o.OffcpuStatsMap, o.OffcpuWaits, o.OffcpuUstore, o.OffcpuKstore, o.OffcpuCounts0,
+		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots, o.OffcpuAsked,
+	} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -89,8 +91,10 @@ type offcpuV8Objs struct {
 // walked. A runtime's walker adds its instance next to the native one in
 // bpf/offcpu.h and here.
 func (o *objects) offCPUWalkers() map[uint32]*ebpf.Program {
-	w := map[uint32]*ebpf.Program{uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative,
-		uint32(bpf.ProfileWalkProgWALK_PROGS): o.OffcpuTake} // OFFCPU_PROG_TAKE
+	w := map[uint32]*ebpf.Program{
+		uint32(bpf.ProfileWalkProgWALK_NATIVE): o.OffcpuWalkNative,
+		uint32(bpf.ProfileWalkProgWALK_PROGS):  o.OffcpuTake,
+	} // OFFCPU_PROG_TAKE
 	if o.OffcpuWalkHotspot != nil {
 		w[uint32(bpf.ProfileWalkProgWALK_HOTSPOT)] = o.OffcpuWalkHotspot
 	}
@@ -251,11 +255,7 @@ func (s *Sampler) offCPUEvent(ev *Event) bool {
 	if ev.Kind != ProcessNew && ev.Kind != ProcessExec && ev.Kind != offCPUAsk {
 		return true
 	}
-	bits := uint64(1)
-	if o.cfg.Select(int(ev.Pid)) {
-		bits = 3
-	}
-	o.setProcBits(ev.Pid, bits)
+	bits := o.answer(ev.Pid)
 	if ev.Kind != offCPUAsk {
 		return true
 	}
@@ -271,6 +271,40 @@ func (s *Sampler) offCPUEvent(ev *Event) bool {
 	}
 	ev.Kind = ProcessNew
 	return true
+}
+
+// answer applies Select to pid and writes what it says into offcpu_procs,
+// returning the bits written. Select reads the process at one moment and
+// the bits land later: if the process execs (or exits, and its pid is
+// reused) in between, the kernel clears the bits first and the answer for
+// the old image would stand for the new one, for good (issue 31: a fixture
+// exec'd by its parent was left out of off-CPU profiles, in one CI run).
+// So Select is applied again after the write: an exec after that second
+// read clears the bits after the write, and if the two answers agree the
+// bits are right whichever image the first read saw. A process gone by
+// then gets no answer, so that the next one with its pid is asked.
+func (o *offcpuState) answer(pid uint32) uint64 {
+	bits := uint64(0)
+	selected := o.cfg.Select(int(pid))
+	for range 3 {
+		bits = 1
+		if selected {
+			bits = 3
+		}
+		o.setProcBits(pid, bits)
+		again := o.cfg.Select(int(pid))
+		if _, err := os.Stat("/proc/" + strconv.FormatUint(uint64(pid), 10)); err != nil {
+			bits = 0
+			break
+		}
+		if again == selected {
+			return bits
+		}
+		selected = again
+		bits = 0 // a name that keeps changing: asked again on its next wait
+	}
+	o.setProcBits(pid, bits)
+	return bits
 }
 
 // setProcBits sets a tgid's two bits of offcpu_procs, atomically: the

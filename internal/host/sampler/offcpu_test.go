@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -235,6 +237,73 @@ func TestOffCPUGoneAndReused(t *testing.T) {
 	if float64(got[pid]) > 1.05*float64(truth[pid]) {
 		t.Errorf("pid %d: %v reported, more than the %v it measured: the hour-long wait of the thread before was counted", pid,
 			time.Duration(got[pid]), time.Duration(truth[pid]))
+	}
+}
+
+// Issue 31: the filter's answer for a process read before it execs but
+// written after the exec cleared its bits stood for the new image, so a
+// fixture its parent exec'd was left out of off-CPU profiles for good (one
+// CI run of TestCollectorOffCPU). Here the race is forced: a process waits
+// in read, its wait asks about it, and Select, having read its name, lets
+// it exec the selected fixture and waits for the exec before it answers.
+// The fixture's waits are recorded all the same.
+func TestOffCPUAnswerRacesExec(t *testing.T) {
+	bin, comm := waitFixture(t)
+	// Another copy, of another name, that execs the first when told.
+	execer, execerComm := waitFixture(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var once sync.Once
+	raced := make(chan bool, 1)
+	selects, isExecer := byComm(comm), byComm(execerComm)
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true,
+		OffCPU: offcpu.Config{Enabled: true, Select: func(pid int) bool {
+			ok := selects(pid)
+			if isExecer(pid) {
+				// Its first answer: it execs before the answer lands.
+				once.Do(func() {
+					io.WriteString(w, "go\n")
+					raced <- waitFor(10*time.Second, func() bool { return selects(pid) })
+				})
+			}
+			return ok
+		}},
+	})
+	cmd := exec.Command(execer, "exec", bin, "sleep", "1")
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout = r, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := uint32(cmd.Process.Pid)
+	select {
+	case ok := <-raced:
+		if !ok {
+			t.Fatal("the process did not exec the fixture in 10 s")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("its wait in read did not ask about it in 10 s")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, truth := offCPUOf(b, pid)[pid], truthsOf(out.Bytes())[pid]
+	t.Logf("fixture asleep %v by its clock, %v reported", time.Duration(truth), time.Duration(got))
+	if truth < int64(time.Second/2) {
+		t.Fatalf("the fixture slept %v: %q", time.Duration(truth), out.String())
+	}
+	if float64(got) < 0.9*float64(truth) || float64(got) > 1.1*float64(truth) {
+		t.Errorf("%v off CPU reported; the fixture slept %v", time.Duration(got), time.Duration(truth))
 	}
 }
 

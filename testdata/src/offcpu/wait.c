@@ -7,6 +7,8 @@
  *                          5 ms (asleep) at a time
  *   wait fsync SECS FILE   write 256 KiB to FILE and fsync, in a loop
  *   wait threads SECS N    N threads nanosleep 20 ms in a loop
+ *   wait exec PROG ARGS... read a line from stdin, then exec PROG: a
+ *                          process that changes its name when told
  *
  * Built -O2 -fomit-frame-pointer: the chain main -> loop_X -> wait_X -> libc
  * comes out whole only through unwind tables. At exit it prints one line
@@ -224,7 +226,15 @@ static void *napper(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: wait sleep|pipe|mutex|fsync|threads SECS [FILE|N]\n");
+		fprintf(stderr, "usage: wait sleep|pipe|mutex|fsync|threads SECS [FILE|N] | exec PROG ARGS...\n");
+		return 2;
+	}
+	if (strcmp(argv[1], "exec") == 0) {
+		char line[16];
+
+		if (!fgets(line, sizeof line, stdin))
+			return 2;
+		execv(argv[2], argv + 2);
 		return 2;
 	}
 	secs = atof(argv[2]);
