@@ -137,9 +137,13 @@ type Builder struct {
 	exited   map[int]struct{}
 	match    map[int]bool // filter decisions by pid
 	matchGen uint64       // the Filter.Generation they were taken at
-	left     map[int]bool // decisions of the generation before, not taken again yet
-	lastSeen map[int]int  // report number a pid last appeared in
-	reports  int
+	// matchEpoch counts execs and generations: a decision read from /proc
+	// before one of them is not remembered after it (it may be the old
+	// image's, or the old pods').
+	matchEpoch uint64
+	left       map[int]bool // decisions of the generation before, not taken again yet
+	lastSeen   map[int]int  // report number a pid last appeared in
+	reports    int
 }
 
 // New makes a Builder.
@@ -200,6 +204,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		b.mu.Lock()
 		delete(b.exited, pid)
 		if ev.Kind == sampler.ProcessExec {
+			b.matchEpoch++
 			delete(b.match, pid) // comm and exe changed
 			delete(b.left, pid)
 		}
@@ -248,6 +253,10 @@ func (b *Builder) load(pid int) {
 	}
 }
 
+// afterMatchRead, set by tests, runs between targeted's /proc read and its
+// decision being remembered.
+var afterMatchRead func(pid int)
+
 // targeted applies the filter, remembering decisions per pid.
 func (b *Builder) targeted(pid int) bool {
 	f := b.opt.Filter
@@ -268,16 +277,21 @@ func (b *Builder) targeted(pid int) bool {
 			maps.Copy(b.left, b.match)
 			b.match = map[int]bool{}
 			b.matchGen = g
+			b.matchEpoch++
 		}
 	}
 	m, ok := b.match[pid]
 	was, decided := b.left[pid]
 	delete(b.left, pid)
+	epoch := b.matchEpoch
 	b.mu.Unlock()
 	if ok {
 		return m
 	}
 	info, ok := readProcInfo(b.opt.ProcRoot, pid)
+	if afterMatchRead != nil {
+		afterMatchRead(pid)
+	}
 	if !ok {
 		p := b.norm.Cached(pid)
 		if p == nil {
@@ -287,7 +301,9 @@ func (b *Builder) targeted(pid int) bool {
 	}
 	m = f.Match(info)
 	b.mu.Lock()
-	b.match[pid] = m
+	if b.matchEpoch == epoch {
+		b.match[pid] = m
+	}
 	b.mu.Unlock()
 	if m && decided && !was {
 		b.load(pid)

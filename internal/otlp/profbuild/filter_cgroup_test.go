@@ -3,7 +3,10 @@ package profbuild
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+
+	"github.com/profsym/profsym/internal/host/sampler"
 )
 
 func TestCgroupMatcher(t *testing.T) {
@@ -106,5 +109,30 @@ func TestPodTargets(t *testing.T) {
 	}
 	if len(b.left) != 0 {
 		t.Errorf("decisions of the generation before not dropped once taken again: %v", b.left)
+	}
+}
+
+// Issue 31: a decision read from /proc before an exec and remembered after
+// its event had cleared the one before stood for the new image. Here the
+// exec (a new comm, and its event) comes between targeted's read and its
+// remembering: the new image is decided again.
+func TestTargetedRacesExec(t *testing.T) {
+	proc := t.TempDir()
+	dir := filepath.Join(proc, "42")
+	os.MkdirAll(dir, 0o755)
+	comm := filepath.Join(dir, "comm")
+	os.WriteFile(comm, []byte("launcher\n"), 0o644)
+	b := New(Options{Filter: &Filter{Targets: []Target{{ProcessName: regexp.MustCompile("^app$")}}}, ProcRoot: proc})
+	t.Cleanup(func() { afterMatchRead = nil })
+	afterMatchRead = func(pid int) {
+		afterMatchRead = nil
+		os.WriteFile(comm, []byte("app\n"), 0o644)
+		b.HandleEvent(sampler.Event{Pid: uint32(pid), Kind: sampler.ProcessExec})
+	}
+	if b.targeted(42) {
+		t.Fatal("the launcher, read before its exec, is targeted")
+	}
+	if !b.targeted(42) {
+		t.Error("after its exec into app: the launcher's decision stands")
 	}
 }
