@@ -24,7 +24,9 @@ import (
 // outside any pod. Only web's samples reach the output, and the others'
 // are counted not_selected in the kernel, before any walk. Then api's pod
 // is relabelled app=web: its process is selected from then on (a rescan of
-// the cgroups and a new decision after sampling), with no restart.
+// the cgroups and a new decision after sampling), with no restart. A second
+// target selects the namespaces labelled team=batch: batch's namespace gains
+// the label last, and batch's process is selected from then on.
 func TestKubernetesSelection(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testfixture.SkipOrFail(t, "the agent's eBPF sampler and the test's cgroups need root")
@@ -43,7 +45,8 @@ func TestKubernetesSelection(t *testing.T) {
 	rendered := renderChart(t, helm, filepath.Join(root, "deploy", "helm", "profsym"),
 		"--set", "symbols.enabled=false", "--set", "agent.profiling.reportInterval=1s",
 		"--set", "agent.profiling.targets[0].kubernetes.namespaces[0]="+k8sAppNS,
-		"--set-string", "agent.profiling.targets[0].kubernetes.pod_labels=app=web")
+		"--set-string", "agent.profiling.targets[0].kubernetes.pod_labels=app=web",
+		"--set-string", "agent.profiling.targets[1].kubernetes.namespace_labels=team=batch")
 	const jobsNS = "jobs"
 	for _, ns := range []string{k8sReleaseNS, k8sAppNS, jobsNS} {
 		api.create(t, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}})
@@ -146,12 +149,32 @@ func TestKubernetesSelection(t *testing.T) {
 			t.Fatalf("api's process not selected 30 s after its pod was labelled app=web; agent log:\n%s", tail(agent.log.String(), 4000))
 		}
 	}
-	agent.stop(t)
 	ty = load(t, out, pids)
 	t.Logf("after the relabel: web %d, api %d, batch %d, host %d samples", ty.samples[int64(web.pid)], ty.samples[int64(apiPod.pid)],
 		ty.samples[int64(batch.pid)], ty.samples[int64(host.pid)])
 	if ty.samples[int64(batch.pid)] != 0 || ty.samples[int64(host.pid)] != 0 {
 		t.Errorf("batch or host sampled after the relabel")
+	}
+
+	// batch's namespace gains the second target's label.
+	nsObj := api.do(t, "GET", "/api/v1/namespaces/"+jobsNS, nil)
+	meta := nsObj["metadata"].(map[string]any)
+	if meta["labels"] == nil {
+		meta["labels"] = map[string]any{}
+	}
+	meta["labels"].(map[string]any)["team"] = "batch"
+	api.do(t, "PUT", "/api/v1/namespaces/"+jobsNS, nsObj)
+	for deadline := time.Now().Add(30 * time.Second); load(t, out, pids).samples[int64(batch.pid)] == 0; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch's process not selected 30 s after its namespace was labelled team=batch; agent log:\n%s", tail(agent.log.String(), 4000))
+		}
+	}
+	agent.stop(t)
+	ty = load(t, out, pids)
+	t.Logf("after the namespace label: web %d, api %d, batch %d, host %d samples", ty.samples[int64(web.pid)], ty.samples[int64(apiPod.pid)],
+		ty.samples[int64(batch.pid)], ty.samples[int64(host.pid)])
+	if ty.samples[int64(host.pid)] != 0 {
+		t.Errorf("the process outside any pod sampled")
 	}
 	if t.Failed() {
 		t.Logf("agent log (tail):\n%s", tail(agent.log.String(), 4000))

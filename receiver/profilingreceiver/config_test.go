@@ -96,6 +96,12 @@ func TestValidate(t *testing.T) {
 		{"long pod_labels", func(c *Config) {
 			c.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{PodLabels: "app=" + strings.Repeat("a", 5000)}}}
 		}, "targets[0].kubernetes.pod_labels"},
+		{"bad namespace_labels", func(c *Config) {
+			c.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{NamespaceLabels: "team notin"}}}
+		}, "targets[0].kubernetes.namespace_labels"},
+		{"long namespace_labels", func(c *Config) {
+			c.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{NamespaceLabels: "team=" + strings.Repeat("a", 5000)}}}
+		}, "targets[0].kubernetes.namespace_labels"},
 		{"empty namespace", func(c *Config) {
 			c.OffCPU.Enabled = true
 			c.OffCPU.Targets = []TargetConfig{{Kubernetes: &KubernetesTargetConfig{Namespaces: []string{""}}}}

@@ -17,13 +17,18 @@ import (
 )
 
 // KubernetesTargetConfig selects the processes of pods on this node: those
-// in one of Namespaces (any when empty) whose labels PodLabels selects
-// (every pod when empty). A process is found by the pod UID its cgroup
+// in one of Namespaces (any when empty) whose labels NamespaceLabels
+// selects (any when empty), and whose own labels PodLabels selects (every
+// pod when empty). A process is found by the pod UID its cgroup
 // path carries, as the kubelet names cgroups (systemd and cgroupfs
 // drivers).
 type KubernetesTargetConfig struct {
 	// Namespaces lists namespace names.
 	Namespaces []string `mapstructure:"namespaces"`
+	// NamespaceLabels is a label selector on the labels of the pod's
+	// namespace ("team=payments", "env in (prod)"); the namespaces are
+	// then watched too.
+	NamespaceLabels string `mapstructure:"namespace_labels"`
 	// PodLabels is a label selector, as kubectl's -l takes it
 	// ("app=checkout,tier in (web,api)").
 	PodLabels string `mapstructure:"pod_labels"`
@@ -52,13 +57,13 @@ type KubernetesConfig struct {
 }
 
 const (
-	authServiceAccount     = "serviceAccount"
-	authKubeConfig         = "kubeConfig"
-	defaultK8sSyncTimeout  = 10 * time.Second
-	nodeNameEnv            = "K8S_NODE_NAME"
-	maxK8sSyncTimeout      = 5 * time.Minute
-	maxTargetNamespaces    = 256
-	maxPodLabelsSelectorSz = 4096
+	authServiceAccount    = "serviceAccount"
+	authKubeConfig        = "kubeConfig"
+	defaultK8sSyncTimeout = 10 * time.Second
+	nodeNameEnv           = "K8S_NODE_NAME"
+	maxK8sSyncTimeout     = 5 * time.Minute
+	maxTargetNamespaces   = 256
+	maxLabelSelectorSz    = 4096
 )
 
 func (k *KubernetesConfig) validate() error {
@@ -119,18 +124,32 @@ func (pt *podTargets) add(t *KubernetesTargetConfig) (func(uid string) bool, err
 		}
 	}
 	sel := podsel.Selection{Namespaces: t.Namespaces}
-	if t.PodLabels != "" {
-		if len(t.PodLabels) > maxPodLabelsSelectorSz {
-			return nil, fmt.Errorf("pod_labels: %d bytes, at most %d", len(t.PodLabels), maxPodLabelsSelectorSz)
-		}
-		var err error
-		if sel.Labels, err = labels.Parse(t.PodLabels); err != nil {
-			return nil, fmt.Errorf("pod_labels: %w", err)
-		}
+	var err error
+	if sel.Labels, err = parseSelector("pod_labels", t.PodLabels); err != nil {
+		return nil, err
+	}
+	if sel.NamespaceLabels, err = parseSelector("namespace_labels", t.NamespaceLabels); err != nil {
+		return nil, err
 	}
 	i := len(pt.sels)
 	pt.sels = append(pt.sels, sel)
 	return func(uid string) bool { return pt.w != nil && pt.w.Has(i, uid) }, nil
+}
+
+// parseSelector parses a label selector of the configuration (nil when
+// empty), bounded in size.
+func parseSelector(key, text string) (labels.Selector, error) {
+	if text == "" {
+		return nil, nil
+	}
+	if len(text) > maxLabelSelectorSz {
+		return nil, fmt.Errorf("%s: %d bytes, at most %d", key, len(text), maxLabelSelectorSz)
+	}
+	sel, err := labels.Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return sel, nil
 }
 
 func (pt *podTargets) generation() uint64 {

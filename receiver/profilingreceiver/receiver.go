@@ -166,6 +166,13 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 			sel.h.Watch(ctx, r.cfg.Selection.RescanInterval, sel.m, s.SetCgroups, r.log)
 		}()
 	}
+	if f := r.ocFilter; oc.Select != nil && f.Generation != nil {
+		r.loops.Add(1)
+		go func() {
+			defer r.loops.Done()
+			r.retakeOffCPU(ctx, s, f.Generation)
+		}()
+	}
 	if r.cfg.KernelStacks {
 		r.loops.Add(1) // shutdown waits for it: no file left open
 		go func() {
@@ -191,6 +198,27 @@ func (r *profilingReceiver) reportLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			r.report(ctx)
+		}
+	}
+}
+
+// retakeOffCPU has the processes off_cpu.targets left out asked about
+// again whenever a target's pods change (a pod labelled into the selection
+// after its processes' first waits), checked every rescan_interval.
+func (r *profilingReceiver) retakeOffCPU(ctx context.Context, s *sampler.Sampler, generation func() uint64) {
+	t := time.NewTicker(r.cfg.Selection.RescanInterval)
+	defer t.Stop()
+	gen := generation()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if g := generation(); g != gen {
+			gen = g
+			n := s.RetakeOffCPUAnswers()
+			r.log.Debug("off-CPU targets' pods changed: processes left out are asked about again", zap.Int("processes", n))
 		}
 	}
 }

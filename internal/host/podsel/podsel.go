@@ -1,6 +1,7 @@
 // Package podsel keeps, for a node, the set of Kubernetes pods that each
-// of a list of selections (namespaces, a pod label selector) selects, from
-// a watch of the API server's pods on that node, so that a process can be
+// of a list of selections (namespaces by name or by label, a pod label
+// selector) selects, from a watch of the API server's pods on that node
+// (and of its namespaces, when a selection reads their labels), so that a process can be
 // selected by the pod its cgroup names (normalize.PodUIDOfPath) before it
 // is sampled. The pods on a node are in the API before the kubelet starts
 // their containers, so a process's pod is normally known when it starts.
@@ -26,14 +27,22 @@ import (
 )
 
 // Selection selects pods: in one of Namespaces (any namespace when empty)
-// and whose labels Labels matches (every pod when nil).
+// whose labels NamespaceLabels matches (any when nil), and whose own
+// labels Labels matches (every pod when nil).
 type Selection struct {
-	Namespaces []string
-	Labels     labels.Selector
+	Namespaces      []string
+	NamespaceLabels labels.Selector
+	Labels          labels.Selector
 }
 
-func (s Selection) selects(ns string, l map[string]string) bool {
+// selects applies s to a pod of namespace ns with labels l; nsLabels are
+// the namespace's labels (nil while the watch has not seen it: then a
+// NamespaceLabels selector sees a namespace without labels).
+func (s Selection) selects(ns string, l, nsLabels map[string]string) bool {
 	if len(s.Namespaces) > 0 && !slices.Contains(s.Namespaces, ns) {
+		return false
+	}
+	if s.NamespaceLabels != nil && !s.NamespaceLabels.Matches(labels.Set(nsLabels)) {
 		return false
 	}
 	return s.Labels == nil || s.Labels.Matches(labels.Set(l))
@@ -54,6 +63,10 @@ type Watcher struct {
 
 	mu   sync.RWMutex
 	pods map[types.UID]pod
+	// namespaces: the labels of each namespace, when a selection reads
+	// them (nsWatch).
+	namespaces map[string]map[string]string
+	nsWatch    bool
 	// in[i]: the UIDs of the pods sels[i] selects.
 	in  []map[string]struct{}
 	gen atomic.Uint64
@@ -61,9 +74,15 @@ type Watcher struct {
 
 // New makes a Watcher for the pods on node; Run fills it.
 func New(node string, sels []Selection, log *zap.Logger) *Watcher {
-	w := &Watcher{sels: sels, node: node, log: log, pods: map[types.UID]pod{}, in: make([]map[string]struct{}, len(sels))}
+	w := &Watcher{
+		sels: sels, node: node, log: log, pods: map[types.UID]pod{}, namespaces: map[string]map[string]string{},
+		in: make([]map[string]struct{}, len(sels)),
+	}
 	for i := range w.in {
 		w.in[i] = map[string]struct{}{}
+	}
+	for _, s := range sels {
+		w.nsWatch = w.nsWatch || s.NamespaceLabels != nil
 	}
 	return w
 }
@@ -100,15 +119,46 @@ func (w *Watcher) Pods() (all int, selected []int) {
 func (w *Watcher) set(uid types.UID, p *pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	changed := false
 	if p == nil {
 		delete(w.pods, uid)
 	} else {
 		w.pods[uid] = *p
 	}
+	if w.place(uid, p) {
+		w.gen.Add(1)
+	}
+}
+
+// setNamespace records the labels of namespace ns (nil: deleted) and
+// places its pods again.
+func (w *Watcher) setNamespace(ns string, l map[string]string, deleted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if deleted {
+		delete(w.namespaces, ns)
+	} else {
+		if l == nil {
+			l = map[string]string{}
+		}
+		w.namespaces[ns] = l
+	}
+	changed := false
+	for uid, p := range w.pods {
+		if p.ns == ns {
+			changed = w.place(uid, &p) || changed
+		}
+	}
+	if changed {
+		w.gen.Add(1)
+	}
+}
+
+// place puts the pod in the selections that select it and takes it out
+// of the others, reporting whether any changed. w.mu is held.
+func (w *Watcher) place(uid types.UID, p *pod) (changed bool) {
 	for i, s := range w.sels {
 		_, was := w.in[i][string(uid)]
-		now := p != nil && s.selects(p.ns, p.labels)
+		now := p != nil && s.selects(p.ns, p.labels, w.namespaces[p.ns])
 		switch {
 		case now && !was:
 			w.in[i][string(uid)] = struct{}{}
@@ -118,9 +168,7 @@ func (w *Watcher) set(uid types.UID, p *pod) {
 			changed = true
 		}
 	}
-	if changed {
-		w.gen.Add(1)
-	}
+	return changed
 }
 
 // Run watches the node's pods through client until ctx ends. It returns
@@ -169,13 +217,65 @@ func (w *Watcher) Run(ctx context.Context, client kubernetes.Interface, syncTime
 	}); err != nil {
 		return false, nil, fmt.Errorf("podsel: %w", err)
 	}
+	infs := []cache.SharedIndexInformer{inf}
+	if w.nsWatch {
+		nsInf, err := w.namespaceInformer(client)
+		if err != nil {
+			return false, nil, err
+		}
+		infs = append(infs, nsInf)
+	}
 	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	hasSynced := make([]cache.InformerSynced, len(infs))
+	for i, inf := range infs {
+		hasSynced[i] = inf.HasSynced
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
 	go func() {
 		defer close(stopped)
-		inf.RunWithContext(ctx)
+		wg.Wait()
 	}()
 	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	synced = cache.WaitForCacheSync(sctx.Done(), inf.HasSynced)
+	synced = cache.WaitForCacheSync(sctx.Done(), hasSynced...)
 	return synced, stopped, nil
+}
+
+// namespaceInformer watches the cluster's namespaces for their labels
+// (the chart's agent ClusterRole lists and watches them). A namespace is
+// a name and some labels: its cache stays small.
+func (w *Watcher) namespaceInformer(client kubernetes.Interface) (cache.SharedIndexInformer, error) {
+	inf := informers.NewSharedInformerFactory(client, 0).Core().V1().Namespaces().Informer()
+	if err := inf.SetTransform(func(o any) (any, error) {
+		n, ok := o.(*corev1.Namespace)
+		if !ok {
+			return o, nil
+		}
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, Labels: n.Labels, ResourceVersion: n.ResourceVersion,
+		}}, nil
+	}); err != nil {
+		return nil, fmt.Errorf("podsel: %w", err)
+	}
+	update := func(o any) {
+		if n, ok := o.(*corev1.Namespace); ok {
+			w.setNamespace(n.Name, n.Labels, false)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, o any) { update(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if n, ok := o.(*corev1.Namespace); ok {
+				w.setNamespace(n.Name, nil, true)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("podsel: %w", err)
+	}
+	return inf, nil
 }

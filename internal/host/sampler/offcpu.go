@@ -307,6 +307,52 @@ func (o *offcpuState) answer(pid uint32) uint64 {
 	return bits
 }
 
+// RetakeOffCPUAnswers makes each process Select answered no for ask again
+// at its next wait, and returns how many: what Select reads has changed (a
+// target's pods), so it may say yes now. A no (01) becomes undecided by
+// adding one (10): should the kernel side clear it at the same time, after
+// reading 01, what it takes off leaves 01 again, never a borrow from the
+// next pid's bits. Yes answers stay: taking from them is not safe against
+// that clear (the kernel side has only atomic add before Linux 5.12), and
+// a process's leaving is the selection in the kernel's or the filter
+// after sampling's to apply.
+func (s *Sampler) RetakeOffCPUAnswers() int {
+	o := s.offcpu
+	if o == nil || o.procs == nil {
+		return 0
+	}
+	n := 0
+	for i := 0; i+8 <= len(o.procs); i += 8 {
+		w := o.procWord(i / 8)
+		for {
+			old := atomic.LoadUint64(w)
+			if old == 0 {
+				break
+			}
+			upd, k := old, 0
+			for sh := 0; sh < 64; sh += 2 {
+				if old>>sh&3 == 1 {
+					upd += 1 << sh
+					k++
+				}
+			}
+			if k == 0 {
+				break
+			}
+			if atomic.CompareAndSwapUint64(w, old, upd) {
+				n += k
+				break
+			}
+		}
+	}
+	return n
+}
+
+// procWord is word i of offcpu_procs, shared with the kernel side.
+func (o *offcpuState) procWord(i int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&o.procs[i*8])) //nolint:gosec // the map's memory, page-aligned: its words are aligned
+}
+
 // setProcBits sets a tgid's two bits of offcpu_procs, atomically: the
 // kernel side clears them at the same time on exit and exec.
 func (o *offcpuState) setProcBits(pid uint32, bits uint64) {
@@ -315,7 +361,7 @@ func (o *offcpuState) setProcBits(pid uint32, bits uint64) {
 		return
 	}
 	shift := (pid % 32) * 2
-	w := (*uint64)(unsafe.Pointer(&o.procs[i*8]))
+	w := o.procWord(i)
 	for {
 		old := atomic.LoadUint64(w)
 		if atomic.CompareAndSwapUint64(w, old, old&^(3<<shift)|bits<<shift) {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -304,6 +305,83 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 	}
 	if float64(got) < 0.9*float64(truth) || float64(got) > 1.1*float64(truth) {
 		t.Errorf("%v off CPU reported; the fixture slept %v", time.Duration(got), time.Duration(truth))
+	}
+}
+
+// Issue 30: a process off_cpu.targets left out is asked about again once a
+// target's pods change (RetakeOffCPUAnswers). The fixture stops itself,
+// unselected: its answer is no. Once Select would say yes and the answers
+// are retaken, the waits after its SIGCONT are recorded.
+func TestOffCPURetake(t *testing.T) {
+	bin, comm := waitFixture(t)
+	var selected atomic.Bool
+	named := byComm(comm)
+	s := newSampler(t, Config{
+		SampleRate: 99, KernelStacks: true,
+		OffCPU: offcpu.Config{Enabled: true, Select: func(pid int) bool { return selected.Load() && named(pid) }},
+	})
+	cmd := exec.Command(bin, "sleep", "1")
+	cmd.Env = append(os.Environ(), "WAIT_STOPPED=1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := uint32(cmd.Process.Pid)
+	bits := func() uint64 { return binary.NativeEndian.Uint64(s.offcpu.procs[pid/32*8:]) >> (pid % 32 * 2) & 3 }
+	if !waitFor(10*time.Second, func() bool { return procStateOf(pid) == "T" && bits() == 1 }) {
+		t.Fatalf("fixture %d: state %q, filter bits %b; want stopped and answered no", pid, procStateOf(pid), bits())
+	}
+	selected.Store(true)
+	if n := s.RetakeOffCPUAnswers(); n < 1 || bits() != 2 {
+		t.Fatalf("retaken %d answers; the fixture's bits %b, want 10 (undecided)", n, bits())
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, truth := offCPUOf(b, pid)[pid], truthsOf(out.Bytes())[pid]
+	t.Logf("fixture asleep %v by its clock, %v reported; bits %b", time.Duration(truth), time.Duration(got), bits())
+	if truth < int64(time.Second/2) {
+		t.Fatalf("the fixture slept %v: %q", time.Duration(truth), out.String())
+	}
+	// Its next switch asks again (undecided, 10): the waits it leaves out
+	// until the answer lands are the bound's 10%.
+	if float64(got) < 0.9*float64(truth) || float64(got) > 1.05*float64(truth) {
+		t.Errorf("%v off CPU reported; the fixture slept %v", time.Duration(got), time.Duration(truth))
+	}
+}
+
+// RetakeOffCPUAnswers turns each no (01) into undecided (10) and leaves
+// yes (11), undecided and unasked pids as they are, in every position of
+// a word.
+func TestRetakeOffCPUAnswersBits(t *testing.T) {
+	o := &offcpuState{procs: make([]byte, 16)}
+	s := &Sampler{offcpu: o}
+	want := map[uint32]uint64{}
+	for pid := uint32(0); pid < 64; pid++ {
+		v := uint64(pid % 4)
+		o.setProcBits(pid, v)
+		want[pid] = v
+		if v == 1 {
+			want[pid] = 2
+		}
+	}
+	if n := s.RetakeOffCPUAnswers(); n != 16 {
+		t.Errorf("retaken %d, want 16", n)
+	}
+	for pid, w := range want {
+		if got := binary.NativeEndian.Uint64(o.procs[pid/32*8:]) >> (pid % 32 * 2) & 3; got != w {
+			t.Errorf("pid %d: bits %b, want %b", pid, got, w)
+		}
+	}
+	if n := s.RetakeOffCPUAnswers(); n != 0 {
+		t.Errorf("retaken %d the second time, want 0", n)
 	}
 }
 

@@ -48,3 +48,6 @@ func (*Sampler) OffCPUProgramStats() (time.Duration, uint64, error) { return 0, 
 
 // SetCgroups fails with ErrNotSupported.
 func (*Sampler) SetCgroups(map[uint64]struct{}) error { return ErrNotSupported }
+
+// RetakeOffCPUAnswers does nothing: there is no filter to retake.
+func (*Sampler) RetakeOffCPUAnswers() int { return 0 }
