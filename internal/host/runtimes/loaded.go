@@ -65,7 +65,9 @@ func Loaded(procRoot string, pid int, m *normalize.Mapping) error {
 	if err != nil {
 		return err
 	}
-	const page = 4096
+	// ld.so rounds by the kernel's page size, which the agent shares
+	// with the process (4 KiB on x86-64; 4, 16 or 64 KiB on arm64).
+	page := uint64(os.Getpagesize())
 	at := func(addr uint64) *addrmap.Mapping {
 		for i := range maps {
 			if maps[i].Start <= addr && addr < maps[i].End {

@@ -178,9 +178,10 @@ func walkerStats() string {
 // libruby-3.1.so.3.1.99, linked into forged_main.c): a version without a
 // layout, an execution context whose cfp turns wild, 48 control frames
 // with no FINISH flag up to the stack's end, and iseqs freed after attach,
-// with endless labels. Each keeps its native frames; the first three say
-// runtime; names stay within max_name_length; freed iseqs stay unnamed;
-// the agent carries on.
+// with endless labels, and an iseq's slot taken by another. Each keeps its
+// native frames; the first three say runtime; names stay within
+// max_name_length; freed iseqs stay unnamed, and a slot's new iseq is
+// named as itself, not from the cache; the agent carries on.
 func TestForgedRuby(t *testing.T) {
 	install := func(variant string, args ...string) string {
 		lib := testfixture.Build(t, testfixture.Spec{
@@ -207,7 +208,7 @@ func TestForgedRuby(t *testing.T) {
 	bins := map[string]string{"version": install("32", `-DVERSION="3.2.99"`)}
 	plain := install("31")
 	h := newHarness(t)
-	for _, mode := range []string{"version", "wild", "no-finish", "freed"} {
+	for _, mode := range []string{"version", "wild", "no-finish", "freed", "reused"} {
 		t.Run(mode, func(t *testing.T) {
 			bin, refused := bins[mode]
 			if !refused {
@@ -236,10 +237,11 @@ func TestForgedRuby(t *testing.T) {
 			}
 			pid := cmd.Process.Pid
 			h.collect(t)
-			if mode == "freed" {
+			if mode == "freed" || mode == "reused" {
 				// Its frames are named first (their names cached), then
 				// the iseq is freed: from then on no frame may be named,
-				// cache or not. What is measured starts 0.5 s later.
+				// cache or not (freed), or named as the old iseq
+				// (reused). What is measured starts 0.5 s later.
 				named := 0
 				for deadline := time.Now().Add(10 * time.Second); named == 0; time.Sleep(100 * time.Millisecond) {
 					if time.Now().After(deadline) {
@@ -266,7 +268,7 @@ func TestForgedRuby(t *testing.T) {
 			h.collect(t)
 			time.Sleep(2500 * time.Millisecond)
 			r := h.collect(t)
-			var total, runtime, named, frames int64
+			var total, runtime, named, frames, reused int64
 			for _, s := range samplesOf(t, r, pid) {
 				total += s.count
 				if s.stop == "runtime" {
@@ -280,6 +282,9 @@ func TestForgedRuby(t *testing.T) {
 					if p.err == "" {
 						named += s.count
 					}
+					if p.name == "reused" {
+						reused += s.count
+					}
 					if len(p.name) > runtimes.DefaultMaxNameBytes || len(p.file) > runtimes.DefaultMaxNameBytes {
 						t.Errorf("a name of %d bytes, file of %d", len(p.name), len(p.file))
 					}
@@ -291,6 +296,10 @@ func TestForgedRuby(t *testing.T) {
 				t.Fatalf("only %d samples", total)
 			}
 			switch mode {
+			case "reused":
+				if frames == 0 || reused != frames {
+					t.Errorf("%d of %d ruby frames named as the iseq now in the slot, want all of some", reused, frames)
+				}
 			case "freed":
 				if frames == 0 || named > 0 {
 					t.Errorf("%d of %d ruby frames named after their iseq was freed, want none of some", named, frames)

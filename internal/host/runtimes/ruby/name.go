@@ -73,6 +73,43 @@ type iseqInfo struct {
 	name, file string
 	first      uint32
 	line       uint32
+	id         ident // of the object named
+}
+
+// ident tells an object apart from another that took its slot after a
+// free (Ruby's objects carry no id of their own): the pointers it holds to
+// memory of its own. An iseq's body, instruction array, label and path; a
+// method entry's definition, owner and method id.
+type ident [4]uint64
+
+// identOf reads the ident of the object of a frame of kind at ptr (its
+// flags word in the same read); false when it is no longer such an object.
+func identOf(m memory, l *layout, kind uint8, ptr uint64) (ident, bool) {
+	if ptr == 0 || ptr&7 != 0 {
+		return ident{}, false
+	}
+	if kind == KindCFunc {
+		b := make([]byte, max(l.meDef, l.meOwner, meCalledID)+8)
+		if m.Read(ptr, b) != nil || !imemoOf(le64(b, 0), imemoMent) {
+			return ident{}, false
+		}
+		return ident{le64(b, l.meDef), le64(b, l.meOwner), le64(b, meCalledID)}, true
+	}
+	h := make([]byte, l.iseqBody+8)
+	if m.Read(ptr, h) != nil || !imemoOf(le64(h, 0), imemoIseq) {
+		return ident{}, false
+	}
+	body := le64(h, l.iseqBody)
+	b := make([]byte, max(l.bodyEncoded, l.bodyLocation+16)+8)
+	if m.Read(body, b) != nil {
+		return ident{}, false
+	}
+	return iseqIdent(l, body, b), true
+}
+
+// iseqIdent is the ident of the iseq whose body at addr holds b.
+func iseqIdent(l *layout, body uint64, b []byte) ident {
+	return ident{body, le64(b, l.bodyEncoded), le64(b, l.bodyLocation+16), le64(b, l.bodyLocation)}
 }
 
 func (f *iseqInfo) cost() int64 { return int64(len(f.name)+len(f.file)) + 64 }
@@ -98,8 +135,12 @@ func isImemo(m memory, addr uint64, typ uint64) bool {
 		return false
 	}
 	fl, err := m.U64(addr)
-	return err == nil && fl&tMask == tImemo && fl>>imemoShift&imemoMask == typ
+	return err == nil && imemoOf(fl, typ)
 }
+
+// imemoOf reports whether flags are those of an internal object of type
+// typ.
+func imemoOf(fl, typ uint64) bool { return fl&tMask == tImemo && fl>>imemoShift&imemoMask == typ }
 
 // bodyRead is how much of an iseq body naming reads.
 func (l *layout) bodyRead() int {
@@ -141,7 +182,7 @@ func readIseq(m memory, l *layout, iseq, aux uint64, maxName int) (*iseqInfo, er
 	if err != nil {
 		return nil, fmt.Errorf("iseq %#x path: %w", iseq, err)
 	}
-	fi := &iseqInfo{name: label, file: file}
+	fi := &iseqInfo{name: label, file: file, id: iseqIdent(l, body, b)}
 	if fl := le64(b, loc+24); fl&1 == 1 && int64(fl)>>1 > 0 && int64(fl)>>1 < 1<<31 {
 		fi.first = uint32(int64(fl) >> 1) // a Fixnum
 	}

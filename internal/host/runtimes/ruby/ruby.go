@@ -276,12 +276,13 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	}
 	k := nameKey{pid: pid, kind: f.Kind, ptr: f.Ptr, aux: f.Aux}
 	fi, ok := r.names.Get(k)
-	if ok && !r.still(pid, k) {
+	if ok && !r.still(pid, st, k, fi) {
 		// Freed since it was named (its slot no longer holds such an
-		// object): named again, which fails unless the slot holds a new
-		// one. Without this check one name read before the free named
-		// every later frame at that address (TestForgedRuby/freed, when
-		// the first report came before the free).
+		// object, or holds another): named again, which fails unless the
+		// slot holds a new one. Without this check one name read before
+		// the free named every later frame at that address
+		// (TestForgedRuby/freed and /reused, when the first report came
+		// before the free).
 		r.names.Remove(k)
 		ok = false
 	}
@@ -302,15 +303,13 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	return runtimes.Symbol{Frames: []frame.Frame{fr}, Type: frame.TypeRuby}, nil
 }
 
-// still reports whether a cached name's object is still what it named:
-// an iseq or a method entry, by its flags word (one 8-byte read).
-func (r *Runtime) still(pid int, k nameKey) bool {
-	typ := uint64(imemoIseq)
-	if k.kind == KindCFunc {
-		typ = imemoMent
-	}
+// still reports whether a cached name's object is still the one it
+// named: an iseq or a method entry by its flags word, and the same one by
+// its ident (two or three short reads).
+func (r *Runtime) still(pid int, st *proc, k nameKey, fi *iseqInfo) bool {
 	ok, err := runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (bool, error) {
-		return isImemo(m, k.ptr, typ), nil
+		id, ok := identOf(m, &st.fi.lay, k.kind, k.ptr)
+		return ok && id == fi.id, nil
 	})
 	return err == nil && ok
 }
@@ -324,7 +323,10 @@ func (r *Runtime) read(pid int, st *proc, k nameKey) (*iseqInfo, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &iseqInfo{name: name}, nil
+			// Read after the name: a method entry freed in between
+			// leaves an ident that the next use does not match.
+			id, _ := identOf(m, &st.fi.lay, k.kind, k.ptr)
+			return &iseqInfo{name: name, id: id}, nil
 		}
 		return readIseq(m, &st.fi.lay, k.ptr, k.aux, r.opt.Config.MaxNameBytes)
 	})

@@ -11,6 +11,9 @@
  *   no-finish  48 control frames, none flagged FINISH, up to the stack's end
  *   freed      the frames' iseq turns into garbage (freed) once the process
  *              gets SIGUSR1, so that the test has had them named first
+ *   reused     the frames' iseq slot holds another iseq (body, label
+ *              "reused") once the process gets SIGUSR1, as after a free
+ *              and an allocation in the same slot
  *
  * It spins until killed.
  */
@@ -33,6 +36,7 @@ __attribute__((visibility("default"))) __thread void *ruby_current_ec;
 static uint64_t stack[FRAMES * CFP / 8];
 static char ec[64], iseq[64], body[320], label[(1 << 16) + 64], path[64], env[3][8 * 3];
 static uint64_t insns[16];
+static char body2[320], label2[32];
 
 static volatile uint64_t sink;
 static volatile sig_atomic_t hostile;
@@ -90,6 +94,12 @@ __attribute__((visibility("default"))) int forge_run(const char *mode)
 	AT(label, 16, uint64_t) = sizeof(label) - 33;
 	AT(label, 24, char *) = label + 32;
 	memset(label + 32, 'A', sizeof(label) - 33);
+	memcpy(body2, body, sizeof(body));
+	AT(body2, 72, void *) = label2;
+	AT(body2, 80, void *) = label2;
+	AT(label2, 0, uint64_t) = 0x5 | 1 << 13;
+	AT(label2, 16, uint64_t) = 6;
+	AT(label2, 24, const char *) = "reused";
 	if (!strcmp(mode, "no-finish")) {
 		for (int i = 0; i < FRAMES; i++)
 			frame(i, 0x11110003, 0);
@@ -99,7 +109,7 @@ __attribute__((visibility("default"))) int forge_run(const char *mode)
 		frame(FRAMES - 1, 0x11110003 | 0x20, 1); /* FINISH */
 		AT(ec, 16, void *) = (char *)stack + (FRAMES - 2) * CFP;
 	}
-	if (!strcmp(mode, "freed")) {
+	if (!strcmp(mode, "freed") || !strcmp(mode, "reused")) {
 		signal(SIGUSR1, on_usr1);
 		while (!hostile)
 			rb_vm_exec(0.05);
@@ -110,6 +120,8 @@ __attribute__((visibility("default"))) int forge_run(const char *mode)
 		AT(ec, 16, uint64_t) = 0xdead0000;
 	else if (!strcmp(mode, "freed"))
 		memset(iseq, 0x5a, 16);
+	else if (!strcmp(mode, "reused"))
+		AT(iseq, 16, void *) = body2;
 	rb_vm_exec(-1);
 	return (int)(sink & 1);
 }
