@@ -36,7 +36,13 @@ type run struct {
 	kinfoRead  bool
 	rep        Report
 	locScratch []int32
-	reasons    map[string]string // off CPU: reason by kernel stack
+	reasons    map[string]string   // off CPU: reason by kernel stack
+	labels     map[labelSet]string // Go label sets read in this report
+}
+
+type labelSet struct {
+	pid int
+	ptr uint64
 }
 
 type frameKey struct {
@@ -93,10 +99,12 @@ type row struct {
 
 func newRun(b *Builder, start, end time.Time) *run {
 	prof := pprofile.NewProfiles()
-	return &run{b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
+	return &run{
+		b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
 		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
 		kernMaps: map[string]int32{}, refreshed: map[int]bool{}, vdso: map[*normalize.Mapping]*vdsoImage{},
-		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}}}
+		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}},
+	}
 }
 
 func (r *run) fail(reason string) { r.rep.Failures[reason]++ }
@@ -294,11 +302,20 @@ type LabelReader interface {
 	Labels(pid int, ptr uint64) []runtimes.Label
 }
 
-// goLabels returns the label set at ptr in pid as a row key part.
+// goLabels returns the label set at ptr in pid as a row key part, read
+// once per report: a set at the same address in the next report may be
+// another one.
 func (r *run) goLabels(pid int, ptr uint64) string {
 	lr, ok := r.b.opt.Runtimes.(LabelReader)
 	if !ok {
 		return ""
+	}
+	k := labelSet{pid, ptr}
+	if s, ok := r.labels[k]; ok {
+		return s
+	}
+	if r.labels == nil {
+		r.labels = map[labelSet]string{}
 	}
 	var b strings.Builder
 	for _, l := range lr.Labels(pid, ptr) {
@@ -310,5 +327,6 @@ func (r *run) goLabels(pid int, ptr uint64) string {
 		b.WriteString(v)
 		b.WriteByte(0)
 	}
-	return b.String()
+	r.labels[k] = b.String()
+	return r.labels[k]
 }

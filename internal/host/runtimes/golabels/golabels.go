@@ -33,19 +33,11 @@ type Procs interface {
 
 // Options configure a Tracker.
 type Options struct {
-	Procs     Procs
-	Limits    Limits
-	ProcRoot  string // "" means /proc
-	Logger    *zap.Logger
-	CacheSets int   // label sets cached; 0 means DefaultCacheSets
-	CacheSize int64 // their bytes; 0 means DefaultCacheBytes
+	Procs    Procs
+	Limits   Limits
+	ProcRoot string // "" means /proc
+	Logger   *zap.Logger
 }
-
-// Cache bounds.
-const (
-	DefaultCacheSets  = 16384
-	DefaultCacheBytes = 8 << 20
-)
 
 // Stats count what a Tracker did, cumulatively: Refused by reason
 // (unsupported, process_gone, unreadable).
@@ -54,11 +46,6 @@ type Stats = runtimes.LabelStats
 type fileResult struct {
 	l   Layout
 	err error
-}
-
-type setKey struct {
-	pid int
-	ptr uint64
 }
 
 type proc struct {
@@ -76,7 +63,6 @@ type Tracker struct {
 	opt   Options
 	log   *zap.Logger
 	files *lru.Clock[normalize.FileID, fileResult]
-	sets  *lru.Clock[setKey, []Label]
 
 	mu     sync.Mutex
 	procs  map[int]*proc
@@ -92,27 +78,12 @@ func New(opt Options) *Tracker {
 	if opt.Logger == nil {
 		opt.Logger = zap.NewNop()
 	}
-	if opt.CacheSets <= 0 {
-		opt.CacheSets = DefaultCacheSets
-	}
-	if opt.CacheSize <= 0 {
-		opt.CacheSize = DefaultCacheBytes
-	}
 	return &Tracker{
 		opt: opt, log: opt.Logger,
 		files: lru.NewClock[normalize.FileID, fileResult](1024),
-		sets:  lru.NewClockBytes[setKey, []Label](opt.CacheSets, opt.CacheSize, setBytes),
 		mems:  lru.New[int, *runtimes.Mem](0, maxOpenMems, nil, func(_ int, m *runtimes.Mem) { _ = m.Close() }),
 		procs: map[int]*proc{}, stats: Stats{Refused: map[string]uint64{}},
 	}
-}
-
-func setBytes(s []Label) int64 {
-	n := int64(64 + 32*len(s))
-	for _, l := range s {
-		n += int64(len(l.Key) + len(l.Value))
-	}
-	return n
 }
 
 // exe returns p's main executable mapping when it is a Go binary.
@@ -284,14 +255,14 @@ func (t *Tracker) Forget(pid int) {
 }
 
 // Labels returns the label set at ptr in pid, sorted by key; nil when
-// there is none or it cannot be read.
+// there is none or it cannot be read. It reads the set each time: the
+// caller reads each (pid, ptr) once per report. A set kept from one
+// report to the next would be wrong once the goroutine's set is freed
+// and another allocated at its address (a span id's, a request's), which
+// Go's allocator does often: sets of one size come from the same slots.
 func (t *Tracker) Labels(pid int, ptr uint64) []Label {
 	if t == nil || ptr == 0 {
 		return nil
-	}
-	k := setKey{pid, ptr}
-	if s, ok := t.sets.Get(k); ok {
-		return s
 	}
 	t.mu.Lock()
 	st, closed := t.procs[pid], t.closed
@@ -313,7 +284,6 @@ func (t *Tracker) Labels(pid int, ptr uint64) []Label {
 			return nil
 		}
 	}
-	t.sets.Add(k, s) // a set that failed is not read again either
 	return s
 }
 

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/normalize"
@@ -175,4 +178,42 @@ func TestTrackerAttach(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A set rewritten at the same address between two reads (as a goroutine's
+// set freed and another allocated in its slot) reads as it is now: the
+// Tracker keeps no set from one read to the next (profbuild reads each
+// once per report). The set is this test's own, in its own memory, laid
+// out as runtime/pprof's labelMap.
+func TestTrackerReadsAgain(t *testing.T) {
+	self, err := normalize.New(normalize.Options{}).Process(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := &fakeProcs{m: map[uint32]bpf.ProfileGoProc{}}
+	tr := New(Options{Procs: procs, Limits: lim})
+	defer tr.Close()
+	tr.Attach(self)
+	if _, ok := procs.m[uint32(self.PID)]; !ok {
+		t.Skipf("this test binary is not attached: %+v", tr.Stats())
+	}
+	type label struct{ key, value string }
+	type labelMap struct{ list []label }
+	set := &labelMap{list: []label{{"request", "a" + strings.Repeat("x", 3)}}}
+	ptr := uint64(uintptr(unsafe.Pointer(set))) //nolint:gosec // its address, read back through /proc/self/mem
+	read := func() string {
+		var b []string
+		for _, l := range tr.Labels(self.PID, ptr) {
+			b = append(b, l.Key+"="+l.Value)
+		}
+		return strings.Join(b, ",")
+	}
+	if got := read(); got != "request=axxx" {
+		t.Fatalf("first read %q", got)
+	}
+	set.list = []label{{"request", "b"}, {"span", "c"}}
+	if got := read(); got != "request=b,span=c" {
+		t.Errorf("after the set changed at its address: %q", got)
+	}
+	runtime.KeepAlive(set)
 }
