@@ -198,23 +198,10 @@ func (w *Watcher) Run(ctx context.Context, client kubernetes.Interface, syncTime
 	}); err != nil {
 		return false, nil, fmt.Errorf("podsel: %w", err)
 	}
-	update := func(o any) {
-		if p, ok := o.(*corev1.Pod); ok {
-			w.set(p.UID, &pod{ns: p.Namespace, labels: p.Labels})
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, o any) { update(o) },
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if p, ok := o.(*corev1.Pod); ok {
-				w.set(p.UID, nil)
-			}
-		},
-	}); err != nil {
+	if _, err := inf.AddEventHandler(handlers(
+		func(p *corev1.Pod) { w.set(p.UID, &pod{ns: p.Namespace, labels: p.Labels}) },
+		func(p *corev1.Pod) { w.set(p.UID, nil) },
+	)); err != nil {
 		return false, nil, fmt.Errorf("podsel: %w", err)
 	}
 	infs := []cache.SharedIndexInformer{inf}
@@ -258,24 +245,36 @@ func (w *Watcher) namespaceInformer(client kubernetes.Interface) (cache.SharedIn
 	}); err != nil {
 		return nil, fmt.Errorf("podsel: %w", err)
 	}
-	update := func(o any) {
-		if n, ok := o.(*corev1.Namespace); ok {
-			w.setNamespace(n.Name, n.Labels, false)
-		}
+	if _, err := inf.AddEventHandler(handlers(
+		func(n *corev1.Namespace) { w.setNamespace(n.Name, n.Labels, false) },
+		func(n *corev1.Namespace) { w.setNamespace(n.Name, nil, true) },
+	)); err != nil {
+		return nil, fmt.Errorf("podsel: %w", err)
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, o any) { update(o) },
+	return inf, nil
+}
+
+// handlers calls set with each object of type T added or updated, and
+// gone with each deleted (also when the watch missed the deletion).
+func handlers[T any](set, gone func(*T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if v, ok := o.(*T); ok {
+				set(v)
+			}
+		},
+		UpdateFunc: func(_, o any) {
+			if v, ok := o.(*T); ok {
+				set(v)
+			}
+		},
 		DeleteFunc: func(o any) {
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = d.Obj
 			}
-			if n, ok := o.(*corev1.Namespace); ok {
-				w.setNamespace(n.Name, nil, true)
+			if v, ok := o.(*T); ok {
+				gone(v)
 			}
 		},
-	}); err != nil {
-		return nil, fmt.Errorf("podsel: %w", err)
 	}
-	return inf, nil
 }

@@ -18,15 +18,7 @@ func TestSelections(t *testing.T) {
 		{Namespaces: []string{"shop", "jobs"}},
 		{},
 	}, zap.NewNop())
-	in := func(uid string) [3]bool { return [3]bool{w.Has(0, uid), w.Has(1, uid), w.Has(2, uid)} }
-	g := w.Generation()
-	step := func(name string, changed bool) {
-		t.Helper()
-		if now := w.Generation(); (now != g) != changed {
-			t.Errorf("%s: generation %d -> %d, want changed %v", name, g, now, changed)
-		}
-		g = w.Generation()
-	}
+	in, step := watching(t, w)
 	w.set("a", &pod{ns: "shop", labels: map[string]string{"app": "web"}})
 	w.set("b", &pod{ns: "jobs", labels: map[string]string{"app": "web"}})
 	w.set("c", &pod{ns: "other"})
@@ -66,15 +58,7 @@ func TestNamespaceLabels(t *testing.T) {
 	if !w.nsWatch {
 		t.Fatal("a selection reads namespace labels, but the namespaces are not watched")
 	}
-	in := func(uid string) [3]bool { return [3]bool{w.Has(0, uid), w.Has(1, uid), w.Has(2, uid)} }
-	g := w.Generation()
-	step := func(name string, changed bool) {
-		t.Helper()
-		if now := w.Generation(); (now != g) != changed {
-			t.Errorf("%s: generation %d -> %d, want changed %v", name, g, now, changed)
-		}
-		g = w.Generation()
-	}
+	in, step := watching(t, w)
 	w.set("a", &pod{ns: "shop", labels: map[string]string{"app": "web"}})
 	w.set("b", &pod{ns: "shop", labels: map[string]string{"app": "api"}})
 	w.set("c", &pod{ns: "jobs"})
@@ -102,4 +86,19 @@ func TestNamespaceLabels(t *testing.T) {
 	if New("n1", []Selection{{Labels: web}}, zap.NewNop()).nsWatch {
 		t.Error("no selection reads namespace labels, but the namespaces would be watched")
 	}
+}
+
+// watching returns in, which selections of w's three hold a pod, and
+// step, which checks whether w's generation moved since the last step.
+func watching(t *testing.T, w *Watcher) (in func(uid string) [3]bool, step func(name string, changed bool)) {
+	g := w.Generation()
+	in = func(uid string) [3]bool { return [3]bool{w.Has(0, uid), w.Has(1, uid), w.Has(2, uid)} }
+	step = func(name string, changed bool) {
+		t.Helper()
+		if now := w.Generation(); (now != g) != changed {
+			t.Errorf("%s: generation %d -> %d, want changed %v", name, g, now, changed)
+		}
+		g = w.Generation()
+	}
+	return in, step
 }
