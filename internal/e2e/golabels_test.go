@@ -106,6 +106,19 @@ func hasFrame(frames []userFrame, fn string) bool {
 	return false
 }
 
+// frameNames lists the first n frames' functions, leaf first.
+func frameNames(frames []userFrame, n int) string {
+	var names []string
+	for i, f := range frames {
+		if i == n {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, f.fn)
+	}
+	return "[" + strings.Join(names, " ") + "]"
+}
+
 // checkGoLabels holds every fixture's samples in the profiles at path to
 // goLabelsMinSamples and goLabelsShare.
 func checkGoLabels(t *testing.T, path string, runs []*goLabelsRun) {
@@ -122,7 +135,7 @@ func checkGoLabels(t *testing.T, path string, runs []*goLabelsRun) {
 					if len(s.labels) == 1 && s.labels["request"] == "a" {
 						inOK += s.n
 					} else {
-						bad[fmt.Sprintf("labelled %v stop=%s", s.labels, s.stop)] += s.n
+						bad[fmt.Sprintf("labelled %v stop=%s thread=%s %s", s.labels, s.stop, s.thread, frameNames(s.frames, 12))] += s.n
 					}
 				case hasFrame(s.frames, "unlabelled"):
 					out += s.n

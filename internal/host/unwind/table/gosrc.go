@@ -17,8 +17,15 @@ import (
 // address, at CFA-16, once their prologue has pushed it.
 
 // Functions where Go's traceback itself stops, by name (older tables have
-// no TopFrame flag).
-var goTopFrames = [][]byte{[]byte("runtime.goexit"), []byte("runtime.rt0_go"), []byte("runtime.mstart")}
+// no TopFrame flag). mcall and morestack run their callee on g0 with the
+// goroutine's frame pointer still in BP (newer Go clears it there): a
+// walk past them would put g0's scheduler under the goroutine's frames,
+// whose pprof labels g0 no longer has (m.curg is nil once schedule drops
+// it), where Go's own profiler shows the scheduler alone.
+var goTopFrames = [][]byte{
+	[]byte("runtime.goexit"), []byte("runtime.rt0_go"), []byte("runtime.mstart"),
+	[]byte("runtime.mcall"), []byte("runtime.morestack"),
+}
 
 // Go's signal return trampolines (the sa_restorer the runtime installs).
 var goSigreturn = [][]byte{[]byte("runtime.sigreturn__sigaction"), []byte("runtime.sigreturn")}
