@@ -38,14 +38,19 @@ func TestGoRuntimeWalk(t *testing.T) {
 	// (SUBQ; MOVQ BP, n-8(SP)); current Go with PUSHQ BP.
 	t.Run("go-current", func(t *testing.T) { goRuntimeWalk(t, goWalkBin(t)) })
 	t.Run("go1.19", func(t *testing.T) {
-		goRuntimeWalk(t, testfixture.Build(t, testfixture.Spec{
-			Name: "gowalk", Lang: "go", Compiler: go119,
-			Sources: []string{"unwindtable/gowalk"}, Env: []string{"GOTOOLCHAIN=local"},
-		}))
+		goRuntimeWalk(t, goWalk119Bin(t))
 	})
 }
 
 const go119 = "/usr/lib/go-1.19/bin/go"
+
+// goWalk119Bin is the gowalk fixture built by Debian's Go 1.19.
+func goWalk119Bin(t *testing.T) string {
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "gowalk", Lang: "go", Compiler: go119,
+		Sources: []string{"unwindtable/gowalk"}, Env: []string{"GOTOOLCHAIN=local"},
+	})
+}
 
 func goRuntimeWalk(t *testing.T, bin string) {
 	out, err := exec.Command(bin).Output()
@@ -171,12 +176,9 @@ func printName(s string) string {
 // pcsp tables by other code), decoded by llvm-dwarfdump-19.
 func TestGoAgainstDebugFrame(t *testing.T) {
 	for name, bin := range map[string]string{
-		"gowalk": goWalkBin(t),
-		"cgo":    cgoBin(t),
-		"gowalk-go1.19": testfixture.Build(t, testfixture.Spec{
-			Name: "gowalk", Lang: "go", Compiler: go119,
-			Sources: []string{"unwindtable/gowalk"}, Env: []string{"GOTOOLCHAIN=local"},
-		}),
+		"gowalk":        goWalkBin(t),
+		"cgo":           cgoBin(t),
+		"gowalk-go1.19": goWalk119Bin(t),
 	} {
 		t.Run(name, func(t *testing.T) {
 			tab, f := build(t, bin)
@@ -312,10 +314,7 @@ func goTool(t testing.TB, name string) string {
 func TestGoStackSwitchesEnd(t *testing.T) {
 	for name, bin := range map[string]string{
 		"go-current": goWalkBin(t),
-		"go1.19": testfixture.Build(t, testfixture.Spec{
-			Name: "gowalk", Lang: "go", Compiler: go119,
-			Sources: []string{"unwindtable/gowalk"}, Env: []string{"GOTOOLCHAIN=local"},
-		}),
+		"go1.19":     goWalk119Bin(t),
 	} {
 		t.Run(name, func(t *testing.T) {
 			tab, f := build(t, bin)
