@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/offcpu"
@@ -354,7 +355,10 @@ func TestOffCPURetake(t *testing.T) {
 // yes (11), undecided and unasked pids as they are, in every position of
 // a word.
 func TestRetakeOffCPUAnswersBits(t *testing.T) {
-	o := &offcpuState{procs: make([]byte, 16)}
+	// Words, as the map's memory is: 64-bit atomics need 8-byte
+	// alignment on arm64 (a []byte of its own faulted there).
+	words := make([]uint64, 2)
+	o := &offcpuState{procs: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 16)} //nolint:gosec // the words' own bytes
 	s := &Sampler{offcpu: o}
 	want := map[uint32]uint64{}
 	for pid := uint32(0); pid < 64; pid++ {
