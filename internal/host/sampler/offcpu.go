@@ -293,7 +293,7 @@ func (o *offcpuState) answer(pid uint32) uint64 {
 		}
 		o.setProcBits(pid, bits)
 		again := o.cfg.Select(int(pid))
-		if _, err := os.Stat("/proc/" + strconv.FormatUint(uint64(pid), 10)); err != nil {
+		if !threadAlive(pid) {
 			bits = 0
 			break
 		}
