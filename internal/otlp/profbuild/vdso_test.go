@@ -168,6 +168,17 @@ func TestVDSOFramesNamed(t *testing.T) {
 	for time.Now().Before(end) {
 		sink += time.Now().UnixNano() & 1
 	}
+	// The samples taken before this process's unwind tables were built
+	// wait as stack copies until they are, and join the report then: under
+	// -race beside other packages the build outlasted the spin (stop 35's
+	// CI: no sample of this process in the report).
+	deadline := time.Now().Add(time.Minute)
+	for u := h.s.Unwinder(); u != nil && u.CopiesPending(os.Getpid()) > 0 && time.Now().Before(deadline); {
+		if err := h.b.Stage(h.s, h.start); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	r := h.collect(t)
 	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
 	var inVDSO, named int64
