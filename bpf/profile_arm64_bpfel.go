@@ -840,7 +840,7 @@ const (
 
 type ProfileV8Proc struct {
 	_    structs.HostLayout
-	Blob [2]struct {
+	Blob [8]struct {
 		_  structs.HostLayout
 		Lo uint64
 		Hi uint64

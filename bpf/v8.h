@@ -3,8 +3,8 @@
  * V8 (Node.js): JavaScript frames in the user stack walk (docs/runtimes.md).
  *
  * The native walker (walk.h) hands this walker every PC in V8's code: the
- * embedded builtins (in node or libnode, and their copy V8 maps into its
- * code range) and the JIT code in that range. V8 keeps a frame pointer in
+ * embedded builtins (in node or libnode, and the copy V8 maps into each
+ * isolate's code range) and the JIT code in those ranges. V8 keeps a frame pointer in
  * every frame it makes, so each is found from s->fp:
  *   fp + 8   the caller's PC          fp + 0  the caller's fp
  *   fp - 8   a context (tagged: a JavaScript frame) or a frame type marker
@@ -61,6 +61,11 @@ enum v8_limits {
 /* The runtime range (unwind_proc.rt) that is V8's code range. */
 #define V8_CODE_RANGE 1
 
+/* The embedded builtins and up to seven copies: V8 maps a copy into each
+ * isolate's code range (short builtin calls), and each worker thread runs
+ * an isolate of its own. */
+#define V8_BLOBS 8
+
 /* Why a V8 walk ended early (v8_counters.errors). */
 enum v8_error {
 	V8_ERR_NOT_ATTACHED = 0, /* no v8_procs entry (yet) */
@@ -76,7 +81,7 @@ enum v8_error {
  * from fp (negative below it), object offsets from the tagged pointer's
  * object start. */
 struct v8_proc {
-	struct rt_range blob[2]; /* the embedded builtins, and V8's copy of them */
+	struct rt_range blob[V8_BLOBS]; /* the embedded builtins, then the isolates' copies (unused: 0, 0) */
 	__s16 fp_context;       /* v8dbg_off_fp_context */
 	__s16 fp_function;      /* v8dbg_off_fp_function */
 	__s16 fp_bytecode;      /* v8dbg_off_fp_bytecode_array */
@@ -175,7 +180,11 @@ static __always_inline __u64 v8_code(struct v8_proc *p, __u64 fn, __u64 pc, __u6
 
 static __always_inline int v8_in_blob(struct v8_proc *p, __u64 pc)
 {
-	return (pc >= p->blob[0].lo && pc < p->blob[0].hi) || (pc >= p->blob[1].lo && pc < p->blob[1].hi);
+	for (int i = 0; i < V8_BLOBS; i++) {
+		if (pc >= p->blob[i].lo && pc < p->blob[i].hi)
+			return 1;
+	}
+	return 0;
 }
 
 /* A leaf in a builtin that JIT code called without a frame of its own
@@ -289,8 +298,7 @@ static __always_inline int v8_walk(void *ctx, struct unwind_state *s, struct sta
 			bo = v8_slot(b, p->fp_bytecode_off);
 			off = (__s64)bo >> p->smi_shift;
 			pc = s->pc_exact ? s->pc : s->pc - 1;
-			if ((ba & tagmask) && !(bo & tagmask) && off >= 0 && off < V8_MAX_BYTECODE &&
-			    ((pc >= p->blob[0].lo && pc < p->blob[0].hi) || (pc >= p->blob[1].lo && pc < p->blob[1].hi))) {
+			if ((ba & tagmask) && !(bo & tagmask) && off >= 0 && off < V8_MAX_BYTECODE && v8_in_blob(p, pc)) {
 				kind = FRAME_V8_INTERP;
 				aux = (__u32)off | (ba << 32);
 			} else {

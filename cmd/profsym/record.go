@@ -31,8 +31,10 @@ import (
 // Debian and Fedora hosts set it for their distribution's, debuginfod:
 // stripped distribution binaries are then named by default.
 func recordSources(urls string) (locate.Config, *debuginfod.Client, error) {
-	lc := locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs},
-		DebugDirs: []string{debugdirs.DefaultDebugDir}}
+	lc := locate.Config{
+		Order:     []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs},
+		DebugDirs: []string{debugdirs.DefaultDebugDir},
+	}
 	u := debuginfod.ParseURLs(urls)
 	if len(u) == 0 {
 		return lc, nil, nil
@@ -174,9 +176,11 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "profsym record:", err)
 			return 1
 		}
-		sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true, Locate: lc,
+		sym, err := otlpsym.New(otlpsym.Options{
+			Demangle: true, Inlines: true, Lines: true, Locate: lc,
 			// Downloads are waited for: the profile is written once.
-			FetchWait: otlpsym.DefaultTimeout})
+			FetchWait: otlpsym.DefaultTimeout,
+		})
 		if err != nil {
 			fmt.Fprintln(stderr, "profsym record:", err)
 			return 1
@@ -229,8 +233,10 @@ func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Rep
 	if rs := s.Runtimes(); rs != nil {
 		rts = rs
 	}
-	b := profbuild.New(profbuild.Options{SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true, Wall: o.wall,
-		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts})
+	b := profbuild.New(profbuild.Options{
+		SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true, Wall: o.wall,
+		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts,
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -243,9 +249,26 @@ func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Rep
 		return profbuild.Report{}, err
 	}
 	fmt.Fprintf(stderr, "profsym record: sampling for %v (Ctrl-C stops)\n", o.duration)
-	select {
-	case <-ctx.Done():
-	case <-time.After(o.duration):
+	// While a runtime's processes are walked, their frames are named every
+	// second, before the runtime frees what they point at (as the
+	// receiver's interpreters.name_interval).
+	names := time.NewTicker(time.Second)
+	defer names.Stop()
+	end := time.After(o.duration)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-end:
+			break wait
+		case <-names.C:
+			if s.Runtimes().Walking() > 0 {
+				if err := b.Stage(s, start); err != nil {
+					return profbuild.Report{}, err
+				}
+			}
+		}
 	}
 	rep, err := b.Collect(s, start)
 	s.Close()

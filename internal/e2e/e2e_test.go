@@ -240,6 +240,7 @@ type sampleOf struct {
 	time   uint64 // unix ns of the first time the stack was sampled
 	stop   string // profsym.unwind.stop_reason, "" for a whole stack
 	thread string // thread.name (the thread's comm)
+	tid    int64  // thread.id
 	frames []userFrame
 	labels map[string]string // pprof.label.<key> attributes, by key
 }
@@ -320,6 +321,9 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 						}
 						if th, ok := d.FindAttr(s.AttributeIndices(), "thread.name"); ok {
 							smp.thread = th.Str()
+						}
+						if id, ok := d.FindAttr(s.AttributeIndices(), "thread.id"); ok {
+							smp.tid = id.Int()
 						}
 						for _, ai := range s.AttributeIndices().All() {
 							if ai <= 0 || int(ai) >= dict.AttributeTable().Len() {

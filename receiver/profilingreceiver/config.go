@@ -76,6 +76,12 @@ type SelectionConfig struct {
 	_ struct{}
 }
 
+// interpreters.name_interval's default and bound.
+const (
+	DefaultNameInterval = time.Second
+	MinNameInterval     = 100 * time.Millisecond
+)
+
 // Selection defaults and bounds.
 const (
 	DefaultMaxCgroups     = 1024
@@ -172,6 +178,12 @@ type InterpretersConfig struct {
 	MaxCachedNames int `mapstructure:"max_cached_names"`
 	// MaxNameLength cuts every name and file name read from a process.
 	MaxNameLength int `mapstructure:"max_name_length"`
+	// NameInterval is how often, while a process of these runtimes is
+	// walked, the samples are drained ahead of the report and their frames
+	// named: a runtime frees or moves what a frame points at (V8 collects a
+	// function nothing refers to any more, and the optimized code of a loop
+	// once it is left). 0 names at the report only.
+	NameInterval time.Duration `mapstructure:"name_interval"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -277,6 +289,7 @@ func createDefaultConfig() *Config {
 			V8:             true,
 			MaxCachedNames: runtimes.DefaultMaxNames,
 			MaxNameLength:  runtimes.DefaultMaxNameBytes,
+			NameInterval:   DefaultNameInterval,
 		},
 		GoLabels: GoLabelsConfig{
 			Enabled:       true,
@@ -315,6 +328,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Selection.MaxCgroups < 1 || c.Selection.MaxCgroups > sampler.MaxSelectCgroups {
 		errs = append(errs, fmt.Errorf("selection.max_cgroups must be between 1 and %d, got %d", sampler.MaxSelectCgroups, c.Selection.MaxCgroups))
+	}
+	if c.Interpreters.NameInterval != 0 && c.Interpreters.NameInterval < MinNameInterval {
+		errs = append(errs, fmt.Errorf("interpreters.name_interval must be 0 or at least %v, got %v", MinNameInterval, c.Interpreters.NameInterval))
 	}
 	if c.Selection.RescanInterval < MinRescanInterval {
 		errs = append(errs, fmt.Errorf("selection.rescan_interval must be at least %v, got %v", MinRescanInterval, c.Selection.RescanInterval))

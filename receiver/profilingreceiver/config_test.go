@@ -111,6 +111,7 @@ func TestValidate(t *testing.T) {
 		{"max_cgroups", func(c *Config) { c.Selection.MaxCgroups = 0 }, "selection.max_cgroups"},
 		{"max_cgroups high", func(c *Config) { c.Selection.MaxCgroups = 1 << 20 }, "selection.max_cgroups"},
 		{"rescan_interval", func(c *Config) { c.Selection.RescanInterval = time.Millisecond }, "selection.rescan_interval"},
+		{"name_interval", func(c *Config) { c.Interpreters.NameInterval = time.Millisecond }, "interpreters.name_interval"},
 		{"unwinding mode", func(c *Config) { c.Unwinding.Mode = "dwarf" }, "unwinding mode"},
 		{"table bytes", func(c *Config) { c.Unwinding.MaxTableBytes = 1000 }, "max_table_bytes"},
 		{"mappings", func(c *Config) { c.Unwinding.MaxMappings = 10 }, "max_mappings"},

@@ -192,13 +192,34 @@ func (r *profilingReceiver) reportLoop(ctx context.Context) {
 	defer r.loops.Done()
 	t := time.NewTicker(r.cfg.ReportInterval)
 	defer t.Stop()
+	var names <-chan time.Time
+	if iv := r.cfg.Interpreters.NameInterval; iv > 0 && iv < r.cfg.ReportInterval && r.sampler.Runtimes() != nil {
+		nt := time.NewTicker(iv)
+		defer nt.Stop()
+		names = nt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			r.report(ctx)
+		case <-names:
+			r.stage(ctx)
 		}
+	}
+}
+
+// stage drains ahead of the report while a runtime's processes are walked,
+// so that their frames are named before the runtime frees what they point
+// at (interpreters.name_interval). Other hosts keep one drain per report.
+func (r *profilingReceiver) stage(ctx context.Context) {
+	if r.sampler.Runtimes().Walking() == 0 {
+		return
+	}
+	if err := r.builder.Stage(r.sampler, r.from); err != nil {
+		r.tel.ReceiverProfilingReportsFailed.Add(ctx, 1)
+		r.log.Warn("draining the sampler ahead of the report failed", zap.Error(err))
 	}
 }
 

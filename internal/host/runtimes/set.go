@@ -204,6 +204,16 @@ func (s *Set) Name(pid int, f Frame) (Symbol, error) {
 	return sym, err
 }
 
+// Walking is how many processes run a runtime the walker takes now.
+func (s *Set) Walking() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.procs)
+}
+
 // Stats returns a copy of the counters.
 func (s *Set) Stats() Stats {
 	s.mu.Lock()

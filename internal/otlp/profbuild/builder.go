@@ -144,6 +144,8 @@ type Builder struct {
 	left       map[int]bool // decisions of the generation before, not taken again yet
 	lastSeen   map[int]int  // report number a pid last appeared in
 	reports    int
+
+	staged *run // the interval Stage has begun (the Collect goroutine's)
 }
 
 // New makes a Builder.
@@ -381,9 +383,38 @@ func (b *Builder) sweep() {
 	}
 }
 
-// Build turns one batch into profiles (and logs) for [start, end).
+// Stage drains d ahead of the report: its samples join the interval that
+// starts at start and the next Collect (or Build) ends, and their frames
+// are named now. A runtime frame points at objects of the process that
+// may be gone by the report: V8 collects a function once nothing refers to
+// it (a module's own functions once the module has run) and the optimized
+// code a loop was replaced with once the loop is left, and moves both
+// when it compacts. Stage, Collect and Build are called from one goroutine.
+func (b *Builder) Stage(d Drainer, start time.Time) error {
+	batch, err := d.Drain()
+	if err != nil {
+		return err
+	}
+	r := b.staged
+	if r == nil {
+		r = newRun(b, start, start)
+		b.staged = r
+	}
+	for i := range batch.Samples {
+		r.add(&batch.Samples[i])
+	}
+	return nil
+}
+
+// Build turns one batch, and what Stage added before it, into profiles
+// (and logs) for [start, end).
 func (b *Builder) Build(batch sampler.Batch, start, end time.Time) Report {
-	r := newRun(b, start, end)
+	r := b.staged
+	b.staged = nil
+	if r == nil {
+		r = newRun(b, start, end)
+	}
+	r.end = end
 	for i := range batch.Samples {
 		r.add(&batch.Samples[i])
 	}

@@ -244,7 +244,12 @@ func (r *reader) functionName(sfi uint64) (string, error) {
 		return anonymous(r.str(v))
 	}
 	if t != r.l.typeScopeInfo {
-		return "<anonymous>", nil
+		// V8 keeps a String or a ScopeInfo there (a Smi when anonymous,
+		// which typeOf refuses). Anything else is memory freed since the
+		// sample: the function died (a module's local function once the
+		// module has run) and a full GC swept it, leaving the SFI's bytes
+		// behind a free-space header.
+		return "", badf("sfi %#x: name %#x of type %d (the function was collected)", sfi, v, t)
 	}
 	// ScopeInfo: flags, parameter count, context local count, then the
 	// locals' names and infos, then the function's name and its slot,

@@ -60,8 +60,9 @@ const (
 	maxScripts   = 256      // scripts' line ends kept
 	maxLineBytes = 64 << 20
 	openTimeout  = 10 * time.Second
-	// codeRangeSpan bounds the JIT code range: V8 reserves at most 512 MB
-	// for its code on x86-64 (and keeps its copy of the builtins there).
+	// codeRangeSpan bounds each step of the JIT code span: V8 reserves at
+	// most 512 MB for an isolate's code on x86-64 (and keeps its copy of the
+	// builtins there); node 20's isolates' ranges were 640 MB apart.
 	codeRangeSpan = 1 << 30
 )
 
@@ -141,12 +142,21 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		return nil, true, fmt.Errorf("%s: mapping offset %#x outside its segments: %w", m.Path, m.Offset, errRefused)
 	}
 	var ranges [][2]uint64
-	var blobCopy [2]uint64
+	var copies [][2]uint64
+	entry := bpf.ProfileV8Proc{}
 	if fi.err == nil {
 		ranges = append(ranges, [2]uint64{fi.blobLo + bias, fi.blobHi + bias})
 		var cr [2]uint64
-		if blobCopy, cr, ok = codeRange(p, m, fi); ok {
+		var left int
+		copies, cr, left, ok = codeRange(p, m, fi, len(entry.Blob)-1)
+		if ok {
 			ranges = append(ranges, cr)
+		}
+		if left > 0 {
+			// Their isolates' interpreted frames come out as JIT frames
+			// the host cannot name: a limit, said once per attach.
+			r.log.Debug("v8: more isolates than the walker takes", zap.Int("pid", p.PID),
+				zap.Int("taken", len(copies)), zap.Int("left", left))
 		}
 	}
 	err := fi.err
@@ -159,11 +169,12 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		err = fmt.Errorf("node on %s: not walked yet: %w", runtime.GOARCH, errRefused)
 	}
 	st := &proc{file: m.File.ID, lay: lay, ranges: ranges, err: err}
-	entry := bpf.ProfileV8Proc{}
 	if err == nil {
 		entry = lay.bpf()
 		entry.Blob[0].Lo, entry.Blob[0].Hi = fi.blobLo+bias, fi.blobHi+bias
-		entry.Blob[1].Lo, entry.Blob[1].Hi = blobCopy[0], blobCopy[1]
+		for i, c := range copies {
+			entry.Blob[1+i].Lo, entry.Blob[1+i].Hi = c[0], c[1]
+		}
 	}
 	if perr := r.opt.Procs.Put(uint32(p.PID), entry); perr != nil && err == nil {
 		err = fmt.Errorf("writing the walker entry: %w", perr)
@@ -203,44 +214,71 @@ func loadBias(m *normalize.Mapping) (uint64, bool) {
 	return 0, false
 }
 
-// codeRange is V8's code range: the copy of the builtins V8 maps there
-// (a mapping of V8's file at the blob's offset, away from the file's own
-// place) and the anonymous executable mappings near it (JIT code).
-func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo) (blobCopy, cr [2]uint64, ok bool) {
-	var lo, hi uint64
+// codeRange is V8's code ranges: the copies of the builtins V8 maps into
+// each isolate's code range (mappings of V8's file at the blob's offset,
+// away from the file's own place; each worker thread runs an isolate of its
+// own, with a code range of its own), at most `most` of them, and one span
+// over them and the anonymous executable mappings near them (JIT code).
+// The span never takes in another file's code, which the V8 walker would
+// be handed, and grows by at most codeRangeSpan at a time. left counts the
+// copies not taken.
+func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo, most int) (copies [][2]uint64, cr [2]uint64, left int, ok bool) {
 	bias, _ := loadBias(file)
 	size := fi.blobHi - fi.blobLo
 	// V8 maps whole pages: a range found without symbols may begin with
 	// padding on the page before, which the copy does not hold.
 	fileHi := fi.blobFileLo + size
+	isCopy := func(m *normalize.Mapping) bool {
+		if m.File == nil || m.File.ID != file.File.ID || fileHi <= m.Offset || fi.blobFileLo >= m.Offset+(m.End-m.Start) {
+			return false
+		}
+		b, ok := loadBias(m)
+		return !ok || b != bias // not the file's own text
+	}
+	// noOtherCode says whether [lo, hi) holds no other file's code.
+	noOtherCode := func(lo, hi uint64) bool {
+		for i := range p.Mappings {
+			m := &p.Mappings[i]
+			if m.File != nil && m.Start < hi && m.End > lo && !isCopy(m) {
+				return false
+			}
+		}
+		return true
+	}
+	var lo, hi uint64
+	grow := func(a, b uint64) bool {
+		if lo == 0 {
+			lo, hi = a, b
+			return true
+		}
+		nlo, nhi := min(lo, a), max(hi, b)
+		if lo-nlo > codeRangeSpan || nhi-hi > codeRangeSpan || !noOtherCode(nlo, lo) || !noOtherCode(hi, nhi) {
+			return false
+		}
+		lo, hi = nlo, nhi
+		return true
+	}
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		if m.File == nil || m.File.ID != file.File.ID || fileHi <= m.Offset || fi.blobFileLo >= m.Offset+(m.End-m.Start) {
+		if !isCopy(m) {
 			continue
-		}
-		if b, ok := loadBias(m); ok && b == bias {
-			continue // the file's own text
 		}
 		from := max(fi.blobFileLo, m.Offset)
-		lo = m.Start + from - m.Offset
-		hi = lo + min(fileHi, m.Offset+(m.End-m.Start)) - from
-		blobCopy = [2]uint64{lo, hi}
-		break
+		c := [2]uint64{m.Start + from - m.Offset, 0}
+		c[1] = c[0] + min(fileHi, m.Offset+(m.End-m.Start)) - from
+		if len(copies) == most || !grow(c[0], c[1]) {
+			left++
+			continue
+		}
+		copies = append(copies, c)
 	}
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		if !m.Anonymous || m.File != nil || m.Path != "" && !strings.HasPrefix(m.Path, "[anon:") {
-			continue
-		}
-		if lo == 0 {
-			lo, hi = m.Start, m.End
-			continue
-		}
-		if max(hi, m.End)-min(lo, m.Start) <= codeRangeSpan {
-			lo, hi = min(lo, m.Start), max(hi, m.End)
+		if m.Anonymous && m.File == nil && (m.Path == "" || strings.HasPrefix(m.Path, "[anon:")) {
+			grow(m.Start, m.End)
 		}
 	}
-	return blobCopy, [2]uint64{lo, hi}, lo != 0 && hi > lo && hi-lo <= codeRangeSpan
+	return copies, [2]uint64{lo, hi}, left, lo != 0 && hi > lo
 }
 
 // Forget drops pid.
