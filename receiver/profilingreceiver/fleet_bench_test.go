@@ -33,6 +33,10 @@ import (
 //	                of a busy thread is chosen as its other waits are (the
 //	                behaviour before issue 32)
 //	offcpu          off_cpu on, defaults
+//	cpu-late-names  as cpu-only, interpreters.name_interval 0: one drain
+//	                per report (10 s), where cpu-only drains every second
+//	                while the JVM and Python are walked (their frames named
+//	                before the runtimes free what they point at)
 //
 // Run it once (make bench-fleet):
 //
@@ -73,7 +77,7 @@ func BenchmarkFleetMix(b *testing.B) {
 		close(stop)
 		<-churn
 	}()
-	variants := []string{"cpu-only", "offcpu-before", "offcpu"}
+	variants := []string{"cpu-only", "offcpu-before", "offcpu", "cpu-late-names"}
 	res := map[string][]fleetRun{}
 	for range b.N {
 		for range rounds {
@@ -183,7 +187,10 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	ctx := context.Background()
 	f := NewFactory()
 	cfg := f.CreateDefaultConfig().(*Config)
-	cfg.OffCPU.Enabled = v != "cpu-only"
+	cfg.OffCPU.Enabled = v != "cpu-only" && v != "cpu-late-names"
+	if v == "cpu-late-names" {
+		cfg.Interpreters.NameInterval = 0
+	}
 	switch re := os.Getenv("PROFSYM_BENCH_OFFCPU_TARGET"); re {
 	case "all":
 	case "":
