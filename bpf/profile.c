@@ -460,12 +460,17 @@ SEC("tp_btf/sched_process_exit")
 int handle_exit(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
+	struct unwind_proc *up;
 	__u32 tgid;
 
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
-	bpf_map_delete_elem(&unwind_procs, &tgid); /* PID reuse: never a stale table */
+	/* Kept for the rest of do_exit (its user stack may still be there, see
+	 * unwind_proc.exit_start); userspace deletes it on PROC_EXIT. */
+	up = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (up)
+		up->exit_start = BPF_CORE_READ(p, group_leader, start_time);
 	bpf_map_delete_elem(&go_procs, &tgid);
 	offcpu_forget(tgid);
 	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */

@@ -726,6 +726,7 @@ type ProfileUnwindProc struct {
 		Lo uint64
 		Hi uint64
 	}
+	ExitStart uint64
 }
 
 type ProfileUnwindRow struct {

@@ -134,6 +134,12 @@ struct unwind_proc {
 	__u32 rt_kind;  /* enum runtime_kind (runtime.h) */
 	__u32 rt_pad;
 	struct rt_range rt[RT_RANGES]; /* code the runtime's walker takes */
+	/* Set by handle_exit to the exiting process's start_time (its group
+	 * leader's); 0 while it runs. From 6.16 the exit tracepoint comes
+	 * before exit_mm(), and samples in between still have the user stack:
+	 * they walk with the process's tables until userspace forgets it. A
+	 * reused pid (another start_time) never sees them. */
+	__u64 exit_start;
 };
 
 /* A walked stack, the value of the ustacks maps. */

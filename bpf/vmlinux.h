@@ -157,6 +157,7 @@ struct task_struct {
 	struct mm_struct *mm;
 	struct signal_struct *signal;
 	__u64 start_time; /* ns since boot (monotonic); tells a reused pid apart */
+	struct task_struct *group_leader;
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 

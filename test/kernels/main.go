@@ -47,7 +47,7 @@ var matrix = []target{
 // need no kernel and run on the host).
 const (
 	samplerRun = "."
-	unwindRun  = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestFramePointersMode)$"
+	unwindRun  = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
 )
 
 type config struct {

@@ -405,13 +405,12 @@ const maxOpens = 8
 // first seen in the shell that exec'd java).
 func (m *Manager) opensOf(f *file) []string {
 	var alive, rest []string
-	var v bpf.ProfileUnwindProc
 	for pid, pr := range m.procs {
 		for i, g := range pr.files {
 			if g != f {
 				continue
 			}
-			if len(alive) < maxOpens && m.maps.Procs.Lookup(uint32(pid), &v) == nil {
+			if len(alive) < maxOpens && m.runsImage(pid) {
 				alive = append(alive, pr.opens[i][:]...)
 			} else if len(rest) < maxOpens {
 				rest = append(rest, pr.opens[i][:]...)
@@ -672,15 +671,22 @@ func (m *Manager) enqueue(f *file) {
 }
 
 // anyAlive reports whether a tracked process that maps f still runs its
-// image: the BPF side drops a process's entry when it exits or execs.
+// image.
 func (m *Manager) anyAlive(f *file) bool {
-	var v bpf.ProfileUnwindProc
 	for pid, pr := range m.procs {
-		if slices.Contains(pr.files, f) && m.maps.Procs.Lookup(uint32(pid), &v) == nil {
+		if slices.Contains(pr.files, f) && m.runsImage(pid) {
 			return true
 		}
 	}
 	return false
+}
+
+// runsImage reports whether the BPF side says pid still runs the image it
+// was loaded with: exec drops its entry, exit marks it (exit_start) until
+// Forget drops it.
+func (m *Manager) runsImage(pid int) bool {
+	var v bpf.ProfileUnwindProc
+	return m.maps.Procs.Lookup(uint32(pid), &v) == nil && v.ExitStart == 0
 }
 
 // setLazy leaves f unbuilt until a sample or a new process asks for it.

@@ -33,6 +33,8 @@ type harness struct {
 	mu   sync.Mutex
 	evs  map[sampler.EventKind]int
 	exec map[uint32]int64 // pid -> time of its last exec event (Unix ns)
+	// onExit, if set, sees each ProcessExit before the Manager forgets it.
+	onExit func(pid int)
 }
 
 func newHarness(t testing.TB, cfg sampler.Config) *harness {
@@ -68,6 +70,12 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 					}
 				}
 			case sampler.ProcessExit:
+				h.mu.Lock()
+				f := h.onExit
+				h.mu.Unlock()
+				if f != nil {
+					f(int(ev.Pid))
+				}
 				if u != nil {
 					u.Forget(int(ev.Pid))
 				}
@@ -146,8 +154,10 @@ func (h *harness) drain(t testing.TB, pids ...int) []sampler.Sample {
 
 // cSpec is a C fixture built -O2 without frame pointers.
 func cSpec(name string, srcs []string, args ...string) testfixture.Spec {
-	return testfixture.Spec{Name: name, Lang: "c", Sources: srcs,
-		Args: append([]string{"-O2", "-fomit-frame-pointer", "-Wall"}, args...)}
+	return testfixture.Spec{
+		Name: name, Lang: "c", Sources: srcs,
+		Args: append([]string{"-O2", "-fomit-frame-pointer", "-Wall"}, args...),
+	}
 }
 
 // The fixtures of this package's tests, as values: TestFixturesBuild
@@ -162,8 +172,10 @@ var (
 	cfaReg     = cSpec("unwind-cfareg", []string{"unwind/cfareg.c"})
 	cfaRegSys  = cSpec("unwind-cfareg-syscall", []string{"unwind/cfareg.c"}, "-DIN_SYSCALL")
 	cfaDeref   = cSpec("unwind-cfaderef", []string{"unwind/cfaderef.c"})
-	chainLib   = testfixture.Spec{Name: "libunwindchain.so", Lang: "c", Sources: []string{"unwind/libchain.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-shared", "-fPIC"}}
+	chainLib   = testfixture.Spec{
+		Name: "libunwindchain.so", Lang: "c", Sources: []string{"unwind/libchain.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-shared", "-fPIC"},
+	}
 	dlopenSpec = cSpec("unwind-dlopen", []string{"unwind/dlopen.c"}, "-ldl")
 	chainFP    = cSpec("unwind-chain-fp", []string{"unwind/chain.c"}, "-fno-omit-frame-pointer")
 	goHot      = testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}}
@@ -172,8 +184,10 @@ var (
 // x86Only are the fixtures of x86-64 assembly (OpenSSL's CFA rules).
 var x86Only = []testfixture.Spec{cfaReg, cfaRegSys, cfaDeref}
 
-var allSpecs = []testfixture.Spec{chainPIE, chainNoPIE, chainCC, chainRust, qsortSpec, signalSpec,
-	cfaReg, cfaRegSys, cfaDeref, chainLib, dlopenSpec, chainFP, goHot}
+var allSpecs = []testfixture.Spec{
+	chainPIE, chainNoPIE, chainCC, chainRust, qsortSpec, signalSpec,
+	cfaReg, cfaRegSys, cfaDeref, chainLib, dlopenSpec, chainFP, goHot,
+}
 
 func TestFixturesBuild(t *testing.T) {
 	for _, s := range allSpecs {

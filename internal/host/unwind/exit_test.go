@@ -1,0 +1,62 @@
+//go:build linux && (amd64 || arm64)
+
+package unwind_test
+
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/host/unwind"
+	"github.com/profsym/profsym/internal/testfixture"
+)
+
+// TestExitMarksProcess: the exit tracepoint marks the process's kernel
+// entry with its start time rather than deleting it, and Forget deletes it.
+// From Linux 6.16 the tracepoint fires before exit_mm(), and a sample in
+// between still has the user stack (in _Exit): it used to find no entry and
+// end not_ready, with no copy (TestRecordFirstSamplesWhole, under load).
+func TestExitMarksProcess(t *testing.T) {
+	h := newHarness(t, sampler.Config{})
+	bin := testfixture.Build(t, chainPIE)
+	u := h.s.Unwinder()
+	type mark struct {
+		start uint64
+		found bool
+		now   int64
+	}
+	marks := map[int]mark{}
+	h.mu.Lock()
+	h.onExit = func(pid int) {
+		v, ok := unwind.ExitStart(u, pid)
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		h.mu.Lock()
+		marks[pid] = mark{v, ok, ts.Nano()}
+		h.mu.Unlock()
+	}
+	h.mu.Unlock()
+	pid, samples := h.run(t, bin, "0.5")
+	if len(samples) == 0 {
+		t.Fatal("no samples")
+	}
+	var m mark
+	waitUntil(2*time.Second, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var ok bool
+		m, ok = marks[pid]
+		return ok
+	})
+	switch {
+	case !m.found:
+		t.Fatalf("pid %d: no kernel entry when its exit event came", pid)
+	case m.start == 0 || int64(m.start) > m.now || m.now-int64(m.start) > int64(time.Minute):
+		t.Fatalf("pid %d: exit_start %d, want its start time (now %d, monotonic)", pid, m.start, m.now)
+	}
+	if !waitUntil(2*time.Second, func() bool { return !u.Tracked(pid) }) {
+		t.Fatalf("pid %d still tracked after Forget", pid)
+	}
+}
