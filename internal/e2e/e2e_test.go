@@ -108,6 +108,20 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// startDefaultCollector runs the distribution as a user would with
+// config/default.yaml, reporting every second to a file of its own, and
+// returns it and the file's path.
+func startDefaultCollector(t *testing.T, bin string) (*collector, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "profiles.json")
+	env := []string{
+		"PROFSYM_OUTPUT=" + out,
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		"PROFSYM_REPORT_INTERVAL=1s",
+	}
+	return startCollector(t, bin, "collector", env, filepath.Join(testfixture.Root(t), "config", "default.yaml")), out
+}
+
 func startCollector(t *testing.T, bin, name string, env []string, configs ...string) *collector {
 	testfixture.Short(t, "eBPF (the built collector samples this host)")
 	t.Helper()
@@ -243,6 +257,9 @@ type sampleOf struct {
 	tid    int64  // thread.id
 	frames []userFrame
 	labels map[string]string // pprof.label.<key> attributes, by key
+	// trace and span are the ids of the sample's link (link_index), in
+	// hex; "" without one.
+	trace, span string
 }
 
 // eachSample reads a profiles file (one document per line, a line being
@@ -318,6 +335,10 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 						}
 						if stop, ok := d.FindAttr(s.AttributeIndices(), "profsym.unwind.stop_reason"); ok {
 							smp.stop = stop.Str()
+						}
+						if li := int(s.LinkIndex()); li > 0 && li < dict.LinkTable().Len() {
+							l := dict.LinkTable().At(li)
+							smp.trace, smp.span = l.TraceID().String(), l.SpanID().String()
 						}
 						if th, ok := d.FindAttr(s.AttributeIndices(), "thread.name"); ok {
 							smp.thread = th.Str()

@@ -234,14 +234,7 @@ func checkJava(t *testing.T, path string, runs []*pyRun) {
 // frame.
 func TestCollectorJavaChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
-	root := testfixture.Root(t)
-	out := filepath.Join(t.TempDir(), "profiles.json")
-	env := []string{
-		"PROFSYM_OUTPUT=" + out,
-		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-		"PROFSYM_REPORT_INTERVAL=1s",
-	}
-	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	c, out := startDefaultCollector(t, bin)
 	runs := startJavas(t)
 
 	// A dozen JVMs start on a loaded machine: 90 s for all of them to be

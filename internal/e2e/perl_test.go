@@ -203,14 +203,7 @@ func checkPerl(t *testing.T, path string, runs []*pyRun) {
 // up until the output names its warm frame, and checks the chains.
 func TestCollectorPerlChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
-	root := testfixture.Root(t)
-	out := filepath.Join(t.TempDir(), "profiles.json")
-	env := []string{
-		"PROFSYM_OUTPUT=" + out,
-		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-		"PROFSYM_REPORT_INTERVAL=1s",
-	}
-	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	c, out := startDefaultCollector(t, bin)
 	runs := startPerls(t)
 	pending := map[int64]*pyRun{}
 	for _, r := range runs {

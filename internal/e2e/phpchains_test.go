@@ -197,14 +197,7 @@ func TestRecordPHPChains(t *testing.T) {
 func TestCollectorPHPChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
 	cases := phpCases(t, true, "chain")
-	root := testfixture.Root(t)
-	out := filepath.Join(t.TempDir(), "profiles.json")
-	env := []string{
-		"PROFSYM_OUTPUT=" + out,
-		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-		"PROFSYM_REPORT_INTERVAL=1s",
-	}
-	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	c, out := startDefaultCollector(t, bin)
 	runs := make([]*pyRun, len(cases))
 	for i, c := range cases {
 		runs[i] = startPHP(t, c)

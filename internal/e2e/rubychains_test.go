@@ -183,14 +183,7 @@ func TestRecordRubyChains(t *testing.T) {
 func TestCollectorRubyChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
 	cases := rubyCases(t, "chain")
-	root := testfixture.Root(t)
-	out := filepath.Join(t.TempDir(), "profiles.json")
-	env := []string{
-		"PROFSYM_OUTPUT=" + out,
-		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-		"PROFSYM_REPORT_INTERVAL=1s",
-	}
-	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"))
+	c, out := startDefaultCollector(t, bin)
 	runs := make([]*pyRun, len(cases))
 	for i, c := range cases {
 		runs[i] = startRuby(t, c)

@@ -45,6 +45,7 @@ func (*fakeLabeler) Attach(*normalize.Process)           {}
 func (*fakeLabeler) Forget(int)                          {}
 func (*fakeLabeler) Labels(int, uint64) []runtimes.Label { return nil }
 func (l *fakeLabeler) Stats() runtimes.LabelStats        { return l.st }
+func (*fakeLabeler) Reading() int                        { return 0 }
 func (*fakeLabeler) Close()                              {}
 
 type nopUnwinder struct{}

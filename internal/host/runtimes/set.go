@@ -27,6 +27,8 @@ type Labeler interface {
 	Forget(pid int)
 	Labels(pid int, ptr uint64) []Label
 	Stats() LabelStats
+	// Reading is how many processes' labels it reads now.
+	Reading() int
 	Close()
 }
 
@@ -204,14 +206,21 @@ func (s *Set) Name(pid int, f Frame) (Symbol, error) {
 	return sym, err
 }
 
-// Walking is how many processes run a runtime the walker takes now.
+// Walking is how many processes the host reads from while they run: those
+// running a runtime the walker takes, and the Go programs whose pprof labels
+// it reads (a label set, a trace link among them, is freed once its span or
+// request ends, and its memory reused).
 func (s *Set) Walking() int {
 	if s == nil {
 		return 0
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.procs)
+	n := len(s.procs)
+	s.mu.Unlock()
+	if s.labels != nil {
+		n += s.labels.Reading()
+	}
+	return n
 }
 
 // Stats returns a copy of the counters.

@@ -25,6 +25,7 @@ type Dict struct {
 	maps   map[string]int32
 	locs   map[string]int32
 	stacks map[string]int32
+	links  map[[24]byte]int32
 
 	buf []byte // scratch for keys
 }
@@ -393,4 +394,37 @@ func (x *Dict) Stack(locs []int32) int32 {
 	x.D.StackTable().AppendEmpty().LocationIndices().FromRaw(locs)
 	x.stacks[string(b)] = i
 	return i
+}
+
+// Link returns the index of the link_table entry for a span (trace id and
+// span id), adding it if missing; index 0, added with the first, is the
+// empty link ("no span"). The table is indexed on first use.
+func (x *Dict) Link(trace pcommon.TraceID, span pcommon.SpanID) int32 {
+	if x.links == nil {
+		t := x.D.LinkTable()
+		if t.Len() == 0 {
+			t.AppendEmpty()
+		}
+		x.links = make(map[[24]byte]int32, t.Len())
+		for i := t.Len() - 1; i >= 0; i-- {
+			x.links[linkKey(t.At(i).TraceID(), t.At(i).SpanID())] = int32(i)
+		}
+	}
+	k := linkKey(trace, span)
+	if i, ok := x.links[k]; ok {
+		return i
+	}
+	t := x.D.LinkTable()
+	l := t.AppendEmpty()
+	l.SetTraceID(trace)
+	l.SetSpanID(span)
+	i := int32(t.Len() - 1)
+	x.links[k] = i
+	return i
+}
+
+func linkKey(trace pcommon.TraceID, span pcommon.SpanID) (k [24]byte) {
+	copy(k[:16], trace[:])
+	copy(k[16:], span[:])
+	return k
 }

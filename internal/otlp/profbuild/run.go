@@ -38,6 +38,7 @@ type run struct {
 	locScratch []int32
 	reasons    map[string]string   // off CPU: reason by kernel stack
 	labels     map[labelSet]string // Go label sets read in this report
+	links      map[string]int32    // link_table index by label set (links.go)
 }
 
 type labelSet struct {
@@ -291,6 +292,9 @@ func (r *run) writeCPU(sp pprofile.ScopeProfiles, po *procOut) {
 			k, rest, _ = strings.Cut(rest, "\x00")
 			v, rest, _ = strings.Cut(rest, "\x00")
 			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrPprofLabelPrefix+k, v))
+		}
+		if li := r.link(rw.labels); li != 0 {
+			s.SetLinkIndex(li)
 		}
 		r.rep.Rows++
 	}

@@ -302,6 +302,22 @@ func (t *Tracker) read(pid int, ptr uint64, l Layout) ([]Label, error) {
 	return Read(mem, ptr, l, t.opt.Limits)
 }
 
+// Reading is how many processes' labels are read now.
+func (t *Tracker) Reading() int {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, st := range t.procs {
+		if st.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Stats returns a copy of the counters.
 func (t *Tracker) Stats() Stats {
 	t.mu.Lock()

@@ -1,0 +1,66 @@
+package profbuild
+
+import (
+	"encoding/hex"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// Go pprof label keys that name a sample's span: Grafana's otel-profiling-go
+// (a wrapper of the OpenTelemetry Go SDK's TracerProvider) sets trace_id on
+// a goroutine's local root span and span_id to that span (or, with
+// ScopeAllSpans, to the current one), both as lowercase hex.
+const (
+	labelTraceID = "trace_id"
+	labelSpanID  = "span_id"
+)
+
+// spanOf returns the span a sample's Go labels (key NUL value NUL ...)
+// name: both ids present, of 32 and 16 hex digits, and not zero. Anything
+// else names no span; the labels stay attributes either way.
+func spanOf(labels string) (pcommon.TraceID, pcommon.SpanID, bool) {
+	var tr pcommon.TraceID
+	var sp pcommon.SpanID
+	var haveTr, haveSp bool
+	for rest := labels; rest != ""; {
+		var k, v string
+		k, rest, _ = strings.Cut(rest, "\x00")
+		v, rest, _ = strings.Cut(rest, "\x00")
+		switch k {
+		case labelTraceID:
+			haveTr = len(v) == 2*len(tr) && decodeHex(tr[:], v)
+		case labelSpanID:
+			haveSp = len(v) == 2*len(sp) && decodeHex(sp[:], v)
+		}
+	}
+	if !haveTr || !haveSp || tr.IsEmpty() || sp.IsEmpty() {
+		return tr, sp, false
+	}
+	return tr, sp, true
+}
+
+func decodeHex(dst []byte, s string) bool {
+	n, err := hex.Decode(dst, []byte(s))
+	return err == nil && n == len(dst)
+}
+
+// link returns the link_table index of the span rw's labels name, 0 for
+// none; one parse per label set and report.
+func (r *run) link(labels string) int32 {
+	if labels == "" {
+		return 0
+	}
+	if i, ok := r.links[labels]; ok {
+		return i
+	}
+	var i int32
+	if tr, sp, ok := spanOf(labels); ok {
+		i = r.dict.Link(tr, sp)
+	}
+	if r.links == nil {
+		r.links = map[string]int32{}
+	}
+	r.links[labels] = i
+	return i
+}
