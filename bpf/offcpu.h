@@ -201,6 +201,9 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 	sc->w.ts = bpf_ktime_get_boot_ns();
 	sc->w.gen = gen;
 	sc->w.uhash = 0;
+	/* Still the waiting thread's context (sched_switch runs before the
+	 * switch): the goroutine it leaves in a blocking system call. */
+	sc->w.labels = go_labels(s->tgid);
 	if (s->stack.len > 0) {
 		sc->w.uhash = walked_hash(s);
 		err = bpf_map_update_elem(ustacks, &sc->w.uhash, &s->stack, BPF_NOEXIST);
@@ -401,6 +404,7 @@ static __always_inline void offcpu_count(struct offcpu_wait *w, __u32 tid, struc
 	key.flags = w->flags;
 	key.khash = w->khash;
 	key.uhash = w->uhash;
+	key.labels = w->labels;
 	v = bpf_map_lookup_elem(counts, &key);
 	if (!v) {
 		struct offcpu_value nv = {};

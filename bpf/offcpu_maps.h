@@ -84,6 +84,7 @@ struct offcpu_key {
 	__u32 flags; /* enum offcpu_flags */
 	__u64 khash; /* kernel stack in offcpu_kstacks0/1, 0 when none */
 	__u64 uhash; /* user stack in ustacks0/1, 0 when none */
+	__u64 labels; /* the Go label set of the goroutine that waited (golabels.h), 0 when none */
 };
 
 struct offcpu_value {
@@ -112,6 +113,7 @@ struct offcpu_wait {
 	__u32 k;     /* probability of having chosen it, x OFFCPU_ONE */
 	__u32 flags; /* enum offcpu_flags */
 	__u32 pad;
+	__u64 labels; /* go_labels() when it left the CPU */
 	char comm[16];
 };
 

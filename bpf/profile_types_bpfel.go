@@ -227,13 +227,14 @@ const (
 )
 
 type ProfileOffcpuKey struct {
-	_     structs.HostLayout
-	Pid   uint32
-	Tid   uint32
-	Cpu   uint32
-	Flags uint32
-	Khash uint64
-	Uhash uint64
+	_      structs.HostLayout
+	Pid    uint32
+	Tid    uint32
+	Cpu    uint32
+	Flags  uint32
+	Khash  uint64
+	Uhash  uint64
+	Labels uint64
 }
 
 type ProfileOffcpuLimits uint32
@@ -291,6 +292,7 @@ type ProfileOffcpuWait struct {
 	K         uint32
 	Flags     uint32
 	Pad       uint32
+	Labels    uint64
 	Comm      [16]int8
 }
 

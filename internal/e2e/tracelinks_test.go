@@ -38,10 +38,11 @@ type traceRun struct {
 	lines chan string
 }
 
-func startTraceFixture(t *testing.T) *traceRun {
+func startTraceFixture(t *testing.T, args ...string) *traceRun {
 	t.Helper()
 	bin := testfixture.Build(t, testfixture.Spec{Name: "gotrace", Lang: "go", Sources: []string{"gotrace"}})
-	r := &traceRun{cmd: exec.Command(bin, strconv.Itoa(traceRequests)), lines: make(chan string, 4*traceRequests+8)}
+	args = append([]string{strconv.Itoa(traceRequests)}, args...)
+	r := &traceRun{cmd: exec.Command(bin, args...), lines: make(chan string, 4*traceRequests+8)}
 	var err error
 	if r.in, err = r.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -94,6 +95,13 @@ func (r *traceRun) work(t *testing.T) map[string]traceSpan {
 // sample in outside links to anything.
 func checkTraceLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan) {
 	t.Helper()
+	checkLinks(t, path, pid, spans, "samples", "inSpan", "outside", traceMinSamples)
+}
+
+// checkLinks is checkTraceLinks for profile type typ, the fixture's
+// functions in and out of spans, and at least least of typ's value in spans.
+func checkLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan, typ, inFn, outFn string, least int64) {
+	t.Helper()
 	if len(spans) != 2*traceRequests {
 		t.Fatalf("the fixture printed %d spans, want %d", len(spans), 2*traceRequests)
 	}
@@ -102,11 +110,11 @@ func checkTraceLinks(t *testing.T, path string, pid int64, spans map[string]trac
 	bad := map[string]int64{}
 	slack := uint64(traceSlack)
 	eachSampleOf(t, path, map[int64]bool{pid: true}, func(s sampleOf) {
-		if s.typ != "samples" {
+		if s.typ != typ {
 			return
 		}
 		switch {
-		case hasFrame(s.frames, "inSpan"):
+		case hasFrame(s.frames, inFn):
 			in += s.n
 			sp, ok := spans[s.span]
 			switch {
@@ -122,7 +130,7 @@ func checkTraceLinks(t *testing.T, path string, pid int64, spans map[string]trac
 				inOK += s.n
 				linked[s.span] = true
 			}
-		case hasFrame(s.frames, "outside"):
+		case hasFrame(s.frames, outFn):
 			out += s.n
 			if s.span != "" || s.trace != "" {
 				outBad += s.n
@@ -134,10 +142,10 @@ func checkTraceLinks(t *testing.T, path string, pid int64, spans map[string]trac
 	if in > 0 {
 		share = float64(inOK) / float64(in)
 	}
-	t.Logf("trace links: %d/%d samples in spans linked to their request (%.1f%%, %d of %d requests seen); %d/%d outside linked",
-		inOK, in, 100*share, len(linked), traceRequests, outBad, out)
-	if in < traceMinSamples {
-		t.Errorf("%d samples in inSpan, want at least %d", in, traceMinSamples)
+	t.Logf("trace links (%s): %d/%d in spans linked to their request (%.1f%%, %d of %d requests seen); %d/%d outside linked",
+		typ, inOK, in, 100*share, len(linked), traceRequests, outBad, out)
+	if in < least {
+		t.Errorf("%d %s in %s, want at least %d", in, typ, inFn, least)
 	}
 	if share < traceShare {
 		t.Errorf("%.1f%% of the samples in spans carry their span's link, want >= %.0f%%; the others:\n%s",
@@ -186,4 +194,24 @@ func TestRecordTraceLinks(t *testing.T) {
 		t.Logf("%s", strings.TrimSpace(rec.log.String()))
 	}
 	checkTraceLinks(t, out, r.pid, spans)
+}
+
+// TestRecordTraceLinksOffCPU: the fixture's requests wait in nanosleep(2)
+// on their goroutine's thread, and `profsym record --off-cpu` (every wait
+// taken) links their off-CPU time to the request span as the CPU samples
+// are. The value is waiting time: 30 requests of 100 ms in spans, want at
+// least 2 s of it, >= 99% linked to the span open at the wait's start.
+func TestRecordTraceLinksOffCPU(t *testing.T) {
+	bin := needBuilt(t, "profsym", "build")
+	r := startTraceFixture(t, "offcpu")
+	out := filepath.Join(t.TempDir(), "rec.json")
+	rec := startRecord(t, bin, "record", "--symbolize", "--off-cpu", "--off-cpu-probability", "1",
+		"--duration", "5m", "--output", out, "--pid", strconv.FormatInt(r.pid, 10))
+	time.Sleep(3 * time.Second)
+	spans := r.work(t)
+	rec.stop(t)
+	if t.Failed() {
+		t.Logf("%s", strings.TrimSpace(rec.log.String()))
+	}
+	checkLinks(t, out, r.pid, spans, "off_cpu", "blockedInSpan", "blockedOutside", int64(2*time.Second))
 }

@@ -78,7 +78,7 @@ func (d *drain) offCPURows(out []Sample, walked func(uint64) (userStack, error),
 			Origin: OriginOffCPU, OffCPUNs: v.Ns, OffCPUVar: float64(v.VarUs2) * 1e6,
 			Runnable: k.Flags&uint32(bpf.ProfileOffcpuFlagsOFFCPU_RUNNABLE) != 0,
 			Pid:      k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
-			UserPCs: w.pcs, UserExact: w.exact, Runtime: w.runtime, KernelPCs: ks, Count: v.Waits,
+			UserPCs: w.pcs, UserExact: w.exact, Runtime: w.runtime, KernelPCs: ks, Count: v.Waits, GoLabels: k.Labels,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
 			Truncated: len(w.pcs) >= d.depth || stop == StopDepth, Stop: stop,
 		})

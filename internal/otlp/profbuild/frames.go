@@ -84,16 +84,20 @@ func (f *frame) setIDs(fi *normalize.FileInfo) {
 }
 
 func (r *run) rawFrame(mapping int32, addr uint64, file, typ string) frame {
-	loc := r.dict.Location(pdict.Location{Mapping: mapping, Address: addr,
-		Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)}})
+	loc := r.dict.Location(pdict.Location{
+		Mapping: mapping, Address: addr,
+		Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)},
+	})
 	return frame{loc: loc, addr: addr, file: file, typ: typ}
 }
 
 func (r *run) namedFrame(mapping int32, addr uint64, file, typ, fn string) frame {
 	fi := r.dict.Function(fn, fn, "", 0)
-	loc := r.dict.Location(pdict.Location{Mapping: mapping, Address: addr,
+	loc := r.dict.Location(pdict.Location{
+		Mapping: mapping, Address: addr,
 		Attrs: []int32{r.dict.AttrStr(pframe.AttrFrameType, typ)},
-		Lines: []pdict.Line{{Function: fi}}})
+		Lines: []pdict.Line{{Function: fi}},
+	})
 	return frame{loc: loc, addr: addr, file: file, typ: typ, fn: fn}
 }
 
@@ -178,7 +182,8 @@ func (r *run) runtimeFrame(po *procOut, rf runtimes.Frame) frame {
 		r.fail(ReasonRuntimeUnnamed)
 		loc := r.dict.Location(pdict.Location{Address: rf.Ptr, Attrs: []int32{
 			r.dict.AttrStr(pframe.AttrFrameType, typ),
-			r.dict.AttrStr(pframe.AttrError, runtimes.Reason(err))}})
+			r.dict.AttrStr(pframe.AttrError, runtimes.Reason(err)),
+		}})
 		f = frame{loc: loc, addr: rf.Ptr, typ: typ}
 	} else {
 		if sym.Type != "" {

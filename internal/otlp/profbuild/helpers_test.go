@@ -94,8 +94,10 @@ func (h *harness) eventStats() string {
 }
 
 func buildC(t testing.TB) string {
-	return testfixture.Build(t, testfixture.Spec{Name: "sampler-hot", Lang: "c",
-		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}})
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "sampler-hot", Lang: "c",
+		Sources: []string{"sampler/hot.c"}, Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"},
+	})
 }
 
 func buildGo(t testing.TB) string {

@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	pframe "github.com/profsym/profsym/internal/frame"
 )
 
 // Go pprof label keys that name a sample's span: Grafana's otel-profiling-go
@@ -63,4 +66,18 @@ func (r *run) link(labels string) int32 {
 	}
 	r.links[labels] = i
 	return i
+}
+
+// labelAttrs gives a sample of rw its Go labels, as pprof.label.<key>
+// attributes, and the link of the span they name.
+func (r *run) labelAttrs(s pprofile.Sample, rw *row) {
+	for rest := rw.labels; rest != ""; {
+		var k, v string
+		k, rest, _ = strings.Cut(rest, "\x00")
+		v, rest, _ = strings.Cut(rest, "\x00")
+		s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrPprofLabelPrefix+k, v))
+	}
+	if li := r.link(rw.labels); li != 0 {
+		s.SetLinkIndex(li)
+	}
 }

@@ -78,8 +78,10 @@ func (r *run) writeLogs(po *procOut) {
 func framesJSON(fs []frame) string {
 	out := make([]logFrame, len(fs))
 	for i, f := range fs {
-		out[i] = logFrame{BuildID: f.gnu, GoBuildID: f.goID, FileID: f.htl, Address: f.addr,
-			File: f.file, FrameType: f.typ, Function: f.fn}
+		out[i] = logFrame{
+			BuildID: f.gnu, GoBuildID: f.goID, FileID: f.htl, Address: f.addr,
+			File: f.file, FrameType: f.typ, Function: f.fn,
+		}
 	}
 	b, _ := json.Marshal(out)
 	return string(b)

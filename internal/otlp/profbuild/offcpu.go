@@ -96,6 +96,7 @@ func (r *run) writeOffCPU(sp pprofile.ScopeProfiles, po *procOut) {
 		s.Values().Append(int64(rw.ns))
 		s.TimestampsUnixNano().Append(uint64(rw.first))
 		r.sampleAttrs(s, rw)
+		r.labelAttrs(s, rw)
 		s.AttributeIndices().Append(r.dict.AttrInt(pframe.AttrOffCPUWaits, int64(rw.count)))
 		if sd := math.Sqrt(rw.variance); sd >= 1 {
 			s.AttributeIndices().Append(r.dict.AttrInt(pframe.AttrOffCPUStderr, int64(sd)))
@@ -116,6 +117,7 @@ func (r *run) writeWall(sp pprofile.ScopeProfiles, po *procOut) {
 		comm, reason string
 		stack        int32
 		stop         sampler.StopReason
+		labels       string
 	}
 	idx := map[wallKey]int{}
 	ss := p.Samples()
@@ -124,7 +126,7 @@ func (r *run) writeWall(sp pprofile.ScopeProfiles, po *procOut) {
 		if rw.origin == sampler.OriginCPU {
 			v = rw.count * period
 		}
-		k := wallKey{rw.tid, rw.comm, rw.reason, rw.stack, rw.stop}
+		k := wallKey{rw.tid, rw.comm, rw.reason, rw.stack, rw.stop, rw.labels}
 		if i, ok := idx[k]; ok {
 			vals := ss.At(i).Values()
 			vals.SetAt(0, vals.At(0)+int64(v))
@@ -136,5 +138,6 @@ func (r *run) writeWall(sp pprofile.ScopeProfiles, po *procOut) {
 		s.Values().Append(int64(v))
 		s.TimestampsUnixNano().Append(uint64(rw.first))
 		r.sampleAttrs(s, rw)
+		r.labelAttrs(s, rw)
 	}
 }

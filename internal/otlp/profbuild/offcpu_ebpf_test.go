@@ -33,8 +33,10 @@ const offCPUFixtureSeconds = 4
 const minOwnTime = 3 * time.Microsecond
 
 func buildWait(t testing.TB) string {
-	return testfixture.Build(t, testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}})
+	return testfixture.Build(t, testfixture.Spec{
+		Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"},
+	})
 }
 
 // truthKey is a fixture thread's blocking call.
@@ -55,10 +57,14 @@ var waitCases = map[string][]waitCase{
 	"sleep": {{call: "nanosleep", reason: offcpu.ReasonSleep, chain: []string{"wait_sleep", "loop_sleep", "main"}}},
 	"pipe":  {{call: "read", reason: offcpu.ReasonPipe, chain: []string{"wait_pipe", "loop_pipe", "main"}}},
 	"mutex": {
-		{call: "pthread_mutex_lock", reason: offcpu.ReasonFutex, chain: []string{"wait_mutex", "loop_mutex", "main"},
-			threadChain: []string{"wait_mutex", "loop_mutex", "mutex_thread"}},
-		{call: "nanosleep", reason: offcpu.ReasonSleep, chain: []string{"hold_mutex", "loop_mutex", "main"},
-			threadChain: []string{"hold_mutex", "loop_mutex", "mutex_thread"}},
+		{
+			call: "pthread_mutex_lock", reason: offcpu.ReasonFutex, chain: []string{"wait_mutex", "loop_mutex", "main"},
+			threadChain: []string{"wait_mutex", "loop_mutex", "mutex_thread"},
+		},
+		{
+			call: "nanosleep", reason: offcpu.ReasonSleep, chain: []string{"hold_mutex", "loop_mutex", "main"},
+			threadChain: []string{"hold_mutex", "loop_mutex", "mutex_thread"},
+		},
 	},
 	"fsync": {{call: "fsync", reason: offcpu.ReasonIO, chain: []string{"wait_fsync", "loop_fsync", "main"}}},
 }

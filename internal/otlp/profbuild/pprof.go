@@ -22,8 +22,10 @@ import (
 // the ELF virtual addresses the frame format stores, so `go tool pprof`
 // with the binaries at hand symbolizes raw frames correctly.
 func ToPprof(pd pprofile.Profiles) (*profile.Profile, error) {
-	c := &pprofConv{pd: pd, dict: pd.Dictionary(), out: &profile.Profile{},
-		maps: map[int32]*profile.Mapping{}, locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{}}
+	c := &pprofConv{
+		pd: pd, dict: pd.Dictionary(), out: &profile.Profile{},
+		maps: map[int32]*profile.Mapping{}, locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{},
+	}
 	c.sampleTypes()
 	for _, rp := range pd.ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
@@ -58,8 +60,10 @@ func (c *pprofConv) str(i int32) string {
 }
 
 func (c *pprofConv) typeKey(p pprofile.Profile) [4]string {
-	return [4]string{c.str(p.SampleType().TypeStrindex()), c.str(p.SampleType().UnitStrindex()),
-		c.str(p.PeriodType().TypeStrindex()), c.str(p.PeriodType().UnitStrindex())}
+	return [4]string{
+		c.str(p.SampleType().TypeStrindex()), c.str(p.SampleType().UnitStrindex()),
+		c.str(p.PeriodType().TypeStrindex()), c.str(p.PeriodType().UnitStrindex()),
+	}
 }
 
 // sampleTypes gives every distinct profile type (a JFR recording has cpu,
@@ -204,8 +208,10 @@ func (c *pprofConv) function(i int32) (*profile.Function, error) {
 		return nil, fmt.Errorf("function index %d out of range", i)
 	}
 	of := c.dict.FunctionTable().At(int(i))
-	f := &profile.Function{ID: uint64(len(c.out.Function) + 1), Name: c.str(of.NameStrindex()),
-		SystemName: c.str(of.SystemNameStrindex()), Filename: c.str(of.FilenameStrindex()), StartLine: of.StartLine()}
+	f := &profile.Function{
+		ID: uint64(len(c.out.Function) + 1), Name: c.str(of.NameStrindex()),
+		SystemName: c.str(of.SystemNameStrindex()), Filename: c.str(of.FilenameStrindex()), StartLine: of.StartLine(),
+	}
 	c.out.Function = append(c.out.Function, f)
 	c.funcs[i] = f
 	return f, nil
@@ -219,8 +225,10 @@ func (c *pprofConv) mapping(i int32) (*profile.Mapping, error) {
 		return nil, fmt.Errorf("mapping index %d out of range", i)
 	}
 	om := c.dict.MappingTable().At(int(i))
-	m := &profile.Mapping{ID: uint64(len(c.out.Mapping) + 1), Start: 0, Limit: math.MaxUint64,
-		File: c.str(om.FilenameStrindex())}
+	m := &profile.Mapping{
+		ID: uint64(len(c.out.Mapping) + 1), Start: 0, Limit: math.MaxUint64,
+		File: c.str(om.FilenameStrindex()),
+	}
 	var gnu, goID, htl string
 	for _, ai := range om.AttributeIndices().All() {
 		if ai <= 0 || int(ai) >= c.dict.AttributeTable().Len() {

@@ -53,11 +53,15 @@ func selfBatch() sampler.Batch {
 	pcs := selfStack()
 	now := time.Now().UnixNano()
 	return sampler.Batch{Samples: []sampler.Sample{
-		{Pid: uint32(os.Getpid()), Tid: 7, Comm: "worker", CPU: 1, UserPCs: pcs,
-			KernelPCs: []uint64{fakeKernelFunc + 0x10, fakeKernelFunc + 0x20}, Count: 3, FirstNs: now, LastNs: now},
+		{
+			Pid: uint32(os.Getpid()), Tid: 7, Comm: "worker", CPU: 1, UserPCs: pcs,
+			KernelPCs: []uint64{fakeKernelFunc + 0x10, fakeKernelFunc + 0x20}, Count: 3, FirstNs: now, LastNs: now,
+		},
 		// Same stack, same thread and CPU: merged.
-		{Pid: uint32(os.Getpid()), Tid: 7, Comm: "worker", CPU: 1, UserPCs: pcs,
-			KernelPCs: []uint64{fakeKernelFunc + 0x10, fakeKernelFunc + 0x20}, Count: 2, FirstNs: now - 5, LastNs: now},
+		{
+			Pid: uint32(os.Getpid()), Tid: 7, Comm: "worker", CPU: 1, UserPCs: pcs,
+			KernelPCs: []uint64{fakeKernelFunc + 0x10, fakeKernelFunc + 0x20}, Count: 2, FirstNs: now - 5, LastNs: now,
+		},
 		{Pid: uint32(os.Getpid()), Tid: 8, Comm: "other", CPU: 0, UserPCs: pcs, Count: 1, FirstNs: now, LastNs: now},
 	}}
 }
@@ -148,8 +152,10 @@ func TestFilter(t *testing.T) {
 // and the pprof conversion keeps them.
 func TestSymbolizeAndPprof(t *testing.T) {
 	r := buildSelf(t, Options{KernelSymbols: true})
-	sym, err := otlpsym.New(otlpsym.Options{Demangle: true, Inlines: true, Lines: true,
-		Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs}}})
+	sym, err := otlpsym.New(otlpsym.Options{
+		Demangle: true, Inlines: true, Lines: true,
+		Locate: locate.Config{Order: []string{locate.SourceProc, locate.SourceLocal, locate.SourceDebugDirs}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

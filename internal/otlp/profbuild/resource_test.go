@@ -19,8 +19,10 @@ func TestResourceContainerAttributes(t *testing.T) {
 		p    *normalize.Process
 		want map[string]any
 	}{
-		{"in a pod", &normalize.Process{PID: 4242, ExePath: "/app/busy", ContainerID: id, PodUID: "3f2a1b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", ContainerRuntime: "containerd", VPID: 1},
-			map[string]any{pframe.AttrContainerID: id, pframe.AttrK8sPodUID: "3f2a1b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", pframe.AttrContainerRuntime: "containerd", pframe.AttrVPID: int64(1)}},
+		{
+			"in a pod", &normalize.Process{PID: 4242, ExePath: "/app/busy", ContainerID: id, PodUID: "3f2a1b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", ContainerRuntime: "containerd", VPID: 1},
+			map[string]any{pframe.AttrContainerID: id, pframe.AttrK8sPodUID: "3f2a1b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", pframe.AttrContainerRuntime: "containerd", pframe.AttrVPID: int64(1)},
+		},
 		{"on the host", &normalize.Process{PID: 4242, ExePath: "/usr/bin/busy"}, map[string]any{}},
 		{"never read", nil, map[string]any{}},
 	} {

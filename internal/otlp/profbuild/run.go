@@ -287,15 +287,7 @@ func (r *run) writeCPU(sp pprofile.ScopeProfiles, po *procOut) {
 		if rw.stop != sampler.StopOK && rw.stop != sampler.StopFramePointers {
 			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrUnwindStop, rw.stop.String()))
 		}
-		for rest := rw.labels; rest != ""; {
-			var k, v string
-			k, rest, _ = strings.Cut(rest, "\x00")
-			v, rest, _ = strings.Cut(rest, "\x00")
-			s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrPprofLabelPrefix+k, v))
-		}
-		if li := r.link(rw.labels); li != 0 {
-			s.SetLinkIndex(li)
-		}
+		r.labelAttrs(s, rw)
 		r.rep.Rows++
 	}
 }

@@ -7,7 +7,10 @@
 // root span "request" with a child "compute" that spins in inSpan for
 // spanCPU of thread CPU time, then spins in outside, in no span, for half
 // that. Every span is printed as it ends ("span TRACE SPAN START END
-// NAME", Unix ns), then "done"; it then waits to be killed.
+// NAME", Unix ns), then "done"; it then waits to be killed. With a second
+// argument "offcpu" the requests block instead of spinning: blockedInSpan
+// and blockedOutside sleep in nanosleep(2) 5 ms at a time, for the same
+// wall times, so the goroutine waits in a system call on its own thread.
 package main
 
 import (
@@ -77,6 +80,21 @@ func outside(cpu time.Duration) {
 	}
 }
 
+// block sleeps d in nanosleep(2) calls of 5 ms: a system call, so the
+// thread waits with the goroutine on it.
+func block(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(5 * time.Millisecond))
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		_ = syscall.Nanosleep(&ts, nil)
+	}
+}
+
+//go:noinline
+func blockedInSpan(d time.Duration) { block(d) }
+
+//go:noinline
+func blockedOutside(d time.Duration) { block(d) }
+
 //go:noinline
 func warm(stop *atomic.Bool) {
 	for !stop.Load() {
@@ -86,6 +104,7 @@ func warm(stop *atomic.Bool) {
 
 func main() {
 	n, _ := strconv.Atoi(os.Args[1])
+	offCPU := len(os.Args) > 2 && os.Args[2] == "offcpu"
 	runtime.GOMAXPROCS(2)
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(&printer{}))
 	tracer := otelpyroscope.NewTracerProvider(sdk).Tracer("gotrace")
@@ -101,10 +120,18 @@ func main() {
 		for range n {
 			ctx, req := tracer.Start(context.Background(), "request")
 			_, compute := tracer.Start(ctx, "compute")
-			inSpan(spanCPU)
+			if offCPU {
+				blockedInSpan(spanCPU)
+			} else {
+				inSpan(spanCPU)
+			}
 			compute.End()
 			req.End()
-			outside(spanCPU / 2)
+			if offCPU {
+				blockedOutside(spanCPU / 2)
+			} else {
+				outside(spanCPU / 2)
+			}
 		}
 		close(done)
 	}()
