@@ -62,6 +62,9 @@ struct sample_key {
 	__u32 origin; /* enum sample_origin */
 	__u64 uhash;  /* key of the walked user stack in ustacks0/1 */
 	__u64 labels; /* Go: the running goroutine's labels pointer, 0: none (golabels.h) */
+	/* The span the thread published (threadctx.h), zero: none. */
+	__u8 trace_id[16];
+	__u8 span_id[8];
 };
 
 struct sample_value {
@@ -273,6 +276,7 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 
 #include "compat.h"
 #include "golabels.h"
+#include "threadctx.h"
 #include "unwind.h"
 
 /* Anchors for bpf2go's -type (see above). */
@@ -356,6 +360,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 		return 0;
 	key.ustack = id;
 	key.labels = go_labels(tgid);
+	thread_ctx(tgid, &key);
 
 	return count_sample(counts, &key, st);
 }

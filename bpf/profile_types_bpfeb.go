@@ -578,15 +578,17 @@ const (
 )
 
 type ProfileSampleKey struct {
-	_      structs.HostLayout
-	Pid    uint32
-	Tid    uint32
-	Cpu    uint32
-	Kstack int32
-	Ustack int32
-	Origin uint32
-	Uhash  uint64
-	Labels uint64
+	_       structs.HostLayout
+	Pid     uint32
+	Tid     uint32
+	Cpu     uint32
+	Kstack  int32
+	Ustack  int32
+	Origin  uint32
+	Uhash   uint64
+	Labels  uint64
+	TraceId [16]uint8
+	SpanId  [8]uint8
 }
 
 type ProfileSampleOrigin uint32
@@ -691,6 +693,11 @@ const (
 	ProfileTableStateTABLE_NONE    ProfileTableState = 2
 	ProfileTableStateTABLE_LAZY    ProfileTableState = 3
 )
+
+type ProfileTctxProc struct {
+	_      structs.HostLayout
+	TlsOff int64
+}
 
 type ProfileUnwindLimits uint32
 
@@ -928,6 +935,7 @@ const (
 	ProfileMapStacks0                = "stacks0"
 	ProfileMapStacks1                = "stacks1"
 	ProfileMapStatsMap               = "stats_map"
+	ProfileMapTctxProcs              = "tctx_procs"
 	ProfileMapUnwindMappings         = "unwind_mappings"
 	ProfileMapUnwindProcs            = "unwind_procs"
 	ProfileMapUnwindProgs            = "unwind_progs"
@@ -977,6 +985,7 @@ const (
 	ProfileVarOffcpuSchedLo          = "offcpu_sched_lo"
 	ProfileVarOffcpuSelect           = "offcpu_select"
 	ProfileVarStackCopyBytes         = "stack_copy_bytes"
+	ProfileVarThreadCtxOn            = "thread_ctx_on"
 	ProfileVarUnusedCfaRule          = "unused_cfa_rule"
 	ProfileVarUnusedCpythonBufs      = "unused_cpython_bufs"
 	ProfileVarUnusedCpythonError     = "unused_cpython_error"
@@ -1152,6 +1161,7 @@ type ProfileMapSpecs struct {
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks0"`
 	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
 	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
+	TctxProcs        *ebpf.MapSpec `ebpf:"tctx_procs"`
 	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindProgs      *ebpf.MapSpec `ebpf:"unwind_progs"`
@@ -1186,6 +1196,7 @@ type ProfileVariableSpecs struct {
 	OffcpuSchedLo          *ebpf.VariableSpec `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.VariableSpec `ebpf:"offcpu_select"`
 	StackCopyBytes         *ebpf.VariableSpec `ebpf:"stack_copy_bytes"`
+	ThreadCtxOn            *ebpf.VariableSpec `ebpf:"thread_ctx_on"`
 	UnusedCfaRule          *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.VariableSpec `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.VariableSpec `ebpf:"unused_cpython_error"`
@@ -1312,6 +1323,7 @@ type ProfileMaps struct {
 	Stacks0          *ebpf.Map `ebpf:"stacks0"`
 	Stacks1          *ebpf.Map `ebpf:"stacks1"`
 	StatsMap         *ebpf.Map `ebpf:"stats_map"`
+	TctxProcs        *ebpf.Map `ebpf:"tctx_procs"`
 	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindProgs      *ebpf.Map `ebpf:"unwind_progs"`
@@ -1371,6 +1383,7 @@ func (m *ProfileMaps) Close() error {
 		m.Stacks0,
 		m.Stacks1,
 		m.StatsMap,
+		m.TctxProcs,
 		m.UnwindMappings,
 		m.UnwindProcs,
 		m.UnwindProgs,
@@ -1406,6 +1419,7 @@ type ProfileVariables struct {
 	OffcpuSchedLo          *ebpf.Variable `ebpf:"offcpu_sched_lo"`
 	OffcpuSelect           *ebpf.Variable `ebpf:"offcpu_select"`
 	StackCopyBytes         *ebpf.Variable `ebpf:"stack_copy_bytes"`
+	ThreadCtxOn            *ebpf.Variable `ebpf:"thread_ctx_on"`
 	UnusedCfaRule          *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCpythonBufs      *ebpf.Variable `ebpf:"unused_cpython_bufs"`
 	UnusedCpythonError     *ebpf.Variable `ebpf:"unused_cpython_error"`

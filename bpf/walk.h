@@ -60,6 +60,7 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 	key.ustack = -1;
 	key.origin = s->origin;
 	key.labels = go_labels(s->tgid);
+	thread_ctx(s->tgid, &key);
 	if (s->stack.len > 0) {
 		h = walked_hash(s);
 		key.ustack = -2;

@@ -74,6 +74,7 @@ type recordOpts struct {
 	unwinding    unwind.Mode
 	interpreters bool
 	goLabels     bool
+	threadCtx    bool
 	filter       *profbuild.Filter
 	offCPU       offcpu.Config
 	wall         bool
@@ -96,6 +97,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.StringVar(&o.format, "format", "otlp-json", "otlp-json (OTLP profiles JSON) or pprof (gzipped profile.proto)")
 	fs.BoolVar(&o.kernel, "kernel", true, "record kernel stacks, named from /proc/kallsyms")
 	fs.BoolVar(&o.goLabels, "go-labels", true, "put Go programs' pprof labels on their samples as pprof.label.<key> (needs -unwinding auto)")
+	fs.BoolVar(&o.threadCtx, "thread-context", false, "link samples to the span their thread publishes in otel_thread_ctx_v1 (OpenTelemetry thread context, OTEP 4947; experimental; needs -unwinding auto)")
 	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot), Python (CPython), Perl, PHP, Ruby and JavaScript (Node.js V8) frames in user stacks (needs -unwinding auto)")
 	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
 	fs.BoolVar(&o.offCPU.Enabled, "off-cpu", false, "also record where threads wait off CPU, and for how long (an off_cpu profile; --pid and --comm select whose)")
@@ -219,6 +221,7 @@ func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Rep
 		Runtimes: runtimes.Config{
 			HotSpot: o.interpreters, CPython: o.interpreters, Perl: o.interpreters, PHP: o.interpreters, Ruby: o.interpreters, V8: o.interpreters,
 			GoLabels: o.goLabels, MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes,
+			ThreadContext: o.threadCtx,
 		},
 	})
 	if err != nil {

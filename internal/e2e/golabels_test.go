@@ -98,8 +98,13 @@ func goLabelsWork(t *testing.T, runs []*goLabelsRun) {
 
 // hasFrame says whether frames hold main.<fn>.
 func hasFrame(frames []userFrame, fn string) bool {
+	return hasFunc(frames, "main."+fn)
+}
+
+// hasFunc says whether a frame is in the function named fn.
+func hasFunc(frames []userFrame, fn string) bool {
 	for _, f := range frames {
-		if f.fn == "main."+fn {
+		if f.fn == fn {
 			return true
 		}
 	}

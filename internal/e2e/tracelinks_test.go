@@ -102,6 +102,14 @@ func checkTraceLinks(t *testing.T, path string, pid int64, spans map[string]trac
 // functions in and out of spans, and at least least of typ's value in spans.
 func checkLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan, typ, inFn, outFn string, least int64) {
 	t.Helper()
+	checkLinksTo(t, path, pid, spans, "request", typ, "main."+inFn, "main."+outFn, least)
+}
+
+// checkLinksTo is checkLinks where the samples in spans must link to the
+// span named linkTo of their request, and inFn and outFn are functions'
+// whole names.
+func checkLinksTo(t *testing.T, path string, pid int64, spans map[string]traceSpan, linkTo, typ, inFn, outFn string, least int64) {
+	t.Helper()
 	if len(spans) != 2*traceRequests {
 		t.Fatalf("the fixture printed %d spans, want %d", len(spans), 2*traceRequests)
 	}
@@ -114,14 +122,14 @@ func checkLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan
 			return
 		}
 		switch {
-		case hasFrame(s.frames, inFn):
+		case hasFunc(s.frames, inFn):
 			in += s.n
 			sp, ok := spans[s.span]
 			switch {
 			case s.span == "":
 				bad[fmt.Sprintf("no link, labels %v, stop=%s", s.labels, s.stop)] += s.n
-			case !ok || sp.name != "request":
-				bad[fmt.Sprintf("link to span %s (%q), not a request's", s.span, sp.name)] += s.n
+			case !ok || sp.name != linkTo:
+				bad[fmt.Sprintf("link to span %s (%q), not a %s span", s.span, sp.name, linkTo)] += s.n
 			case sp.trace != s.trace:
 				bad[fmt.Sprintf("span %s with trace %s, want %s", s.span, s.trace, sp.trace)] += s.n
 			case s.time+slack < sp.start || s.time > sp.end+slack:
@@ -130,7 +138,7 @@ func checkLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan
 				inOK += s.n
 				linked[s.span] = true
 			}
-		case hasFrame(s.frames, outFn):
+		case hasFunc(s.frames, outFn):
 			out += s.n
 			if s.span != "" || s.trace != "" {
 				outBad += s.n
@@ -142,8 +150,8 @@ func checkLinks(t *testing.T, path string, pid int64, spans map[string]traceSpan
 	if in > 0 {
 		share = float64(inOK) / float64(in)
 	}
-	t.Logf("trace links (%s): %d/%d in spans linked to their request (%.1f%%, %d of %d requests seen); %d/%d outside linked",
-		typ, inOK, in, 100*share, len(linked), traceRequests, outBad, out)
+	t.Logf("trace links (%s): %d/%d in spans linked to their %s span (%.1f%%, %d of %d requests seen); %d/%d outside linked",
+		typ, inOK, in, linkTo, 100*share, len(linked), traceRequests, outBad, out)
 	if in < least {
 		t.Errorf("%d %s in %s, want at least %d", in, typ, inFn, least)
 	}

@@ -50,6 +50,10 @@ type Config struct {
 	// GoLabels puts the pprof labels of Go programs' goroutines on their
 	// samples (docs/runtimes.md, "Go pprof labels").
 	GoLabels GoLabelsConfig `mapstructure:"go_labels"`
+	// ThreadContext links samples to the span their thread published
+	// through the OpenTelemetry thread context (OTEP 4947; experimental,
+	// off by default; docs/runtimes.md, "Trace links").
+	ThreadContext ThreadContextConfig `mapstructure:"thread_context"`
 	// OffCPU records where threads wait off CPU, and for how long
 	// (docs/off-cpu.md).
 	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
@@ -204,14 +208,26 @@ type GoLabelsConfig struct {
 	_ struct{}
 }
 
-// sampler turns the interpreters' and Go labels' configuration into the
-// sampler's.
+// ThreadContextConfig configures reading the OpenTelemetry thread context
+// (unwinding.mode auto only).
+type ThreadContextConfig struct {
+	// Enabled copies the trace and span ids a thread's otel_thread_ctx_v1
+	// record holds into each of its samples, which links to that span.
+	Enabled bool `mapstructure:"enabled"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// sampler turns the interpreters', Go labels' and thread context's
+// configuration into the sampler's.
 func (c *Config) runtimes() (runtimes.Config, error) {
 	rc, err := c.Interpreters.sampler()
 	if err != nil {
 		return rc, err
 	}
 	rc.GoLabels, rc.MaxLabels, rc.MaxLabelBytes = c.GoLabels.Enabled, c.GoLabels.MaxLabels, c.GoLabels.MaxLabelBytes
+	rc.ThreadContext = c.ThreadContext.Enabled
 	return rc, rc.Validate()
 }
 

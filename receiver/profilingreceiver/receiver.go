@@ -303,7 +303,7 @@ func (r *profilingReceiver) record(ctx context.Context, rep profbuild.Report, to
 		r.lastUnwind = us
 	}
 	r.tel.ReceiverProfilingProcessesTracked.Record(ctx, int64(r.builder.Tracked()))
-	r.recordRuntimes(ctx, r.sampler.Runtimes())
+	r.recordRuntimes(ctx, r.sampler.Runtimes(), r.sampler.ThreadContextStats())
 	st, err := r.sampler.Stats()
 	if err != nil {
 		return

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/threadctx"
 )
 
 // runtimeCounters are the runtime walkers' cumulative counters already
@@ -15,12 +16,14 @@ type runtimeCounters struct {
 	set    runtimes.Stats
 	walk   map[string]map[string]uint64
 	labels runtimes.LabelStats
+	tctx   threadctx.Stats
 }
 
 // recordRuntimes reports what the runtime walkers did since the last
 // report: processes attached and refused, walks the BPF walkers could not
-// finish, frames left unnamed; and what the Go labels reader did.
-func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set) {
+// finish, frames left unnamed; and what the Go labels and thread context
+// readers did.
+func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set, tc threadctx.Stats) {
 	if s == nil {
 		return
 	}
@@ -45,7 +48,11 @@ func (r *profilingReceiver) recordRuntimes(ctx context.Context, s *runtimes.Set)
 		addDelta(ctx, r.tel.ReceiverProfilingGoLabelsRefused, n, last.labels.Refused[reason], reasonAttr(reason))
 	}
 	addDelta(ctx, r.tel.ReceiverProfilingGoLabelsUnread, ls.Failed, last.labels.Failed)
-	r.lastRuntimes = runtimeCounters{set: st, walk: walk, labels: ls}
+	addDelta(ctx, r.tel.ReceiverProfilingThreadContextProcesses, tc.Attached, last.tctx.Attached)
+	for reason, n := range tc.Refused {
+		addDelta(ctx, r.tel.ReceiverProfilingThreadContextRefused, n, last.tctx.Refused[reason], reasonAttr(reason))
+	}
+	r.lastRuntimes = runtimeCounters{set: st, walk: walk, labels: ls, tctx: tc}
 }
 
 func attrs(kv ...attribute.KeyValue) metric.AddOption {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/threadctx"
 	"github.com/profsym/profsym/internal/host/unwind"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadata"
 	"github.com/profsym/profsym/receiver/profilingreceiver/internal/metadatatest"
@@ -72,11 +73,12 @@ func TestRuntimeTelemetry(t *testing.T) {
 		_, _ = set.Name(1, runtimes.Frame{Kind: runtimes.FrameCPythonFirst})
 	}
 	r := &profilingReceiver{tel: tel}
-	r.recordRuntimes(ctx, set)
+	r.recordRuntimes(ctx, set, threadctx.Stats{Attached: 1, Refused: map[string]uint64{"unsupported": 1}})
 	rt.errs = map[string]uint64{"no_thread": 5, "read": 1}
 	lab.st = runtimes.LabelStats{Attached: 3, Refused: map[string]uint64{"unsupported": 1, "unreadable": 2}, Read: 20, Failed: 4}
-	r.recordRuntimes(ctx, set)
-	r.recordRuntimes(ctx, set)
+	tc := threadctx.Stats{Attached: 4, Refused: map[string]uint64{"unsupported": 1, "not_loaded": 2}}
+	r.recordRuntimes(ctx, set, tc)
+	r.recordRuntimes(ctx, set, tc)
 
 	one := func(n int64, kv ...attribute.KeyValue) metricdata.DataPoint[int64] {
 		return metricdata.DataPoint[int64]{Value: n, Attributes: attribute.NewSet(kv...)}
@@ -97,4 +99,9 @@ func TestRuntimeTelemetry(t *testing.T) {
 		one(2, attribute.String("reason", "unreadable")),
 	}, opts...)
 	metadatatest.AssertEqualReceiverProfilingGoLabelsUnread(t, tt, []metricdata.DataPoint[int64]{one(4)}, opts...)
+	metadatatest.AssertEqualReceiverProfilingThreadContextProcesses(t, tt, []metricdata.DataPoint[int64]{one(4)}, opts...)
+	metadatatest.AssertEqualReceiverProfilingThreadContextRefused(t, tt, []metricdata.DataPoint[int64]{
+		one(1, attribute.String("reason", "unsupported")),
+		one(2, attribute.String("reason", "not_loaded")),
+	}, opts...)
 }

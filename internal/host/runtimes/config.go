@@ -23,6 +23,10 @@ type Config struct {
 	// every label key and value.
 	MaxLabels     int
 	MaxLabelBytes int
+	// ThreadContext puts the span a thread publishes through the
+	// OpenTelemetry thread context (OTEP 4947, otel_thread_ctx_v1) on its
+	// samples as a link (docs/runtimes.md, "Trace links").
+	ThreadContext bool
 }
 
 // Defaults.
@@ -66,7 +70,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Enabled reports whether any runtime is walked, or Go labels read.
+// Enabled reports whether any runtime is walked, or Go labels or thread
+// contexts read.
 func (c *Config) Enabled() bool {
-	return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby || c.V8 || c.GoLabels
+	return c.HotSpot || c.CPython || c.Perl || c.PHP || c.Ruby || c.V8 || c.GoLabels || c.ThreadContext
 }

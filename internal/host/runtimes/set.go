@@ -32,6 +32,14 @@ type Labeler interface {
 	Close()
 }
 
+// Watcher is told of every process snapshot and exit, like a Runtime
+// (threadctx). It reads nothing at the drain: Walking does not count it.
+type Watcher interface {
+	Attach(p *normalize.Process)
+	Forget(pid int)
+	Close()
+}
+
 // LabelStats count what a Labeler did, cumulatively.
 type LabelStats struct {
 	Attached uint64            // processes whose labels are read
@@ -46,6 +54,7 @@ type Set struct {
 	unw    Unwinder
 	log    *zap.Logger
 	labels Labeler // nil: samples carry no labels
+	watch  []Watcher
 
 	mu     sync.Mutex
 	procs  map[int]Runtime // which runtime each attached process runs
@@ -85,6 +94,9 @@ func (s *Set) Attach(p *normalize.Process) {
 	}
 	if s.labels != nil {
 		s.labels.Attach(p)
+	}
+	for _, w := range s.watch {
+		w.Attach(p)
 	}
 	for _, r := range s.rts {
 		ranges, found, err := r.Attach(p)
@@ -152,6 +164,9 @@ func (s *Set) Forget(pid int) {
 	if s.labels != nil {
 		s.labels.Forget(pid)
 	}
+	for _, w := range s.watch {
+		w.Forget(pid)
+	}
 	s.mu.Lock()
 	r := s.procs[pid]
 	delete(s.procs, pid)
@@ -165,6 +180,10 @@ func (s *Set) Forget(pid int) {
 // SetLabeler has the Set pass process snapshots and exits to l too, and
 // read sample labels through it. Call before the Set is used.
 func (s *Set) SetLabeler(l Labeler) { s.labels = l }
+
+// AddWatcher has the Set pass process snapshots and exits to w too. Call
+// before the Set is used.
+func (s *Set) AddWatcher(w Watcher) { s.watch = append(s.watch, w) }
 
 // Labels returns the labels at ptr (Sample.GoLabels) in pid, nil when none.
 func (s *Set) Labels(pid int, ptr uint64) []Label {

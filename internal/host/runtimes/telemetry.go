@@ -37,4 +37,7 @@ func (s *Set) Close() {
 	if s.labels != nil {
 		s.labels.Close()
 	}
+	for _, w := range s.watch {
+		w.Close()
+	}
 }

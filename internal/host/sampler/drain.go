@@ -258,6 +258,7 @@ func (d *drain) run() Batch {
 		}
 		smp := Sample{
 			Pid: k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm), GoLabels: k.Labels,
+			TraceID: k.TraceId, SpanID: k.SpanId,
 			UserPCs: us, UserExact: exact, Runtime: rt, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
 			Truncated: len(us) >= d.depth || len(ks) == d.depth || stop == StopDepth,

@@ -16,15 +16,19 @@ import (
 )
 
 // TestLoadsEveryProgram loads what the receiver's defaults load and more:
-// the CFI walker, both runtime walkers and the off-CPU programs with their
-// walker instances. The kernel matrix (make test-kernels) runs it on every
+// the CFI walker, every runtime walker, the Go labels and thread context
+// reads, and the off-CPU programs with their walker instances. The kernel matrix (make test-kernels) runs it on every
 // kernel, so a program an older verifier refuses is found there, not by a
 // user whose receiver does not start.
 func TestLoadsEveryProgram(t *testing.T) {
 	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
-		Runtimes: runtimes.Config{HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true, V8: true},
-		OffCPU:   offcpu.Config{Enabled: true},
+		Runtimes: runtimes.Config{
+			HotSpot: true, CPython: true, Perl: true, PHP: true, Ruby: true, V8: true,
+			GoLabels: true, MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes,
+			ThreadContext: true,
+		},
+		OffCPU: offcpu.Config{Enabled: true},
 		// unwind_copy too (newSampler leaves copies off otherwise).
 		Unwinding: unwind.Config{StackCopyBytes: unwind.DefaultStackCopyBytes},
 	})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/profsym/profsym/bpf"
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/threadctx"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
@@ -61,6 +62,7 @@ type Sampler struct {
 	perfIoctl      bool            // programs attached by PERF_EVENT_IOC_SET_BPF, not links
 	unwinder       *unwind.Manager // nil unless walking with unwind tables
 	runtimes       *runtimes.Set   // nil unless walking, with a runtime enabled
+	threadCtx      *threadctx.Tracker // nil unless thread_context is on (also in runtimes)
 	offcpu         *offcpuState    // nil unless off-CPU samples are on
 	agg            *rbAggregator   // ModeRingBuffer only
 	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
@@ -110,6 +112,7 @@ type aggObjs struct {
 	Ustacks0       *ebpf.Map     `ebpf:"ustacks0"`
 	Ustacks1       *ebpf.Map     `ebpf:"ustacks1"`
 	GoProcs        *ebpf.Map     `ebpf:"go_procs"`
+	TctxProcs      *ebpf.Map     `ebpf:"tctx_procs"`
 }
 
 // The stack copy of not-ready samples (copies.go), loaded only when on.
@@ -236,7 +239,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.StackCopies, o.CopyScratch, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs, o.TctxProcs,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
@@ -353,6 +356,12 @@ func New(cfg Config) (s *Sampler, err error) {
 			if l := s.newLabeler(); l != nil {
 				s.runtimes.SetLabeler(l)
 			}
+			if s.cfg.Runtimes.ThreadContext {
+				s.threadCtx = threadctx.New(threadctx.Options{
+					Procs: s.objs.TctxProcs, Logger: s.log.Named("threadctx"),
+				})
+				s.runtimes.AddWatcher(s.threadCtx)
+			}
 		}
 	}
 	if cfg.stackCopyBytes() > 0 {
@@ -434,6 +443,13 @@ func (s *Sampler) load() error {
 	if !goLabels {
 		spec.Maps[bpf.ProfileMapGoProcs].MaxEntries = 1
 	}
+	tctx := s.cfg.walking() && s.cfg.Runtimes.ThreadContext
+	if err := spec.Variables[bpf.ProfileVarThreadCtxOn].Set(tctx); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if !tctx {
+		spec.Maps[bpf.ProfileMapTctxProcs].MaxEntries = 1
+	}
 	for name, n := range sizes {
 		if !s.cfg.walking() {
 			n = 1
@@ -494,6 +510,15 @@ func (s *Sampler) Unwinder() *unwind.Manager { return s.unwinder }
 // none: callers give it every process snapshot (Attach) and exit (Forget),
 // and have it name runtime frames (Sample.Runtime).
 func (s *Sampler) Runtimes() *runtimes.Set { return s.runtimes }
+
+// ThreadContextStats counts the processes whose OpenTelemetry thread
+// context is read (zero when thread_context is off).
+func (s *Sampler) ThreadContextStats() threadctx.Stats {
+	if s.threadCtx == nil {
+		return threadctx.Stats{}
+	}
+	return s.threadCtx.Stats()
+}
 
 // sync returns after an RCU grace period: an ARRAY_OF_MAPS update waits for
 // every BPF program that might still read what was replaced.

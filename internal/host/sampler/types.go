@@ -149,7 +149,12 @@ type Sample struct {
 	// GoLabels is the labels pointer of the Go goroutine the samples ran
 	// (runtime.g.labels), 0 when none: Runtimes().Labels reads the set.
 	GoLabels uint64
-	Comm     string // thread name at the first sample
+	// TraceID and SpanID are the span the thread published through the
+	// OpenTelemetry thread context (OTEP 4947) when the samples were
+	// taken, zero when none.
+	TraceID [16]byte
+	SpanID  [8]byte
+	Comm    string // thread name at the first sample
 	CPU      uint32
 	// UserPCs is the user stack, leaf first; PCs after the first are
 	// return addresses, but see UserExact. An entry with RuntimeMark set

@@ -68,14 +68,32 @@ func (r *run) link(labels string) int32 {
 	return i
 }
 
+// span is the trace and span ids a thread published through the
+// OpenTelemetry thread context (OTEP 4947) as the sample was taken.
+type span struct {
+	trace [16]byte
+	span  [8]byte
+}
+
+// valid says whether s names a span: both ids set, as the OTEP has a
+// writer set them together.
+func (s span) valid() bool {
+	return pcommon.TraceID(s.trace) != pcommon.NewTraceIDEmpty() && pcommon.SpanID(s.span) != pcommon.NewSpanIDEmpty()
+}
+
 // labelAttrs gives a sample of rw its Go labels, as pprof.label.<key>
-// attributes, and the link of the span they name.
+// attributes, and the link of the span its thread published or, failing
+// that, of the span its labels name.
 func (r *run) labelAttrs(s pprofile.Sample, rw *row) {
 	for rest := rw.labels; rest != ""; {
 		var k, v string
 		k, rest, _ = strings.Cut(rest, "\x00")
 		v, rest, _ = strings.Cut(rest, "\x00")
 		s.AttributeIndices().Append(r.dict.AttrStr(pframe.AttrPprofLabelPrefix+k, v))
+	}
+	if rw.span.valid() {
+		s.SetLinkIndex(r.dict.Link(rw.span.trace, rw.span.span))
+		return
 	}
 	if li := r.link(rw.labels); li != 0 {
 		s.SetLinkIndex(li)

@@ -87,6 +87,7 @@ type rowKey struct {
 	origin   sampler.Origin
 	reason   string // off CPU: why it waited
 	labels   string // Go pprof labels: key NUL value NUL ..., sorted by key
+	span     span   // the span the thread published (OTEP 4947), zero: none
 }
 
 type row struct {
@@ -144,6 +145,7 @@ func (r *run) add(s *sampler.Sample) {
 	if s.GoLabels != 0 {
 		k.labels = r.goLabels(pid, s.GoLabels)
 	}
+	k.span = span{trace: s.TraceID, span: s.SpanID}
 	if s.Origin == sampler.OriginOffCPU {
 		k.origin, k.cpu, k.reason = s.Origin, 0, r.offCPUReason(s)
 	}

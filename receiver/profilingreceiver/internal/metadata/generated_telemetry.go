@@ -23,36 +23,38 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                  metric.Meter
-	mu                                     sync.Mutex
-	registrations                          []metric.Registration
-	ReceiverProfilingGoLabelsProcesses     metric.Int64Counter
-	ReceiverProfilingGoLabelsRefused       metric.Int64Counter
-	ReceiverProfilingGoLabelsUnread        metric.Int64Counter
-	ReceiverProfilingNormalizationFailures metric.Int64Counter
-	ReceiverProfilingOffCPUWaitsChosen     metric.Int64Counter
-	ReceiverProfilingOffCPUWaitsDropped    metric.Int64Counter
-	ReceiverProfilingOffCPUWaitsKept       metric.Int64Counter
-	ReceiverProfilingOffCPUWaitsSeen       metric.Int64Counter
-	ReceiverProfilingProcessEventsLost     metric.Int64Counter
-	ReceiverProfilingProcessesTracked      metric.Int64Gauge
-	ReceiverProfilingReportDuration        metric.Float64Histogram
-	ReceiverProfilingReportsFailed         metric.Int64Counter
-	ReceiverProfilingRuntimeAttached       metric.Int64Counter
-	ReceiverProfilingRuntimeFramesUnnamed  metric.Int64Counter
-	ReceiverProfilingRuntimeRefused        metric.Int64Counter
-	ReceiverProfilingRuntimeWalkErrors     metric.Int64Counter
-	ReceiverProfilingSamples               metric.Int64Counter
-	ReceiverProfilingSamplesFiltered       metric.Int64Counter
-	ReceiverProfilingSamplesLost           metric.Int64Counter
-	ReceiverProfilingSelectionVerdicts     metric.Int64Counter
-	ReceiverProfilingStacksTruncated       metric.Int64Counter
-	ReceiverProfilingUnwindFallbacks       metric.Int64Counter
-	ReceiverProfilingUnwindStacks          metric.Int64Counter
-	ReceiverProfilingUnwindTableBytes      metric.Int64Gauge
-	ReceiverProfilingUnwindTableEvictions  metric.Int64Counter
-	ReceiverProfilingUnwindTableRows       metric.Int64Gauge
-	ReceiverProfilingUnwindTables          metric.Int64Gauge
+	meter                                   metric.Meter
+	mu                                      sync.Mutex
+	registrations                           []metric.Registration
+	ReceiverProfilingGoLabelsProcesses      metric.Int64Counter
+	ReceiverProfilingGoLabelsRefused        metric.Int64Counter
+	ReceiverProfilingGoLabelsUnread         metric.Int64Counter
+	ReceiverProfilingNormalizationFailures  metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsChosen      metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsDropped     metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsKept        metric.Int64Counter
+	ReceiverProfilingOffCPUWaitsSeen        metric.Int64Counter
+	ReceiverProfilingProcessEventsLost      metric.Int64Counter
+	ReceiverProfilingProcessesTracked       metric.Int64Gauge
+	ReceiverProfilingReportDuration         metric.Float64Histogram
+	ReceiverProfilingReportsFailed          metric.Int64Counter
+	ReceiverProfilingRuntimeAttached        metric.Int64Counter
+	ReceiverProfilingRuntimeFramesUnnamed   metric.Int64Counter
+	ReceiverProfilingRuntimeRefused         metric.Int64Counter
+	ReceiverProfilingRuntimeWalkErrors      metric.Int64Counter
+	ReceiverProfilingSamples                metric.Int64Counter
+	ReceiverProfilingSamplesFiltered        metric.Int64Counter
+	ReceiverProfilingSamplesLost            metric.Int64Counter
+	ReceiverProfilingSelectionVerdicts      metric.Int64Counter
+	ReceiverProfilingStacksTruncated        metric.Int64Counter
+	ReceiverProfilingThreadContextProcesses metric.Int64Counter
+	ReceiverProfilingThreadContextRefused   metric.Int64Counter
+	ReceiverProfilingUnwindFallbacks        metric.Int64Counter
+	ReceiverProfilingUnwindStacks           metric.Int64Counter
+	ReceiverProfilingUnwindTableBytes       metric.Int64Gauge
+	ReceiverProfilingUnwindTableEvictions   metric.Int64Counter
+	ReceiverProfilingUnwindTableRows        metric.Int64Gauge
+	ReceiverProfilingUnwindTables           metric.Int64Gauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -209,6 +211,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_profiling_stacks_truncated",
 		metric.WithDescription("CPU samples whose stack reached max_stack_depth and may be cut short. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingThreadContextProcesses, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_thread_context_processes",
+		metric.WithDescription("Processes whose OpenTelemetry thread context (otel_thread_ctx_v1, OTEP 4947) the sampler reads (thread_context). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverProfilingThreadContextRefused, err = builder.meter.Int64Counter(
+		"otelcol_receiver_profiling_thread_context_refused",
+		metric.WithDescription("Processes that publish a thread context the sampler cannot follow, by reason (unsupported: another architecture, the general dynamic TLS model, or TLS outside the static block; not_loaded: the library was not relocated within 5 s; unreadable: its file or memory could not be read). Their samples carry no link; the agent's log says why, once per process. [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingUnwindFallbacks, err = builder.meter.Int64Counter(

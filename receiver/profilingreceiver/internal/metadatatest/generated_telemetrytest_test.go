@@ -40,6 +40,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverProfilingSamplesLost.Add(context.Background(), 1)
 	tb.ReceiverProfilingSelectionVerdicts.Add(context.Background(), 1)
 	tb.ReceiverProfilingStacksTruncated.Add(context.Background(), 1)
+	tb.ReceiverProfilingThreadContextProcesses.Add(context.Background(), 1)
+	tb.ReceiverProfilingThreadContextRefused.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindFallbacks.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindStacks.Add(context.Background(), 1)
 	tb.ReceiverProfilingUnwindTableBytes.Record(context.Background(), 1)
@@ -107,6 +109,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingStacksTruncated(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingThreadContextProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverProfilingThreadContextRefused(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverProfilingUnwindFallbacks(t, testTel,
