@@ -166,6 +166,7 @@ static __always_inline bool arch_sample_regs(struct bpf_perf_event_data *ctx, st
 	s->sp = ctx->regs.sp;
 	s->fp = ctx->regs.regs[29];
 	s->regs[1] = ctx->regs.regs[30]; /* the link register */
+	s->go_g = ctx->regs.regs[28];    /* Go's g, in Go code (golabels.h) */
 	return true;
 }
 
@@ -176,6 +177,7 @@ static __always_inline bool arch_entry_regs(struct pt_regs *regs, struct unwind_
 	s->pc = BPF_CORE_READ(regs, pc);
 	s->sp = BPF_CORE_READ(regs, sp);
 	s->fp = BPF_CORE_READ(regs, regs[29]);
+	s->go_g = BPF_CORE_READ(regs, regs[28]);
 	return true;
 }
 

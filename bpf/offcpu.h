@@ -203,7 +203,7 @@ static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st)
 	sc->w.uhash = 0;
 	/* Still the waiting thread's context (sched_switch runs before the
 	 * switch): the goroutine it leaves in a blocking system call. */
-	sc->w.labels = go_labels(s->tgid);
+	sc->w.labels = go_labels(s->tgid, s->go_g);
 	if (s->stack.len > 0) {
 		sc->w.uhash = walked_hash(s);
 		err = bpf_map_update_elem(ustacks, &sc->w.uhash, &s->stack, BPF_NOEXIST);

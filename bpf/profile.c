@@ -210,6 +210,19 @@ struct {
 	__type(value, __u8);
 } seen SEC(".maps");
 
+/* When each sampled process last replaced its image (CLOCK_BOOTTIME).
+ * Userspace gives a stack copy taken before that no user frames
+ * (STOP_EXEC): they belong to a program the process no longer runs,
+ * whatever snapshot of it userspace read. Written at exec, before any
+ * /proc read can show the new image; LRU, kept past exit for the copies
+ * still waiting. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} exec_times SEC(".maps");
+
 static __always_inline struct stats *get_stats(void)
 {
 	__u32 zero = 0;
@@ -359,7 +372,7 @@ static __always_inline int record_agg(void *ctx, void *counts, void *stacks, str
 	if (id == -2)
 		return 0;
 	key.ustack = id;
-	key.labels = go_labels(tgid);
+	key.labels = go_labels(tgid, 0); /* arm64: no g without the walker's registers */
 	thread_ctx(tgid, &key);
 
 	return count_sample(counts, &key, st);
@@ -489,11 +502,13 @@ int handle_exec(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
 	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u64 now;
 	__u8 *n;
 
 	/* The old image's mappings are gone; userspace loads the new ones. */
 	bpf_map_delete_elem(&unwind_procs, &tgid);
 	bpf_map_delete_elem(&go_procs, &tgid); /* maybe no Go binary any more */
+	bpf_map_delete_elem(&tctx_procs, &tgid); /* its variable is elsewhere, if anywhere */
 	offcpu_forget(tgid); /* its name may have changed */
 	/* Only sampled processes: announcing every exec of the host would cost
 	 * a /proc read per short-lived process, most of them never sampled. */
@@ -501,6 +516,8 @@ int handle_exec(__u64 *ctx)
 	if (!n)
 		return 0;
 	*n = 1; /* a new image: its stack copies start again (unwind.h) */
+	now = bpf_ktime_get_boot_ns();
+	bpf_map_update_elem(&exec_times, &tgid, &now, BPF_ANY);
 	emit_event(get_stats(), tgid, PROC_EXEC, 1);
 	return 0;
 }

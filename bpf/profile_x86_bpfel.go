@@ -674,7 +674,8 @@ const (
 	ProfileStopReasonSTOP_JIT                  ProfileStopReason = 8
 	ProfileStopReasonSTOP_RUNTIME              ProfileStopReason = 9
 	ProfileStopReasonSTOP_STACK_COPY_TRUNCATED ProfileStopReason = 10
-	ProfileStopReasonSTOP_REASONS              ProfileStopReason = 11
+	ProfileStopReasonSTOP_EXEC                 ProfileStopReason = 11
+	ProfileStopReasonSTOP_REASONS              ProfileStopReason = 12
 	ProfileStopReasonSTOP_SLOTS                ProfileStopReason = 16
 )
 
@@ -769,6 +770,7 @@ type ProfileUnwindState struct {
 	Regs      [8]uint64
 	RtReg     uint64
 	EntryRegs uint64
+	GoG       uint64
 	Origin    uint32
 	RtKind    uint32
 	RtHandled uint32
@@ -900,6 +902,7 @@ const (
 	ProfileMapCpythonStats           = "cpython_stats"
 	ProfileMapCpythonThreads         = "cpython_threads"
 	ProfileMapEvents                 = "events"
+	ProfileMapExecTimes              = "exec_times"
 	ProfileMapGoProcs                = "go_procs"
 	ProfileMapHotspotErrors          = "hotspot_errors"
 	ProfileMapHotspotProcs           = "hotspot_procs"
@@ -1126,6 +1129,7 @@ type ProfileMapSpecs struct {
 	CpythonStats     *ebpf.MapSpec `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.MapSpec `ebpf:"cpython_threads"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
+	ExecTimes        *ebpf.MapSpec `ebpf:"exec_times"`
 	GoProcs          *ebpf.MapSpec `ebpf:"go_procs"`
 	HotspotErrors    *ebpf.MapSpec `ebpf:"hotspot_errors"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
@@ -1288,6 +1292,7 @@ type ProfileMaps struct {
 	CpythonStats     *ebpf.Map `ebpf:"cpython_stats"`
 	CpythonThreads   *ebpf.Map `ebpf:"cpython_threads"`
 	Events           *ebpf.Map `ebpf:"events"`
+	ExecTimes        *ebpf.Map `ebpf:"exec_times"`
 	GoProcs          *ebpf.Map `ebpf:"go_procs"`
 	HotspotErrors    *ebpf.Map `ebpf:"hotspot_errors"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
@@ -1348,6 +1353,7 @@ func (m *ProfileMaps) Close() error {
 		m.CpythonStats,
 		m.CpythonThreads,
 		m.Events,
+		m.ExecTimes,
 		m.GoProcs,
 		m.HotspotErrors,
 		m.HotspotProcs,

@@ -6,7 +6,8 @@
  * to the record of the span its thread runs: trace id (16 bytes), span id
  * (8), a valid byte, trace flags, then attributes. Userspace
  * (internal/host/runtimes/threadctx) finds where the pointer sits relative
- * to the thread pointer and puts that offset in tctx_procs. The record is
+ * to the thread pointer (x86-64: below the fs base; arm64: above
+ * tpidr_el0) and puts that offset in tctx_procs. The record is
  * reused and rewritten as spans start and end, so the ids are copied into
  * the sample's key here, at sample time; a later read on the host could
  * name the next span. Every read is checked; any failure leaves no ids.
@@ -41,30 +42,29 @@ struct tctx_record {
  * leaves key's ids zero. */
 static __always_inline void thread_ctx(__u32 tgid, struct sample_key *key)
 {
-#if defined(__TARGET_ARCH_x86)
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct tctx_proc *tp;
 	struct tctx_record rec;
-	__u64 fs, ptr = 0;
+	__u64 base, ptr = 0;
 
 	if (!thread_ctx_on)
 		return;
 	tp = bpf_map_lookup_elem(&tctx_procs, &tgid);
 	if (!tp)
 		return;
-	fs = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), thread.fsbase);
-	if (!fs)
+#if defined(__TARGET_ARCH_arm64)
+	base = BPF_CORE_READ(task, thread.uw.tp_value);
+#else
+	base = BPF_CORE_READ(task, thread.fsbase);
+#endif
+	if (!base)
 		return;
-	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(fs + tp->tls_off)) || !ptr)
+	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(base + tp->tls_off)) || !ptr)
 		return;
 	if (bpf_probe_read_user(&rec, sizeof(rec), (void *)ptr) || rec.valid != 1)
 		return;
 	__builtin_memcpy(key->trace_id, rec.trace_id, sizeof(rec.trace_id));
 	__builtin_memcpy(key->span_id, rec.span_id, sizeof(rec.span_id));
-#else
-	/* arm64 keeps the thread pointer in tpidr_el0 (thread.uw.tp_value); not read yet. */
-	(void)tgid;
-	(void)key;
-#endif
 }
 
 #endif /* PROFSYM_THREADCTX_H */

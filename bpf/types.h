@@ -20,7 +20,8 @@ enum stop_reason {
 	STOP_JIT = 8,             /* ended in code without unwind info (JIT, anonymous memory) */
 	STOP_RUNTIME = 9,         /* a runtime's walker gave up (unknown layout, bad pointer) */
 	STOP_STACK_COPY_TRUNCATED = 10, /* a not-ready sample's copied stack ended before the walk did */
-	STOP_REASONS = 11,
+	STOP_EXEC = 11,           /* copied stack of the image the process replaced by exec (host walk only) */
+	STOP_REASONS = 12,
 	STOP_SLOTS = 16,          /* room in stats.stops: a power of two */
 };
 

@@ -170,6 +170,7 @@ struct unwind_state {
 	__u64 rt_reg;         /* REGS_USER: a register a runtime walker reads in the
 			       * innermost frame (x86-64 r13: HotSpot's bytecode pointer) */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
+	__u64 go_g;           /* arm64: x28 where the sample left user mode (Go's g; golabels.h) */
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
 	__u32 rt_kind;        /* the process's enum runtime_kind; NONE once its walker failed */
 	__u32 rt_handled;     /* the runtime walker pushed s->pc's frames: step it, push nothing */

@@ -143,10 +143,19 @@ struct mm_struct {
 	unsigned long start_code;
 } __attribute__((preserve_access_index));
 
-/* x86: the user thread pointer (golabels.h); arm64 reads none. */
+/* The user thread pointer (golabels.h, threadctx.h): x86's fs base,
+ * arm64's tpidr_el0 as saved for the task. */
+#if defined(__TARGET_ARCH_arm64)
+struct thread_struct {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+#else
 struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
+#endif
 
 struct task_struct {
 	unsigned int __state; /* "state" (a long) before 5.14: see task_struct___pre514 */

@@ -59,7 +59,7 @@ static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 	key.kstack = s->kstack;
 	key.ustack = -1;
 	key.origin = s->origin;
-	key.labels = go_labels(s->tgid);
+	key.labels = go_labels(s->tgid, s->go_g);
 	thread_ctx(s->tgid, &key);
 	if (s->stack.len > 0) {
 		h = walked_hash(s);

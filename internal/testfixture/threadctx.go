@@ -13,11 +13,21 @@ const (
 	ThreadCtxInitialEx = "initialexec" // in libotelctxie.so, initial-exec
 )
 
+var threadCtxFlags = []string{"-O1", "-g", "-fno-omit-frame-pointer"}
+
+// ThreadCtxProgram is the thread context fixture with the variable in the
+// program (ThreadCtxExe): the one variant that needs no library, so that
+// test/kernels can build it for a VM.
+var ThreadCtxProgram = Spec{
+	Name: "threadctx", Lang: "c", Sources: []string{"threadctx/main.c", "threadctx/otelctx.c"},
+	Args: append([]string{"-Wl,--export-dynamic-symbol=otel_thread_ctx_v1"}, threadCtxFlags...),
+}
+
 // ThreadCtx builds the thread context fixture, a minimal OTEP 4947 writer,
 // in its three variants, and returns their programs by variant.
 func ThreadCtx(t testing.TB) map[string]string {
 	t.Helper()
-	flags := []string{"-O1", "-g", "-fno-omit-frame-pointer"}
+	flags := threadCtxFlags
 	lib := func(name, model string) string {
 		return Build(t, Spec{
 			Name: name, Lang: "c", Sources: []string{"threadctx/otelctx.c"},
@@ -31,10 +41,7 @@ func ThreadCtx(t testing.TB) map[string]string {
 		})
 	}
 	return map[string]string{
-		ThreadCtxExe: Build(t, Spec{
-			Name: "threadctx", Lang: "c", Sources: []string{"threadctx/main.c", "threadctx/otelctx.c"},
-			Args: append([]string{"-Wl,--export-dynamic-symbol=otel_thread_ctx_v1"}, flags...),
-		}),
+		ThreadCtxExe:       Build(t, ThreadCtxProgram),
 		ThreadCtxTLSDESC:   prog("threadctx-tlsdesc", lib("libotelctx.so", "-mtls-dialect=gnu2")),
 		ThreadCtxInitialEx: prog("threadctx-ie", lib("libotelctxie.so", "-ftls-model=initial-exec")),
 	}

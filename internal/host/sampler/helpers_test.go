@@ -57,10 +57,11 @@ var (
 	hotGo = testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}}
 	waitC = testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
 		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}}
+	goLabelsFix = testfixture.Spec{Name: "golabels", Lang: "go", Sources: []string{"golabels"}}
 )
 
 func TestFixturesBuild(t *testing.T) {
-	for _, s := range []testfixture.Spec{hotC, hotGo, waitC} {
+	for _, s := range []testfixture.Spec{hotC, hotGo, waitC, goLabelsFix, testfixture.ThreadCtxProgram} {
 		t.Run(s.Name, func(t *testing.T) { testfixture.Build(t, s) })
 	}
 }

@@ -87,6 +87,7 @@ type commonObjs struct {
 	StatsMap   *ebpf.Map      `ebpf:"stats_map"`
 	Events     *ebpf.Map      `ebpf:"events"`
 	Seen       *ebpf.Map      `ebpf:"seen"`
+	ExecTimes  *ebpf.Map      `ebpf:"exec_times"`
 	ActiveBuf  *ebpf.Variable `ebpf:"active_buf"`
 
 	SelectedCgroups *ebpf.Map      `ebpf:"selected_cgroups"`
@@ -342,7 +343,7 @@ func New(cfg Config) (s *Sampler, err error) {
 		}
 		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
 			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
-			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync, Seen: s.objs.Seen,
+			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync, Seen: s.objs.Seen, ExecTimes: s.objs.ExecTimes,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sampler: %w", err)

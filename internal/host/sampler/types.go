@@ -107,10 +107,14 @@ const (
 	// StopStackCopyTruncated: a not-ready sample's copied stack (unwinding
 	// stack_copy_bytes) ended before the walk did.
 	StopStackCopyTruncated = StopReason(bpf.ProfileStopReasonSTOP_STACK_COPY_TRUNCATED)
-	NumStopReasons         = StopReason(bpf.ProfileStopReasonSTOP_REASONS)
+	// StopExec: a not-ready sample's copied stack was taken in the image
+	// its process then replaced by exec; its user frames, of a program no
+	// longer mapped, are not given.
+	StopExec       = StopReason(bpf.ProfileStopReasonSTOP_EXEC)
+	NumStopReasons = StopReason(bpf.ProfileStopReasonSTOP_REASONS)
 )
 
-var stopNames = [NumStopReasons]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers", "jit", "runtime", "stack_copy_truncated"}
+var stopNames = [NumStopReasons]string{"ok", "not_ready", "unknown_mapping", "no_table", "read_fault", "depth_limit", "bad_frame", "frame_pointers", "jit", "runtime", "stack_copy_truncated", "exec"}
 
 func (r StopReason) String() string {
 	if r < NumStopReasons {

@@ -162,6 +162,9 @@ type Stats struct {
 	// were not loaded yet (copy.go): received, walked once the tables
 	// were, given up on after copyWait (walked as far as possible, marked
 	// not_ready), dropped (more than maxCopies waiting), and waiting now.
+	// CopiesBeforeExec are copies taken before their process exec'd,
+	// given no user frames (stop reason exec).
 	CopiesReceived, CopiesWalked, CopiesExpired, CopiesDropped uint64
+	CopiesBeforeExec                                           uint64
 	CopiesWaiting                                              int
 }

@@ -114,6 +114,7 @@ const (
 	stopJIT       = uint32(bpf.ProfileStopReasonSTOP_JIT)
 	stopRuntime   = uint32(bpf.ProfileStopReasonSTOP_RUNTIME)
 	stopTruncated = uint32(bpf.ProfileStopReasonSTOP_STACK_COPY_TRUNCATED)
+	stopExec      = uint32(bpf.ProfileStopReasonSTOP_EXEC)
 
 	maxWords  = int(bpf.ProfileUnwindLimitsMAX_USER_FRAMES)
 	rtPtrMask = uint64(1)<<bpf.ProfileStackWordBitsRT_KIND_SHIFT - 1
@@ -150,6 +151,9 @@ func (m *Manager) TakeWalked() []WalkedCopy {
 	m.tryCopies(-1, time.Now())
 	out := m.walked
 	m.walked = nil
+	for i := range out {
+		m.beforeExec(&out[i])
+	}
 	return out
 }
 
@@ -210,6 +214,26 @@ func (m *Manager) tryCopy(p *pendingCopy, now time.Time) bool {
 	}
 	m.walked = append(m.walked, w)
 	return false
+}
+
+// beforeExec gives w no user frames, stop reason exec, when its process
+// exec'd after its stack was copied: the stack is of the image the process
+// replaced (a fork child's, between fork and exec, is its parent's
+// program), which no snapshot of the process shows any more, so whatever
+// it was walked against, or not walked at all (Ignore: the child was not
+// targeted yet), its frames would be another program's. Checked as the
+// copies are taken, by when the exec that follows a copy has come. Called
+// with m.mu held.
+func (m *Manager) beforeExec(w *WalkedCopy) {
+	if m.maps.ExecTimes == nil {
+		return
+	}
+	var at uint64
+	if err := m.maps.ExecTimes.Lookup(w.Copy.Pid, &at); err != nil || w.Copy.BootNs >= at {
+		return
+	}
+	m.stats.CopiesBeforeExec++
+	w.Words, w.Reason = nil, stopExec
 }
 
 // stillWaits reports whether what p's last walk stopped at is unchanged:

@@ -38,6 +38,10 @@ type Maps struct {
 	// copies so far (bpf/unwind.h not_ready_step); Ignore spends them.
 	// Optional.
 	Seen *ebpf.Map
+	// ExecTimes holds when each sampled process last exec'd
+	// (CLOCK_BOOTTIME): a stack copy taken before then is of the image
+	// the process replaced (copy.go). Optional.
+	ExecTimes *ebpf.Map
 }
 
 // speculativeDelay: a table queued because a process maps the file, not

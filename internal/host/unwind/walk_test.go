@@ -407,17 +407,32 @@ func TestExecReplacesTables(t *testing.T) {
 	// The shell's samples are those before the exec (a shell without
 	// full unwind tables, such as busybox's, may not be walked whole).
 	var chainSamples []sampler.Sample
-	shell := 0
+	shell, copiesBefore := 0, 0
 	for _, s := range samples {
+		if s.Stop == sampler.StopExec {
+			// A copy of the shell's stack taken before its tables were
+			// loaded, taken by the drain after the exec: of a program
+			// the process no longer runs, so no user frames.
+			copiesBefore++
+			if len(s.UserPCs) != 0 || execAt == 0 || s.LastNs >= execAt {
+				t.Errorf("stop exec with %d user frames at %d, exec at %d", len(s.UserPCs), s.LastNs, execAt)
+			}
+			continue
+		}
 		if execAt == 0 || s.LastNs >= execAt {
 			chainSamples = append(chainSamples, s)
 		} else {
 			shell += int(s.Count)
 		}
 	}
-	t.Logf("%d samples of the shell before exec", shell)
+	t.Logf("%d samples of the shell before exec, %d copies of its stack given stop exec", shell, copiesBefore)
 	if h.events(sampler.ProcessExec) == 0 {
 		t.Error("no exec event")
+	}
+	// The shell's first sample is always copied (nothing of it is loaded
+	// yet), and the drain comes after the exec.
+	if copiesBefore == 0 && runtime.GOARCH == "amd64" {
+		t.Error("no copy of the shell's stack came with stop exec")
 	}
 	checkWhole(t, "exec", evaluate(p, syms, cChain, chainSamples))
 }

@@ -162,7 +162,8 @@ func reason(err error) string {
 
 // inspect reads the Go release and TLS slot of a Go executable.
 func (t *Tracker) inspect(pid int, m *normalize.Mapping) fileResult {
-	if runtime.GOARCH != "amd64" {
+	want, ok := machines[runtime.GOARCH]
+	if !ok {
 		return fileResult{err: fmt.Errorf("go labels on %s: %w", runtime.GOARCH, ErrUnsupported)}
 	}
 	root := t.opt.ProcRoot
@@ -186,7 +187,7 @@ func (t *Tracker) inspect(pid int, m *normalize.Mapping) fileResult {
 		return fileResult{err: fmt.Errorf("opening %s: %w", m.Path, err)}
 	}
 	defer func() { _ = f.Close() }()
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+	if f.Machine != want || f.Class != elf.ELFCLASS64 {
 		return fileResult{err: fmt.Errorf("%s: %s: %w", m.Path, f.Machine, ErrUnsupported)}
 	}
 	v, err := gopclntab.GoVersion(f)
@@ -202,9 +203,15 @@ func (t *Tracker) inspect(pid int, m *normalize.Mapping) fileResult {
 	} else if !table {
 		return fileResult{err: fmt.Errorf("%s (%s): offsets not known, no DWARF: %w: %w", m.Path, v, ErrUnsupported, derr)}
 	}
-	l.TLSG = tlsSlot(f)
+	if want == elf.EM_X86_64 {
+		l.TLSG = tlsSlot(f) // arm64 keeps g in x28 (bpf/golabels.h)
+	}
 	return fileResult{l: l}
 }
+
+// machines are the architectures whose goroutine the BPF side finds: by
+// the TLS slot (amd64) or register x28 (arm64).
+var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
 // tlsSlot is where g lives relative to the thread pointer. The Go linker
 // puts runtime.tlsg first in the executable's TLS block, 8 bytes: fs-8.

@@ -23,16 +23,18 @@ var ErrUnsupported = errors.New("unsupported")
 type How uint8
 
 const (
-	// Static: the main executable's TLS block ends at the thread pointer
-	// (x86-64 keeps the TCB above the blocks), so the place follows from
-	// the PT_TLS header alone (local-exec, or initial-exec relaxed to it).
+	// Static: the main executable's TLS block is the first next to the
+	// thread pointer (x86-64: ending at it, the TCB above; arm64: after
+	// the 16-byte TCB it points at), so the place follows from the PT_TLS
+	// header alone (local-exec, or initial-exec relaxed to it).
 	Static How = iota + 1
-	// GOTOffset: a library's initial-exec access (R_X86_64_TPOFF64): the
-	// loader writes the offset into the GOT word at Slot.
+	// GOTOffset: a library's initial-exec access (R_X86_64_TPOFF64,
+	// R_AARCH64_TLS_TPREL64): the loader writes the offset into the GOT
+	// word at Slot.
 	GOTOffset
-	// GOTDescriptor: a library's TLSDESC access (R_X86_64_TLSDESC): the
-	// descriptor at Slot is a resolver and its argument; glibc's static
-	// resolver returns the argument, the offset.
+	// GOTDescriptor: a library's TLSDESC access (R_X86_64_TLSDESC,
+	// R_AARCH64_TLSDESC): the descriptor at Slot is a resolver and its
+	// argument; glibc's static resolver returns the argument, the offset.
 	GOTDescriptor
 )
 
@@ -44,17 +46,21 @@ type Where struct {
 	// Slot is the link-time address of the GOT word (GOTOffset) or
 	// descriptor (GOTDescriptor) the loader fills.
 	Slot uint64
+	// Above: the static TLS blocks lie above the thread pointer (arm64,
+	// TLS variant I), not below it (x86-64, variant II).
+	Above bool
 }
 
 // maxRelaBytes bounds the relocation sections read from one file.
 const maxRelaBytes = 64 << 20
 
-// x86-64 relocation types (psABI).
-const (
-	rX8664DTPMOD64 = 16
-	rX8664TPOFF64  = 18
-	rX8664TLSDESC  = 36
-)
+// The TLS relocation types of each architecture's psABI that matter here.
+type tlsRelocs struct{ gd, ie, desc uint32 }
+
+var relocsOf = map[elf.Machine]tlsRelocs{
+	elf.EM_X86_64:  {gd: uint32(elf.R_X86_64_DTPMOD64), ie: uint32(elf.R_X86_64_TPOFF64), desc: uint32(elf.R_X86_64_TLSDESC)},
+	elf.EM_AARCH64: {gd: uint32(elf.R_AARCH64_TLS_DTPMOD64), ie: uint32(elf.R_AARCH64_TLS_TPREL64), desc: uint32(elf.R_AARCH64_TLSDESC)},
+}
 
 // Inspect finds otel_thread_ctx_v1 in f, the main executable when exe.
 // found is false when f does not export it.
@@ -76,7 +82,8 @@ func Inspect(f *elfx.File, exe bool) (w Where, found bool, err error) {
 	if idx < 0 {
 		return w, false, nil
 	}
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+	rel, ok := relocsOf[f.Machine]
+	if !ok || f.Class != elf.ELFCLASS64 {
 		return w, true, fmt.Errorf("%s on %s: %w", Symbol, f.Machine, ErrUnsupported)
 	}
 	val := syms[idx].Value
@@ -90,6 +97,13 @@ func Inspect(f *elfx.File, exe bool) (w Where, found bool, err error) {
 		if tls == nil || val > tls.Memsz || tls.Memsz-val < 8 {
 			return w, true, fmt.Errorf("%s at %#x outside the TLS segment", Symbol, val)
 		}
+		if f.Machine == elf.EM_AARCH64 {
+			off, ok := staticOffsetAbove(tls.Align, tls.Vaddr)
+			if !ok {
+				return w, true, fmt.Errorf("TLS segment aligned %d: %w", tls.Align, ErrUnsupported)
+			}
+			return Where{How: Static, Offset: off + int64(val), Above: true}, true, nil
+		}
 		off, ok := staticOffset(tls.Memsz, tls.Align, tls.Vaddr)
 		if !ok {
 			return w, true, fmt.Errorf("TLS segment of %d bytes aligned %d: %w", tls.Memsz, tls.Align, ErrUnsupported)
@@ -97,7 +111,29 @@ func Inspect(f *elfx.File, exe bool) (w Where, found bool, err error) {
 		return Where{How: Static, Offset: int64(val) - off}, true, nil
 	}
 	// debug/elf drops the null symbol: .dynsym index idx+1.
-	return relocated(f, uint32(idx+1), val)
+	w, err = relocated(f, rel, uint32(idx+1), val)
+	w.Above = f.Machine == elf.EM_AARCH64
+	return w, true, err
+}
+
+// tcbSize is what arm64's thread pointer points at before the first
+// static TLS block: glibc's tcbhead_t (the DTV pointer and a private word).
+const tcbSize = 16
+
+// staticOffsetAbove is where the main executable's TLS block starts above
+// the thread pointer on arm64 (TLS variant I): after the TCB, aligned,
+// keeping the first byte's offset within the alignment as glibc does.
+func staticOffsetAbove(align, vaddr uint64) (int64, bool) {
+	align = max(align, 1)
+	if align&(align-1) != 0 || align > 1<<20 {
+		return 0, false
+	}
+	first := -(vaddr & (align - 1)) & (align - 1)
+	off := (tcbSize + align - 1) &^ (align - 1)
+	if off-tcbSize < first {
+		off += align
+	}
+	return int64(off - first), true
 }
 
 // staticOffset is where the main executable's TLS block starts below the
@@ -118,7 +154,7 @@ func staticOffset(memsz, align, vaddr uint64) (int64, bool) {
 
 // relocated finds the dynamic relocation through which a library reaches
 // symbol sym (value val), and the GOT place the loader fills.
-func relocated(f *elfx.File, sym uint32, val uint64) (Where, bool, error) {
+func relocated(f *elfx.File, rel tlsRelocs, sym uint32, val uint64) (Where, error) {
 	dynsym := -1
 	for i, s := range f.Sections {
 		if s.Type == elf.SHT_DYNSYM {
@@ -133,11 +169,11 @@ func relocated(f *elfx.File, sym uint32, val uint64) (Where, bool, error) {
 		}
 		total += s.Size
 		if total > maxRelaBytes {
-			return Where{}, true, fmt.Errorf("relocations over %d bytes", maxRelaBytes)
+			return Where{}, fmt.Errorf("relocations over %d bytes", maxRelaBytes)
 		}
 		data, err := f.SectionData(s.Name)
 		if err != nil {
-			return Where{}, true, fmt.Errorf("reading %s: %w", s.Name, err)
+			return Where{}, fmt.Errorf("reading %s: %w", s.Name, err)
 		}
 		for i := 0; i+24 <= len(data); i += 24 {
 			off := binary.LittleEndian.Uint64(data[i:])
@@ -150,19 +186,19 @@ func relocated(f *elfx.File, sym uint32, val uint64) (Where, bool, error) {
 				continue
 			}
 			switch typ {
-			case rX8664TLSDESC:
-				return Where{How: GOTDescriptor, Slot: off}, true, nil
-			case rX8664TPOFF64:
-				return Where{How: GOTOffset, Slot: off}, true, nil
-			case rX8664DTPMOD64:
+			case rel.desc:
+				return Where{How: GOTDescriptor, Slot: off}, nil
+			case rel.ie:
+				return Where{How: GOTOffset, Slot: off}, nil
+			case rel.gd:
 				sawGD = rs == sym
 			}
 		}
 	}
 	if sawGD {
-		return Where{}, true, fmt.Errorf("%s reached through the general dynamic model: %w", Symbol, ErrUnsupported)
+		return Where{}, fmt.Errorf("%s reached through the general dynamic model: %w", Symbol, ErrUnsupported)
 	}
-	return Where{}, true, fmt.Errorf("no relocation of %s: %w", Symbol, ErrUnsupported)
+	return Where{}, fmt.Errorf("no relocation of %s: %w", Symbol, ErrUnsupported)
 }
 
 // maxStaticTLS bounds a plausible offset into the static TLS block: glibc
@@ -171,8 +207,9 @@ const maxStaticTLS = 16 << 20
 
 // Resolve turns what the loader wrote at the file's GOT place (word0, and
 // word1 for a descriptor) into the variable's offset from the thread
-// pointer. A descriptor whose argument is no such offset was resolved to
-// dynamic TLS (a module loaded past the static block's surplus).
+// pointer: below it on x86-64, above it (past the TCB) on arm64 (w.Above).
+// A descriptor whose argument is no such offset was resolved to dynamic
+// TLS (a module loaded past the static block's surplus).
 func Resolve(w Where, word0, word1 uint64) (int64, error) {
 	var off int64
 	switch w.How {
@@ -185,7 +222,11 @@ func Resolve(w Where, word0, word1 uint64) (int64, error) {
 	default:
 		return 0, fmt.Errorf("no place known")
 	}
-	if off >= 0 || off < -maxStaticTLS || off%8 != 0 {
+	in := off < 0 && off >= -maxStaticTLS
+	if w.Above {
+		in = off >= tcbSize && off < maxStaticTLS
+	}
+	if !in || off%8 != 0 {
 		return 0, fmt.Errorf("thread pointer offset %d: not in the static TLS block: %w", off, ErrUnsupported)
 	}
 	return off, nil

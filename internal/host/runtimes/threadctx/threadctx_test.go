@@ -194,6 +194,13 @@ func TestResolve(t *testing.T) {
 		{Where{How: GOTOffset}, uint64(0xfffffffffffffffc), 0, 0, false},
 		{Where{How: GOTOffset}, uint64(1<<64 - 1<<30), 0, 0, false},
 		{Where{}, 0, 0, 0, false},
+		// arm64: above the thread pointer, past its 16-byte TCB.
+		{Where{How: Static, Offset: 192, Above: true}, 0, 0, 192, true},
+		{Where{How: GOTOffset, Above: true}, 200, 0, 200, true},
+		{Where{How: GOTDescriptor, Above: true}, 0xffff00001000, 200, 200, true},
+		{Where{How: GOTDescriptor, Above: true}, 0xffff00001000, 0xaaaa00001000, 0, false},
+		{Where{How: GOTOffset, Above: true}, 8, 0, 0, false},
+		{Where{How: GOTOffset, Above: true}, uint64(0xffffffffffffff78), 0, 0, false},
 	} {
 		got, err := Resolve(c.w, c.w0, c.w1)
 		if (err == nil) != c.ok || (c.ok && got != c.want) {
@@ -225,6 +232,20 @@ func TestStaticOffset(t *testing.T) {
 	}
 	if _, ok := staticOffset(8, 24, 0); ok {
 		t.Error("alignment 24 accepted")
+	}
+	for _, c := range []struct {
+		align, vaddr uint64
+		want         int64
+	}{
+		{8, 0x10dc8, 16},
+		{64, 0x10dc0, 64},
+		// First byte 8 past a 32-byte alignment: glibc keeps it so.
+		{32, 0x10008, 40},
+	} {
+		got, ok := staticOffsetAbove(c.align, c.vaddr)
+		if !ok || got != c.want {
+			t.Errorf("staticOffsetAbove(%d, %#x) = %d %v, want %d", c.align, c.vaddr, got, ok, c.want)
+		}
 	}
 }
 
