@@ -250,6 +250,7 @@ type userFrame struct {
 // timestamp, stop reason and user frames, leaf first.
 type sampleOf struct {
 	typ    string // the profile's sample type: cpu, off_cpu, wall
+	exe    string // the resource's process.executable.path
 	pid, n int64
 	time   uint64 // unix ns of the first time the stack was sampled
 	stop   string // profsym.unwind.stop_reason, "" for a whole stack
@@ -293,6 +294,10 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 			if !ok || !pids[v.Int()] {
 				continue
 			}
+			exe := ""
+			if e, ok := rp.Resource().Attributes().Get("process.executable.path"); ok {
+				exe = e.Str()
+			}
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, p := range sp.Profiles().All() {
 					typ := d.Str(p.SampleType().TypeStrindex())
@@ -329,7 +334,7 @@ func eachSampleOf(t *testing.T, path string, pids map[int64]bool, fn func(s samp
 							outer.inlined = lines[:len(lines)-1]
 							frames = append(frames, outer)
 						}
-						smp := sampleOf{typ: typ, pid: v.Int(), n: s.Values().At(0), frames: frames}
+						smp := sampleOf{typ: typ, exe: exe, pid: v.Int(), n: s.Values().At(0), frames: frames}
 						if s.TimestampsUnixNano().Len() > 0 {
 							smp.time = s.TimestampsUnixNano().At(0)
 						}

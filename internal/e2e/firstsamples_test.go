@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"io"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +94,78 @@ func TestRecordFirstSamplesWhole(t *testing.T) {
 	}
 	if notReady*1000 > total {
 		t.Errorf("%d of %d samples not_ready, want at most 0.1%%", notReady, total)
+	}
+}
+
+// TestRecordExecKeepsImagesApart: a shell spins, then execs the C chain
+// in the same process. `profsym record --symbolize --pid` must put the
+// samples taken before the exec under the shell's executable, named in
+// its image, and the chain's under the chain's: before, the shell's
+// samples drained after the exec were named in the chain's snapshot, where
+// none of their addresses is mapped (no_mapping).
+func TestRecordExecKeepsImagesApart(t *testing.T) {
+	bin := needBuilt(t, "profsym", "build")
+	chain := testfixture.Build(t, testfixture.Spec{
+		Name: "unwind-chain-pie", Lang: "c", Sources: []string{"unwind/chain.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-fPIE", "-pie"},
+	})
+	sh := testfixture.NeedTool(t, "sh")
+	shPath, err := filepath.EvalSymlinks(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About a second of the shell's own CPU, after a line on stdin.
+	cmd := exec.Command(sh, "-c", `read x; i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done; exec "$0" 1`, chain)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	pid := int64(cmd.Process.Pid)
+	out := filepath.Join(t.TempDir(), "rec.json")
+	rec := startRecord(t, bin, "record", "--symbolize", "--duration", "5m", "--output", out, "--pid", strconv.FormatInt(pid, 10))
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	rec.stop(t)
+	var shell, chainN, chainWhole, misplaced int64
+	bad := map[string]int64{}
+	want := []string{"leaf", "d", "c", "b", "a", "main"}
+	eachSampleOf(t, out, map[int64]bool{pid: true}, func(s sampleOf) {
+		var names []string
+		for _, f := range s.frames {
+			names = append(names, f.fn)
+			if f.err == "no_mapping" {
+				misplaced += s.n
+				bad[s.exe+": no_mapping in "+strings.Join(names, " <- ")] += s.n
+				return
+			}
+		}
+		switch s.exe {
+		case shPath:
+			shell += s.n
+		case chain:
+			chainN += s.n
+			if len(names) >= len(want) && strings.Join(names[:len(want)], " ") == strings.Join(want, " ") {
+				chainWhole += s.n
+			}
+		default:
+			bad["executable "+s.exe] += s.n
+		}
+	})
+	t.Logf("shell (%s): %d samples; chain: %d samples, %d whole; %d with frames in no mapping; %v",
+		shPath, shell, chainN, chainWhole, misplaced, bad)
+	if shell < 50 || chainN < 50 {
+		t.Errorf("%d samples under the shell, %d under the chain: want at least 50 of each (a second of CPU each)", shell, chainN)
+	}
+	if misplaced != 0 || len(bad) != 0 {
+		t.Errorf("samples named in the wrong image: %v", bad)
 	}
 }

@@ -144,6 +144,9 @@ type Builder struct {
 	left       map[int]bool // decisions of the generation before, not taken again yet
 	lastSeen   map[int]int  // report number a pid last appeared in
 	reports    int
+	// execs are the images processes replaced lately: their samples
+	// drained after the exec belong to them, not to the new image.
+	execs map[int]preImage
 
 	staged *run // the interval Stage has begun (the Collect goroutine's)
 }
@@ -206,6 +209,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		b.mu.Lock()
 		delete(b.exited, pid)
 		if ev.Kind == sampler.ProcessExec {
+			b.noteExec(pid, ev.TimeNs)
 			b.matchEpoch++
 			delete(b.match, pid) // comm and exe changed
 			delete(b.left, pid)
@@ -253,6 +257,58 @@ func (b *Builder) load(pid int) {
 	if b.opt.Runtimes != nil {
 		b.opt.Runtimes.Attach(p)
 	}
+}
+
+// preImage is what a process ran before an exec.
+type preImage struct {
+	at     int64              // the exec, Unix ns
+	report int                // the report it was seen in
+	p      *normalize.Process // a snapshot read before the exec, else nil
+	// targeted: the filter's decision on it (taken before the exec, or on
+	// p, or, with neither, the new image's).
+	targeted, decided bool
+}
+
+// execKeep is how many reports an exec is remembered for: long enough for
+// the drains that hold the samples taken before it, whichever of the two
+// (the event and the drain) comes first.
+const execKeep = 2
+
+// noteExec remembers pid's image before an exec at (Unix ns). Called with
+// b.mu held, before the decisions on the old image are dropped.
+func (b *Builder) noteExec(pid int, at int64) {
+	pre := preImage{at: at, report: b.reports}
+	if p := b.norm.Cached(pid); p != nil && p.ReadAt.UnixNano() < at {
+		pre.p = p
+	}
+	pre.targeted, pre.decided = b.match[pid]
+	if b.execs == nil {
+		b.execs = map[int]preImage{}
+	}
+	b.execs[pid] = pre
+}
+
+// beforeExec says whether a sample of pid last taken at lastNs belongs to
+// an image pid replaced by exec since, and gives that image.
+func (b *Builder) beforeExec(pid int, lastNs int64) (preImage, bool) {
+	b.mu.Lock()
+	pre, ok := b.execs[pid]
+	b.mu.Unlock()
+	if !ok || lastNs >= pre.at {
+		return preImage{}, false
+	}
+	if !pre.decided {
+		f := b.opt.Filter
+		switch {
+		case f.All() || f.PIDOnly():
+			pre.targeted = f.Match(ProcInfo{PID: pid})
+		case pre.p != nil:
+			pre.targeted = f.Match(ProcInfo{PID: pid, Comm: pre.p.Comm, Exe: pre.p.ExePath, Cgroup: pre.p.CgroupPath})
+		default:
+			pre.targeted = b.targeted(pid)
+		}
+	}
+	return pre, true
 }
 
 // afterMatchRead, set by tests, runs between targeted's /proc read and its
@@ -360,6 +416,11 @@ func (b *Builder) forget(pid int) {
 func (b *Builder) sweep() {
 	b.mu.Lock()
 	b.reports++
+	for pid, pre := range b.execs {
+		if b.reports-pre.report > execKeep {
+			delete(b.execs, pid)
+		}
+	}
 	var stale []int
 	for pid, n := range b.lastSeen {
 		if b.reports-n > sweepAfter {

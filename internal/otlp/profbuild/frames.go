@@ -20,7 +20,7 @@ func (r *run) userFrame(po *procOut, pc uint64, caller bool) frame {
 	if caller {
 		addr = addrmap.ReturnAddressAdjust(pc)
 	}
-	k := frameKey{pid: po.pid, addr: addr}
+	k := frameKey{pid: po.pid, pre: po.pre, addr: addr}
 	if f, ok := r.frames[k]; ok {
 		return f
 	}
@@ -67,8 +67,8 @@ func (r *run) normalizeUser(po *procOut, addr uint64) frame {
 
 // refresh re-reads po's mappings at most once per report.
 func (r *run) refresh(po *procOut) bool {
-	if r.refreshed[po.pid] {
-		return false
+	if po.pre || r.refreshed[po.pid] {
+		return false // an image replaced by exec is not there to reread
 	}
 	r.refreshed[po.pid] = true
 	p, err := r.b.norm.Refresh(po.pid)
@@ -167,7 +167,7 @@ func jitType(po *procOut) string {
 // Python function) from the process's memory, through the runtime that
 // walked it. It has no mapping: nothing later could name it from a file.
 func (r *run) runtimeFrame(po *procOut, rf runtimes.Frame) frame {
-	k := frameKey{pid: po.pid, addr: rf.Ptr, aux: rf.Aux, rtKind: rf.Kind}
+	k := frameKey{pid: po.pid, pre: po.pre, addr: rf.Ptr, aux: rf.Aux, rtKind: rf.Kind}
 	if f, ok := r.frames[k]; ok {
 		return f
 	}

@@ -28,6 +28,7 @@ type run struct {
 	procs      map[int]*procOut
 	order      []*procOut
 	frames     map[frameKey]frame
+	pre        map[int]*procOut // images replaced by an exec, by pid (preProc)
 	mappings   map[*normalize.Mapping]int32
 	kernMaps   map[string]int32 // module ("" for vmlinux) -> mapping
 	refreshed  map[int]bool
@@ -47,7 +48,8 @@ type labelSet struct {
 }
 
 type frameKey struct {
-	pid    int // 0 for kernel frames
+	pid    int  // 0 for kernel frames
+	pre    bool // of the image pid ran before its exec (procOut.pre)
 	addr   uint64
 	kernel bool
 	rtKind uint8 // a runtime frame: its kind, addr its Ptr and aux its Aux
@@ -69,6 +71,9 @@ type frame struct {
 type procOut struct {
 	pid   int
 	p     *normalize.Process // nil when the process was never read
+	// pre: the image pid ran before an exec this report also saw, p the
+	// snapshot read of it then (never refreshed).
+	pre   bool
 	comm  string
 	rows  map[rowKey]*row
 	order []*row
@@ -114,11 +119,27 @@ func (r *run) fail(reason string) { r.rep.Failures[reason]++ }
 // add normalizes one sampler row into its process's aggregated samples.
 func (r *run) add(s *sampler.Sample) {
 	pid := int(s.Pid)
-	if !r.b.targeted(pid) {
+	var po *procOut
+	switch pre, ok := r.b.beforeExec(pid, s.LastNs); {
+	case !ok:
+		if !r.b.targeted(pid) {
+			r.rep.Filtered += s.Count
+			return
+		}
+		po = r.proc(pid, s.Comm)
+	case !pre.targeted:
 		r.rep.Filtered += s.Count
 		return
+	case pre.p != nil:
+		po = r.preProc(pid, pre.p)
+	default:
+		// The image it replaced was never read: its user frames would be
+		// named in the new one's. Its kernel frames stay.
+		c := *s
+		c.UserPCs, c.UserExact, c.Runtime, c.GoLabels, c.Stop = nil, nil, nil, 0, sampler.StopExec
+		s = &c
+		po = r.proc(pid, s.Comm)
 	}
-	po := r.proc(pid, s.Comm)
 	var frames []frame
 	locs := r.locScratch[:0]
 	for i, pc := range s.KernelPCs {
@@ -142,7 +163,7 @@ func (r *run) add(s *sampler.Sample) {
 	}
 	r.locScratch = locs
 	k := rowKey{tid: s.Tid, cpu: s.CPU, comm: s.Comm, stack: r.dict.Stack(locs), stop: s.Stop}
-	if s.GoLabels != 0 {
+	if s.GoLabels != 0 && !po.pre {
 		k.labels = r.goLabels(pid, s.GoLabels)
 	}
 	k.span = span{trace: s.TraceID, span: s.SpanID}
@@ -194,6 +215,21 @@ func (r *run) proc(pid int, comm string) *procOut {
 	r.b.lastSeen[pid] = r.b.reports
 	r.b.mu.Unlock()
 	r.procs[pid] = po
+	r.order = append(r.order, po)
+	return po
+}
+
+// preProc is proc for the image pid ran before its exec, with p the
+// snapshot read of it then.
+func (r *run) preProc(pid int, p *normalize.Process) *procOut {
+	if po := r.pre[pid]; po != nil {
+		return po
+	}
+	po := &procOut{pid: pid, p: p, comm: p.Comm, pre: true, rows: map[rowKey]*row{}}
+	if r.pre == nil {
+		r.pre = map[int]*procOut{}
+	}
+	r.pre[pid] = po
 	r.order = append(r.order, po)
 	return po
 }
