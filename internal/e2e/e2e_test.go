@@ -109,9 +109,9 @@ func (s *syncBuffer) String() string {
 }
 
 // startDefaultCollector runs the distribution as a user would with
-// config/default.yaml, reporting every second to a file of its own, and
-// returns it and the file's path.
-func startDefaultCollector(t *testing.T, bin string) (*collector, string) {
+// config/default.yaml (and the configs in more merged over it), reporting
+// every second to a file of its own, and returns it and the file's path.
+func startDefaultCollector(t *testing.T, bin string, more ...string) (*collector, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "profiles.json")
 	env := []string{
@@ -119,7 +119,8 @@ func startDefaultCollector(t *testing.T, bin string) (*collector, string) {
 		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
-	return startCollector(t, bin, "collector", env, filepath.Join(testfixture.Root(t), "config", "default.yaml")), out
+	configs := append([]string{filepath.Join(testfixture.Root(t), "config", "default.yaml")}, more...)
+	return startCollector(t, bin, "collector", env, configs...), out
 }
 
 func startCollector(t *testing.T, bin, name string, env []string, configs ...string) *collector {

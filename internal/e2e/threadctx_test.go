@@ -52,14 +52,7 @@ func TestCollectorThreadContext(t *testing.T) {
 		{testfixture.ThreadCtxTLSDESC, "flag"},
 	} {
 		t.Run(c.variant+"-"+c.style, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "profiles.json")
-			env := []string{
-				"PROFSYM_OUTPUT=" + out,
-				"PROFSYM_HEALTH_ENDPOINT=127.0.0.1:" + strconv.Itoa(testfixture.FreePort(t)),
-				"PROFSYM_REPORT_INTERVAL=1s",
-			}
-			col := startCollector(t, bin, "collector", env, filepath.Join(testfixture.Root(t), "config", "default.yaml"),
-				"yaml:receivers::profiling::thread_context::enabled: true")
+			col, out := startDefaultCollector(t, bin, "yaml:receivers::profiling::thread_context::enabled: true")
 			r := threadCtxRun(t, c.variant, c.style)
 			time.Sleep(3 * time.Second) // the fixture is seen and its variable placed
 			spans := r.work(t)

@@ -3,13 +3,9 @@
 package sampler
 
 import (
-	"bufio"
-	"io"
-	"os/exec"
 	"testing"
 	"time"
 
-	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -26,36 +22,16 @@ func TestGoLabels(t *testing.T) {
 		GoLabels: true, MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes,
 	}})
 	w := watch(s)
-	cmd := exec.Command(bin, fixtureSeconds)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
+	f := startPiped(t, bin, fixtureSeconds)
 	next := func(want string) {
 		t.Helper()
-		if !lines.Scan() || lines.Text() != want {
-			t.Fatalf("golabels: %q (%v), want %q", lines.Text(), lines.Err(), want)
+		if l := f.line(); l != want {
+			t.Fatalf("golabels: %q, want %q", l, want)
 		}
 	}
 	next("ready")
-	pid := cmd.Process.Pid
-	p, err := normalize.New(normalize.Options{}).Process(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Unwinder().Track(p); err != nil {
-		t.Fatal(err)
-	}
-	s.Runtimes().Attach(p)
+	pid := f.pid
+	f.load(s)
 	if st := s.Runtimes().LabelStats(); st.Attached != 1 {
 		t.Fatalf("labels not read for the fixture: %+v", st)
 	}
@@ -63,9 +39,7 @@ func TestGoLabels(t *testing.T) {
 	if _, err := s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
-		t.Fatal(err)
-	}
+	f.send("go")
 	next("go")
 	next("done")
 	b, err := s.Drain()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -52,11 +54,15 @@ func withoutCopies(cfg Config) Config {
 // The fixtures of this package's tests; TestFixturesBuild builds them all,
 // which is how test/kernels prebuilds them for a VM.
 var (
-	hotC = testfixture.Spec{Name: "sampler-hot", Lang: "c", Sources: []string{"sampler/hot.c"},
-		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"}}
+	hotC = testfixture.Spec{
+		Name: "sampler-hot", Lang: "c", Sources: []string{"sampler/hot.c"},
+		Args: []string{"-O1", "-g", "-fno-omit-frame-pointer"},
+	}
 	hotGo = testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}}
-	waitC = testfixture.Spec{Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
-		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"}}
+	waitC = testfixture.Spec{
+		Name: "offcpu-wait", Lang: "c", Sources: []string{"offcpu/wait.c"},
+		Args: []string{"-O2", "-fomit-frame-pointer", "-Wall", "-pthread"},
+	}
 	goLabelsFix = testfixture.Spec{Name: "golabels", Lang: "go", Sources: []string{"golabels"}}
 )
 
@@ -93,8 +99,10 @@ type procWatcher struct {
 }
 
 func watch(s *Sampler) *procWatcher {
-	w := &procWatcher{s: s, maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{},
-		readErr: map[uint32]error{}, newAfterExit: map[uint32]int{}}
+	w := &procWatcher{
+		s: s, maps: map[uint32][]mapping{}, exits: map[uint32]Event{}, execs: map[uint32]int{},
+		readErr: map[uint32]error{}, newAfterExit: map[uint32]int{},
+	}
 	go func() {
 		for ev := range s.Events() {
 			w.mu.Lock()
@@ -349,4 +357,62 @@ func (w *procWatcher) logEvents(t *testing.T, pid uint32) {
 func emulated() bool {
 	n, err := strconv.Atoi(os.Getenv("PROFSYM_TEST_TIME_SCALE"))
 	return err == nil && n > 1
+}
+
+// piped is a fixture that takes lines on stdin and says what it does on
+// stdout, a line at a time.
+type piped struct {
+	t     testing.TB
+	pid   int
+	in    io.WriteCloser
+	lines *bufio.Scanner
+}
+
+// startPiped starts bin with args; the test's end kills it.
+func startPiped(t testing.TB, bin string, args ...string) *piped {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &piped{t: t, pid: cmd.Process.Pid, in: in, lines: bufio.NewScanner(out)}
+}
+
+// line is the fixture's next line; the test fails without one.
+func (p *piped) line() string {
+	p.t.Helper()
+	if !p.lines.Scan() {
+		p.t.Fatalf("%d: no more lines (%v)", p.pid, p.lines.Err())
+	}
+	return p.lines.Text()
+}
+
+func (p *piped) send(l string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, l+"\n"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// load hands the process to the sampler's walker and runtimes, as the
+// report builder does on its first sample.
+func (p *piped) load(s *Sampler) {
+	p.t.Helper()
+	snap, err := normalize.New(normalize.Options{}).Process(p.pid)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := s.Unwinder().Track(snap); err != nil {
+		p.t.Fatal(err)
+	}
+	s.Runtimes().Attach(snap)
 }

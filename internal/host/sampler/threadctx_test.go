@@ -3,17 +3,13 @@
 package sampler
 
 import (
-	"bufio"
 	"encoding/hex"
-	"io"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/profsym/profsym/bpf"
-	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/testfixture"
 )
@@ -30,27 +26,8 @@ func TestThreadContext(t *testing.T) {
 	s := newSampler(t, Config{SampleRate: 99, Runtimes: runtimes.Config{ThreadContext: true}})
 	w := watch(s)
 	const requests = 10
-	cmd := exec.Command(bin, strconv.Itoa(requests), "point")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	line := func() string {
-		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("threadctx: %v", lines.Err())
-		}
-		return lines.Text()
-	}
+	f := startPiped(t, bin, strconv.Itoa(requests), "point")
+	line := f.line
 	v, ok := strings.CutPrefix(line(), "tls ")
 	want, err := strconv.ParseInt(v, 10, 64)
 	if !ok || err != nil {
@@ -59,15 +36,8 @@ func TestThreadContext(t *testing.T) {
 	if l := line(); l != "ready" {
 		t.Fatalf("threadctx: %q, want ready", l)
 	}
-	pid := cmd.Process.Pid
-	p, err := normalize.New(normalize.Options{}).Process(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Unwinder().Track(p); err != nil {
-		t.Fatal(err)
-	}
-	s.Runtimes().Attach(p)
+	pid := f.pid
+	f.load(s)
 	var entry bpf.ProfileTctxProc
 	if err := s.objs.TctxProcs.Lookup(uint32(pid), &entry); err != nil || entry.TlsOff != want {
 		t.Fatalf("tctx_procs[%d] = %d (%v), want %d (the program's own offset); %+v", pid, entry.TlsOff, err, want, s.ThreadContextStats())
@@ -76,9 +46,7 @@ func TestThreadContext(t *testing.T) {
 	if _, err := s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
-		t.Fatal(err)
-	}
+	f.send("go")
 	if l := line(); l != "go" {
 		t.Fatalf("threadctx: %q, want go", l)
 	}
