@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/threadctx"
 	"github.com/profsym/profsym/internal/host/unwind"
 )
 
@@ -39,6 +40,9 @@ func (*Sampler) Unwinder() *unwind.Manager { return nil }
 
 // Runtimes is nil: no walker, no runtimes.
 func (*Sampler) Runtimes() *runtimes.Set { return nil }
+
+// ThreadContextStats is zero: no walker reads a thread context.
+func (*Sampler) ThreadContextStats() threadctx.Stats { return threadctx.Stats{} }
 
 // ProgramStats fails with ErrNotSupported.
 func (*Sampler) ProgramStats() (time.Duration, uint64, error) { return 0, 0, ErrNotSupported }
