@@ -240,7 +240,7 @@ func (o *objects) close() error {
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
 		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.StackCopies, o.CopyScratch, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
-		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs, o.TctxProcs,
+		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs, o.TctxProcs, o.ExecTimes,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
