@@ -58,14 +58,14 @@ type Sampler struct {
 	closed  bool
 	active  uint32 // kernel aggregation: buffer the program writes
 
-	paths          kernelPaths     // code paths chosen for this kernel
-	perfIoctl      bool            // programs attached by PERF_EVENT_IOC_SET_BPF, not links
-	unwinder       *unwind.Manager // nil unless walking with unwind tables
-	runtimes       *runtimes.Set   // nil unless walking, with a runtime enabled
+	paths          kernelPaths        // code paths chosen for this kernel
+	perfIoctl      bool               // programs attached by PERF_EVENT_IOC_SET_BPF, not links
+	unwinder       *unwind.Manager    // nil unless walking with unwind tables
+	runtimes       *runtimes.Set      // nil unless walking, with a runtime enabled
 	threadCtx      *threadctx.Tracker // nil unless thread_context is on (also in runtimes)
-	offcpu         *offcpuState    // nil unless off-CPU samples are on
-	agg            *rbAggregator   // ModeRingBuffer only
-	truncatedUser  atomic.Uint64   // counted in Go (kernel aggregation)
+	offcpu         *offcpuState       // nil unless off-CPU samples are on
+	agg            *rbAggregator      // ModeRingBuffer only
+	truncatedUser  atomic.Uint64      // counted in Go (kernel aggregation)
 	lostEventsUser atomic.Uint64
 	lostDrain      atomic.Uint64 // samples whose stack a drain could not read
 	drainErrors    atomic.Uint64

@@ -159,7 +159,7 @@ type Sample struct {
 	TraceID [16]byte
 	SpanID  [8]byte
 	Comm    string // thread name at the first sample
-	CPU      uint32
+	CPU     uint32
 	// UserPCs is the user stack, leaf first; PCs after the first are
 	// return addresses, but see UserExact. An entry with RuntimeMark set
 	// is a runtime frame, Runtime[entry&^RuntimeMark], in its place in

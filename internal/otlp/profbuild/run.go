@@ -69,8 +69,8 @@ type frame struct {
 }
 
 type procOut struct {
-	pid   int
-	p     *normalize.Process // nil when the process was never read
+	pid int
+	p   *normalize.Process // nil when the process was never read
 	// pre: the image pid ran before an exec this report also saw, p the
 	// snapshot read of it then (never refreshed).
 	pre   bool
