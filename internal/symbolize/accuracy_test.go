@@ -104,6 +104,9 @@ func compareRules(t *testing.T, r *Resolver, ours target, ref string, addrs []ui
 	}
 	bin, debug := ours.files(t)
 	got := r.Symbolize(context.Background(), bin, debug, addrs)
+	// The corpus runs both ways: a symbol index of the same files must
+	// answer every address exactly as they do.
+	indexAgrees(t, r, bin, debug, addrs, got)
 	if norm != nil {
 		for i := range got {
 			for j := range got[i].Frames {

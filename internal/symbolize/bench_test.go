@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,5 +176,78 @@ func BenchmarkSymbolizeWarm(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/addr")
 		})
+	}
+}
+
+// BenchmarkIndexCold compares, for Go's compile and libc (with libc6-dbg),
+// what a gateway replica pays to answer its first addresses of a binary:
+// opening its files and parsing the DWARF units they fall in, against
+// opening the binary's symbol index (compiled once, by another replica).
+// Reported: both times and their ratio (target: index-ratio <= 0.1), the
+// full parse a compile costs, and memory: the parsed object's cache charge
+// against the index's heap (it is read with pread, nothing is mapped;
+// target: mem-ratio <= 0.2).
+func BenchmarkIndexCold(b *testing.B) {
+	for _, n := range []int{1, 400} {
+		for _, o := range benchObjectsN(b, n) {
+			b.Run(fmt.Sprintf("%s-%d", o.name, n), func(b *testing.B) {
+				bin, debug := target{path: o.path}.files(b)
+				r := New(DefaultOptions())
+				p, id, st, err := writeIndex(b, r, bin, debug)
+				r.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var files, index, full time.Duration
+				var objBytes, resident int64
+				for i := 0; i < b.N; i++ {
+					// A resolver per round: nothing parsed is reused.
+					start := time.Now()
+					r := New(DefaultOptions())
+					h, err := r.Open(context.Background(), bin, debug)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, a := range o.addrs {
+						h.Lookup(a, nil)
+					}
+					files += time.Since(start)
+					objBytes = h.obj.sizeBytes()
+					start = time.Now()
+					if _, err := h.WriteIndex(context.Background(), io.Discard); err != nil {
+						b.Fatal(err)
+					}
+					full += time.Since(start)
+					h.Close()
+					r.Close()
+
+					start = time.Now()
+					r = New(DefaultOptions())
+					h, err = r.OpenIndex(context.Background(), p, id)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, a := range o.addrs {
+						h.Lookup(a, nil)
+					}
+					index += time.Since(start)
+					resident = h.obj.idx.HeapBytes()
+					h.Close()
+					r.Close()
+				}
+				nb := float64(b.N)
+				b.ReportMetric(float64(files.Microseconds())/nb/1000, "files-ms")
+				b.ReportMetric(float64(index.Microseconds())/nb/1000, "index-ms")
+				b.ReportMetric(float64(index)/float64(files), "index-ratio")
+				b.ReportMetric(float64(full.Microseconds())/nb/1000, "compile-ms")
+				b.ReportMetric(float64(objBytes)/(1<<20), "object-MB")
+				// An index is read with pread: no mapping, so its memory is
+				// its heap (page table and names read), against the parsed
+				// object's charge. index-MB is the file, in the page cache.
+				b.ReportMetric(float64(st.Bytes)/(1<<20), "index-MB")
+				b.ReportMetric(float64(resident)/(1<<20), "index-heap-MB")
+				b.ReportMetric(float64(resident)/float64(objBytes), "mem-ratio")
+			})
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/profsym/profsym/internal/elfx/buildid"
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/gopclntab"
+	"github.com/profsym/profsym/internal/symbolize/symindex"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 
@@ -33,6 +34,9 @@ type object struct {
 	gopcln  *gopclntab.Table
 	syms    *symtab.Table // the binary's own (or the debug file's, when alone)
 	dbgSyms *symtab.Table // the debug file's, a fallback
+	// idx, when set, answers alone: the object was opened from its
+	// symbol index, and none of the sources above is there.
+	idx *symindex.Index
 
 	// why explains the missing DWARF (no_debug_info, build_id_mismatch, ...).
 	why error
@@ -172,6 +176,11 @@ func classify(err error) error {
 // sizeBytes is the object's cost in the object cache.
 func (o *object) sizeBytes() int64 {
 	var n int64 = 4096
+	if o.idx != nil {
+		// Its pages are the file's, in the page cache, which the kernel
+		// reclaims; what the heap holds is the names copied out.
+		n += indexHeapBytes
+	}
 	if o.bin != nil {
 		n += o.bin.SizeBytes()
 	}
@@ -237,6 +246,9 @@ func (o *object) closeFiles() {
 		}
 		o.sups.release(o.sup)
 		o.split.close()
+		if o.idx != nil {
+			_ = o.idx.Close()
+		}
 	})
 }
 
@@ -250,6 +262,12 @@ func (o *object) closeFiles() {
 // debug info the object has could not be used (see Handle.Missing).
 func (o *object) lookup(pc uint64, opt *Options, dst []frame.Frame) (_ []frame.Frame, missing, err error) {
 	base := len(dst)
+	if o.idx != nil {
+		if dst, err = o.idx.Lookup(pc, dst); err == nil && len(dst) == base {
+			err = frame.ErrNoDebugInfo
+		}
+		return dst, nil, err
+	}
 	var partial error // why the DWARF answer lacks what it points to elsewhere
 	if o.dwarf != nil {
 		dst, partial, err = o.dwarf.Lookup(pc, opt.Inlines, dst)
@@ -339,4 +357,14 @@ func goSymbolName(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, "\u00b7", ".")
+}
+
+// buildIDOfDebug is the debug file's GNU build id, for an object known by
+// its debug file alone.
+func (o *object) buildIDOfDebug() []byte {
+	if o.dbg == nil {
+		return nil
+	}
+	id, _ := buildid.GNU(o.dbg)
+	return id
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/profsym/profsym/internal/frame"
 	"github.com/profsym/profsym/internal/lru"
 	"github.com/profsym/profsym/internal/symbolize/demangle"
+	"github.com/profsym/profsym/internal/symbolize/symindex"
 	"github.com/profsym/profsym/internal/symbolize/symtab"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// or a file not found: its skeleton units answer lines without
 	// functions (as llvm-symbolizer does) and Handle.Missing says why.
 	Split func(ctx context.Context, req SplitRequest) (string, error)
+	// MaxIndexBytes bounds a symbol index file OpenIndex maps (0:
+	// symindex.DefaultMaxBytes).
+	MaxIndexBytes int64
 }
 
 // DefaultOptions are llvm-symbolizer's defaults.
@@ -102,7 +106,17 @@ type Resolver struct {
 	loads chan struct{} // a place per load running (MaxLoads)
 
 	closed atomic.Bool
+	// parsed counts objects opened from files with DWARF; indexes those
+	// opened from a symbol index.
+	parsed, indexes atomic.Int64
 }
+
+// Parsed is how many objects the resolver opened from files with DWARF
+// (each one's debug info indexed, its units parsed as asked).
+func (r *Resolver) Parsed() int64 { return r.parsed.Load() }
+
+// IndexesOpened is how many objects it opened from symbol indexes.
+func (r *Resolver) IndexesOpened() int64 { return r.indexes.Load() }
 
 type entry struct {
 	obj      *object
@@ -305,6 +319,9 @@ func (r *Resolver) load(ctx context.Context, bin, debug string) *entry {
 	if err != nil {
 		return &entry{err: err, failedAt: time.Now()}
 	}
+	if o.dwarf != nil {
+		r.parsed.Add(1)
+	}
 	return &entry{obj: o}
 }
 
@@ -414,7 +431,12 @@ func IsUnresolved(err error) bool { return errors.Is(err, frame.ErrNoDebugInfo) 
 
 // HasDebugInfo reports whether the object has DWARF or a Go pclntab, i.e.
 // whether answers can carry files and lines rather than symbol names only.
-func (h *Handle) HasDebugInfo() bool { return h.obj.dwarf != nil || h.obj.gopcln != nil }
+func (h *Handle) HasDebugInfo() bool {
+	return h.obj.dwarf != nil || h.obj.gopcln != nil || h.obj.idx != nil
+}
+
+// Indexed reports whether the handle answers from a symbol index.
+func (h *Handle) Indexed() bool { return h.obj.idx != nil }
 
 // Why explains missing debug info (nil when the object has DWARF).
 func (h *Handle) Why() error { return h.obj.why }
@@ -426,6 +448,9 @@ func (h *Handle) Why() error { return h.obj.why }
 // (0 for PIE executables and shared libraries, 0x400000 for a classic
 // non-PIE x86-64 executable). Without such a segment, the lowest PT_LOAD.
 func (h *Handle) ImageBase() uint64 {
+	if h.obj.idx != nil {
+		return h.obj.idx.Meta().ImageBase
+	}
 	for _, f := range []*elfx.File{h.obj.bin, h.obj.dbg} {
 		if f == nil {
 			continue
@@ -452,6 +477,11 @@ func (h *Handle) ImageBase() uint64 {
 // SymbolValue returns the address of the named symbol in the object's
 // symbol tables (the binary's, then the debug file's).
 func (h *Handle) SymbolValue(name string) (uint64, bool) {
+	if x := h.obj.idx; x != nil {
+		// An index keeps the one symbol the processor asks for.
+		m := x.Meta()
+		return m.Stext, name == "_stext" && m.Flags&symindex.FlagStext != 0
+	}
 	for _, t := range []*symtab.Table{h.obj.syms, h.obj.dbgSyms} {
 		if t != nil {
 			if v, ok := t.Find(name); ok {

@@ -418,3 +418,12 @@ func (b *builder) build() *Table {
 	t.names = names.String()
 	return t
 }
+
+// Bounds calls fn with every address at which Lookup's or FileAt's answer
+// may change: each entry's start and end.
+func (t *Table) Bounds(fn func(uint64)) {
+	for i := range t.ents {
+		fn(t.ents[i].start)
+		fn(t.ents[i].end)
+	}
+}
