@@ -41,6 +41,10 @@ type Config struct {
 	// 507 and agents retry later. Nothing is evicted.
 	MaxStoredBytes int64 `mapstructure:"max_stored_bytes"`
 	MaxObjects     int64 `mapstructure:"max_objects"`
+	// MaxIndexBytes bounds one symbol index, the compiled debug info a
+	// gateway stores for the others: a larger one is neither stored nor
+	// fetched into the scratch cache.
+	MaxIndexBytes int64 `mapstructure:"max_index_bytes"`
 	// AllowUnauthenticatedUploads lets a store listening beyond loopback
 	// without auth take uploads (and upload leases) from anyone who reaches
 	// it. Off: such a store serves reads and refuses writes with 401, as
@@ -58,7 +62,10 @@ type StorageConfig struct {
 	// the files, such as the Helm chart's symbols StatefulSet): the
 	// symbolization processor of this collector reads it in process, and
 	// this extension then serves no HTTP itself (agents upload to the
-	// owner). Its generation is polled every rescan.
+	// owner). Symbol indexes are shared through the owner as in every
+	// mode: leased from it, stored in it and read back from it, with this
+	// client's auth (the owner takes them as it takes uploads). Its
+	// generation is polled every rescan.
 	Remote RemoteConfig `mapstructure:"remote"`
 	// ScratchDirectory spools uploads while they are verified and keeps
 	// local copies of S3 objects for in-process symbolization.
@@ -110,6 +117,7 @@ func createDefaultConfig() *Config {
 		MaxConcurrentUploads: symstore.DefaultMaxUploads,
 		MaxStoredBytes:       symstore.DefaultMaxStoredBytes,
 		MaxObjects:           symstore.DefaultMaxObjects,
+		MaxIndexBytes:        symstore.DefaultMaxIndexBytes,
 	}
 }
 
@@ -148,6 +156,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUploadSize <= 0 {
 		errs = append(errs, fmt.Errorf("max_upload_size: %d must be positive", c.MaxUploadSize))
+	}
+	if c.MaxIndexBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max_index_bytes: %d must be positive", c.MaxIndexBytes))
 	}
 	if c.MaxStoredBytes <= 0 || c.MaxObjects <= 0 {
 		errs = append(errs, errors.New("max_stored_bytes and max_objects must be positive"))

@@ -24,8 +24,8 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def.MaxStoredBytes != 16<<30 || def.MaxObjects != 500_000 {
-		t.Errorf("capacity defaults: %d bytes, %d objects", def.MaxStoredBytes, def.MaxObjects)
+	if def.MaxStoredBytes != 16<<30 || def.MaxObjects != 500_000 || def.MaxIndexBytes != 1<<30 {
+		t.Errorf("capacity defaults: %d bytes, %d objects, index %d bytes", def.MaxStoredBytes, def.MaxObjects, def.MaxIndexBytes)
 	}
 	if def.ServerConfig.NetAddr.Endpoint != DefaultEndpoint || def.Storage.Directory != "./out/symbols" || def.ServerConfig.Auth.HasValue() {
 		t.Errorf("defaults: %+v", def)
@@ -36,7 +36,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if s3.Storage.S3.Bucket != "symbols" || string(s3.Storage.S3.SecretAccessKey) != "s3cr3t" || !s3.Storage.S3.Insecure ||
 		s3.MaxUploadSize != 256<<20 || s3.LeaseDuration != 30*time.Second || s3.MaxQueryIDs != 5000 ||
-		s3.MaxStoredBytes != 100<<30 || s3.MaxObjects != 2_000_000 ||
+		s3.MaxStoredBytes != 100<<30 || s3.MaxObjects != 2_000_000 || s3.MaxIndexBytes != 512<<20 ||
 		!s3.ServerConfig.Auth.HasValue() || s3.ServerConfig.Auth.Get().Config.AuthenticatorID.String() != "bearertokenauth/symbols" {
 		t.Errorf("s3: %+v", s3)
 	}
@@ -59,6 +59,7 @@ func TestConfigErrors(t *testing.T) {
 		{"nostorage", []string{"storage: set directory or s3.bucket"}},
 		{"badsize", []string{"max_upload_size: -1 must be positive"}},
 		{"badcapacity", []string{"max_stored_bytes and max_objects must be positive"}},
+		{"badindex", []string{"max_index_bytes: 0 must be positive"}},
 		{"remotebad", []string{`storage.remote.endpoint: "ftp://x" is not an http(s) URL`}},
 		{"remoteands3", []string{"storage: set remote.endpoint or s3.bucket, not both"}},
 		{"s3noendpoint", []string{"storage.s3.endpoint: required with a bucket"}},

@@ -95,6 +95,7 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 		MaxUploads:     s.cfg.MaxConcurrentUploads,
 		MaxStoredBytes: s.cfg.MaxStoredBytes,
 		MaxObjects:     s.cfg.MaxObjects,
+		MaxIndexBytes:  s.cfg.MaxIndexBytes,
 		CacheBytes:     s.cfg.Storage.CacheMaxBytes,
 		Rescan:         s.cfg.Storage.Rescan,
 		Logger:         log,
@@ -123,13 +124,14 @@ func (s *Store) Start(ctx context.Context, host component.Host) error {
 	}
 	if s.cfg.remote() {
 		s.store.Store(st)
-		log.Info("symbol store: reading a remote store; serving nothing here (agents upload to it)", zap.Stringer("backend", be))
+		log.Info("symbol store: reading a remote store; serving nothing here (agents upload to it, gateways share symbol indexes through it)", zap.Stringer("backend", be))
 		return nil
 	}
 
 	sc := s.cfg.ServerConfig // ToServer fills defaults in its receiver
 	if sc.MaxRequestBodySize <= 0 {
-		sc.MaxRequestBodySize = s.cfg.MaxUploadSize + 1<<20
+		// Gateways reading this store send their symbol indexes here too.
+		sc.MaxRequestBodySize = max(s.cfg.MaxUploadSize, s.cfg.MaxIndexBytes) + 1<<20
 	}
 	handler := st.Handler()
 	if !sc.Auth.HasValue() && !isLoopback(sc.NetAddr.Endpoint) {
@@ -229,6 +231,48 @@ func (s *Store) Locate(ctx context.Context, buildID string) (string, string, err
 		return "", "", errors.New("symbol store not started")
 	}
 	return st.Locate(ctx, buildID)
+}
+
+// The store keeps compiled symbol indexes for the symbolization processor.
+var (
+	_ locate.IndexStore = (*Store)(nil)
+	_ locate.IndexStore = (*symstore.Store)(nil)
+)
+
+// errNotStarted answers index calls before Start: LocateIndex wraps
+// frame.ErrNotFound with it, so a caller builds its own index meanwhile.
+var errNotStarted = errors.New("symbol store not started")
+
+// LocateIndex returns a local path holding the symbol index stored for a
+// GNU build id, or an error wrapping frame.ErrNotFound. A store reading a
+// remote one over HTTP copies the owner's index into its scratch cache.
+func (s *Store) LocateIndex(ctx context.Context, buildID string) (string, error) {
+	st := s.store.Load()
+	if st == nil {
+		return "", fmt.Errorf("%w: %w", errNotStarted, frame.ErrNotFound)
+	}
+	return st.LocateIndex(ctx, buildID)
+}
+
+// LeaseIndex asks to build a build id's index (locate.IndexStore). It fails
+// before Start. Over a remote store the owner hands the lease out, so one
+// gateway of all those reading it builds each index.
+func (s *Store) LeaseIndex(ctx context.Context, buildID string) (bool, func(), error) {
+	st := s.store.Load()
+	if st == nil {
+		return false, func() {}, errNotStarted
+	}
+	return st.LeaseIndex(ctx, buildID)
+}
+
+// PutIndex stores a built index (locate.IndexStore): over a remote store,
+// in the owner, for every gateway reading it. It fails before Start.
+func (s *Store) PutIndex(ctx context.Context, buildID, path string) error {
+	st := s.store.Load()
+	if st == nil {
+		return errNotStarted
+	}
+	return st.PutIndex(ctx, buildID, path)
 }
 
 // SymbolSource gives the symbolization processor's locate chain a source

@@ -188,6 +188,17 @@ func TestUnauthenticatedWrites(t *testing.T) {
 				if got := do(http.MethodPost, symstore.PathMissing, []byte(`{"build_ids":["`+id+`"],"lease":true}`)); got != http.StatusUnauthorized {
 					t.Errorf("missing query with lease: %d, want 401", got)
 				}
+				// Index leases and index bodies are writes too.
+				if got := do(http.MethodPost, symstore.PathMissing, []byte(`{"build_ids":["`+id+`"],"lease":true,"kind":"symindex"}`)); got != http.StatusUnauthorized {
+					t.Errorf("index lease query: %d, want 401", got)
+				}
+				if got := do(http.MethodPut, symstore.PathIndex+"/"+id, []byte("PSYMIDX\x00")); got != http.StatusUnauthorized {
+					t.Errorf("index upload: %d, want 401", got)
+				}
+			}
+			// Index reads are served as the debuginfod reads are.
+			if got := do(http.MethodGet, symstore.PathIndex+"/"+id, nil); got != http.StatusNotFound {
+				t.Errorf("index read: %d, want 404", got)
 			}
 			if got := do(http.MethodPut, "/buildid/"+id+"/debuginfo", data); got != tc.wantUpload {
 				t.Errorf("upload: %d, want %d", got, tc.wantUpload)
@@ -202,7 +213,7 @@ func TestUnauthenticatedWrites(t *testing.T) {
 			}
 			if tc.wantUpload == http.StatusUnauthorized {
 				metadatatest.AssertEqualSymbolstoreUploadsRejected(t, tt, []metricdata.DataPoint[int64]{
-					{Value: 2, Attributes: attribute.NewSet(attribute.String("reason", "unauthorized"))},
+					{Value: 4, Attributes: attribute.NewSet(attribute.String("reason", "unauthorized"))},
 				}, metricdatatest.IgnoreTimestamp())
 			}
 		})
@@ -334,5 +345,36 @@ func TestRemoteStore(t *testing.T) {
 	// A wrong token is a failure to fetch, not an absence to remember.
 	if _, err := find(t, bad, frame.Identity{GNU: id}); !errors.Is(err, frame.ErrFetchFailed) {
 		t.Errorf("wrong token: %v, want fetch_failed", err)
+	}
+
+	// Symbol indexes go through the owner with the same token; a wrong
+	// token gets no lease.
+	held, release, err := gw.LeaseIndex(context.Background(), id)
+	if err != nil || !held {
+		t.Fatalf("LeaseIndex with the token: %v %v", held, err)
+	}
+	defer release()
+	if h, r, err := bad.LeaseIndex(context.Background(), id); err == nil || h {
+		t.Errorf("LeaseIndex with a wrong token: %v %v", h, err)
+	} else {
+		r()
+	}
+	idx := append([]byte("PSYMIDX\x00"), bytes.Repeat([]byte("i"), 1000)...)
+	ip := filepath.Join(t.TempDir(), "idx")
+	os.WriteFile(ip, idx, 0o600)
+	if err := gw.PutIndex(context.Background(), id, ip); err != nil {
+		t.Fatalf("PutIndex with the token: %v", err)
+	}
+	release()
+	if _, err := bad.LocateIndex(context.Background(), id); errors.Is(err, frame.ErrNotFound) || err == nil {
+		t.Errorf("LocateIndex with a wrong token: %v, want a fetch failure", err)
+	}
+	gw2 := remote("tok")
+	p, err := gw2.LocateIndex(context.Background(), id)
+	if err != nil {
+		t.Fatalf("another gateway's LocateIndex: %v", err)
+	}
+	if got, _ := os.ReadFile(p); !bytes.Equal(got, idx) {
+		t.Error("another gateway reads a different index")
 	}
 }

@@ -16,6 +16,19 @@ type Locator interface {
 	Locate(ctx context.Context, buildID string) (binPath, debugPath string, err error)
 }
 
+// IndexStore keeps compiled symbol indexes by GNU build id (a symbol store).
+// A gateway compiles a binary's debug info once and stores the index, so
+// other gateways over the same store read it instead of parsing DWARF; the
+// lease keeps replicas from compiling one build at once.
+type IndexStore interface {
+	// LocateIndex returns a local path holding buildID's stored index, or an error wrapping frame.ErrNotFound.
+	LocateIndex(ctx context.Context, buildID string) (string, error)
+	// LeaseIndex asks to build buildID's index. held: the caller builds it, calls PutIndex, then release. !held: another builder (this process or another store over the same backend) holds it; look for the index again later. release is never nil and may be called more than once. While held, the lease is renewed in the background until release.
+	LeaseIndex(ctx context.Context, buildID string) (held bool, release func(), err error)
+	// PutIndex stores the index file at path for buildID. The store may move or remove path.
+	PutIndex(ctx context.Context, buildID, path string) error
+}
+
 // Generational is implemented by sources whose contents grow while the
 // collector runs (a symbol store receiving uploads). When the generation
 // moves, answers short of DWARF are looked up again at once instead of

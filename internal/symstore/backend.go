@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/profsym/profsym/internal/frame"
@@ -21,13 +22,34 @@ type Kind string
 const (
 	DebugInfo  Kind = "debuginfo"  // the sections needed to symbolize
 	Executable Kind = "executable" // the loadable object itself
+	// SymIndex is a gateway's compiled symbol index of a build, kept so
+	// other gateways need not parse its DWARF again. It is no debuginfod
+	// kind (ParseKind refuses it), so those routes never reach it: the
+	// store's LocateIndex and PutIndex do, and gateways over HTTP use
+	// profsym's own PathIndex.
+	SymIndex Kind = "symindex"
 )
+
+// storedKinds lists every kind a backend keeps, for listing it.
+var storedKinds = []Kind{DebugInfo, Executable, SymIndex}
 
 // ParseKind accepts only the two protocol names.
 func ParseKind(s string) (Kind, bool) {
 	switch Kind(s) {
 	case DebugInfo, Executable:
 		return Kind(s), true
+	}
+	return "", false
+}
+
+// validKind is what a backend accepts: the protocol kinds and the
+// internal ones.
+func validKind(s string) (Kind, bool) {
+	if k, ok := ParseKind(s); ok {
+		return k, true
+	}
+	if Kind(s) == SymIndex {
+		return SymIndex, true
 	}
 	return "", false
 }
@@ -40,8 +62,9 @@ type Object interface {
 }
 
 // Backend keeps files by (key, kind). Keys reaching a backend were made by
-// ParseKey, GNUKey or GoKey, and kinds by ParseKind; backends check them
-// again before building a path or an object name.
+// ParseKey, GNUKey or GoKey, and kinds by ParseKind or are SymIndex;
+// backends check them again (validKind) before building a path or an
+// object name.
 type Backend interface {
 	// List calls fn for every stored file.
 	List(ctx context.Context, fn func(key Key, kind Kind, size int64)) error
@@ -95,7 +118,7 @@ func (d *Dir) path(key Key, kind Kind) (string, error) {
 	if err := key.valid(); err != nil {
 		return "", err
 	}
-	if _, ok := ParseKind(string(kind)); !ok {
+	if _, ok := validKind(string(kind)); !ok {
 		return "", fmt.Errorf("kind %q: %w", kind, frame.ErrInvalidPath)
 	}
 	base := filepath.Join(d.Root, string(key.NS))
@@ -124,7 +147,7 @@ func (d *Dir) List(ctx context.Context, fn func(Key, Kind, int64)) error {
 			if err != nil || key.ID != e.Name() || !e.IsDir() {
 				continue
 			}
-			for _, k := range []Kind{DebugInfo, Executable} {
+			for _, k := range storedKinds {
 				if st, err := os.Lstat(filepath.Join(base, key.ID, string(k))); err == nil && st.Mode().IsRegular() {
 					fn(key, k, st.Size())
 				}
@@ -160,7 +183,47 @@ func (d *Dir) Put(_ context.Context, key Key, kind Kind, path string, _ int64) e
 	if err := os.Chmod(path, 0o640); err != nil {
 		return err
 	}
-	return os.Rename(path, p)
+	err = os.Rename(path, p) //nolint:gosec // p is d.path's, checked to stay under the root
+	if errors.Is(err, syscall.EXDEV) {
+		// path is on another file system (a scratch directory elsewhere):
+		// copy it under the root, then rename, so readers still see the
+		// whole file or nothing.
+		err = d.copyIn(path, p)
+	}
+	return err
+}
+
+// copyIn copies src into the store's temp dir, renames the copy to dst and
+// removes src.
+func (d *Dir) copyIn(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	tmp, err := os.CreateTemp(d.TempDir(), "copy-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }() //nolint:gosec // a no-op once renamed; under the store's temp dir
+	_, err = io.Copy(tmp, in)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o640) //nolint:gosec // as Put: readable by the store's group
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst) //nolint:gosec // dst is d.path's, checked to stay under the root
+	}
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(src)
+	return nil
 }
 
 func (d *Dir) Open(_ context.Context, key Key, kind Kind) (Object, error) {

@@ -36,6 +36,10 @@ type MissingResult struct {
 	// LeaseSeconds is how long a lease lasts unless renewed (by asking
 	// again with it in MissingRequest.Held) or kept by an upload streaming.
 	LeaseSeconds int `json:"lease_seconds,omitempty"`
+	// Kind echoes MissingRequest.Kind "symindex", so a gateway can tell an
+	// owner that knows index leases from an older one that would have
+	// answered about upload leases instead.
+	Kind Kind `json:"kind,omitempty"`
 }
 
 // maxLeaseCalls bounds the backend calls one missing query makes at once
@@ -52,6 +56,35 @@ func (s *Store) Missing(ctx context.Context, ids []string, withLease bool) (Miss
 	return s.Query(ctx, MissingRequest{BuildIDs: ids, Lease: withLease})
 }
 
+// parseQuery validates a query's ids and held leases with parse (ParseKey,
+// or GNUKey for indexes): one bad id refuses the whole query.
+func (s *Store) parseQuery(req MissingRequest, parse func(string) (Key, error)) ([]Key, map[Key]string, error) {
+	if len(req.BuildIDs) > s.cfg.MaxQueryIDs || len(req.Held) > len(req.BuildIDs) {
+		s.obs.Rejected(ReasonTooLarge)
+		return nil, nil, reject(ReasonTooLarge, http.StatusRequestEntityTooLarge,
+			fmt.Errorf("%d ids (%d held) in one query, at most %d", len(req.BuildIDs), len(req.Held), s.cfg.MaxQueryIDs))
+	}
+	keys := make([]Key, len(req.BuildIDs))
+	for i, id := range req.BuildIDs {
+		k, err := parse(id)
+		if err != nil {
+			s.obs.Rejected(ReasonInvalidBuildID)
+			return nil, nil, reject(ReasonInvalidBuildID, http.StatusBadRequest, err)
+		}
+		keys[i] = k
+	}
+	held := map[Key]string{}
+	for id, tok := range req.Held {
+		k, err := parse(id)
+		if err != nil || tok == "" || len(tok) > maxTokenLen {
+			s.obs.Rejected(ReasonBadRequest)
+			return nil, nil, reject(ReasonBadRequest, http.StatusBadRequest, fmt.Errorf("held lease %.80q: not an id and a token", id))
+		}
+		held[k] = tok
+	}
+	return keys, held, nil
+}
+
 // maxTokenLen bounds a lease token sent back in a query.
 const maxTokenLen = 64
 
@@ -60,29 +93,18 @@ const maxTokenLen = 64
 // again under the same token, for another lease duration. An agent renews
 // its leases this way while it extracts a large file.
 func (s *Store) Query(ctx context.Context, req MissingRequest) (MissingResult, error) {
+	switch req.Kind {
+	case "":
+	case SymIndex:
+		return s.queryIndex(ctx, req)
+	default:
+		s.obs.Rejected(ReasonInvalidKind)
+		return MissingResult{}, reject(ReasonInvalidKind, http.StatusBadRequest, fmt.Errorf("query kind %.40q is not \"\" or symindex", req.Kind))
+	}
 	ids, withLease := req.BuildIDs, req.Lease
-	if len(ids) > s.cfg.MaxQueryIDs || len(req.Held) > len(ids) {
-		s.obs.Rejected(ReasonTooLarge)
-		return MissingResult{}, reject(ReasonTooLarge, http.StatusRequestEntityTooLarge,
-			fmt.Errorf("%d ids (%d held) in one query, at most %d", len(ids), len(req.Held), s.cfg.MaxQueryIDs))
-	}
-	keys := make([]Key, len(ids))
-	for i, id := range ids {
-		k, err := ParseKey(id)
-		if err != nil {
-			s.obs.Rejected(ReasonInvalidBuildID)
-			return MissingResult{}, reject(ReasonInvalidBuildID, http.StatusBadRequest, err)
-		}
-		keys[i] = k
-	}
-	held := map[Key]string{}
-	for id, tok := range req.Held {
-		k, err := ParseKey(id)
-		if err != nil || tok == "" || len(tok) > maxTokenLen {
-			s.obs.Rejected(ReasonBadRequest)
-			return MissingResult{}, reject(ReasonBadRequest, http.StatusBadRequest, fmt.Errorf("held lease %.80q: not an id and a token", id))
-		}
-		held[k] = tok
+	keys, held, err := s.parseQuery(req, ParseKey)
+	if err != nil {
+		return MissingResult{}, err
 	}
 	res := MissingResult{LeaseSeconds: int(s.cfg.Lease / time.Second)}
 	var ask []Key // missing from the index, for the shared leases
@@ -164,7 +186,7 @@ func (s *Store) leaseShared(ctx context.Context, keys []Key, held map[Key]string
 			if !renew {
 				tok = newToken()
 			}
-			ok, err := s.shared.AcquireLease(ctx, k, tok, s.cfg.Lease)
+			ok, err := s.shared.AcquireLease(ctx, uploadLease(k), tok, s.cfg.Lease)
 			switch {
 			case err != nil:
 				answers[i].err = err
@@ -228,7 +250,7 @@ func newToken() string {
 // hold takes or confirms the upload lease on key for token.
 func (s *Store) hold(ctx context.Context, key Key, token string) (bool, error) {
 	if s.shared != nil {
-		ok, err := s.shared.AcquireLease(ctx, key, token, s.cfg.Lease)
+		ok, err := s.shared.AcquireLease(ctx, uploadLease(key), token, s.cfg.Lease)
 		if err != nil {
 			return false, fmt.Errorf("leasing %s in %s: %w", key, s.be, err)
 		}
@@ -261,7 +283,7 @@ func (k *leaseKeeper) Read(p []byte) (int, error) {
 		if k.s.shared != nil {
 			// Lost (expired and taken over): the upload goes on; the store
 			// checks for the file again before writing it.
-			if _, lerr := k.s.shared.ExtendLease(k.ctx, k.key, k.token, k.s.cfg.Lease); lerr != nil {
+			if _, lerr := k.s.shared.ExtendLease(k.ctx, uploadLease(k.key), k.token, k.s.cfg.Lease); lerr != nil {
 				k.s.log.Debug("symbol store: extending a lease failed", zap.Stringer("key", k.key), zap.Error(lerr))
 			}
 			return n, err
@@ -278,21 +300,52 @@ func (k *leaseKeeper) Read(p []byte) (int, error) {
 // releaseTimeout bounds dropping a shared lease after an upload.
 const releaseTimeout = 10 * time.Second
 
-func (s *Store) release(key Key, token string) {
+func (s *Store) release(key Key, token string) { s.dropLease(uploadLease(key), token) }
+
+// dropLease releases token's lease on name, in the backend or in memory.
+func (s *Store) dropLease(name LeaseName, token string) {
 	if token == "" {
+		return
+	}
+	if r, ok := s.be.(*Remote); ok && name.For == SymIndex {
+		s.mu.Lock()
+		if l, ok := s.indexLeases[name.Key]; ok && l.token == token {
+			delete(s.indexLeases, name.Key)
+		}
+		stored := s.index[name.Key]&kindBit(SymIndex) != 0
+		s.mu.Unlock()
+		if stored {
+			return // the owner let it go when it stored the index
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		if err := r.releaseIndex(ctx, name.Key, token); err != nil {
+			s.log.Debug("symbol store: releasing an index lease failed; it expires", zap.Stringer("key", name.Key), zap.Error(err))
+		}
 		return
 	}
 	if s.shared != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		if err := s.shared.ReleaseLease(ctx, key, token); err != nil {
-			s.log.Debug("symbol store: releasing a lease failed; it expires", zap.Stringer("key", key), zap.Error(err))
+		if err := s.shared.ReleaseLease(ctx, name, token); err != nil {
+			s.log.Debug("symbol store: releasing a lease failed; it expires", zap.Stringer("key", name.Key),
+				zap.String("for", string(name.For)), zap.Error(err))
 		}
 		return
 	}
+	m := s.leaseMap(name)
 	s.mu.Lock()
-	if l, ok := s.leases[key]; ok && l.token == token {
-		delete(s.leases, key)
+	if l, ok := m[name.Key]; ok && l.token == token {
+		delete(m, name.Key)
 	}
 	s.mu.Unlock()
+}
+
+// leaseMap is where name's lease lives when leases are in memory. The maps
+// are made once in New, so reading the fields needs no lock.
+func (s *Store) leaseMap(name LeaseName) map[Key]lease {
+	if name.For == SymIndex {
+		return s.indexLeases
+	}
+	return s.leases
 }

@@ -104,7 +104,11 @@ func (s *Store) fetch(ctx context.Context, key Key, kind Kind, dst string) error
 		return fmt.Errorf("%s/%s: %w: %v", key.Path(), kind, frame.ErrFetchFailed, err)
 	}
 	defer o.Close()
-	if o.Size() > s.cfg.CacheBytes || o.Size() > s.cfg.MaxUploadBytes {
+	limit := s.cfg.MaxUploadBytes
+	if kind == SymIndex {
+		limit = s.cfg.MaxIndexBytes
+	}
+	if o.Size() > s.cfg.CacheBytes || o.Size() > limit {
 		return fmt.Errorf("%s/%s of %d bytes: %w", key.Path(), kind, o.Size(), frame.ErrLimitExceeded)
 	}
 	s.makeRoom(o.Size())

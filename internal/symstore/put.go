@@ -52,16 +52,11 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 		s.release(key, token)
 		return res, nil
 	}
-	if err := s.room(max(declared, 0)); err != nil {
+	done, err := s.admit(declared)
+	if err != nil {
 		return res, err
 	}
-	select {
-	case s.uploads <- struct{}{}:
-		defer func() { <-s.uploads }()
-	default:
-		s.obs.Rejected(ReasonBusy)
-		return res, reject(ReasonBusy, http.StatusServiceUnavailable, fmt.Errorf("%d uploads in progress; retry later", s.cfg.MaxUploads))
-	}
+	defer done()
 	// Hold the lease for the upload itself, so a client without one that
 	// races us is refused rather than writing twice.
 	if token == "" {
@@ -142,6 +137,23 @@ func (s *Store) Put(ctx context.Context, rawKey string, rawKind string, body io.
 }
 
 // room refuses an upload of n bytes that cannot fit, before its body is read.
+// admit lets a body of declared bytes in (or of unknown size, declared
+// < 0): room in the store for it and a place among MaxUploads, which
+// bounds the scratch disk bodies use while verified. done gives the place
+// back.
+func (s *Store) admit(declared int64) (done func(), err error) {
+	if err := s.room(max(declared, 0)); err != nil {
+		return nil, err
+	}
+	select {
+	case s.uploads <- struct{}{}:
+		return func() { <-s.uploads }, nil
+	default:
+		s.obs.Rejected(ReasonBusy)
+		return nil, reject(ReasonBusy, http.StatusServiceUnavailable, fmt.Errorf("%d uploads in progress; retry later", s.cfg.MaxUploads))
+	}
+}
+
 func (s *Store) room(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

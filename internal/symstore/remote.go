@@ -1,6 +1,7 @@
 package symstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,11 +17,14 @@ import (
 )
 
 // Remote reads another profsym store over HTTP: the debuginfod routes for
-// files (/buildid/ and /gobuildid/) and its status for changes. A gateway
-// runs its store over Remote when one process owns the files (the Helm
-// chart's symbols StatefulSet): it symbolizes from them in process, through
-// a bounded local copy, and knows within one rescan when the owner gained
-// files. It is read-only; agents upload to the owner.
+// files (/buildid/ and /gobuildid/), PathIndex for symbol indexes, and its
+// status for changes. A gateway runs its store over Remote when one
+// process owns the files (the Helm chart's symbols StatefulSet): it
+// symbolizes from them in process, through a bounded local copy, and knows
+// within one rescan when the owner gained files. Debug files are read-only
+// here (agents upload to the owner); symbol indexes are leased from and
+// stored to the owner (Store.LeaseIndex, Store.PutIndex), so the gateways
+// reading one owner build each index once.
 type Remote struct {
 	base string
 	http *http.Client
@@ -53,6 +57,13 @@ func (r *Remote) url(key Key, kind Kind) (string, error) {
 	if err := key.valid(); err != nil {
 		return "", err
 	}
+	if kind == SymIndex {
+		if key.NS != NSBuildID {
+			// Indexes are kept by GNU build id only.
+			return "", fmt.Errorf("no index of %s: %w", key, fs.ErrNotExist)
+		}
+		return r.base + PathIndex + "/" + key.ID, nil
+	}
 	if _, ok := ParseKind(string(kind)); !ok {
 		return "", fmt.Errorf("kind %q: %w", kind, ErrReadOnly)
 	}
@@ -71,6 +82,12 @@ func (r *Remote) do(ctx context.Context, method, u string) (*http.Response, erro
 	if err != nil {
 		return nil, err
 	}
+	return r.send(req)
+}
+
+// send makes a request through the configured client (which adds the
+// owner's authentication) and turns non-2xx answers into errors.
+func (r *Remote) send(req *http.Request) (*http.Response, error) {
 	req.Header.Set("User-Agent", "profsym-symbols/1")
 	resp, err := r.http.Do(req)
 	if err != nil {
@@ -79,7 +96,7 @@ func (r *Remote) do(ctx context.Context, method, u string) (*http.Response, erro
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %w", method, u, fs.ErrNotExist)
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL, fs.ErrNotExist)
 	case resp.StatusCode/100 != 2:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
@@ -159,4 +176,112 @@ func (o *remoteObject) Size() int64        { return o.size }
 func (o *remoteObject) ModTime() time.Time { return o.mod }
 func (o *remoteObject) Seek(off int64, whence int) (int64, error) {
 	return 0, errors.New("remote object: seek " + strconv.FormatInt(off, 10) + " unsupported")
+}
+
+// indexAnswer is the owner's answer about one index lease.
+type indexAnswer struct {
+	token   string // the lease is the caller's, under this token
+	seconds int    // how long the owner's leases last
+	stored  bool   // the owner has the index
+}
+
+// indexLease asks the owner for key's index lease, or to renew the one held
+// under token.
+func (r *Remote) indexLease(ctx context.Context, key Key, token string) (indexAnswer, error) {
+	q := MissingRequest{BuildIDs: []string{key.ID}, Lease: true, Kind: SymIndex}
+	if token != "" {
+		q.Held = map[string]string{key.ID: token}
+	}
+	body, err := json.Marshal(q)
+	if err != nil {
+		return indexAnswer{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+PathMissing, bytes.NewReader(body))
+	if err != nil {
+		return indexAnswer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.send(req)
+	if err != nil {
+		return indexAnswer{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var res MissingResult
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&res); err != nil {
+		return indexAnswer{}, fmt.Errorf("index lease from %s: %w", r.base, err)
+	}
+	if res.Kind != SymIndex {
+		// An owner from before index sharing answered about upload leases.
+		return indexAnswer{}, fmt.Errorf("%s does not share symbol indexes (an older version): %w", r.base, ErrReadOnly)
+	}
+	ans := indexAnswer{seconds: res.LeaseSeconds, stored: true}
+	for _, l := range res.Upload {
+		if l.BuildID == key.ID {
+			ans.stored = false
+			if l.Token != "" && (token == "" || l.Token == token) {
+				ans.token = l.Token
+			}
+		}
+	}
+	for _, id := range res.Pending {
+		if id == key.ID {
+			ans.stored = false
+		}
+	}
+	return ans, nil
+}
+
+// indexPutTries bounds the attempts of one index upload the owner turns
+// away as busy: an index costs a build, worth a short wait.
+const indexPutTries = 3
+
+// putIndex sends size bytes of f as key's index under the lease token. It
+// reports whether the owner stored it (false: it had one).
+func (r *Remote) putIndex(ctx context.Context, key Key, f io.ReaderAt, size int64, token string) (bool, error) {
+	u, err := r.url(key, SymIndex)
+	if err != nil {
+		return false, err
+	}
+	for try := 1; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, io.NewSectionReader(f, 0, size))
+		if err != nil {
+			return false, err
+		}
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set(HeaderLease, token)
+		resp, err := r.send(req)
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == http.StatusServiceUnavailable && try < indexPutTries {
+			t := time.NewTimer(time.Duration(try) * 2 * time.Second)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return false, err
+			}
+		}
+		if err != nil {
+			return false, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusCreated, nil
+	}
+}
+
+// releaseIndex gives token's index lease on key back to the owner.
+func (r *Remote) releaseIndex(ctx context.Context, key Key, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, r.base+PathIndex+"/"+key.ID, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(HeaderLease, token)
+	resp, err := r.send(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	return nil
 }

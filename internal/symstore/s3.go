@@ -36,7 +36,7 @@ type S3Config struct {
 
 // S3 stores files as objects PREFIX/NAMESPACE/ID/KIND in one bucket, so
 // gateways that scale out share one store. Upload leases are objects too,
-// PREFIX/leases/NAMESPACE/ID, written with conditional puts (If-None-Match
+// PREFIX/leases/NAMESPACE/ID (index builds: PREFIX/leases/symindex/...), written with conditional puts (If-None-Match
 // to take a free lease, If-Match on the ETag read to take over an expired
 // one), so that replicas over one bucket hand each out once. Where the
 // server ignores or refuses conditional writes (found at start), leases
@@ -118,11 +118,21 @@ type leaseBody struct {
 	Expires time.Time `json:"expires"`
 }
 
-func (s *S3) leaseKey(key Key) (string, error) {
-	if err := key.valid(); err != nil {
+// leaseKey names the lease object: PREFIX/leases/NAMESPACE/ID for an
+// upload, PREFIX/leases/symindex/NAMESPACE/ID for an index build. The
+// second level is a namespace or "symindex", never both, so the two leases
+// of one id are distinct objects.
+func (s *S3) leaseKey(name LeaseName) (string, error) {
+	if err := name.Key.valid(); err != nil {
 		return "", err
 	}
-	return path.Join(s.cfg.Prefix, "leases", key.Path()), nil
+	switch name.For {
+	case "":
+		return path.Join(s.cfg.Prefix, "leases", name.Key.Path()), nil
+	case SymIndex:
+		return path.Join(s.cfg.Prefix, "leases", string(SymIndex), name.Key.Path()), nil
+	}
+	return "", fmt.Errorf("lease for %q: %w", name.For, frame.ErrInvalidPath)
 }
 
 // maxLeaseBody bounds what is read of a lease object.
@@ -173,8 +183,8 @@ func (s *S3) writeLease(ctx context.Context, k, etag, token string, ttl time.Dur
 // AcquireLease takes a free lease with If-None-Match, and an expired or
 // our own with If-Match on the ETag just read: of replicas racing for one
 // lease, one write succeeds.
-func (s *S3) AcquireLease(ctx context.Context, key Key, token string, ttl time.Duration) (bool, error) {
-	k, err := s.leaseKey(key)
+func (s *S3) AcquireLease(ctx context.Context, name LeaseName, token string, ttl time.Duration) (bool, error) {
+	k, err := s.leaseKey(name)
 	if err != nil {
 		return false, err
 	}
@@ -199,8 +209,8 @@ func (s *S3) AcquireLease(ctx context.Context, key Key, token string, ttl time.D
 }
 
 // ExtendLease rewrites token's lease over the version read.
-func (s *S3) ExtendLease(ctx context.Context, key Key, token string, ttl time.Duration) (bool, error) {
-	k, err := s.leaseKey(key)
+func (s *S3) ExtendLease(ctx context.Context, name LeaseName, token string, ttl time.Duration) (bool, error) {
+	k, err := s.leaseKey(name)
 	if err != nil {
 		return false, err
 	}
@@ -216,8 +226,8 @@ func (s *S3) ExtendLease(ctx context.Context, key Key, token string, ttl time.Du
 
 // ReleaseLease deletes token's lease. Between the read and the delete the
 // lease is token's and unexpired, so nobody else can have taken it.
-func (s *S3) ReleaseLease(ctx context.Context, key Key, token string) error {
-	k, err := s.leaseKey(key)
+func (s *S3) ReleaseLease(ctx context.Context, name LeaseName, token string) error {
+	k, err := s.leaseKey(name)
 	if err != nil {
 		return err
 	}
@@ -237,7 +247,7 @@ func (s *S3) key(key Key, kind Kind) (string, error) {
 	if err := key.valid(); err != nil {
 		return "", err
 	}
-	if _, ok := ParseKind(string(kind)); !ok {
+	if _, ok := validKind(string(kind)); !ok {
 		return "", fmt.Errorf("kind %q: %w", kind, frame.ErrInvalidPath)
 	}
 	return path.Join(s.cfg.Prefix, key.Path(), string(kind)), nil
@@ -255,7 +265,7 @@ func (s *S3) List(ctx context.Context, fn func(Key, Kind, int64)) error {
 				continue
 			}
 			key, err := parseNS(ns, parts[0])
-			kind, ok := ParseKind(parts[1])
+			kind, ok := validKind(parts[1])
 			if err != nil || !ok || key.ID != parts[0] {
 				continue
 			}
@@ -295,8 +305,12 @@ func (s *S3) Put(ctx context.Context, key Key, kind Kind, p string, size int64) 
 	}
 	defer f.Close()
 	defer os.Remove(p)
+	ct := "application/x-elf"
+	if kind == SymIndex {
+		ct = "application/octet-stream"
+	}
 	_, err = s.client.PutObject(ctx, s.cfg.Bucket, k, f, size, minio.PutObjectOptions{
-		ContentType:      "application/x-elf",
+		ContentType:      ct,
 		DisableMultipart: size < 64<<20,
 	})
 	return err

@@ -21,7 +21,13 @@ const (
 	// gains files: a gateway reading the store over HTTP polls it to retry
 	// frames that failed before an upload.
 	PathStatus = "/symbols/v1/status"
-	// HeaderLease carries the lease token with an upload.
+	// PathIndex + "/ID" serves and takes the symbol index of a GNU build
+	// id: gateways reading this store over HTTP share the indexes they
+	// build. It is profsym's own route; the debuginfod paths never reach
+	// an index.
+	PathIndex = "/symbols/v1/symindex"
+	// HeaderLease carries the lease token with an upload (of an index: the
+	// index lease).
 	HeaderLease = "X-Profsym-Lease"
 	// maxQueryBody bounds the JSON of one missing query: ids of at most 128
 	// hex digits plus quoting.
@@ -36,6 +42,10 @@ type MissingRequest struct {
 	// Held maps ids of BuildIDs to the lease tokens this client was given
 	// for them: those leases are renewed rather than answered "pending".
 	Held map[string]string `json:"held,omitempty"`
+	// Kind "" asks about debug files and hands out upload leases; Kind
+	// "symindex" asks about symbol indexes (an id is missing when no index
+	// is stored) and hands out and renews index leases (GNU build ids only).
+	Kind Kind `json:"kind,omitempty"`
 }
 
 // Handler serves the store:
@@ -45,6 +55,9 @@ type MissingRequest struct {
 //	PUT|POST /buildid/ID/..., /gobuildid/HEX/...  upload (body: the ELF file)
 //	POST     /symbols/v1/missing                   {"build_ids":[...],"lease":true}
 //	GET      /symbols/v1/status                    {"generation":N,"files":N,"bytes":N}
+//	GET|HEAD /symbols/v1/symindex/ID               a stored symbol index
+//	PUT|POST /symbols/v1/symindex/ID               store one (X-Profsym-Lease: its index lease)
+//	DELETE   /symbols/v1/symindex/ID               give the index lease back (X-Profsym-Lease)
 //
 // The path is split by hand on its escaped form, so an id such as
 // "..%2F..%2Fetc" reaches validation (and a 400) instead of being cleaned
@@ -58,6 +71,8 @@ func (s *Store) Handler() http.Handler {
 			s.serveMissing(w, r)
 		case p == PathStatus:
 			s.serveStatus(w, r)
+		case strings.HasPrefix(p, PathIndex+"/"):
+			s.serveIndex(w, r, strings.TrimPrefix(p, PathIndex+"/"))
 		case ns == string(NSBuildID) || ns == string(NSGoBuildID):
 			parts := strings.Split(rest, "/")
 			if len(parts) != 2 {
@@ -142,6 +157,11 @@ func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rawKey, rawKin
 		s.fail(w, reject(ReasonInvalidBuildID, http.StatusBadRequest, err))
 		return
 	}
+	s.serveObject(w, r, key, kind)
+}
+
+// serveObject serves a stored file, or 404.
+func (s *Store) serveObject(w http.ResponseWriter, r *http.Request, key Key, kind Kind) {
 	o, err := s.be.Open(r.Context(), key, kind)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

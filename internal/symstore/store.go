@@ -36,6 +36,8 @@ const (
 	// bytes an object).
 	DefaultMaxStoredBytes = 16 << 30
 	DefaultMaxObjects     = 500_000
+	// DefaultMaxIndexBytes bounds one symbol index (PutIndex, LocateIndex).
+	DefaultMaxIndexBytes = 1 << 30
 )
 
 // Rejection reasons, as counted and as returned to clients.
@@ -111,6 +113,10 @@ type Config struct {
 	// the operator frees space or raises the limit.
 	MaxStoredBytes int64
 	MaxObjects     int64
+	// MaxIndexBytes bounds one symbol index file: a larger one is neither
+	// stored nor fetched (frame.ErrLimitExceeded), so a bad build or a
+	// foreign object cannot fill the disk or the scratch cache.
+	MaxIndexBytes int64
 	// FetchTimeout bounds one copy of a remote file into the scratch cache.
 	// The copy runs apart from the caller, which may stop waiting sooner, so
 	// a large file is fetched once rather than restarted by every batch.
@@ -131,16 +137,27 @@ type SharedLeases interface {
 	// the conditional writes they need); false: the store keeps them in
 	// memory.
 	LeasesShared() bool
-	// AcquireLease gives key's lease to token for ttl, unless another token
-	// holds one that has not expired. It reports whether token holds it
-	// now (a holder acquiring again extends it).
-	AcquireLease(ctx context.Context, key Key, token string, ttl time.Duration) (bool, error)
-	// ExtendLease moves token's lease on key to ttl from now; false when
+	// AcquireLease gives name's lease to token for ttl, unless another
+	// token holds one that has not expired. It reports whether token holds
+	// it now (a holder acquiring again extends it).
+	AcquireLease(ctx context.Context, name LeaseName, token string, ttl time.Duration) (bool, error)
+	// ExtendLease moves token's lease on name to ttl from now; false when
 	// token no longer holds it.
-	ExtendLease(ctx context.Context, key Key, token string, ttl time.Duration) (bool, error)
-	// ReleaseLease drops token's lease on key, if token still holds it.
-	ReleaseLease(ctx context.Context, key Key, token string) error
+	ExtendLease(ctx context.Context, name LeaseName, token string, ttl time.Duration) (bool, error)
+	// ReleaseLease drops token's lease on name, if token still holds it.
+	ReleaseLease(ctx context.Context, name LeaseName, token string) error
 }
+
+// LeaseName names a lease: the upload of Key's files (For "") or the build
+// of Key's symbol index (For SymIndex). They are distinct leases, so an
+// agent uploading an id and a gateway indexing it never wait on each other.
+type LeaseName struct {
+	Key Key
+	For Kind
+}
+
+// uploadLease names the upload lease on key.
+func uploadLease(key Key) LeaseName { return LeaseName{Key: key} }
 
 // Store is safe for concurrent use.
 type Store struct {
@@ -162,6 +179,9 @@ type Store struct {
 	reserved        int64
 	reservedObjects int64
 	leases          map[Key]lease
+	// indexLeases: index builds, apart from the upload leases above so
+	// neither blocks the other (and agents' leases keep their bound).
+	indexLeases map[Key]lease
 	// leasesPruned: no pruning before this (the last one freed little).
 	leasesPruned time.Time
 	listed       time.Time
@@ -177,8 +197,11 @@ type Store struct {
 }
 
 func kindBit(k Kind) uint8 {
-	if k == Executable {
+	switch k {
+	case Executable:
 		return 2
+	case SymIndex:
+		return 4
 	}
 	return 1
 }
@@ -215,6 +238,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxObjects <= 0 {
 		cfg.MaxObjects = DefaultMaxObjects
 	}
+	if cfg.MaxIndexBytes <= 0 {
+		cfg.MaxIndexBytes = DefaultMaxIndexBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -222,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Observer = nopObserver{}
 	}
 	s := &Store{cfg: cfg, be: cfg.Backend, log: cfg.Logger, obs: cfg.Observer,
-		index: map[Key]uint8{}, leases: map[Key]lease{}, cache: map[string]int64{},
+		index: map[Key]uint8{}, leases: map[Key]lease{}, indexLeases: map[Key]lease{}, cache: map[string]int64{},
 		uploads: make(chan struct{}, cfg.MaxUploads)}
 	if sl, ok := cfg.Backend.(SharedLeases); ok && sl.LeasesShared() {
 		s.shared = sl

@@ -116,7 +116,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolstoreHits, err = builder.meter.Int64Counter(
 		"otelcol_symbolstore_hits",
-		metric.WithDescription("Files served, over HTTP (by kind) or located in process by the symbolization processor. [Alpha]"),
+		metric.WithDescription("Files served, over HTTP or located in process by the symbolization processor, by kind (debuginfo, executable, symindex). [Alpha]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
@@ -128,7 +128,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolstoreReceivedBytes, err = builder.meter.Int64Counter(
 		"otelcol_symbolstore_received_bytes",
-		metric.WithDescription("Bytes of uploads stored. [Alpha]"),
+		metric.WithDescription("Bytes of files stored (uploads and symbol indexes). [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
@@ -146,7 +146,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolstoreUploadsDeduped, err = builder.meter.Int64Counter(
 		"otelcol_symbolstore_uploads_deduped",
-		metric.WithDescription("Uploads of files the store already had; nothing was written. [Alpha]"),
+		metric.WithDescription("Files (uploads, or symbol indexes a gateway built) the store already had, by kind; nothing was written. [Alpha]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
@@ -158,7 +158,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolstoreUploadsStored, err = builder.meter.Int64Counter(
 		"otelcol_symbolstore_uploads_stored",
-		metric.WithDescription("Uploads verified and stored, by kind (debuginfo, executable). [Alpha]"),
+		metric.WithDescription("Files stored, by kind (debuginfo and executable uploads, verified; symindex, symbol indexes gateways built for each other). [Alpha]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)

@@ -38,7 +38,7 @@ func AssertEqualSymbolstoreFiles(t *testing.T, tt *componenttest.Telemetry, dps 
 func AssertEqualSymbolstoreHits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolstore_hits",
-		Description: "Files served, over HTTP (by kind) or located in process by the symbolization processor. [Alpha]",
+		Description: "Files served, over HTTP or located in process by the symbolization processor, by kind (debuginfo, executable, symindex). [Alpha]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -70,7 +70,7 @@ func AssertEqualSymbolstoreMissingQueries(t *testing.T, tt *componenttest.Teleme
 func AssertEqualSymbolstoreReceivedBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolstore_received_bytes",
-		Description: "Bytes of uploads stored. [Alpha]",
+		Description: "Bytes of files stored (uploads and symbol indexes). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -116,7 +116,7 @@ func AssertEqualSymbolstoreSize(t *testing.T, tt *componenttest.Telemetry, dps [
 func AssertEqualSymbolstoreUploadsDeduped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolstore_uploads_deduped",
-		Description: "Uploads of files the store already had; nothing was written. [Alpha]",
+		Description: "Files (uploads, or symbol indexes a gateway built) the store already had, by kind; nothing was written. [Alpha]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -148,7 +148,7 @@ func AssertEqualSymbolstoreUploadsRejected(t *testing.T, tt *componenttest.Telem
 func AssertEqualSymbolstoreUploadsStored(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_symbolstore_uploads_stored",
-		Description: "Uploads verified and stored, by kind (debuginfo, executable). [Alpha]",
+		Description: "Files stored, by kind (debuginfo and executable uploads, verified; symindex, symbol indexes gateways built for each other). [Alpha]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
