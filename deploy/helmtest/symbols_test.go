@@ -53,6 +53,11 @@ func TestSymbols(t *testing.T) {
 	if !slices.Contains(strs(gcfg, "service", "extensions"), "symbolstore") || !slices.Contains(strs(gcfg, "processors", "symbolization", "sources"), "symbol_store") {
 		t.Errorf("gateway does not read the store: %v", gcfg["service"])
 	}
+	// Replicas share symbol indexes through the store with no setting
+	// (docs/symbol-index.md): the processor's default must stand.
+	if v := get(gcfg, "processors", "symbolization", "symbol_index"); v != nil {
+		t.Errorf("the chart sets symbol_index (%v): replicas share indexes by default", v)
+	}
 	gw := container(d.must(t, "Deployment", gatewayName))
 	if _, ok := env(gw)["PROFSYM_SYMBOLS_LISTEN"]; ok {
 		t.Error("gateways listen for uploads with the StatefulSet store")

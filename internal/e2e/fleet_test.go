@@ -90,6 +90,7 @@ func profileMapping(pid int64, path, id string) pprofile.Profiles {
 	dict.MappingTable().AppendEmpty()
 	dict.LocationTable().AppendEmpty()
 	dict.StackTable().AppendEmpty()
+	dict.AttributeTable().AppendEmpty() // index 0 is the zero value
 	kv := dict.AttributeTable().AppendEmpty()
 	kv.SetKeyStrindex(1)
 	kv.Value().SetStr(id)
@@ -151,11 +152,27 @@ type gateway struct {
 // connection).
 func startGateway(t *testing.T, root, bin, work, name string, s3 *testfixture.S3Server) gateway {
 	t.Helper()
+	var env []string
+	configs := []string{filepath.Join(root, "config", "gateway.yaml")}
+	if s3 != nil {
+		env = append(env, "PROFSYM_SYMBOLS_S3_ENDPOINT="+s3.Endpoint, "PROFSYM_SYMBOLS_S3_BUCKET=fleet",
+			"PROFSYM_SYMBOLS_S3_ACCESS_KEY="+s3.Access, "PROFSYM_SYMBOLS_S3_SECRET_KEY="+s3.Secret,
+			"PROFSYM_SYMBOLS_S3_INSECURE=true", "PROFSYM_SYMBOLS_S3_CREATE_BUCKET=true")
+		configs = append(configs, filepath.Join(root, "config", "symbols-s3.yaml"))
+	}
+	return startGatewayWith(t, bin, work, name, env, configs...)
+}
+
+// startGatewayWith starts a gateway collector from configs (its ports,
+// output and telemetry overlay added), on new ports as long as one it
+// picked turns out taken.
+func startGatewayWith(t *testing.T, bin, work, name string, more []string, configs ...string) gateway {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
 		g := gateway{otlp: testfixture.FreePort(t), symbols: testfixture.FreePort(t), prom: testfixture.FreePort(t)}
 		tel := filepath.Join(work, name+"-telemetry.yaml")
 		os.WriteFile(tel, []byte(telemetryOverlay(g.prom)), 0o644)
-		env := []string{
+		env := append([]string{
 			fmt.Sprintf("PROFSYM_GATEWAY_LISTEN=127.0.0.1:%d", g.otlp),
 			fmt.Sprintf("PROFSYM_GATEWAY_HTTP_LISTEN=127.0.0.1:%d", testfixture.FreePort(t)),
 			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
@@ -164,14 +181,7 @@ func startGateway(t *testing.T, root, bin, work, name string, s3 *testfixture.S3
 			"PROFSYM_OUTPUT=" + filepath.Join(work, name, "profiles.json"),
 			"PROFSYM_DEBUGINFOD_CACHE=" + filepath.Join(work, name, "cache"),
 			"DEBUGINFOD_URLS=",
-		}
-		configs := []string{filepath.Join(root, "config", "gateway.yaml")}
-		if s3 != nil {
-			env = append(env, "PROFSYM_SYMBOLS_S3_ENDPOINT="+s3.Endpoint, "PROFSYM_SYMBOLS_S3_BUCKET=fleet",
-				"PROFSYM_SYMBOLS_S3_ACCESS_KEY="+s3.Access, "PROFSYM_SYMBOLS_S3_SECRET_KEY="+s3.Secret,
-				"PROFSYM_SYMBOLS_S3_INSECURE=true", "PROFSYM_SYMBOLS_S3_CREATE_BUCKET=true")
-			configs = append(configs, filepath.Join(root, "config", "symbols-s3.yaml"))
-		}
+		}, more...)
 		c, err := launchCollector(t, bin, name, env, append(configs, tel)...)
 		if err == nil {
 			g.c = c

@@ -18,6 +18,7 @@ import (
 	"github.com/profsym/profsym/internal/otlp/otlpsym"
 	"github.com/profsym/profsym/internal/symbolize"
 	"github.com/profsym/profsym/internal/symbolize/demangle"
+	"github.com/profsym/profsym/internal/symbolize/symindex"
 )
 
 // Config is the symbolization processor's configuration; every key is
@@ -40,6 +41,9 @@ type Config struct {
 	// SymbolStore names a symbolstore extension of this collector, read in
 	// process by the symbol_store source (empty: none).
 	SymbolStore component.ID `mapstructure:"symbol_store"`
+	// SymbolIndex shares parsed debug info through the symbol store: see
+	// SymbolIndexConfig.
+	SymbolIndex SymbolIndexConfig `mapstructure:"symbol_index"`
 	// Demangle is "full" (C++ and Rust names demangled) or "none".
 	Demangle string `mapstructure:"demangle"`
 	// InlineFrames adds a line per inlined call.
@@ -59,6 +63,17 @@ type Config struct {
 	NegativeTTL time.Duration `mapstructure:"negative_ttl"`
 	Cache       CacheConfig   `mapstructure:"cache"`
 	Limits      LimitsConfig  `mapstructure:"limits"`
+}
+
+// SymbolIndexConfig configures the symbol indexes kept in the symbol store
+// (symbol_store): a binary's debug info compiled once into an index of
+// address ranges that every processor over the same store reads instead of
+// parsing the debug info again (docs/symbol-index.md).
+type SymbolIndexConfig struct {
+	// Enabled uses and writes indexes when symbol_store is set.
+	Enabled bool `mapstructure:"enabled"`
+	// MaxBytes refuses larger index files (hostile input like any file).
+	MaxBytes int64 `mapstructure:"max_bytes"`
 }
 
 // LocalConfig configures the local source.
@@ -149,6 +164,7 @@ func createDefaultConfig() *Config {
 			MaxDownloadTime: 5 * time.Minute,
 			HTTP:            confighttp.NewDefaultClientConfig(),
 		},
+		SymbolIndex:  SymbolIndexConfig{Enabled: true, MaxBytes: symindex.DefaultMaxBytes},
 		Demangle:     "full",
 		InlineFrames: true,
 		LineNumbers:  true,

@@ -46,6 +46,9 @@ type sharedSym struct {
 	mu        sync.Mutex
 	last      debuginfod.Stats  // for telemetry deltas
 	evictions map[string]uint64 // per cache, for telemetry deltas
+	// indexTelemetry: the symbol index counters are observed through one
+	// processor's telemetry, not once per processor sharing the symbolizer.
+	indexTelemetry bool
 }
 
 var symbolizers = sharedcomponent.NewMap[*Config, *sharedSym]()
@@ -90,8 +93,9 @@ func (c *Config) Options(log *zap.Logger) otlpsym.Options {
 			MaxFramesJSON:     c.Limits.MaxFramesJSONBytes,
 			MaxLogFrames:      c.Limits.MaxLogFrames,
 		},
-		FileLimits: elfx.Limits{MaxFileBytes: c.Limits.MaxFileBytes, MaxDecompressedBytes: c.Limits.MaxDecompressedBytes},
-		Logger:     log,
+		FileLimits:    elfx.Limits{MaxFileBytes: c.Limits.MaxFileBytes, MaxDecompressedBytes: c.Limits.MaxDecompressedBytes},
+		MaxIndexBytes: c.SymbolIndex.MaxBytes,
+		Logger:        log,
 	}
 }
 
@@ -161,6 +165,9 @@ func (p *symbolizer) start(ctx context.Context, host component.Host) error {
 		return err
 	}
 	p.shared, p.sym, p.client = e, e.sym, e.client
+	if err := p.observeIndexes(); err != nil {
+		return err
+	}
 	// A parser's contained panic is a bug that users should be able to
 	// report: its first stack per site goes to the collector's log.
 	p.unwatch = contain.Watch(p.log)
@@ -178,6 +185,10 @@ func (c *Config) newShared(ctx context.Context, host component.Host, set compone
 	if store != nil {
 		opt.Locate.Store = store
 		log.Info("symbol store source enabled", zap.Stringer("extension", c.SymbolStore))
+		if ix, ok := host.GetExtensions()[c.SymbolStore].(locate.IndexStore); ok && c.SymbolIndex.Enabled {
+			opt.Indexes = ix
+			log.Info("symbol indexes shared through the symbol store", zap.Stringer("extension", c.SymbolStore))
+		}
 	}
 	client, err := c.NewDebuginfod(ctx, host.GetExtensions(), set)
 	if err != nil {
@@ -195,6 +206,36 @@ func (c *Config) newShared(ctx context.Context, host component.Host, set compone
 		return nil, err
 	}
 	return &sharedSym{sym: sym, client: client, evictions: map[string]uint64{}}, nil
+}
+
+// observeIndexes reports the symbol index counters, cumulative, as they
+// move (a build ends after the batch that started it).
+func (p *symbolizer) observeIndexes() error {
+	p.shared.mu.Lock()
+	defer p.shared.mu.Unlock()
+	if p.shared.indexTelemetry {
+		return nil
+	}
+	p.shared.indexTelemetry = true
+	sym, t := p.sym, p.tel
+	count := func(get func(otlpsym.IndexStats) int64) func(context.Context, metric.Int64Observer) error {
+		return func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(get(sym.IndexStats()))
+			return nil
+		}
+	}
+	return errors.Join(
+		t.RegisterSymbolizationObjectsParsedCallback(count(func(s otlpsym.IndexStats) int64 { return s.Parsed })),
+		t.RegisterSymbolizationIndexOpenedCallback(count(func(s otlpsym.IndexStats) int64 { return s.Opened })),
+		t.RegisterSymbolizationIndexWrittenCallback(count(func(s otlpsym.IndexStats) int64 { return s.Written })),
+		t.RegisterSymbolizationIndexFailedCallback(count(func(s otlpsym.IndexStats) int64 { return s.Failed })),
+		t.RegisterSymbolizationIndexRefusedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			for reason, n := range sym.IndexStats().Refused {
+				o.Observe(n, metric.WithAttributes(attribute.String("reason", reason)))
+			}
+			return nil
+		}),
+	)
 }
 
 func (p *symbolizer) shutdown(context.Context) error {

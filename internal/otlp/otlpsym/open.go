@@ -49,6 +49,19 @@ func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 // open locates an object's files and opens them. Files that vanished since
 // they were located (a process exited) are located again, once.
 func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, error) {
+	var lease func() // held: this symbolizer builds the object's index
+	if s.idx != nil && o.q.ID.GNU != "" {
+		h, release, err := s.idx.take(ctx, o.q.ID.GNU, o.q.Since.Add(s.opt.fetchWait()))
+		if h != nil {
+			// An index is only written from files with DWARF.
+			o.complete = true
+			return h, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		lease = release
+	}
 	for attempt := 0; ; attempt++ {
 		res, err := s.chain.Locate(ctx, o.q)
 		if err != nil {
@@ -64,6 +77,13 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 		if err != nil && attempt == 0 && frame.Reason(err) == frame.ErrNotFound.Error() {
 			s.chain.Forget(&o.q)
 			continue
+		}
+		if lease != nil {
+			if err == nil && o.complete && !o.pending {
+				s.idx.build(o.q.ID.GNU, bin, dbg, lease)
+			} else {
+				lease()
+			}
 		}
 		return h, err
 	}

@@ -43,6 +43,13 @@ type Options struct {
 	NegativeTTL time.Duration // how long failures and answers short of DWARF are kept
 	MaxParallel int           // objects found and opened at once
 
+	// Indexes, if set, is where symbol indexes are shared (a symbol store):
+	// objects with a GNU build id are opened from their index when there
+	// is one, and one symbolizer over the store compiles each missing one.
+	Indexes locate.IndexStore
+	// MaxIndexBytes bounds an index file (symindex.DefaultMaxBytes).
+	MaxIndexBytes int64
+
 	Limits Limits
 	// FileLimits bound each binary and debug file opened (size,
 	// decompressed bytes); Locate.MaxFileBytes defaults to its size bound.

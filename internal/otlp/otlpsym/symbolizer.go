@@ -35,6 +35,7 @@ type Symbolizer struct {
 	partial *lru.Clock[uint64, partialResult]
 	log     *zap.Logger
 	kernel  bool
+	idx     *indexer // nil without Options.Indexes
 
 	// Object numbers: an identity is interned to a number, which with an
 	// address forms a result's key (number in the top 16 bits, address in
@@ -90,6 +91,7 @@ func New(opt Options) (*Symbolizer, error) {
 		DemangleEntries: opt.DemangleEntries,
 		DemangleBytes:   opt.DemangleBytes,
 		Limits:          opt.FileLimits,
+		MaxIndexBytes:   opt.MaxIndexBytes,
 		// Opening a binary goes on when a batch stops waiting for it
 		// (FetchWait), bounded as the batch was, so the next batch has it.
 		LoadTimeout: opt.Timeout,
@@ -126,11 +128,17 @@ func New(opt Options) (*Symbolizer, error) {
 	for _, src := range chain.Sources() {
 		s.kernel = s.kernel || src == locate.SourceKernel
 	}
+	if opt.Indexes != nil {
+		s.idx = newIndexer(opt.Indexes, engine, &s.opt)
+	}
 	return s, nil
 }
 
 // Close releases cached objects.
 func (s *Symbolizer) Close() error {
+	if s.idx != nil {
+		s.idx.close()
+	}
 	s.chain.Close()
 	return s.engine.Close()
 }

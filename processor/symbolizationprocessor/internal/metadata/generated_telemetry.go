@@ -3,10 +3,12 @@
 package metadata
 
 import (
+	"context"
 	"errors"
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/embedded"
 	"go.opentelemetry.io/otel/trace"
 
 	"go.opentelemetry.io/collector/component"
@@ -42,6 +44,11 @@ type TelemetryBuilder struct {
 	SymbolizationFramesResolved              metric.Int64Counter
 	SymbolizationFramesSkipped               metric.Int64Counter
 	SymbolizationFramesUnresolved            metric.Int64Counter
+	SymbolizationIndexFailed                 metric.Int64ObservableCounter
+	SymbolizationIndexOpened                 metric.Int64ObservableCounter
+	SymbolizationIndexRefused                metric.Int64ObservableCounter
+	SymbolizationIndexWritten                metric.Int64ObservableCounter
+	SymbolizationObjectsParsed               metric.Int64ObservableCounter
 	SymbolizationParserPanics                metric.Int64Gauge
 }
 
@@ -54,6 +61,91 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterSymbolizationIndexFailedCallback sets callback for observable SymbolizationIndexFailed metric.
+func (builder *TelemetryBuilder) RegisterSymbolizationIndexFailedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizationIndexFailed, obs: o})
+		return nil
+	}, builder.SymbolizationIndexFailed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSymbolizationIndexOpenedCallback sets callback for observable SymbolizationIndexOpened metric.
+func (builder *TelemetryBuilder) RegisterSymbolizationIndexOpenedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizationIndexOpened, obs: o})
+		return nil
+	}, builder.SymbolizationIndexOpened)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSymbolizationIndexRefusedCallback sets callback for observable SymbolizationIndexRefused metric.
+func (builder *TelemetryBuilder) RegisterSymbolizationIndexRefusedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizationIndexRefused, obs: o})
+		return nil
+	}, builder.SymbolizationIndexRefused)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSymbolizationIndexWrittenCallback sets callback for observable SymbolizationIndexWritten metric.
+func (builder *TelemetryBuilder) RegisterSymbolizationIndexWrittenCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizationIndexWritten, obs: o})
+		return nil
+	}, builder.SymbolizationIndexWritten)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSymbolizationObjectsParsedCallback sets callback for observable SymbolizationObjectsParsed metric.
+func (builder *TelemetryBuilder) RegisterSymbolizationObjectsParsedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizationObjectsParsed, obs: o})
+		return nil
+	}, builder.SymbolizationObjectsParsed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+type observerInt64 struct {
+	embedded.Int64Observer
+	inst metric.Int64Observable
+	obs  metric.Observer
+}
+
+func (oi *observerInt64) Observe(value int64, opts ...metric.ObserveOption) {
+	oi.obs.ObserveInt64(oi.inst, value, opts...)
 }
 
 // Shutdown unregister all registered callbacks for async instruments.
@@ -170,6 +262,36 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_symbolization_frames_unresolved",
 		metric.WithDescription("Frames left raw, by reason (no_debug_info, no_mapping, invalid_build_id, invalid_path, limit_exceeded, build_id_mismatch, pending, fetch_failed, timeout, corrupt_file, not_found). [Alpha]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationIndexFailed, err = builder.meter.Int64ObservableCounter(
+		"otelcol_symbolization_index_failed",
+		metric.WithDescription("Index builds this processor started that stored no index (the binary has no DWARF or part of it is missing or over a limit, or the store refused the file); such a binary is opened from its files. [Alpha]"),
+		metric.WithUnit("{object}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationIndexOpened, err = builder.meter.Int64ObservableCounter(
+		"otelcol_symbolization_index_opened",
+		metric.WithDescription("Binaries opened from their symbol index in the symbol store instead of their debug info. [Alpha]"),
+		metric.WithUnit("{object}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationIndexRefused, err = builder.meter.Int64ObservableCounter(
+		"otelcol_symbolization_index_refused",
+		metric.WithDescription("Stored symbol indexes not used, by reason (corrupt_file - damaged or forged, build_id_mismatch, limit_exceeded, version, options - compiled with other inline_frames); the binary is opened from its files instead. [Alpha]"),
+		metric.WithUnit("{object}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationIndexWritten, err = builder.meter.Int64ObservableCounter(
+		"otelcol_symbolization_index_written",
+		metric.WithDescription("Symbol indexes this processor compiled from debug info and stored in the symbol store. [Alpha]"),
+		metric.WithUnit("{object}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizationObjectsParsed, err = builder.meter.Int64ObservableCounter(
+		"otelcol_symbolization_objects_parsed",
+		metric.WithDescription("Binaries whose debug info this processor opened from files and parsed (DWARF indexed, units parsed as asked). With symbol_index over a shared symbol store, a binary is parsed once across all processors over the store, by the one that writes its index. [Alpha]"),
+		metric.WithUnit("{object}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SymbolizationParserPanics, err = builder.meter.Int64Gauge(
