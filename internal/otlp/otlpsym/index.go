@@ -32,8 +32,10 @@ type indexer struct {
 	wait   time.Duration // poll interval while another builder works
 	ttl    time.Duration // how long a build id that cannot be indexed is skipped
 
+	gen func() uint64 // the chain's generation: moves when a store gains files
+
 	mu       sync.Mutex
-	skip     map[string]time.Time // build ids to open from files until then
+	skip     map[string]skipped // build ids to open from their files for now
 	building map[string]bool      // built here now: opened from files meanwhile
 	refused  map[string]int64     // refused indexes, by reason
 
@@ -48,12 +50,19 @@ type indexer struct {
 // maxSkipped bounds the build ids remembered as not indexable.
 const maxSkipped = 1 << 14
 
-func newIndexer(store locate.IndexStore, engine *symbolize.Resolver, opt *Options) *indexer {
+// skipped is a build id opened from its files until a time, or until the
+// sources gain files (an upload may bring the DWARF it lacked).
+type skipped struct {
+	until time.Time
+	gen   uint64
+}
+
+func newIndexer(store locate.IndexStore, engine *symbolize.Resolver, gen func() uint64, opt *Options) *indexer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &indexer{
-		store: store, engine: engine, log: opt.Logger, tmp: os.TempDir(),
+		store: store, engine: engine, gen: gen, log: opt.Logger, tmp: os.TempDir(),
 		wait: 100 * time.Millisecond, ttl: opt.NegativeTTL,
-		skip: map[string]time.Time{}, building: map[string]bool{}, refused: map[string]int64{},
+		skip: map[string]skipped{}, building: map[string]bool{}, refused: map[string]int64{},
 		slots: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
 }
@@ -65,13 +74,14 @@ func (ix *indexer) close() {
 }
 
 func (ix *indexer) skipped(id string) bool {
+	gen := ix.gen()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.building[id] {
 		return true
 	}
-	until, ok := ix.skip[id]
-	if ok && time.Now().After(until) {
+	sk, ok := ix.skip[id]
+	if ok && (time.Now().After(sk.until) || sk.gen != gen) {
 		delete(ix.skip, id)
 		return false
 	}
@@ -79,12 +89,13 @@ func (ix *indexer) skipped(id string) bool {
 }
 
 func (ix *indexer) skipFor(id string, d time.Duration) {
+	gen := ix.gen()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if len(ix.skip) >= maxSkipped {
 		clear(ix.skip)
 	}
-	ix.skip[id] = time.Now().Add(d)
+	ix.skip[id] = skipped{time.Now().Add(d), gen}
 }
 
 // take returns a handle on id's index, or says that this symbolizer should

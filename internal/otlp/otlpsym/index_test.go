@@ -23,6 +23,7 @@ type indexSetup struct {
 	id         string
 	addr       uint64
 	store      *symstore.Store
+	files      *growingStore // where the debug file is found
 	opt        Options
 }
 
@@ -41,6 +42,7 @@ func newIndexSetup(t *testing.T, name string) *indexSetup {
 	x.opt = defaults()
 	files := &growingStore{debug: debug}
 	files.has.Store(true)
+	x.files = files
 	x.opt.Locate = locate.Config{Order: []string{locate.SourceStore}, Store: locate.Store(files)}
 	x.opt.Indexes = st
 	x.opt.FetchWait = 200 * time.Millisecond
@@ -175,4 +177,23 @@ func TestIndexBuildStopsOnClose(t *testing.T) {
 	if _, err := x.store.LocateIndex(context.Background(), x.id); err != nil && !errors.Is(err, frame.ErrNotFound) {
 		t.Fatal(err)
 	}
+}
+
+// Frames seen before the debug file reached the store: once it arrives
+// (the store's generation moves), the index is built from it at once,
+// not after negative_ttl.
+func TestIndexAfterUpload(t *testing.T) {
+	x := newIndexSetup(t, "indexupload")
+	x.files.has.Store(false)
+	x.opt.NegativeTTL = time.Hour
+	s := newSym(t, x.opt)
+	if r, _ := x.batch(s); r != "no_debug_info" {
+		t.Fatalf("before the upload: %q", r)
+	}
+	x.files.has.Store(true)
+	x.files.gen.Add(1)
+	if r, n := x.batch(s); r != "" || !reflect.DeepEqual(n, engineNames(t, x.bin, x.addr)) {
+		t.Fatalf("after the upload: %q %v", r, n)
+	}
+	x.waitIndex(t)
 }

@@ -46,26 +46,48 @@ func (s *Symbolizer) openAll(ctx context.Context, need map[*objRef]bool) {
 	wg.Wait()
 }
 
-// open locates an object's files and opens them. Files that vanished since
-// they were located (a process exited) are located again, once.
+// open opens an object: from its symbol index when the store has one,
+// else from its files, which it then indexes if it got the store's lease.
 func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, error) {
-	var lease func() // held: this symbolizer builds the object's index
-	if s.idx != nil && o.q.ID.GNU != "" {
-		h, release, err := s.idx.take(ctx, o.q.ID.GNU, o.q.Since.Add(s.opt.fetchWait()))
-		if h != nil {
-			// An index is only written from files with DWARF.
-			o.complete = true
-			return h, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		lease = release
+	if s.idx == nil || o.q.ID.GNU == "" {
+		h, _, _, err := s.openFiles(ctx, o)
+		return h, err
 	}
+	id := o.q.ID.GNU
+	h, lease, err := s.idx.take(ctx, id, o.q.Since.Add(s.opt.fetchWait()))
+	if h != nil {
+		// An index is only written from files with DWARF.
+		o.complete = true
+		return h, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h, bin, dbg, err := s.openFiles(ctx, o)
+	if lease != nil {
+		switch {
+		case err == nil && o.complete && !o.pending:
+			s.idx.build(id, bin, dbg, lease)
+		case err != nil && frame.Transient(err), o.pending:
+			lease() // the files may come whole soon: ask again then
+		default:
+			// Nothing to index (no file, no DWARF): the store is not
+			// asked about this id again until negative_ttl, or until the
+			// sources gain files.
+			lease()
+			s.idx.skipFor(id, s.idx.ttl)
+		}
+	}
+	return h, err
+}
+
+// openFiles locates an object's files and opens them. Files that vanished
+// since they were located (a process exited) are located again, once.
+func (s *Symbolizer) openFiles(ctx context.Context, o *objRef) (h *symbolize.Handle, bin, dbg string, err error) {
 	for attempt := 0; ; attempt++ {
 		res, err := s.chain.Locate(ctx, o.q)
 		if err != nil {
-			return nil, err
+			return nil, "", "", err
 		}
 		o.complete, o.pending = res.Complete(), res.Pending
 		bin, dbg := res.Paths()
@@ -78,13 +100,6 @@ func (s *Symbolizer) open(ctx context.Context, o *objRef) (*symbolize.Handle, er
 			s.chain.Forget(&o.q)
 			continue
 		}
-		if lease != nil {
-			if err == nil && o.complete && !o.pending {
-				s.idx.build(o.q.ID.GNU, bin, dbg, lease)
-			} else {
-				lease()
-			}
-		}
-		return h, err
+		return h, bin, dbg, err
 	}
 }

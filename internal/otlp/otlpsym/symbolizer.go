@@ -129,7 +129,7 @@ func New(opt Options) (*Symbolizer, error) {
 		s.kernel = s.kernel || src == locate.SourceKernel
 	}
 	if opt.Indexes != nil {
-		s.idx = newIndexer(opt.Indexes, engine, &s.opt)
+		s.idx = newIndexer(opt.Indexes, engine, chain.Generation, &s.opt)
 	}
 	return s, nil
 }
