@@ -36,8 +36,8 @@ type indexer struct {
 
 	mu       sync.Mutex
 	skip     map[string]skipped // build ids to open from their files for now
-	building map[string]bool      // built here now: opened from files meanwhile
-	refused  map[string]int64     // refused indexes, by reason
+	building map[string]bool    // built here now: opened from files meanwhile
+	refused  map[string]int64   // refused indexes, by reason
 
 	slots  chan struct{} // builds at once
 	ctx    context.Context
