@@ -31,6 +31,7 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for ids another uploader is sending")
 	timeout := fs.Duration("timeout", 30*time.Minute, "deadline of the whole run's talk with the store (queries, uploads, waits)")
 	answer := fs.Duration("response-timeout", time.Minute, "how long one request may wait for the store's answer once sent")
+	index := fs.Bool("index", false, "also compile each file's symbol index and store it, so that gateways read it instead of parsing the debug info (docs/symbol-index.md)")
 	var dirs listFlag
 	fs.Var(&dirs, "debug-file-directory", "where to look for separate debug files by build id (repeatable; default /usr/lib/debug)")
 	fs.Usage = func() {
@@ -165,6 +166,17 @@ func runUpload(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return 1
 			}
 		}
+	}
+	if *index {
+		var idx []indexItem
+		seen := map[string]bool{}
+		for _, it := range items {
+			if !seen[it.id] {
+				seen[it.id] = true
+				idx = append(idx, indexItem(it))
+			}
+		}
+		failed += uploadIndexes(ctx, *endpoint, token, *answer, idx, scratch, stdout, stderr)
 	}
 	if failed > 0 {
 		return 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,12 +69,72 @@ func TestGatewayReplicasParseOnce(t *testing.T) {
 			t.Errorf("the store holds %d indexes, want 1", len(ents))
 		}
 	})
+	// From CI: profsym upload --index stores the debug file and its index;
+	// no gateway parses anything.
+	t.Run("ci-upload", func(t *testing.T) {
+		cli := filepath.Join(root, "_build", "profsym")
+		if _, err := os.Stat(cli); err != nil {
+			testfixture.SkipOrFail(t, "%s is not built: run make build (make test does)", cli)
+		}
+		work := t.TempDir()
+		token := "e2e-index-token-ci" //nolint:gosec // a test's own token
+		tokenFile := filepath.Join(work, "token")
+		os.WriteFile(tokenFile, []byte(token), 0o600)
+		symPort := testfixture.FreePort(t)
+		startCollector(t, bin, "symbol store", []string{
+			fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
+			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+			"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "store"),
+			"PROFSYM_SYMBOLS_TOKEN=" + token,
+		}, filepath.Join(root, "config", "symbols-store.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"))
+		symURL := fmt.Sprintf("http://127.0.0.1:%d", symPort)
+		runReplicasWith(t, work, "e2eidxci", func(name string) gateway {
+			return startGatewayWith(t, bin, work, name, []string{"PROFSYM_SYMBOLS_ENDPOINT=" + symURL, "PROFSYM_SYMBOLS_TOKEN=" + token},
+				filepath.Join(root, "config", "gateway.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"),
+				filepath.Join(root, "config", "symbols-remote.yaml"))
+		}, func(ctx context.Context, _ []gateway, private, id string) {
+			out, err := exec.CommandContext(ctx, cli, "upload", "--index", "--endpoint", symURL, "--token-file", tokenFile, private).CombinedOutput()
+			if err != nil {
+				t.Fatalf("profsym upload --index: %v\n%s", err, out)
+			}
+			t.Logf("profsym upload --index:\n%s", out)
+			if !strings.Contains(string(out), "uploaded "+id) || !strings.Contains(string(out), "index of "+id+" stored") {
+				t.Fatalf("profsym upload --index did not store both the debug file and the index")
+			}
+		}, true)
+	})
 }
 
 // runReplicas starts four gateways with start, uploads a fresh binary's
 // debug file to the store (at storePort, else the first gateway's) and
 // checks the parse-once counts.
 func runReplicas(t *testing.T, work, name, token string, start func(name string) gateway, storePort int) {
+	runReplicasWith(t, work, name, start, func(ctx context.Context, gws []gateway, private, id string) {
+		// The build's debug file reaches the store as an agent's upload would.
+		if storePort == 0 {
+			storePort = gws[0].symbols
+		}
+		cl, err := symstore.NewClient(fmt.Sprintf("http://127.0.0.1:%d", storePort), token, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		miss, err := cl.Missing(ctx, []string{id})
+		if err != nil || len(miss.Upload) != 1 {
+			t.Fatalf("missing query: %+v, %v", miss, err)
+		}
+		if stored, err := cl.Upload(ctx, id, symstore.DebugInfo, private, miss.Upload[0].Token); err != nil || !stored {
+			t.Fatalf("upload: stored %v, %v", stored, err)
+		}
+	}, false)
+}
+
+// runReplicasWith starts four gateways with start, has upload put a fresh
+// binary's symbols into their store, sends them its profile and checks the
+// counts: parsed once and indexed once by a gateway, or (ciIndexed: the
+// upload brought the index) parsed by none.
+func runReplicasWith(t *testing.T, work, name string, start func(name string) gateway,
+	upload func(ctx context.Context, gws []gateway, private, id string), ciIndexed bool,
+) {
 	const replicas = 4
 	private := testfixture.Build(t, testfixture.Spec{
 		Name: name, Lang: "c", Sources: []string{"e2e/hot.c"},
@@ -98,21 +159,7 @@ func runReplicas(t *testing.T, work, name, token string, start func(name string)
 		}
 	}()
 
-	// The build's debug file reaches the store as an agent's upload would.
-	if storePort == 0 {
-		storePort = gws[0].symbols
-	}
-	cl, err := symstore.NewClient(fmt.Sprintf("http://127.0.0.1:%d", storePort), token, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	miss, err := cl.Missing(ctx, []string{id})
-	if err != nil || len(miss.Upload) != 1 {
-		t.Fatalf("missing query: %+v, %v", miss, err)
-	}
-	if stored, err := cl.Upload(ctx, id, symstore.DebugInfo, private, miss.Upload[0].Token); err != nil || !stored {
-		t.Fatalf("upload: stored %v, %v", stored, err)
-	}
+	upload(ctx, gws, private, id)
 
 	// The same profile to every replica at once, then again every half
 	// second until each has written the frame named.
@@ -166,7 +213,7 @@ func runReplicas(t *testing.T, work, name, token string, start func(name string)
 			failed += metric(m, "symbolization_index_failed")
 			refused += metric(m, "symbolization_index_refused")
 		}
-		if written >= 1 || time.Now().After(settle) {
+		if written >= 1 || ciIndexed || time.Now().After(settle) {
 			break
 		}
 	}
@@ -179,8 +226,12 @@ func runReplicas(t *testing.T, work, name, token string, start func(name string)
 		t.Logf("%s: parsed %v, index opened %v, written %v", g.c.name, metric(m, "symbolization_objects_parsed"),
 			metric(m, "symbolization_index_opened"), metric(m, "symbolization_index_written"))
 	}
-	if parsed != 1 || written != 1 || opened != replicas-1 || failed != 0 || refused != 0 {
-		t.Errorf("%d replicas: debug info parsed %v times, indexes written %v, opened %v, failed %v, refused %v; want 1, 1, %d, 0, 0",
-			replicas, parsed, written, opened, failed, refused, replicas-1)
+	wantParsed, wantOpened := 1.0, float64(replicas-1)
+	if ciIndexed {
+		wantParsed, wantOpened = 0, replicas
+	}
+	if parsed != wantParsed || written != wantParsed || opened != wantOpened || failed != 0 || refused != 0 {
+		t.Errorf("%d replicas: debug info parsed %v times, indexes written %v, opened %v, failed %v, refused %v; want %v, %v, %v, 0, 0",
+			replicas, parsed, written, opened, failed, refused, wantParsed, wantParsed, wantOpened)
 	}
 }
