@@ -1,6 +1,11 @@
 package dwarf
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/profsym/profsym/internal/frame"
+)
 
 // Bounds calls fn with every address at which Lookup's answer may change:
 // the ends of the unit index's ranges, of each unit's line sequences and
@@ -10,7 +15,10 @@ import "context"
 // that would be partial (units left unindexed by a limit, a unit that does
 // not parse, a split unit that cannot be read) fails it, since an index of
 // it would keep the gap for good. Addresses may repeat and come unordered.
-func (t *Table) Bounds(ctx context.Context, fn func(uint64)) error {
+// Parsed units stay parsed (the index's lookups read them): past maxParsed
+// bytes of them (0: no bound) it fails with frame.ErrLimitExceeded rather
+// than hold a kernel's worth of DWARF.
+func (t *Table) Bounds(ctx context.Context, maxParsed int64, fn func(uint64)) error {
 	if t.limitErr != nil {
 		return t.limitErr
 	}
@@ -31,6 +39,9 @@ func (t *Table) Bounds(ctx context.Context, fn func(uint64)) error {
 		}
 		if d.missing != nil {
 			return d.missing
+		}
+		if n := t.parsed.Load(); maxParsed > 0 && n > maxParsed {
+			return fmt.Errorf("parsed units hold %d bytes, more than %d: %w", n, maxParsed, frame.ErrLimitExceeded)
 		}
 		for _, s := range d.seqs {
 			fn(s.lo)

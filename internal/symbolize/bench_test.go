@@ -25,7 +25,7 @@ type benchObject struct {
 
 // goCompile builds Go's own compiler with DWARF (release toolchains ship it
 // without), cached next to the other fixtures.
-func goCompile(b *testing.B) string {
+func goCompile(b testing.TB) string {
 	gobin := testfixture.NeedTool(b, "go")
 	ver, _ := exec.Command(gobin, "version").Output()
 	out := filepath.Join(testfixture.CacheDir(), fmt.Sprintf("compile-%x", bytes.TrimSpace(ver)))

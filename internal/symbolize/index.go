@@ -77,7 +77,9 @@ func (h *Handle) WriteIndex(ctx context.Context, w io.Writer) (IndexStats, error
 	}
 	var bounds []uint64
 	add := func(a uint64) { bounds = append(bounds, a) }
-	if err := o.dwarf.Bounds(ctx, add); err != nil {
+	// The parsed units are the object's, charged to the cache: a build
+	// that would need more than the cache holds is not done.
+	if err := o.dwarf.Bounds(ctx, opt.CacheBytes/2, add); err != nil {
 		return st, fmt.Errorf("%w: %w", ErrNotIndexable, err)
 	}
 	if o.gopcln != nil {

@@ -266,3 +266,17 @@ func TestIndexRefused(t *testing.T) {
 		}
 	})
 }
+
+// A build that would hold more parsed DWARF than half the object cache is
+// refused with limit_exceeded, the object used as it is.
+func TestIndexParseBudget(t *testing.T) {
+	bin := testfixture.Build(t, testfixture.Spec{Name: "cpp-O2", Lang: "c++", Sources: []string{"engine/cpp/main.cc"}, Args: []string{"-O2", "-g", "-std=c++17"}})
+	o := DefaultOptions()
+	o.CacheBytes = 64 << 10
+	r := New(o)
+	defer r.Close()
+	_, _, _, err := writeIndex(t, r, bin, "")
+	if !errors.Is(err, ErrNotIndexable) || !errors.Is(err, frame.ErrLimitExceeded) {
+		t.Fatalf("built within a 32 KiB parse budget: %v", err)
+	}
+}
