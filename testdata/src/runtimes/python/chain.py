@@ -43,7 +43,7 @@ def leaf(deadline):
 
 
 def key(v):
-    x = 0
+    x = 0  # L:key
     for i in range(3000):  # L:key
         x += i * v  # L:key
     return x  # L:key
@@ -55,7 +55,7 @@ ARR = (ctypes.c_int * 64)(*range(64, 0, -1))
 
 
 def cmp(a, b):
-    x = 0
+    x = 0  # L:cmp
     for i in range(3000):  # L:cmp
         x += i  # L:cmp
     return a[0] - b[0]  # L:cmp
