@@ -43,6 +43,15 @@ var agreeCases = []agreeCase{
 		func(i int) string { return fmt.Sprintf("Object#w%d", i) },
 	},
 	{
+		// trixie's ruby-stackprof is built for 3.3; the chroot is the one
+		// TestCollectorRubyChains runs 3.3 in.
+		"ruby3.3-stackprof", "trixie",
+		[]string{"ruby3.3", "ruby-stackprof"},
+		"rubyweights.rb",
+		func(s string) []string { return []string{"ruby3.3", s} }, "stackprof", "ruby",
+		func(i int) string { return fmt.Sprintf("Object#w%d", i) },
+	},
+	{
 		"php8.2-excimer", "bookworm",
 		[]string{"php8.2-cli", "php-excimer"},
 		"phpweights.php",
