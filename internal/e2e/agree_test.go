@@ -26,7 +26,7 @@ const agreeSeconds = 30
 // agreeCase is a runtime with a sampling profiler of its own from Debian.
 type agreeCase struct {
 	name, suite string
-	pkgs        []string
+	interp      string                       // its InterpreterChroot
 	script      string                       // under testdata/src/e2e
 	argv        func(script string) []string // the interpreter and its flags
 	profiler    string                       // the word its line starts with
@@ -36,24 +36,20 @@ type agreeCase struct {
 
 var agreeCases = []agreeCase{
 	{
-		"ruby3.1-stackprof", "bookworm",
-		[]string{"ruby3.1", "ruby-stackprof"},
+		"ruby3.1-stackprof", "bookworm", "ruby",
 		"rubyweights.rb",
 		func(s string) []string { return []string{"ruby3.1", s} }, "stackprof", "ruby",
 		func(i int) string { return fmt.Sprintf("Object#w%d", i) },
 	},
 	{
-		// trixie's ruby-stackprof is built for 3.3; the chroot is the one
-		// TestCollectorRubyChains runs 3.3 in.
-		"ruby3.3-stackprof", "trixie",
-		[]string{"ruby3.3", "ruby-stackprof"},
+		// trixie's ruby-stackprof is built for 3.3.
+		"ruby3.3-stackprof", "trixie", "ruby",
 		"rubyweights.rb",
 		func(s string) []string { return []string{"ruby3.3", s} }, "stackprof", "ruby",
 		func(i int) string { return fmt.Sprintf("Object#w%d", i) },
 	},
 	{
-		"php8.2-excimer", "bookworm",
-		[]string{"php8.2-cli", "php-excimer"},
+		"php8.2-excimer", "bookworm", "php",
 		"phpweights.php",
 		func(s string) []string { return []string{"php8.2", "-n", "-d", "extension=excimer", s} }, "excimer", "php",
 		func(i int) string { return fmt.Sprintf("w%d", i) },
@@ -90,7 +86,7 @@ func TestRecordAgreesWithRuntimeProfilers(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
 	for _, c := range agreeCases {
 		t.Run(c.name, func(t *testing.T) {
-			root := testfixture.Chroot(t, c.suite, c.pkgs...)
+			root := testfixture.InterpreterChroot(t, c.interp, c.suite)
 			r := &pyRun{it: pyInterp{name: c.name, root: root}, lines: make(chan string, 16)}
 			r.script = testfixture.ChrootCopy(t, root, testfixture.Src(t, "e2e/"+c.script))[0]
 			var inside string

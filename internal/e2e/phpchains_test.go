@@ -51,7 +51,7 @@ type phpCase struct {
 // 8.4), without the JIT and, with jit, with it too, in each of modes.
 func phpCases(t *testing.T, jit bool, modes ...string) []phpCase {
 	t.Helper()
-	bookworm, trixie := testfixture.Chroot(t, "bookworm", "php8.2-cli"), testfixture.Chroot(t, "trixie", "php8.4-cli")
+	bookworm, trixie := testfixture.InterpreterChroot(t, "php", "bookworm"), testfixture.InterpreterChroot(t, "php", "trixie")
 	var out []phpCase
 	for _, mode := range modes {
 		for _, v := range []pyInterp{

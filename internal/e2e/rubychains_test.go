@@ -39,7 +39,7 @@ type rubyCase struct {
 // trixie's 3.3) in each of modes.
 func rubyCases(t *testing.T, modes ...string) []rubyCase {
 	t.Helper()
-	bookworm, trixie := testfixture.Chroot(t, "bookworm", "ruby3.1"), testfixture.Chroot(t, "trixie", "ruby3.3", "ruby-stackprof")
+	bookworm, trixie := testfixture.InterpreterChroot(t, "ruby", "bookworm"), testfixture.InterpreterChroot(t, "ruby", "trixie")
 	var out []rubyCase
 	for _, mode := range modes {
 		for _, v := range []pyInterp{

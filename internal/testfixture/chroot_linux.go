@@ -143,3 +143,29 @@ var NodeChroots = []NodeChroot{{Suite: "bookworm", Node: 18}, {Suite: "sid", Nod
 
 // Root builds (once) and returns the chroot.
 func (c NodeChroot) Root(t testing.TB) string { return Chroot(t, c.Suite, "nodejs") }
+
+// interpreterPackages are, per interpreter and Debian release, every
+// package any test of it needs there (the interpreter and its own sampling
+// profiler): each test asks for InterpreterChroot, so the tests of one
+// interpreter share one chroot per release, one debootstrap in CI.
+var interpreterPackages = map[string]map[string][]string{
+	"php": {
+		"bookworm": {"php8.2-cli", "php-excimer"},
+		"trixie":   {"php8.4-cli"},
+	},
+	"ruby": {
+		"bookworm": {"ruby3.1", "ruby-stackprof"},
+		"trixie":   {"ruby3.3", "ruby-stackprof"},
+	},
+}
+
+// InterpreterChroot returns suite's chroot of interp ("php", "ruby") with
+// its shared package set.
+func InterpreterChroot(t testing.TB, interp, suite string) string {
+	t.Helper()
+	pkgs, ok := interpreterPackages[interp][suite]
+	if !ok {
+		t.Fatalf("no %s chroot of %s", interp, suite)
+	}
+	return Chroot(t, suite, pkgs...)
+}

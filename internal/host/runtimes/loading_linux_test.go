@@ -49,9 +49,9 @@ func TestAttachWhileLoading(t *testing.T) {
 	host := func(argv ...string) func(*testing.T) *exec.Cmd {
 		return func(*testing.T) *exec.Cmd { return exec.Command(argv[0], argv[1:]...) }
 	}
-	chroot := func(suite, pkg string, argv ...string) func(*testing.T) *exec.Cmd {
+	chroot := func(interp, suite string, argv ...string) func(*testing.T) *exec.Cmd {
 		return func(t *testing.T) *exec.Cmd {
-			return testfixture.ChrootCommand(testfixture.Chroot(t, suite, pkg), argv...)
+			return testfixture.ChrootCommand(testfixture.InterpreterChroot(t, interp, suite), argv...)
 		}
 	}
 	py := func(w walkerMap) runtimes.Runtime { return cpython.New(cpython.Options{Procs: w}) }
@@ -65,12 +65,12 @@ func TestAttachWhileLoading(t *testing.T) {
 		},
 		{
 			"ruby3.1-bookworm", "/libruby-3.1.so.3.1.2",
-			chroot("bookworm", "ruby3.1", "ruby3.1", "--disable-gems", "-e", "loop { sleep 0.01 }"),
+			chroot("ruby", "bookworm", "ruby3.1", "--disable-gems", "-e", "loop { sleep 0.01 }"),
 			func(w walkerMap) runtimes.Runtime { return ruby.New(ruby.Options{Procs: w}) },
 		},
 		{
 			"php8.2-bookworm", "/usr/bin/php8.2",
-			chroot("bookworm", "php8.2-cli", "php8.2", "-n", "-r", "while (true) usleep(10000);"),
+			chroot("php", "bookworm", "php8.2", "-n", "-r", "while (true) usleep(10000);"),
 			func(w walkerMap) runtimes.Runtime { return php.New(php.Options{Procs: w}) },
 		},
 	}

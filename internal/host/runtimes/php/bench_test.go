@@ -34,9 +34,9 @@ func BenchmarkPHPCost(b *testing.B) {
 	if v, err := strconv.ParseFloat(os.Getenv("PROFSYM_BENCH_SECONDS"), 64); err == nil && v > 0 {
 		secs = v
 	}
-	for _, v := range []struct{ name, suite, pkg, bin string }{
-		{"8.2-bookworm", "bookworm", "php8.2-cli", "php8.2"},
-		{"8.4-trixie", "trixie", "php8.4-cli", "php8.4"},
+	for _, v := range []struct{ name, suite, bin string }{
+		{"8.2-bookworm", "bookworm", "php8.2"},
+		{"8.4-trixie", "trixie", "php8.4"},
 	} {
 		for _, walk := range []bool{false, true} {
 			name := v.name + "/native-only"
@@ -45,7 +45,7 @@ func BenchmarkPHPCost(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				testfixture.Short(b, "eBPF")
-				root := testfixture.Chroot(b, v.suite, v.pkg)
+				root := testfixture.InterpreterChroot(b, "php", v.suite)
 				for i := 0; i < b.N; i++ {
 					measurePHP(b, root, v.bin, walk, time.Duration(secs*float64(time.Second)))
 				}

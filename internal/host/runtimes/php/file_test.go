@@ -11,11 +11,11 @@ import (
 // chroots): version, layout, executor_globals, execute_ex and its cold
 // part, which every jump out of execute_ex lands in.
 func TestInspectDebian(t *testing.T) {
-	for _, c := range []struct{ suite, pkg, bin, minor string }{
-		{"bookworm", "php8.2-cli", "/usr/bin/php8.2", "8.2."},
-		{"trixie", "php8.4-cli", "/usr/bin/php8.4", "8.4."},
+	for _, c := range []struct{ suite, bin, minor string }{
+		{"bookworm", "/usr/bin/php8.2", "8.2."},
+		{"trixie", "/usr/bin/php8.4", "8.4."},
 	} {
-		root := testfixture.Chroot(t, c.suite, c.pkg)
+		root := testfixture.InterpreterChroot(t, "php", c.suite)
 		f, err := elfx.Open(testfixture.ChrootFile(root, c.bin))
 		if err != nil {
 			t.Fatal(err)

@@ -35,11 +35,11 @@ func BenchmarkRubyCost(b *testing.B) {
 		secs = v
 	}
 	testfixture.Short(b, "eBPF")
-	for _, v := range []struct{ name, suite, pkg, ruby string }{
-		{"3.1-bookworm", "bookworm", "ruby3.1", "ruby3.1"},
-		{"3.3-trixie", "trixie", "ruby3.3", "ruby3.3"},
+	for _, v := range []struct{ name, suite, ruby string }{
+		{"3.1-bookworm", "bookworm", "ruby3.1"},
+		{"3.3-trixie", "trixie", "ruby3.3"},
 	} {
-		root := testfixture.Chroot(b, v.suite, v.pkg)
+		root := testfixture.InterpreterChroot(b, "ruby", v.suite)
 		for _, walk := range []bool{false, true} {
 			name := v.name + "/native-only"
 			if walk {
