@@ -46,12 +46,13 @@ func promMetrics(t *testing.T, url string) map[string]float64 {
 			continue
 		}
 		name := line[:sp]
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-		}
 		v, err := strconv.ParseFloat(line[sp+1:], 64)
 		if err != nil {
 			continue
+		}
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			out[name] = v // the series, for metricWhere
+			name = name[:i]
 		}
 		out[name] += v
 	}
@@ -62,6 +63,20 @@ func promMetrics(t *testing.T, url string) map[string]float64 {
 // Prometheus exporter gave it (_total for sums).
 func metric(m map[string]float64, name string) float64 {
 	return m["otelcol_"+name+"_total"] + m["otelcol_"+name]
+}
+
+// metricWhere sums the series of one counter whose labels hold label
+// (`kind="debuginfo"`).
+func metricWhere(m map[string]float64, name, label string) float64 {
+	var n float64
+	for _, full := range []string{"otelcol_" + name + "_total{", "otelcol_" + name + "{"} {
+		for k, v := range m {
+			if strings.HasPrefix(k, full) && strings.Contains(k, label) {
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 // telemetryOverlay makes a collector serve its own metrics to Prometheus.
@@ -312,8 +327,10 @@ service:
 		gwStored, gwDeduped, gwQueried = 0, 0, 0
 		for _, g := range gateways {
 			m := promMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", g.prom))
-			gwStored += metric(m, "symbolstore_uploads_stored")
-			gwDeduped += metric(m, "symbolstore_uploads_deduped")
+			// Debug files only: the gateways also store the symbol
+			// indexes they compile (kind symindex).
+			gwStored += metricWhere(m, "symbolstore_uploads_stored", `kind="debuginfo"`)
+			gwDeduped += metricWhere(m, "symbolstore_uploads_deduped", `kind="debuginfo"`)
 			gwQueried += metric(m, "symbolstore_missing_queries")
 		}
 		if stored+deduped >= agents || time.Now().After(deadline) {
