@@ -51,19 +51,8 @@ func TestGatewayReplicasParseOnce(t *testing.T) {
 	t.Run("remote", func(t *testing.T) {
 		work := t.TempDir()
 		token := "e2e-index-token-remote" //nolint:gosec // a test's own token
-		symPort := testfixture.FreePort(t)
-		startCollector(t, bin, "symbol store", []string{
-			fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
-			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-			"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "store"),
-			"PROFSYM_SYMBOLS_TOKEN=" + token,
-		}, filepath.Join(root, "config", "symbols-store.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"))
-		symURL := fmt.Sprintf("http://127.0.0.1:%d", symPort)
-		runReplicas(t, work, "e2eidxrem", token, func(name string) gateway {
-			return startGatewayWith(t, bin, work, name, []string{"PROFSYM_SYMBOLS_ENDPOINT=" + symURL, "PROFSYM_SYMBOLS_TOKEN=" + token},
-				filepath.Join(root, "config", "gateway.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"),
-				filepath.Join(root, "config", "symbols-remote.yaml"))
-		}, symPort)
+		_, symPort, remoteGateway := storeAndGateways(t, root, bin, work, token)
+		runReplicas(t, work, "e2eidxrem", token, remoteGateway, symPort)
 		// The index is the store's, on its disk, next to the debug file.
 		if ents, _ := filepath.Glob(filepath.Join(work, "store", "buildid", "*", "symindex")); len(ents) != 1 {
 			t.Errorf("the store holds %d indexes, want 1", len(ents))
@@ -80,19 +69,8 @@ func TestGatewayReplicasParseOnce(t *testing.T) {
 		token := "e2e-index-token-ci" //nolint:gosec // a test's own token
 		tokenFile := filepath.Join(work, "token")
 		os.WriteFile(tokenFile, []byte(token), 0o600)
-		symPort := testfixture.FreePort(t)
-		startCollector(t, bin, "symbol store", []string{
-			fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
-			fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
-			"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "store"),
-			"PROFSYM_SYMBOLS_TOKEN=" + token,
-		}, filepath.Join(root, "config", "symbols-store.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"))
-		symURL := fmt.Sprintf("http://127.0.0.1:%d", symPort)
-		runReplicasWith(t, work, "e2eidxci", func(name string) gateway {
-			return startGatewayWith(t, bin, work, name, []string{"PROFSYM_SYMBOLS_ENDPOINT=" + symURL, "PROFSYM_SYMBOLS_TOKEN=" + token},
-				filepath.Join(root, "config", "gateway.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"),
-				filepath.Join(root, "config", "symbols-remote.yaml"))
-		}, func(ctx context.Context, _ []gateway, private, id string) {
+		symURL, _, remoteGateway := storeAndGateways(t, root, bin, work, token)
+		runReplicasWith(t, work, "e2eidxci", remoteGateway, func(ctx context.Context, _ []gateway, private, id string) {
 			out, err := exec.CommandContext(ctx, cli, "upload", "--index", "--endpoint", symURL, "--token-file", tokenFile, private).CombinedOutput()
 			if err != nil {
 				t.Fatalf("profsym upload --index: %v\n%s", err, out)
@@ -103,6 +81,27 @@ func TestGatewayReplicasParseOnce(t *testing.T) {
 			}
 		}, true)
 	})
+}
+
+// storeAndGateways starts a symbol store collector of its own
+// (config/symbols-store.yaml, with token), as the Helm chart's StatefulSet
+// runs it, and returns its URL, its port and a starter of gateways that
+// read and write it over HTTP (config/symbols-remote.yaml).
+func storeAndGateways(t *testing.T, root, bin, work, token string) (string, int, func(name string) gateway) {
+	t.Helper()
+	symPort := testfixture.FreePort(t)
+	startCollector(t, bin, "symbol store", []string{
+		fmt.Sprintf("PROFSYM_SYMBOLS_LISTEN=127.0.0.1:%d", symPort),
+		fmt.Sprintf("PROFSYM_HEALTH_ENDPOINT=127.0.0.1:%d", testfixture.FreePort(t)),
+		"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "store"),
+		"PROFSYM_SYMBOLS_TOKEN=" + token,
+	}, filepath.Join(root, "config", "symbols-store.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"))
+	symURL := fmt.Sprintf("http://127.0.0.1:%d", symPort)
+	return symURL, symPort, func(name string) gateway {
+		return startGatewayWith(t, bin, work, name, []string{"PROFSYM_SYMBOLS_ENDPOINT=" + symURL, "PROFSYM_SYMBOLS_TOKEN=" + token},
+			filepath.Join(root, "config", "gateway.yaml"), filepath.Join(root, "config", "symbols-auth-gateway.yaml"),
+			filepath.Join(root, "config", "symbols-remote.yaml"))
+	}
 }
 
 // runReplicas starts four gateways with start, uploads a fresh binary's
