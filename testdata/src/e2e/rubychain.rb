@@ -110,8 +110,8 @@ $stdout.flush
 work = lambda do
   done = 0
   while done < total # L:<main> L:block in <main>
-    top(c, 300_000, kind) # L:<main> L:block in <main>
-    done += 300_000 # L:<main> L:block in <main>
+    top(c, 3_000_000, kind) # L:<main> L:block in <main>
+    done += 3_000_000 # L:<main> L:block in <main>
   end
 end
 if mode == "thread"
@@ -119,8 +119,8 @@ if mode == "thread"
 else
   done = 0
   while done < total # L:<main>
-    top(c, 300_000, kind) # L:<main>
-    done += 300_000 # L:<main>
+    top(c, 3_000_000, kind) # L:<main>
+    done += 3_000_000 # L:<main>
   end
 end
 $stdout.puts "done #{now_ns}"
