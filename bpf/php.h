@@ -22,6 +22,14 @@
  * whether the function at ptr is still the one sampled (functions of a
  * request are freed at its end under FPM).
  *
+ * A file's code outside any function ({main}: the script's body, an
+ * included file's, eval'd code) has no name, and its op_array is a copy
+ * per request even under opcache, freed at the request's end, long before
+ * the host names the frame. Its frame is pushed as FRAME_PHP_MAIN: ptr =
+ * the op_array's filename zend_string (opcache keeps it in shared memory,
+ * past the request), aux = the line | an id of that string (its pointer,
+ * hash and length) << 32.
+ *
  * executor_globals is a plain global of non-thread-safe builds (Debian's):
  * the host refuses thread-safe ones. Offsets come from the host
  * (internal/host/runtimes/php), per PHP version; every one is bounded here
@@ -32,7 +40,8 @@
 
 /* Frame kinds of PHP's block (runtime.h). */
 enum php_frame_kind {
-	FRAME_PHP = FRAME_PHP_FIRST, /* a PHP or built-in function: see above */
+	FRAME_PHP = FRAME_PHP_FIRST,          /* a PHP or built-in function: see above */
+	FRAME_PHP_MAIN = FRAME_PHP_FIRST + 1, /* a file's code outside functions: see above */
 };
 
 enum php_limits {
@@ -74,9 +83,11 @@ struct php_proc {
 	__u16 fn_name;        /* zend_function.common.function_name */
 	__u16 fn_scope;       /* zend_function.common.scope */
 	__u16 fn_filename;    /* zend_op_array.filename */
-	__u16 fn_line_start;  /* zend_op_array.line_start */
+	__u16 fn_line_start;  /* zend_op_array.line_start (line_end follows) */
 	__u16 fn_size;        /* bytes of a user function to read: <= PHP_FUNC_READ */
 	__u16 op_lineno;      /* zend_op.lineno */
+	__u16 str_hash;       /* zend_string.h */
+	__u16 str_len;        /* zend_string.len */
 };
 
 struct php_counters {
@@ -156,6 +167,24 @@ static __always_inline __u64 php_func_id(struct php_proc *p, struct php_bufs *b,
 	return h ? h : 1;
 }
 
+/* The id of a filename zend_string at str (see above); the host computes
+ * the same (mainID in internal/host/runtimes/php). Never 0; 0 when the
+ * string is unreadable. */
+static __always_inline __u64 php_main_id(struct php_proc *p, __u64 str)
+{
+	__u64 hash, len, h;
+
+	if (bpf_probe_read_user(&hash, sizeof(hash), (void *)(str + p->str_hash)) ||
+	    bpf_probe_read_user(&len, sizeof(len), (void *)(str + p->str_len)))
+		return 0;
+	h = mix(0xcbf29ce484222325ull, FRAME_PHP_MAIN);
+	h = mix(h, str);
+	h = mix(h, hash);
+	h = mix(h, len);
+	h = (__u32)(h ^ (h >> 32));
+	return h ? h : 1;
+}
+
 static __always_inline int php_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
 {
 	__u32 zero = 0, slot = s->slot, err = PHP_ERR_NOT_ATTACHED, info, line;
@@ -163,8 +192,8 @@ static __always_inline int php_walk(void *ctx, struct unwind_state *s, struct st
 	struct php_proc *p = bpf_map_lookup_elem(&php_procs, &s->tgid);
 	struct php_bufs *b = bpf_map_lookup_elem(&php_scratch, &slot);
 	struct php_counters *cs = bpf_map_lookup_elem(&php_stats, &zero);
-	__u64 cur, prev, fn, opline;
-	__u8 type;
+	__u64 cur, prev, fn, opline, file, id;
+	__u8 type, kind;
 
 	if (!b || !cs)
 		goto fail;
@@ -215,11 +244,29 @@ static __always_inline int php_walk(void *ctx, struct unwind_state *s, struct st
 				if (opline == 0 ||
 				    bpf_probe_read_user(&line, sizeof(line), (void *)(opline + p->op_lineno)))
 					line = 0;
+				/* A frame the VM has just entered has no opline yet
+				 * (what is there is the VM stack's leftovers): a
+				 * line outside the function's is none. */
+				if (line < PHP_LOAD(b->fn, PHP_FUNC_READ, __u32, p->fn_line_start) ||
+				    line > PHP_LOAD(b->fn, PHP_FUNC_READ, __u32, p->fn_line_start + 4))
+					line = 0;
 			} else if (type != PHP_INTERNAL_FUNCTION) {
 				err = PHP_ERR_BAD_FUNC;
 				goto fail;
 			}
-			if (push_runtime_frame(s, FRAME_PHP, fn, line | php_func_id(p, b, type) << 32))
+			kind = FRAME_PHP;
+			id = 0;
+			if (type != PHP_INTERNAL_FUNCTION &&
+			    PHP_LOAD(b->fn, PHP_FUNC_READ, __u64, p->fn_name) == 0) {
+				file = PHP_LOAD(b->fn, PHP_FUNC_READ, __u64, p->fn_filename);
+				if (file != 0 && (id = php_main_id(p, file)) != 0) {
+					kind = FRAME_PHP_MAIN;
+					fn = file;
+				}
+			}
+			if (kind == FRAME_PHP)
+				id = php_func_id(p, b, type);
+			if (push_runtime_frame(s, kind, fn, line | id << 32))
 				return finish_walk(s, st);
 			cs->frames++;
 		}

@@ -401,7 +401,8 @@ const (
 type ProfilePhpFrameKind uint32
 
 const (
-	ProfilePhpFrameKindFRAME_PHP ProfilePhpFrameKind = 40
+	ProfilePhpFrameKindFRAME_PHP      ProfilePhpFrameKind = 40
+	ProfilePhpFrameKindFRAME_PHP_MAIN ProfilePhpFrameKind = 41
 )
 
 type ProfilePhpFuncType uint32
@@ -436,6 +437,9 @@ type ProfilePhpProc struct {
 	FnLineStart uint16
 	FnSize      uint16
 	OpLineno    uint16
+	StrHash     uint16
+	StrLen      uint16
+	_           [4]byte
 }
 
 type ProfileProcEvent struct {

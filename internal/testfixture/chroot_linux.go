@@ -150,8 +150,8 @@ func (c NodeChroot) Root(t testing.TB) string { return Chroot(t, c.Suite, "nodej
 // interpreter share one chroot per release, one debootstrap in CI.
 var interpreterPackages = map[string]map[string][]string{
 	"php": {
-		"bookworm": {"php8.2-cli", "php-excimer"},
-		"trixie":   {"php8.4-cli"},
+		"bookworm": {"php8.2-cli", "php8.2-fpm", "php-excimer"},
+		"trixie":   {"php8.4-cli", "php8.4-fpm"},
 	},
 	"ruby": {
 		"bookworm": {"ruby3.1", "ruby-stackprof"},

@@ -22,9 +22,11 @@ type layout struct {
 	fnName      uint16 // zend_function.common.function_name
 	fnScope     uint16 // zend_function.common.scope
 	fnFilename  uint16 // zend_op_array.filename
-	fnLineStart uint16 // zend_op_array.line_start
+	fnLineStart uint16 // zend_op_array.line_start; line_end follows
 	opLineno    uint16 // zend_op.lineno
 	ceName      uint16 // zend_class_entry.name
+	strType     uint16 // zend_string.gc.u.type_info
+	strHash     uint16 // zend_string.h
 	strLen      uint16 // zend_string.len
 	strVal      uint16 // zend_string.val
 }
@@ -46,7 +48,7 @@ func base(filename uint16) layout {
 		fnName:  8, fnScope: 16, fnFilename: filename, fnLineStart: filename + 8,
 		opLineno: 24,
 		ceName:   8,
-		strLen:   16, strVal: 24,
+		strType:  4, strHash: 8, strLen: 16, strVal: 24,
 	}
 }
 
@@ -71,6 +73,7 @@ func (l *layout) bpf(cur uint64) bpf.ProfilePhpProc {
 		ExOpline: l.exOpline, ExFunc: l.exFunc, ExInfo: l.exInfo, ExPrev: l.exPrev,
 		FnName: l.fnName, FnScope: l.fnScope, FnFilename: l.fnFilename, FnLineStart: l.fnLineStart,
 		FnSize: uint16(l.fnSize()), OpLineno: l.opLineno,
+		StrHash: l.strHash, StrLen: l.strLen,
 	}
 }
 
@@ -84,7 +87,7 @@ func (l *layout) check() error {
 		return fmt.Errorf("execute_data fields past %d bytes: %w", ex, errLayout)
 	case l.fnName+8 > common || l.fnScope+8 > common:
 		return fmt.Errorf("function name fields past %d bytes: %w", common, errLayout)
-	case l.fnSize() > fn || uint64(l.fnLineStart)+4 > l.fnSize():
+	case l.fnSize() > fn || uint64(l.fnLineStart)+8 > l.fnSize(): // line_start, line_end
 		return fmt.Errorf("op_array fields past %d bytes: %w", fn, errLayout)
 	case l.callTop == 0:
 		return fmt.Errorf("no ZEND_CALL_TOP bit: %w", errLayout)

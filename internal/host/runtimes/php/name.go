@@ -59,6 +59,44 @@ func funcID(typ uint8, name, scope, filename uint64, lineStart uint32) uint32 {
 	return id
 }
 
+// mainID is the id the BPF walker records beside a {main} frame's
+// filename string (php_main_id in bpf/php.h).
+func mainID(str, hash, length uint64) uint32 {
+	h := uint64(0xcbf29ce484222325)
+	for _, v := range []uint64{uint64(FrameKindMain), str, hash, length} {
+		h ^= v
+		h *= 0x100000001b3
+		h ^= h >> 29
+	}
+	id := uint32(h ^ h>>32)
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+// readMain names a {main} frame from the filename zend_string at addr. want
+// is the id the walker recorded: a string with another hash or length is
+// not the one sampled (freed and its memory reused), ErrBadFrame.
+func readMain(m memory, l *layout, addr uint64, want uint32, maxName int) (*funcInfo, error) {
+	hash, err := m.U64(addr + uint64(l.strHash))
+	if err != nil {
+		return nil, err
+	}
+	n, err := m.U64(addr + uint64(l.strLen))
+	if err != nil {
+		return nil, err
+	}
+	if mainID(addr, hash, n) != want {
+		return nil, fmt.Errorf("file name %#x replaced since it was sampled: %w", addr, runtimes.ErrBadFrame)
+	}
+	file, err := readString(m, l, addr, maxName)
+	if err != nil && !errors.Is(err, frame.ErrLimitExceeded) {
+		return nil, fmt.Errorf("file name %#x: %w", addr, err)
+	}
+	return &funcInfo{name: mainName, file: file}, nil
+}
+
 // maxFuncRead bounds one read of a zend_function.
 const maxFuncRead = int(bpf.ProfilePhpLimitsPHP_FUNC_READ)
 
@@ -137,11 +175,24 @@ func readFunc(m memory, l *layout, addr uint64, want uint32, maxName int) (*func
 // hostile or freed memory.
 const maxString = 1 << 20
 
+// isString is zend_string's type (IS_STRING) in the low bits of its
+// gc.u.type_info.
+const isString, gcTypeMask = 6, 0x0f
+
 // readString reads a zend_string of at most limit bytes (cut there, with
-// frame.ErrLimitExceeded).
+// frame.ErrLimitExceeded). Memory that is no string (freed: ZendMM keeps
+// its free list in the first word, where the type is) is a bad frame, not
+// a name.
 func readString(m memory, l *layout, addr uint64, limit int) (string, error) {
 	if addr == 0 {
 		return "", fmt.Errorf("no string: %w", runtimes.ErrBadFrame)
+	}
+	var hdr [4]byte
+	if err := m.Read(addr+uint64(l.strType), hdr[:]); err != nil {
+		return "", err
+	}
+	if typ := binary.LittleEndian.Uint32(hdr[:]) & gcTypeMask; typ != isString {
+		return "", fmt.Errorf("%#x is no string (type %d): %w", addr, typ, runtimes.ErrBadFrame)
 	}
 	n, err := m.U64(addr + uint64(l.strLen))
 	if err != nil {

@@ -56,6 +56,7 @@ func seedMem(l *layout) []byte {
 	put := func(off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
 	put32 := func(off uint64, v uint32) { binary.LittleEndian.PutUint32(b[off:], v) }
 	str := func(off uint64, s string) {
+		put32(off+uint64(l.strType), isString)
 		put(off+uint64(l.strLen), uint64(len(s)))
 		copy(b[off+uint64(l.strVal):], s)
 	}
@@ -128,6 +129,40 @@ func TestReadFunc(t *testing.T) {
 		if _, err := readFunc(m, &l, memBase+offFunc2, id, 64); !errors.Is(err, runtimes.ErrBadFrame) {
 			t.Errorf("%v: a replaced function: %v, want %v", v, err, runtimes.ErrBadFrame)
 		}
+	}
+}
+
+// A {main} frame is named from its filename string: the one sampled
+// passes; a string whose hash or length changed since (freed and reused)
+// is a bad frame, never another file's name.
+func TestReadMain(t *testing.T) {
+	l := mustLayout(t, 8, 2)
+	m := &fakeMem{base: memBase, b: seedMem(&l)}
+	str := uint64(memBase + offStrFile)
+	binary.LittleEndian.PutUint64(m.b[offStrFile+uint64(l.strHash):], 0x9e3779b97f4a7c15)
+	id := mainID(str, 0x9e3779b97f4a7c15, uint64(len("/srv/app.php")))
+	f, err := readMain(m, &l, str, id, 64)
+	if err != nil || f.name != mainName || f.file != "/srv/app.php" || f.builtin {
+		t.Fatalf("readMain: %+v, %v", f, err)
+	}
+	if f, err := readMain(m, &l, str, id, 8); err != nil || f.file != "/srv/app" {
+		t.Errorf("cut at 8 bytes: %+v, %v", f, err)
+	}
+	binary.LittleEndian.PutUint64(m.b[offStrFile+uint64(l.strHash):], 1)
+	if _, err := readMain(m, &l, str, id, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+		t.Errorf("another string's hash: %v, want %v", err, runtimes.ErrBadFrame)
+	}
+	if _, err := readMain(m, &l, memBase+memSize-4, id, 64); err == nil {
+		t.Error("a string past the memory read")
+	}
+	// Freed: ZendMM's free list pointer over the header.
+	binary.LittleEndian.PutUint64(m.b[offStrFile+uint64(l.strHash):], 0x9e3779b97f4a7c15)
+	binary.LittleEndian.PutUint64(m.b[offStrFile:], 0x00007f3a12345678)
+	if _, err := readMain(m, &l, str, id, 64); !errors.Is(err, runtimes.ErrBadFrame) {
+		t.Errorf("a freed string: %v, want %v", err, runtimes.ErrBadFrame)
+	}
+	if mainID(str, 1, 2) == mainID(str+8, 1, 2) || mainID(str, 1, 2) == 0 {
+		t.Error("mainID ignores the string's address")
 	}
 }
 
@@ -214,5 +249,11 @@ func FuzzReadFunc(f *testing.F) {
 			t.Fatalf("names past the bound: %d, %d", len(fi.name), len(fi.file))
 		}
 		_ = checkLive(m, &l, memBase+uint64(off), 32)
+		str := memBase + uint64(off)
+		hash, _ := m.U64(str + uint64(l.strHash))
+		n, _ := m.U64(str + uint64(l.strLen))
+		if fi, err := readMain(m, &l, str, mainID(str, hash, n), 32); err == nil && len(fi.file) > 32 {
+			t.Fatalf("file name past the bound: %d", len(fi.file))
+		}
 	})
 }

@@ -24,8 +24,11 @@ import (
 	"github.com/profsym/profsym/internal/lru"
 )
 
-// FrameKind is the kind of the PHP frames the walker records.
-const FrameKind = uint8(bpf.ProfilePhpFrameKindFRAME_PHP)
+// Kinds of the PHP frames the walker records (enum php_frame_kind).
+const (
+	FrameKind     = uint8(bpf.ProfilePhpFrameKindFRAME_PHP)      // a function
+	FrameKindMain = uint8(bpf.ProfilePhpFrameKindFRAME_PHP_MAIN) // a file's {main}: its filename string
+)
 
 // Map is the part of an *ebpf.Map the runtime writes (php_procs).
 type Map interface {
@@ -71,6 +74,7 @@ type funcKey struct {
 	pid  int
 	addr uint64
 	id   uint32
+	main bool // addr is a {main}'s filename, not a function
 }
 
 // proc is one attached process.
@@ -297,7 +301,7 @@ func (r *Runtime) Forget(pid int) {
 // file of its op_array and the line of the recorded opline (none for a
 // built-in).
 func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
-	if f.Kind != FrameKind {
+	if f.Kind != FrameKind && f.Kind != FrameKindMain {
 		return runtimes.Symbol{}, fmt.Errorf("php frame kind %d: %w", f.Kind, runtimes.ErrNotAttached)
 	}
 	r.mu.Lock()
@@ -306,7 +310,7 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 	if st == nil || !st.ready {
 		return runtimes.Symbol{}, fmt.Errorf("pid %d: %w", pid, runtimes.ErrNotAttached)
 	}
-	k := funcKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux >> 32)}
+	k := funcKey{pid: pid, addr: f.Ptr, id: uint32(f.Aux >> 32), main: f.Kind == FrameKindMain}
 	fi, ok := r.funcs.Get(k)
 	if ok {
 		r.count(func(s *Stats) { s.FuncCacheHits++ })
@@ -330,6 +334,9 @@ func (r *Runtime) Name(pid int, f runtimes.Frame) (runtimes.Symbol, error) {
 func (r *Runtime) read(pid int, st *proc, k funcKey) (*funcInfo, error) {
 	return runtimes.MemRead(r.mems, pid, func(m *runtimes.Mem) (*funcInfo, error) {
 		r.count(func(s *Stats) { s.FuncReads++ })
+		if k.main {
+			return readMain(m, &st.fi.lay, k.addr, k.id, r.opt.Config.MaxNameBytes)
+		}
 		return readFunc(m, &st.fi.lay, k.addr, k.id, r.opt.Config.MaxNameBytes)
 	})
 }

@@ -63,7 +63,8 @@ int main(int argc, char **argv)
 	sink = powered[argc & 7];
 	/* 8.2: current_execute_data at 488; execute_data: func 24,
 	 * This.u1.type_info 40, prev 48; function: type 0, name 8, scope 16,
-	 * filename 152, line_start 160; zend_string: len 16, val 24;
+	 * filename 152, line_start 160; zend_string: type_info 4, len 16,
+	 * val 24;
 	 * class: name 8. */
 	AT(executor_globals, 488, void *) = frames[0];
 	AT(frames[0], 24, void *) = func;
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
 	AT(func, 152, void *) = name;
 	AT(func, 160, uint32_t) = 7;
 	AT(cls, 8, void *) = name;
+	AT(name, 4, uint32_t) = 6; /* IS_STRING */
 	AT(name, 16, uint64_t) = sizeof(name) - 25;
 	memset(name + 24, 'A', sizeof(name) - 25);
 	memcpy(func2, func, sizeof(func));
