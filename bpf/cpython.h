@@ -17,9 +17,16 @@
  * walk, and goes back to the native walker. So Python -> C -> Python
  * stacks (sorted(key=...), ctypes callbacks) keep their order.
  *
- * The chain starts at the sampled thread's PyThreadState: the one whose
- * thread_id (pthread_self()) is the thread pointer, cached per thread and
- * checked again on every use.
+ * The chain starts at the sampled thread's PyThreadState, which CPython
+ * keeps per thread where the thread pointer leads: under a pthread key
+ * (autoTLSkey in 3.6, the runtime's autoTSSkey from 3.7; glibc stores a
+ * small key's value in struct pthread, above the thread pointer) or in a
+ * thread-local (3.15's _Py_tss_gilstate; static TLS, below it). It is read
+ * at the thread pointer plus an offset the host finds at attach (ts_tss).
+ * Where that fails (no offset, another libc, a large key), the thread
+ * state whose thread_id (pthread_self()) is the thread pointer, found in
+ * the interpreters' thread lists, cached per thread. Either way it must
+ * carry this thread's id, checked on every use.
  *
  * A Python frame is pushed as ptr = the code object, aux = the instruction
  * (low 32 bits, signed: f_lasti up to 3.10, bytes after co_code_adaptive
@@ -104,6 +111,8 @@ struct cpython_proc {
 	__u16 co_name;
 	__u16 co_firstlineno;
 	__u16 code_size;    /* bytes of a code object to read: <= CPY_CODE_READ */
+	__s16 ts_tss;       /* thread pointer + ts_tss: the thread's PyThreadState
+			     * (see above); 0: none found */
 };
 
 struct cpython_counters {
@@ -191,6 +200,12 @@ static __always_inline __u64 cpython_tstate(struct cpython_proc *p, struct unwin
 
 	if (tp == 0)
 		return 0;
+	if (p->ts_tss) {
+		if (!cpy_read(&ts, sizeof(ts), tp + (__s64)p->ts_tss) && ts != 0 &&
+		    !cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == tp)
+			return ts;
+		ts = 0;
+	}
 	if (cached) {
 		ts = *cached;
 		if (!cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == tp)

@@ -107,7 +107,8 @@ type ProfileCpythonProc struct {
 	CoName        uint16
 	CoFirstlineno uint16
 	CodeSize      uint16
-	_             [4]byte
+	TsTss         int16
+	_             [2]byte
 }
 
 type ProfileFrameKind uint32

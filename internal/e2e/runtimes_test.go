@@ -104,6 +104,12 @@ type pyRun struct {
 	doneNs uint64
 }
 
+// pyIdleThreads is how many idle threads each fixture starts first: more
+// than the walker's bounded search of the thread lists reaches (96), so
+// that its working main thread, the list's last, is found the way CPython
+// itself finds it (issue 26).
+const pyIdleThreads = 120
+
 // startPy starts pychain.py under it; it warms until go is called.
 func startPy(t *testing.T, it pyInterp) *pyRun {
 	t.Helper()
@@ -112,13 +118,13 @@ func startPy(t *testing.T, it pyInterp) *pyRun {
 	if it.root == "" {
 		dir := t.TempDir()
 		r.script, r.gofile = src, filepath.Join(dir, "go")
-		r.cmd = exec.Command(it.python, src, strconv.Itoa(pyChainSeconds), r.gofile)
+		r.cmd = exec.Command(it.python, src, strconv.Itoa(pyChainSeconds), r.gofile, strconv.Itoa(pyIdleThreads))
 	} else {
 		root := it.root
 		r.script = testfixture.ChrootCopy(t, root, src)[0]
 		var inside string
 		r.gofile, inside = chrootGoFile(t, root, "pychain-")
-		r.cmd = testfixture.ChrootCommand(root, it.python, r.script, strconv.Itoa(pyChainSeconds), inside)
+		r.cmd = testfixture.ChrootCommand(root, it.python, r.script, strconv.Itoa(pyChainSeconds), inside, strconv.Itoa(pyIdleThreads))
 	}
 	r.run(t)
 	return r

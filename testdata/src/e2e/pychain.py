@@ -1,8 +1,11 @@
 # Python fixture of the end-to-end runtime test (internal/e2e/runtimes_test.go):
 # the built binaries must name <module> -> top -> mid -> leaf.
 #
-#   python3 pychain.py SECONDS GOFILE
+#   python3 pychain.py SECONDS GOFILE [THREADS]
 #
+# 0. starts THREADS idle threads (default 0), blocked for good: the main
+#    thread, the one that works, is then the last of the interpreter's
+#    thread list (newest first), which the walker must reach like the first;
 # 1. warm: half busy in warm() (a function of its own) until GOFILE exists
 #    (at most 60 s), so that the sampler has met the process and attached
 #    its interpreter before the measured work; the test watches the output
@@ -18,6 +21,7 @@
 # on the lines marked "# L:NAME".
 import os
 import sys
+import threading
 import time
 
 
@@ -52,6 +56,9 @@ def top(deadline):
 # 3.6 has no time_ns.
 time_ns = getattr(time, "time_ns", None) or (lambda: int(time.time() * 1e9))
 seconds, gofile = float(sys.argv[1]), sys.argv[2]
+idle = threading.Event()
+for _ in range(int(sys.argv[3]) if len(sys.argv) > 3 else 0):
+    threading.Thread(target=idle.wait, daemon=True).start()
 warm(gofile, time.monotonic() + 60)
 time.sleep(0.2)
 print("go", time_ns(), flush=True)

@@ -1,6 +1,7 @@
 package cpython
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -10,11 +11,16 @@ import (
 // addrs are an interpreter's objects in one process.
 type addrs struct {
 	runtime, codeType, frameType, unicodeType, bytesType uint64
+	// tss is where a thread's PyThreadState is from its thread pointer
+	// (findTSS); 0: not found, the walker searches the thread lists.
+	tss int64
 }
 
 func (fi *fileInfo) addrs(bias uint64) addrs {
-	return addrs{runtime: fi.runtime + bias, codeType: fi.codeType + bias, frameType: fi.frameType + bias,
-		unicodeType: fi.unicodeType + bias, bytesType: fi.bytesType + bias}
+	return addrs{
+		runtime: fi.runtime + bias, codeType: fi.codeType + bias, frameType: fi.frameType + bias,
+		unicodeType: fi.unicodeType + bias, bytesType: fi.bytesType + bias,
+	}
 }
 
 // errNotReady: the interpreter has not set itself up yet (no interpreter
@@ -71,8 +77,10 @@ func fromMembers(m memory, l *layout, a addrs) error {
 	if l.lines == linesLnotab {
 		lines = "co_lnotab"
 	}
-	fields := map[string]*uint64{"co_filename": &l.coFilename, "co_name": &l.coName,
-		"co_firstlineno": &l.coFirstline, lines: &l.coLines}
+	fields := map[string]*uint64{
+		"co_filename": &l.coFilename, "co_name": &l.coName,
+		"co_firstlineno": &l.coFirstline, lines: &l.coLines,
+	}
 	if l.minor >= 11 {
 		fields["co_qualname"] = &l.coQualname
 	}
@@ -253,4 +261,83 @@ func le64(b []byte, off uint64) uint64 {
 	}
 	return uint64(b[off]) | uint64(b[off+1])<<8 | uint64(b[off+2])<<16 | uint64(b[off+3])<<24 |
 		uint64(b[off+4])<<32 | uint64(b[off+5])<<40 | uint64(b[off+6])<<48 | uint64(b[off+7])<<56
+}
+
+// Bounds of findTSS: what it searches around a thread pointer, struct
+// pthread above it and the static TLS blocks below (the executable's first,
+// then the libraries' loaded with it).
+const (
+	tssThreads = 16   // threads searched
+	tssBelow   = 4096 // bytes searched below a thread pointer
+	tssAbove   = 2048 // and from it up
+	tssChunk   = 256  // read at a time: the search stops at the first unreadable
+)
+
+// findTSS finds where, from a thread's thread pointer, CPython keeps the
+// thread's own thread state: the value of its pthread key (autoTLSkey in
+// 3.6, autoTSSkey from 3.7), which glibc keeps in struct pthread for a key
+// below 32, or a thread-local (3.15's _Py_tss_gilstate), the same offset in
+// every thread. The thread pointer is pthread_self(), the thread state's
+// thread_id (x86-64, glibc and musl alike). It returns the offset at which
+// the most of the listed threads (up to tssThreads, the first
+// interpreter's) find their own thread state (a thread being started has
+// its id before its key's value), preferring struct pthread's among equals
+// (a key's value stays while the thread waits; 3.12+'s _Py_tss_tstate,
+// below, is NULL then), then the nearest below; 0 when there is none (musl
+// keeps keys elsewhere; a large key is in a second-level block): the
+// walker then searches the lists. The walker checks the thread id of what
+// it finds on every use, so a wrong offset costs a search, never a wrong
+// thread.
+func findTSS(m memory, l *layout, a addrs) int64 {
+	interp, err := m.U64(a.runtime + l.interpHead)
+	if err != nil || interp == 0 {
+		return 0
+	}
+	ts, err := m.U64(interp + l.threadsHead)
+	if err != nil {
+		return 0
+	}
+	votes := map[int64]int{}
+	buf := make([]byte, tssChunk)
+	for n := 0; ts != 0 && n < tssThreads; n++ {
+		id, err := m.U64(ts + l.tsThreadID)
+		if err != nil {
+			return 0
+		}
+		if id > tssBelow && id < 1<<47 {
+			search := func(from, to int64, step int64) {
+				for off := from; off != to; off += step {
+					start := off
+					if step < 0 {
+						start = off - tssChunk
+					}
+					if m.Read(uint64(int64(id)+start), buf) != nil {
+						return
+					}
+					for i := 0; i+8 <= len(buf); i += 8 {
+						// Not 0: the thread pointer's first word is itself.
+						if o := start + int64(i); o != 0 && binary.LittleEndian.Uint64(buf[i:]) == ts {
+							votes[o]++
+						}
+					}
+				}
+			}
+			search(0, tssAbove, tssChunk)
+			search(0, -tssBelow, -tssChunk)
+		}
+		if ts, err = m.U64(ts + l.tsNext); err != nil {
+			return 0
+		}
+	}
+	best := int64(0)
+	for o, n := range votes {
+		switch {
+		case best == 0 || n > votes[best]:
+			best = o
+		case n < votes[best]:
+		case o > 0 && (best < 0 || o < best), o < 0 && best < 0 && o > best:
+			best = o
+		}
+	}
+	return best
 }

@@ -183,7 +183,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, c.m); err != nil {
 			err = fmt.Errorf("%w: %w", errNotReady, err)
 		} else {
-			err = r.probe(p.PID, &lay, a)
+			err = r.probe(p.PID, &lay, &a)
 		}
 	}
 	r.mu.Lock()
@@ -219,6 +219,8 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	}
 	st.ready = true
 	r.stats.Attached++
+	// 0: threads are found by searching the lists (slower, bounded).
+	r.log.Debug("python interpreter attached", zap.Int("pid", p.PID), zap.Int64("thread_state_offset", a.tss))
 	return ranges, true, nil
 }
 
@@ -232,13 +234,13 @@ func cmpErr(err error, ready bool) error {
 // probe completes the layout from the process's type tables and checks it
 // against the live interpreter. A racing interpreter (frames pushed and
 // popped while they are read) gets a few tries.
-func (r *Runtime) probe(pid int, l *layout, a addrs) error {
+func (r *Runtime) probe(pid int, l *layout, a *addrs) error {
 	m, err := runtimes.OpenMem(r.opt.ProcRoot, pid)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	if err := fromMembers(m, l, a); err != nil {
+	if err := fromMembers(m, l, *a); err != nil {
 		return notReady(err)
 	}
 	// A wrong layout fails every try; a chain read while the interpreter
@@ -246,7 +248,10 @@ func (r *Runtime) probe(pid int, l *layout, a addrs) error {
 	// samples lost once when 3 tries back to back all failed, the agent
 	// slowed by the race detector), so tries are spread over a few ms.
 	for try := 1; ; try++ {
-		err = checkLive(m, l, a)
+		err = checkLive(m, l, *a)
+		if err == nil {
+			a.tss = findTSS(m, l, *a)
+		}
 		if err == nil || errors.Is(err, errNotReady) || try == liveChecks {
 			return notReady(err)
 		}
@@ -278,6 +283,7 @@ func (l *layout) bpf(a addrs) bpf.ProfileCpythonProc {
 		F_instr: uint16(l.fInstr), F_entry: uint16(l.fEntry), EntryVal: uint16(l.entryVal),
 		FrameSize: uint16(l.frameSize()), CoCode: uint16(l.coCode), CoFilename: uint16(l.coFilename),
 		CoName: uint16(l.coName), CoFirstlineno: uint16(l.coFirstline), CodeSize: uint16(l.codeSize()),
+		TsTss: int16(a.tss), // within [-tssBelow, tssAbove)
 	}
 	if l.cframe {
 		p.Flags |= uint32(bpf.ProfileCpythonFlagsCPY_CFRAME)

@@ -128,3 +128,50 @@ func TestSeedMemory(t *testing.T) {
 		}
 	}
 }
+
+// findTSS finds the offset from the thread pointer at which the most
+// threads find their own thread state, struct pthread's first among
+// equals, ignoring places where only one does, and gives up (0) when no
+// thread has any.
+func TestFindTSS(t *testing.T) {
+	l, err := staticLayout(11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interp, ts1, ts2, tcb1, tcb2 = 0x100, 0x200, 0x300, 0x2000, 0x3000
+	b := make([]byte, 0x3800)
+	put := func(off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
+	put(l.interpHead, fuzzBase+interp)
+	put(interp+l.threadsHead, fuzzBase+ts1)
+	put(ts1+l.tsNext, fuzzBase+ts2)
+	put(ts1+l.tsThreadID, fuzzBase+tcb1)
+	put(ts2+l.tsThreadID, fuzzBase+tcb2)
+	for _, c := range [][2]uint64{{tcb1, ts1}, {tcb2, ts2}} {
+		put(c[0], fuzzBase+c[0])       // the TCB's self pointer
+		put(c[0]+0x318, fuzzBase+c[1]) // the key's value
+	}
+	put(tcb1+0x40, fuzzBase+ts1) // in one thread only
+	put(tcb2+0x50, fuzzBase+ts2)
+	put(tcb1-0x20, fuzzBase+ts1) // a thread-local, below
+	put(tcb2-0x20, fuzzBase+ts2)
+	m := &fakeMem{base: fuzzBase, b: b}
+	a := addrs{runtime: fuzzBase}
+	if got := findTSS(m, &l, a); got != 0x318 {
+		t.Fatalf("findTSS = %#x, want 0x318 (above, preferred)", got)
+	}
+	put(tcb2+0x318, 0) // the second thread has no key value
+	if got := findTSS(m, &l, a); got != -0x20 {
+		t.Fatalf("findTSS = %#x, want -0x20 (the thread-local)", got)
+	}
+	put(tcb2-0x20, 0) // nor a thread-local: being started
+	put(tcb2+0x50, 0)
+	put(tcb1+0x40, 0)
+	if got := findTSS(m, &l, a); got != 0x318 {
+		t.Fatalf("findTSS = %#x with one thread started, want 0x318", got)
+	}
+	put(tcb1+0x318, 0)
+	put(tcb1-0x20, 0)
+	if got := findTSS(m, &l, a); got != 0 {
+		t.Fatalf("findTSS = %#x with no thread state anywhere, want 0", got)
+	}
+}
