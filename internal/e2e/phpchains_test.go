@@ -48,16 +48,17 @@ type phpCase struct {
 }
 
 // phpCases are the Debian PHPs the tests run (bookworm's 8.2, trixie's
-// 8.4), without the JIT and, with jit, with it too, in each of modes.
+// and sid's 8.4), without the JIT and, with jit, with it too, in each of
+// modes.
 func phpCases(t *testing.T, jit bool, modes ...string) []phpCase {
 	t.Helper()
-	bookworm, trixie := testfixture.InterpreterChroot(t, "php", "bookworm"), testfixture.InterpreterChroot(t, "php", "trixie")
+	var versions []pyInterp
+	for _, v := range []struct{ suite, php string }{{"bookworm", "8.2"}, {"trixie", "8.4"}, {"sid", "8.4"}} {
+		versions = append(versions, pyInterp{name: v.php + "-" + v.suite, python: "php" + v.php, root: testfixture.InterpreterChroot(t, "php", v.suite)})
+	}
 	var out []phpCase
 	for _, mode := range modes {
-		for _, v := range []pyInterp{
-			{name: "8.2-bookworm", python: "php8.2", root: bookworm},
-			{name: "8.4-trixie", python: "php8.4", root: trixie},
-		} {
+		for _, v := range versions {
 			for _, withJIT := range []bool{false, true} {
 				if withJIT && !jit {
 					continue

@@ -95,8 +95,9 @@ func fpmWorkers(t *testing.T, master int) map[int64]bool {
 
 // TestCollectorPHPFPM is the PHP end-to-end runtime test under PHP-FPM,
 // as sites run PHP: the distribution with config/default.yaml, then each
-// Debian PHP's php-fpm with a static pool of two workers (no php.ini;
-// opcache on, its JIT off) serving testdata/src/e2e/fpmchain.php and
+// Debian PHP's php-fpm (bookworm's 8.2, trixie's and sid's 8.4) with a
+// static pool of two workers (no php.ini; opcache on, its JIT off)
+// serving testdata/src/e2e/fpmchain.php and
 // fpmwarm.php over FastCGI. Warm-up requests of fpmwarm.php run until the
 // output names both workers' warm frames; then two clients each send
 // fpmchain.php requests of about 500 ms of {main} -> top -> Chain::mid -> leaf,
@@ -109,7 +110,7 @@ func fpmWorkers(t *testing.T, master int) map[int64]bool {
 // and with its own file.
 func TestCollectorPHPFPM(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
-	for _, c := range []struct{ suite, fpm string }{{"bookworm", "php-fpm8.2"}, {"trixie", "php-fpm8.4"}} {
+	for _, c := range []struct{ suite, fpm string }{{"bookworm", "php-fpm8.2"}, {"trixie", "php-fpm8.4"}, {"sid", "php-fpm8.4"}} {
 		t.Run(c.suite, func(t *testing.T) {
 			root := testfixture.InterpreterChroot(t, "php", c.suite)
 			testPHPFPM(t, bin, root, c.fpm)

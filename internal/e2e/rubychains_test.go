@@ -36,16 +36,16 @@ type rubyCase struct {
 }
 
 // rubyCases are the Debian Rubies the tests run (bookworm's 3.1,
-// trixie's 3.3) in each of modes.
+// trixie's and sid's 3.3) in each of modes.
 func rubyCases(t *testing.T, modes ...string) []rubyCase {
 	t.Helper()
-	bookworm, trixie := testfixture.InterpreterChroot(t, "ruby", "bookworm"), testfixture.InterpreterChroot(t, "ruby", "trixie")
+	var versions []pyInterp
+	for _, v := range []struct{ suite, ruby string }{{"bookworm", "3.1"}, {"trixie", "3.3"}, {"sid", "3.3"}} {
+		versions = append(versions, pyInterp{name: v.ruby + "-" + v.suite, python: "ruby" + v.ruby, root: testfixture.InterpreterChroot(t, "ruby", v.suite)})
+	}
 	var out []rubyCase
 	for _, mode := range modes {
-		for _, v := range []pyInterp{
-			{name: "3.1-bookworm", python: "ruby3.1", root: bookworm},
-			{name: "3.3-trixie", python: "ruby3.3", root: trixie},
-		} {
+		for _, v := range versions {
 			c := rubyCase{pyInterp: v, mode: mode}
 			if mode != "chain" {
 				c.name += "-" + mode

@@ -83,7 +83,7 @@ func pyInterps(t *testing.T) []pyInterp {
 		// 3.14 and 3.15 from sid, the only suite with them (the cpython
 		// package's chroots: one per interpreter).
 		for _, v := range []string{"3.14", "3.15"} {
-			out = append(out, pyInterp{name: v + "-sid", python: "/usr/bin/python" + v, root: testfixture.Chroot(t, "sid", "python"+v)})
+			out = append(out, pyInterp{name: v + "-sid", python: "/usr/bin/python" + v, root: testfixture.InterpreterChroot(t, "python"+v, "sid")})
 		}
 	}
 	if !slices.ContainsFunc(out, func(i pyInterp) bool { return strings.HasPrefix(i.name, "3.11-") }) {

@@ -152,15 +152,23 @@ var interpreterPackages = map[string]map[string][]string{
 	"php": {
 		"bookworm": {"php8.2-cli", "php8.2-fpm", "php-excimer"},
 		"trixie":   {"php8.4-cli", "php8.4-fpm"},
+		"sid":      sidInterpreters,
 	},
 	"ruby": {
 		"bookworm": {"ruby3.1", "ruby-stackprof"},
 		"trixie":   {"ruby3.3", "ruby-stackprof"},
+		"sid":      sidInterpreters,
 	},
+	"python3.14": {"sid": sidInterpreters},
+	"python3.15": {"sid": {"python3.15"}},
 }
 
-// InterpreterChroot returns suite's chroot of interp ("php", "ruby") with
-// its shared package set.
+// sidInterpreters are sid's interpreters that share one chroot: one
+// debootstrap of sid for them all.
+var sidInterpreters = []string{"php8.4-cli", "php8.4-fpm", "python3.14", "ruby3.3"}
+
+// InterpreterChroot returns suite's chroot of interp ("php", "ruby",
+// "python3.14", "python3.15") with its shared package set.
 func InterpreterChroot(t testing.TB, interp, suite string) string {
 	t.Helper()
 	pkgs, ok := interpreterPackages[interp][suite]

@@ -71,9 +71,9 @@ func Interpreters() []Interpreter {
 		out = append(out, Interpreter{Name: c.Python, Minor: minor, Python: "/usr/bin/python" + c.Python, root: c.Root})
 	}
 	out = append(out, Interpreter{Name: "3.14", Minor: 14, Python: "/usr/bin/python3.14",
-		root: func(t testing.TB) string { return testfixture.Chroot(t, "sid", "python3.14") }})
+		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.14", "sid") }})
 	out = append(out, Interpreter{Name: "3.15", Minor: 15, Python: "/usr/bin/python3.15",
-		root: func(t testing.TB) string { return testfixture.Chroot(t, "sid", "python3.15") }})
+		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.15", "sid") }})
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {
 		home, _ := os.UserHomeDir()
