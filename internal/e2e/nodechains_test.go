@@ -120,7 +120,8 @@ func startNodeSrc(t *testing.T, node string, c nodeCase, src string) *pyRun {
 	} else {
 		root := c.root(t)
 		r.it = pyInterp{name: c.name, python: "/usr/bin/node", root: root}
-		r.script = testfixture.ChrootCopy(t, root, src)[0]
+		// nodechain.js beside it: nodeworker.js runs it in a worker.
+		r.script = testfixture.ChrootCopy(t, root, src, testfixture.Src(t, "e2e/nodechain.js"))[0]
 		var inside string
 		r.gofile, inside = chrootGoFile(t, root, "nodechain-")
 		argv := append(append([]string{"/usr/bin/node"}, c.flags...), r.script, strconv.Itoa(nodeChainSeconds), inside)
@@ -303,8 +304,10 @@ func TestRecordNodeWorker(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
 	node := nodeBinary(t)
 	var runs []*pyRun
-	for _, nc := range slices.Concat(nodeCases, npmNodeCases[3:]) {
-		nc.name = strings.Replace(nc.name, "node2", "worker-node2", 1)
+	// Debian's node 18 and 24 keep V8 in libnode.so.N: each isolate's
+	// copy of the builtins is of the library.
+	for _, nc := range slices.Concat(nodeCases, npmNodeCases[3:], []nodeCase{debianNodeCases[2], debianNodeCases[6]}) {
+		nc.name = "worker-" + nc.name
 		r := startNodeScript(t, node, nc, "nodeworker.js")
 		r.script = filepath.Join(filepath.Dir(r.script), "nodechain.js") // the frames' file
 		runs = append(runs, r)
