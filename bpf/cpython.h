@@ -161,6 +161,7 @@ struct {
  * is forged or torn: the walk ends there with STOP_RUNTIME. Longer loops
  * end at the depth limit. */
 #define CPY_STARTED 1
+#define CPY_INLINE 2 /* up to 3.10: further eval frames go to cpython_inline */
 
 /* x86-64: pthread_self() is the thread pointer, fsbase (glibc and musl).
  * arm64 would read thread.uw.tp_value and add glibc's TCB offset. */
@@ -254,6 +255,96 @@ static __always_inline void cpython_ask_attach(struct unwind_state *s, struct st
 	emit_event(st, s->tgid, PROC_REMAP, 1);
 }
 
+/* What cpython_frame did, besides an enum cpython_error. */
+enum {
+	CPY_PUSHED = 0x100, /* pushed the frame's code object */
+	CPY_SHIM,           /* the frame is the shim below an eval call's frames */
+	CPY_FULL,           /* the stack is full (STOP_DEPTH set) */
+};
+
+/* Reads the Python frame at cur and pushes its code object; *next is its
+ * caller's frame, *entry its entry byte. */
+static __always_inline __u32 cpython_frame(struct unwind_state *s, struct cpython_proc *p, struct cpython_bufs *b,
+					   __u64 fsize, __u64 csize, __u64 cur, __u64 *next, __u8 *entry)
+{
+	__u64 code, instr, h;
+
+	if (probe_read_user_upto(b->frame, fsize, CPY_FRAME_READ, cur))
+		return CPY_ERR_READ_FRAME;
+	*next = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_back);
+	*entry = CPY_LOAD(b->frame, CPY_FRAME_READ, __u8, p->f_entry);
+	if (*next == cur || *next == s->rt_data[2])
+		return CPY_ERR_LOOP;
+	if (p->layout == CPY_ENTRY_SHIM && *entry >= p->entry_val)
+		return CPY_SHIM;
+	code = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_code) & p->code_mask;
+	if (p->layout == CPY_FRAME_OBJECTS)
+		instr = (__u32)CPY_LOAD(b->frame, CPY_FRAME_READ, __u32, p->f_instr);
+	else
+		instr = (__u32)(CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_instr) - code - p->co_code);
+	if (code == 0 || probe_read_user_upto(b->code, csize, CPY_CODE_READ, code))
+		return CPY_ERR_READ_CODE;
+	if (CPY_LOAD(b->code, CPY_CODE_READ, __u64, 8) != p->code_type)
+		return CPY_ERR_NOT_CODE;
+	h = mix(0xcbf29ce484222325ull, CPY_LOAD(b->code, CPY_CODE_READ, __u64, p->co_filename));
+	h = mix(h, CPY_LOAD(b->code, CPY_CODE_READ, __u64, p->co_name));
+	h = mix(h, CPY_LOAD(b->code, CPY_CODE_READ, __u32, p->co_firstlineno));
+	h = (__u32)(h ^ (h >> 32));
+	if (h == 0)
+		h = 1;
+	if (push_runtime_frame(s, FRAME_CPYTHON, code, instr | h << 32))
+		return CPY_FULL;
+	return CPY_PUSHED;
+}
+
+/* Whether the sizes the host gave are ones the reads take. */
+static __always_inline int cpython_sizes_ok(__u64 fsize, __u64 csize)
+{
+	return fsize != 0 && fsize <= CPY_FRAME_READ && csize >= 16 && csize <= CPY_CODE_READ;
+}
+
+/* Called by the native walker (walk.h) at every eval frame of a Python
+ * process (enum rt_inline). Up to 3.10 an eval call runs one frame: once
+ * this walk has found the thread's chain (CPY_INLINE), each further eval
+ * frame's Python frame is pushed here, in the native walker's own run,
+ * instead of by two tail calls (there and back), of which a deep stack ran
+ * out after about 13 Python frames. */
+static __always_inline int cpython_inline(struct unwind_state *s)
+{
+	__u32 zero = 0, slot = s->slot, r;
+	struct cpython_proc *p;
+	struct cpython_bufs *b;
+	struct cpython_counters *cs;
+	__u64 cur = s->rt_data[0], next, fsize, csize;
+	__u8 entry;
+
+	if (!(s->rt_data[1] & CPY_INLINE))
+		return RT_INLINE_NO;
+	p = bpf_map_lookup_elem(&cpython_procs, &s->tgid);
+	b = bpf_map_lookup_elem(&cpython_scratch, &slot);
+	cs = bpf_map_lookup_elem(&cpython_stats, &zero);
+	if (!p || !b || !cs)
+		return RT_INLINE_FAILED;
+	fsize = p->frame_size;
+	csize = p->code_size;
+	r = CPY_ERR_CHAIN_END;
+	if (cur != 0) {
+		r = CPY_ERR_REFUSED;
+		if (p->layout == CPY_FRAME_OBJECTS && cpython_sizes_ok(fsize, csize))
+			r = cpython_frame(s, p, b, fsize, csize, cur, &next, &entry);
+	}
+	if (r == CPY_FULL)
+		return RT_INLINE_FULL;
+	if (r == CPY_PUSHED) {
+		cs->frames++;
+		s->rt_data[0] = next;
+		return RT_INLINE_PUSHED;
+	}
+	if (r < CPY_ERRORS)
+		cs->errors[r]++;
+	return RT_INLINE_FAILED;
+}
+
 static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struct stats *st, void *progs)
 {
 	__u32 zero = 0, slot = s->slot, err = CPY_ERR_NOT_ATTACHED;
@@ -261,7 +352,8 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 	struct cpython_proc *p = bpf_map_lookup_elem(&cpython_procs, &s->tgid);
 	struct cpython_bufs *b = bpf_map_lookup_elem(&cpython_scratch, &slot);
 	struct cpython_counters *cs = bpf_map_lookup_elem(&cpython_stats, &zero);
-	__u64 cur, next, code, instr, h, ts;
+	__u64 cur, next, ts;
+	__u32 r;
 	__u8 entry;
 
 	if (!b || !cs)
@@ -291,7 +383,7 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 	cur = s->rt_data[0];
 	fsize = p->frame_size;
 	csize = p->code_size;
-	if (fsize == 0 || fsize > CPY_FRAME_READ || csize < 16 || csize > CPY_CODE_READ) {
+	if (!cpython_sizes_ok(fsize, csize)) {
 		err = CPY_ERR_REFUSED;
 		goto fail;
 	}
@@ -299,42 +391,29 @@ static __always_inline int cpython_walk(void *ctx, struct unwind_state *s, struc
 		err = CPY_ERR_CHAIN_END;
 		if (cur == 0)
 			goto fail;
-		err = CPY_ERR_READ_FRAME;
-		if (probe_read_user_upto(b->frame, fsize, CPY_FRAME_READ, cur))
-			goto fail;
-		next = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_back);
-		entry = CPY_LOAD(b->frame, CPY_FRAME_READ, __u8, p->f_entry);
-		err = CPY_ERR_LOOP;
-		if (next == cur || next == s->rt_data[2])
-			goto fail;
-		if (p->layout == CPY_ENTRY_SHIM && entry >= p->entry_val) {
+		r = cpython_frame(s, p, b, fsize, csize, cur, &next, &entry);
+		if (r == CPY_SHIM) {
 			/* The shim below this eval call's frames (3.14: owned by
 			 * the interpreter, 3, or the C stack, 4). */
 			s->rt_data[0] = next;
 			goto done;
 		}
-		code = CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_code) & p->code_mask;
-		if (p->layout == CPY_FRAME_OBJECTS)
-			instr = (__u32)CPY_LOAD(b->frame, CPY_FRAME_READ, __u32, p->f_instr);
-		else
-			instr = (__u32)(CPY_LOAD(b->frame, CPY_FRAME_READ, __u64, p->f_instr) - code - p->co_code);
-		err = CPY_ERR_READ_CODE;
-		if (code == 0 || probe_read_user_upto(b->code, csize, CPY_CODE_READ, code))
-			goto fail;
-		err = CPY_ERR_NOT_CODE;
-		if (CPY_LOAD(b->code, CPY_CODE_READ, __u64, 8) != p->code_type)
-			goto fail;
-		h = mix(0xcbf29ce484222325ull, CPY_LOAD(b->code, CPY_CODE_READ, __u64, p->co_filename));
-		h = mix(h, CPY_LOAD(b->code, CPY_CODE_READ, __u64, p->co_name));
-		h = mix(h, CPY_LOAD(b->code, CPY_CODE_READ, __u32, p->co_firstlineno));
-		h = (__u32)(h ^ (h >> 32));
-		if (h == 0)
-			h = 1;
-		if (push_runtime_frame(s, FRAME_CPYTHON, code, instr | h << 32))
+		if (r == CPY_FULL)
 			return finish_walk(s, st);
+		if (r != CPY_PUSHED) {
+			err = r;
+			goto fail;
+		}
 		cs->frames++;
 		cur = next;
-		if (p->layout == CPY_FRAME_OBJECTS || (p->layout == CPY_ENTRY_FLAG && entry == p->entry_val)) {
+		if (p->layout == CPY_FRAME_OBJECTS) {
+			/* One frame per eval call: the native walker pushes the
+			 * next eval calls' frames itself (cpython_inline). */
+			s->rt_data[0] = cur;
+			s->rt_data[1] |= CPY_INLINE;
+			goto done;
+		}
+		if (p->layout == CPY_ENTRY_FLAG && entry == p->entry_val) {
 			s->rt_data[0] = cur;
 			goto done;
 		}

@@ -36,6 +36,17 @@ static __always_inline __u64 walked_hash(struct unwind_state *s)
 
 static __always_inline int offcpu_park(struct unwind_state *s, struct stats *st); /* offcpu.h */
 
+/* What a runtime's frames pushed by the native walker itself, without a
+ * tail call, came to (cpython_inline). */
+enum rt_inline {
+	RT_INLINE_NO = 0, /* not taken here: the runtime's walker program takes it */
+	RT_INLINE_PUSHED, /* the native frame's own frames are pushed */
+	RT_INLINE_FULL,   /* the stack is full: the walk ends (STOP_DEPTH) */
+	RT_INLINE_FAILED, /* the runtime walk ends: native frames from here */
+};
+
+static __always_inline int cpython_inline(struct unwind_state *s); /* cpython.h */
+
 /* Counts one sample whose user stack the walker left in s->stack. */
 static __always_inline int finish_walk(struct unwind_state *s, struct stats *st)
 {
@@ -139,6 +150,19 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 			s->rt_handled = 0;
 		} else {
 			rt = runtime_of(s, s->pc_exact ? s->pc : s->pc - 1);
+			if (rt == RUNTIME_CPYTHON) {
+				/* Up to 3.10, pushed here: no tail call. */
+				switch (cpython_inline(s)) {
+				case RT_INLINE_PUSHED:
+					goto step;
+				case RT_INLINE_FULL:
+					return finish_walk(s, st);
+				case RT_INLINE_FAILED:
+					set_reason(s, STOP_RUNTIME);
+					s->rt_kind = RUNTIME_NONE;
+					rt = RUNTIME_NONE;
+				}
+			}
 			if (rt != RUNTIME_NONE) {
 				if (walk_tail_call(ctx, s, st, progs, rt)) {
 					set_reason(s, STOP_DEPTH);
@@ -164,6 +188,7 @@ static __always_inline int native_step(void *ctx, struct unwind_state *s, struct
 			s->hash = mix(s->hash, s->pc);
 			st->unwind_frames++;
 		}
+step:
 		if (unwind_frame(s, st)) {
 			if (!s->want_copy)
 				return finish_walk(s, st);

@@ -429,9 +429,16 @@ func (c *checker) add(s sampleView) {
 		}
 		py = py[:len(want)]
 	}
-	if c.mode == "deep" && c.minor <= 10 && s.stop == "depth_limit" && len(py) >= 10 && len(py) < len(want) {
-		// One eval call per Python call up to 3.10: the tail calls run
-		// out first. The frames before the cut must be right.
+	if c.mode == "deep" && c.minor <= 10 && s.stop == "depth_limit" && len(py) < len(want) {
+		// Up to 3.10 each Python call is an eval call, with the
+		// interpreter's C frames between two Python frames: 45 Python
+		// frames do not fit in a walk's 128 words. It must end full
+		// (the tail calls no longer run out first: 13 Python frames
+		// then), and the frames before the cut must be right.
+		if words := 2*len(py) + s.native; words < int(bpf.ProfileUnwindLimitsMAX_USER_FRAMES)-2 {
+			c.bad[fmt.Sprintf("deep cut at %d Python and %d native frames, %d words", len(py), s.native, words)] += s.count
+			return
+		}
 		want = want[:len(py)]
 	}
 	if len(py) != len(want) {
