@@ -158,3 +158,22 @@ func FrameType(kind uint8) string {
 func kindError(f Frame) error {
 	return fmt.Errorf("runtime frame of kind %d: %w", f.Kind, ErrNotAttached)
 }
+
+// ObjectID is the 32-bit id a runtime's BPF walker records beside an
+// object it pushed a frame for (a code object, a function, a sub): the
+// words hashed as bpf/unwind.h's mix does, folded to 32 bits, never 0. A
+// runtime names the frame only if the object it reads later hashes to the
+// same id.
+func ObjectID(words ...uint64) uint32 {
+	h := uint64(0xcbf29ce484222325)
+	for _, v := range words {
+		h ^= v
+		h *= 0x100000001b3 // FNV-1a's prime, per 64-bit word
+		h ^= h >> 29
+	}
+	id := uint32(h ^ h>>32)
+	if id == 0 {
+		id = 1
+	}
+	return id
+}

@@ -36,17 +36,7 @@ func (c *codeInfo) cost() int64 { return int64(len(c.name)+len(c.file)+len(c.lin
 // codeID is the hash the BPF walker records beside a code object (bpf/
 // cpython.h): of its file and name pointers and its first line.
 func codeID(filename, name uint64, first uint32) uint32 {
-	h := uint64(0xcbf29ce484222325)
-	for _, v := range []uint64{filename, name, uint64(first)} {
-		h ^= v
-		h *= 0x100000001b3
-		h ^= h >> 29
-	}
-	id := uint32(h ^ h>>32)
-	if id == 0 {
-		id = 1
-	}
-	return id
+	return runtimes.ObjectID(filename, name, uint64(first))
 }
 
 // freed reports whether an object's first word, its reference count,

@@ -35,17 +35,7 @@ func (n *nameInfo) cost() int64 { return int64(len(n.name)+len(n.file)) + 64 }
 // subID is the id the BPF walker records beside a CV (bpf/perl.h): a
 // hash of its xcv_gv_u and xcv_file pointers.
 func subID(gv, file uint64) uint32 {
-	h := uint64(0xcbf29ce484222325)
-	for _, v := range []uint64{gv, file} {
-		h ^= v
-		h *= 0x100000001b3
-		h ^= h >> 29
-	}
-	id := uint32(h ^ h>>32)
-	if id == 0 {
-		id = 1
-	}
-	return id
+	return runtimes.ObjectID(gv, file)
 }
 
 // maxNameCount bounds a stash's name list (xhv_name_count).

@@ -42,37 +42,16 @@ func (f *funcInfo) cost() int64 { return int64(len(f.name)+len(f.file)) + 64 }
 // funcID is the hash the BPF walker records beside a function
 // (php_func_id in bpf/php.h).
 func funcID(typ uint8, name, scope, filename uint64, lineStart uint32) uint32 {
-	h := uint64(0xcbf29ce484222325)
-	words := []uint64{uint64(typ), name, scope}
-	if typ != typeInternal {
-		words = append(words, filename, uint64(lineStart))
+	if typ == typeInternal {
+		return runtimes.ObjectID(uint64(typ), name, scope)
 	}
-	for _, v := range words {
-		h ^= v
-		h *= 0x100000001b3
-		h ^= h >> 29
-	}
-	id := uint32(h ^ h>>32)
-	if id == 0 {
-		id = 1
-	}
-	return id
+	return runtimes.ObjectID(uint64(typ), name, scope, filename, uint64(lineStart))
 }
 
 // mainID is the id the BPF walker records beside a {main} frame's
 // filename string (php_main_id in bpf/php.h).
 func mainID(str, hash, length uint64) uint32 {
-	h := uint64(0xcbf29ce484222325)
-	for _, v := range []uint64{uint64(FrameKindMain), str, hash, length} {
-		h ^= v
-		h *= 0x100000001b3
-		h ^= h >> 29
-	}
-	id := uint32(h ^ h>>32)
-	if id == 0 {
-		id = 1
-	}
-	return id
+	return runtimes.ObjectID(uint64(FrameKindMain), str, hash, length)
 }
 
 // readMain names a {main} frame from the filename zend_string at addr. want
