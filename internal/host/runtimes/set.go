@@ -177,6 +177,14 @@ func (s *Set) Forget(pid int) {
 	}
 }
 
+// Refused reports whether pid's runtime was found but cannot be walked
+// (counted in Stats().Failed), until pid is forgotten.
+func (s *Set) Refused(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[pid]
+}
+
 // SetLabeler has the Set pass process snapshots and exits to l too, and
 // read sample labels through it. Call before the Set is used.
 func (s *Set) SetLabeler(l Labeler) { s.labels = l }

@@ -48,21 +48,25 @@ func TestJavaVersions(t *testing.T) {
 			if got := javaFeature(t, j); got != j.feature {
 				t.Fatalf("java -version says %d, the matrix %d", got, j.feature)
 			}
-			failed := h.s.Runtimes().Stats().Failed["hotspot"]
 			c := chainCheck{want: []string{"hot", "b", "a", "main"}, lines: lines, calls: calls, lib: lib, hotShare: 25}
 			cmd := javaCmd(t, j, jar, lib, nil, "fixture.Chain", "chain", "20")
 			// At least 200 samples: one at a compilation's transition
 			// (JDK 11 once had one of 135) must not cost the 99%.
 			h.sampleJVMAtLeast(t, cmd, 6*time.Second, 4*time.Second, 200, false, func(pid int, samples []sampler.Sample) {
+				// The fixture's JVM itself: the machine-wide count of
+				// refusals also counts other JVMs the sampler meets (a
+				// java -version, another package's tests), half set up
+				// or exiting (CI: "JDK 11 refused (1 failures)" with
+				// the fixture's 389 of 389 samples whole).
+				if h.s.Runtimes().Refused(pid) {
+					t.Errorf("JDK %d refused", j.feature)
+				}
 				p, err := h.norm.Refresh(pid)
 				if err != nil {
 					t.Fatal(err)
 				}
 				c.run(t, h, p, samples, false)
 			})
-			if n := h.s.Runtimes().Stats().Failed["hotspot"]; n != failed {
-				t.Errorf("JDK %d refused (%d failures)", j.feature, n-failed)
-			}
 		})
 	}
 }
