@@ -97,6 +97,9 @@ func FuzzProcessMemory(f *testing.F) {
 			t.Fatal(err)
 		}
 		_ = checkLive(m, &l, fuzzAddrs)
+		if o := findTSS(m, &l, fuzzAddrs); o < -tssBelow || o >= tssAbove {
+			t.Fatalf("findTSS = %d, outside [-%d, %d)", o, tssBelow, tssAbove)
+		}
 		c, err := readCode(m, &l, fuzzAddrs, code, 0, 64)
 		if err == nil && (len(c.name) > 64 || len(c.file) > 64 || len(c.lines) > maxLineTable) {
 			t.Fatalf("name %d, file %d, table %d bytes", len(c.name), len(c.file), len(c.lines))
