@@ -238,7 +238,7 @@ func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Rep
 	}
 	b := profbuild.New(profbuild.Options{
 		SampleRate: o.rate, KernelSymbols: o.kernel, PerfMaps: true, Wall: o.wall,
-		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts,
+		Filter: o.filter, ScopeVersion: "profsym record", Unwinder: unwinder, Runtimes: rts, ExecTimes: s,
 	})
 	done := make(chan struct{})
 	go func() {

@@ -134,6 +134,7 @@ func (r *profilingReceiver) start(_ context.Context, _ component.Host) error {
 	r.builder = profbuild.New(profbuild.Options{
 		Unwinder:      unwinder,
 		Runtimes:      rtSet,
+		ExecTimes:     s,
 		Wall:          r.cfg.OffCPU.Wall,
 		SampleRate:    r.cfg.SampleRate,
 		KernelSymbols: r.cfg.KernelSymbols,

@@ -512,6 +512,23 @@ func (s *Sampler) Unwinder() *unwind.Manager { return s.unwinder }
 // and have it name runtime frames (Sample.Runtime).
 func (s *Sampler) Runtimes() *runtimes.Set { return s.runtimes }
 
+// ExecTime says when pid last replaced its image by exec, in Unix ns,
+// for a process the sampler had sampled before: the BPF side records it
+// at the exec itself, so it holds when the exec's event was lost or is
+// still queued (profbuild.Options.ExecTimes).
+func (s *Sampler) ExecTime(pid int) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, false
+	}
+	var at uint64
+	if err := s.objs.ExecTimes.Lookup(uint32(pid), &at); err != nil {
+		return 0, false
+	}
+	return int64(at) + bootToUnix(), true
+}
+
 // ThreadContextStats counts the processes whose OpenTelemetry thread
 // context is read (zero when thread_context is off).
 func (s *Sampler) ThreadContextStats() threadctx.Stats {

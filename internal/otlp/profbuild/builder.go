@@ -61,6 +61,16 @@ type Options struct {
 	// Wall adds, for every process with off-CPU samples, a wall-clock
 	// profile: its CPU and off-CPU time in one, per thread (docs/off-cpu.md).
 	Wall bool
+	// ExecTimes, when set, says when a sampled process last exec'd
+	// (*sampler.Sampler). Without it an exec is known from its event only,
+	// and the samples taken before an exec whose event was lost, or is
+	// handled after the drain that holds them, are named in the new image.
+	ExecTimes ExecTimes
+}
+
+// ExecTimes is the part of the sampler that records execs as they happen.
+type ExecTimes interface {
+	ExecTime(pid int) (unixNs int64, ok bool)
 }
 
 // Runtimes is the part of runtimes.Set the Builder drives.
@@ -147,6 +157,9 @@ type Builder struct {
 	// execs are the images processes replaced lately: their samples
 	// drained after the exec belong to them, not to the new image.
 	execs map[int]preImage
+	// lastExec is the latest exec noted per pid (Unix ns), from its event
+	// or from Options.ExecTimes, whichever came first.
+	lastExec map[int]int64
 
 	staged *run // the interval Stage has begun (the Collect goroutine's)
 }
@@ -209,10 +222,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 		b.mu.Lock()
 		delete(b.exited, pid)
 		if ev.Kind == sampler.ProcessExec {
-			b.noteExec(pid, ev.TimeNs)
-			b.matchEpoch++
-			delete(b.match, pid) // comm and exe changed
-			delete(b.left, pid)
+			b.execLocked(pid, ev.TimeNs)
 		}
 		b.lastSeen[pid] = b.reports
 		b.mu.Unlock()
@@ -244,6 +254,7 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 // load takes a snapshot of a targeted process and hands it to the unwinder
 // and the runtimes.
 func (b *Builder) load(pid int) {
+	b.syncExec(pid)
 	p, err := b.norm.Refresh(pid)
 	if err != nil {
 		b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
@@ -273,6 +284,48 @@ type preImage struct {
 // the drains that hold the samples taken before it, whichever of the two
 // (the event and the drain) comes first.
 const execKeep = 2
+
+// sameExec is how far apart an exec's event and its record in
+// Options.ExecTimes may be: both are stamped by the exec's BPF program,
+// a few hundred ns apart, and turned into Unix time at different moments.
+// Two execs of one process are further apart than that.
+const sameExec = int64(time.Millisecond)
+
+// syncExec notes the latest exec of pid the sampler recorded, if no event
+// has told it yet: its event was lost (the events ring was full) or is
+// still queued behind the drain that holds the samples taken before it.
+// Called before pid's snapshot is read again and before its samples are
+// placed, so that the image it ran before is kept for them. It says
+// whether it noted one.
+func (b *Builder) syncExec(pid int) bool {
+	if b.opt.ExecTimes == nil {
+		return false
+	}
+	at, ok := b.opt.ExecTimes.ExecTime(pid)
+	if !ok {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.execLocked(pid, at)
+}
+
+// execLocked notes an exec of pid at (Unix ns) once, whether the event or
+// the sampler's record tells it first. Called with b.mu held.
+func (b *Builder) execLocked(pid int, at int64) bool {
+	if last, ok := b.lastExec[pid]; ok && at < last+sameExec {
+		return false // this one, or an older exec whose event came late
+	}
+	if b.lastExec == nil {
+		b.lastExec = map[int]int64{}
+	}
+	b.lastExec[pid] = at
+	b.noteExec(pid, at)
+	b.matchEpoch++
+	delete(b.match, pid) // comm and exe changed
+	delete(b.left, pid)
+	return true
+}
 
 // noteExec remembers pid's image before an exec at (Unix ns). Called with
 // b.mu held, before the decisions on the old image are dropped.
@@ -408,6 +461,7 @@ func (b *Builder) forget(pid int) {
 	delete(b.match, pid)
 	delete(b.left, pid)
 	delete(b.lastSeen, pid)
+	delete(b.lastExec, pid)
 	b.mu.Unlock()
 }
 
@@ -461,9 +515,7 @@ func (b *Builder) Stage(d Drainer, start time.Time) error {
 		r = newRun(b, start, start)
 		b.staged = r
 	}
-	for i := range batch.Samples {
-		r.add(&batch.Samples[i])
-	}
+	r.addBatch(batch)
 	return nil
 }
 
@@ -476,9 +528,7 @@ func (b *Builder) Build(batch sampler.Batch, start, end time.Time) Report {
 		r = newRun(b, start, end)
 	}
 	r.end = end
-	for i := range batch.Samples {
-		r.add(&batch.Samples[i])
-	}
+	r.addBatch(batch)
 	return r.finish()
 }
 

@@ -71,6 +71,11 @@ func (r *run) refresh(po *procOut) bool {
 		return false // an image replaced by exec is not there to reread
 	}
 	r.refreshed[po.pid] = true
+	if r.b.syncExec(po.pid) {
+		// It exec'd after this drain's samples were taken, all of them
+		// of the image po holds: reading the new one would misname them.
+		return false
+	}
 	p, err := r.b.norm.Refresh(po.pid)
 	if err != nil {
 		return false

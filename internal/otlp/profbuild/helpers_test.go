@@ -37,6 +37,9 @@ func newHarness(t testing.TB, scfg sampler.Config, opt Options) *harness {
 	if u := s.Unwinder(); u != nil && opt.Unwinder == nil {
 		opt.Unwinder = u
 	}
+	if opt.ExecTimes == nil {
+		opt.ExecTimes = s
+	}
 	h := &harness{s: s, b: New(opt), start: time.Now()}
 	done := make(chan struct{})
 	go func() {

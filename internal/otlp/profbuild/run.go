@@ -32,6 +32,7 @@ type run struct {
 	mappings   map[*normalize.Mapping]int32
 	kernMaps   map[string]int32 // module ("" for vmlinux) -> mapping
 	refreshed  map[int]bool
+	execSynced map[int]struct{}                  // processes whose exec time was read for this drain
 	vdso       map[*normalize.Mapping]*vdsoImage // nil: unreadable
 	kinfo      kernel.Info
 	kinfoRead  bool
@@ -109,16 +110,31 @@ func newRun(b *Builder, start, end time.Time) *run {
 	return &run{
 		b: b, start: start, end: end, prof: prof, dict: pdict.New(prof.Dictionary()),
 		procs: map[int]*procOut{}, frames: map[frameKey]frame{}, mappings: map[*normalize.Mapping]int32{},
-		kernMaps: map[string]int32{}, refreshed: map[int]bool{}, vdso: map[*normalize.Mapping]*vdsoImage{},
+		kernMaps: map[string]int32{}, refreshed: map[int]bool{}, execSynced: map[int]struct{}{}, vdso: map[*normalize.Mapping]*vdsoImage{},
 		rep: Report{Profiles: prof, Logs: plog.NewLogs(), Failures: map[string]int64{}, UnwindStops: map[string]int64{}},
 	}
 }
 
 func (r *run) fail(reason string) { r.rep.Failures[reason]++ }
 
+// addBatch adds the samples of one drain.
+func (r *run) addBatch(batch sampler.Batch) {
+	clear(r.execSynced)
+	for i := range batch.Samples {
+		r.add(&batch.Samples[i])
+	}
+}
+
 // add normalizes one sampler row into its process's aggregated samples.
 func (r *run) add(s *sampler.Sample) {
 	pid := int(s.Pid)
+	if _, ok := r.execSynced[pid]; !ok {
+		// Once per process and drain: every sample of the drain was
+		// taken before it, so an exec learned now or later in it places
+		// them alike.
+		r.execSynced[pid] = struct{}{}
+		r.b.syncExec(pid)
+	}
 	var po *procOut
 	switch pre, ok := r.b.beforeExec(pid, s.LastNs); {
 	case !ok:
