@@ -229,8 +229,9 @@ func newHarness(t testing.TB, cfg sampler.Config) *harness {
 // sampleJVM runs cmd, lets it warm up, then gives f the samples of its
 // process over d, while it still runs (its frames are named from its
 // memory). Then the JVM is killed, or waited for when wait is set. With
-// atLeast, sampling goes on by d at a time (four times at most) until the
-// process has that many samples: a loaded machine leaves it little CPU.
+// atLeast, d is a bound: sampling stops once the process has that many
+// samples (drained every half second), or after 4d (a loaded machine
+// leaves it little CPU).
 func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, wait bool, f func(pid int, samples []sampler.Sample)) {
 	h.sampleJVMAtLeast(t, cmd, warm, d, 0, wait, f)
 }
@@ -269,8 +270,12 @@ func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Dur
 	}
 	var out []sampler.Sample
 	var n uint64
-	for round := 0; round < 4 && (round == 0 || n < atLeast); round++ {
-		time.Sleep(d)
+	step, end := d, time.Now().Add(4*d)
+	if atLeast > 0 {
+		step = 500 * time.Millisecond
+	}
+	for first := true; first || (n < atLeast && time.Now().Before(end)); first = false {
+		time.Sleep(step)
 		b, err := h.s.Drain()
 		if err != nil {
 			t.Fatal(err)

@@ -8,10 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/profsym/profsym/internal/host/runtimes"
-	"github.com/profsym/profsym/internal/host/sampler"
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
@@ -21,10 +18,9 @@ var testedVersions = []int{8, 11, 17, 21, 25, 26, 27}
 
 // TestJavaVersions checks the matrix against what it claims: every tested
 // feature release is in it, each JDK of it is the release it is named
-// for (java -version in its root), docs/runtimes.md's version table says
-// the same, and each JDK is attached (no layout refused) with 99% of a
-// short default (C2) run of fixture.Chain whole. TestJavaChains is the
-// thorough check, mode by mode; this one keeps the list honest.
+// for (java -version in its root), and docs/runtimes.md's version table
+// says the same. TestJavaChains runs each JDK of the matrix, mode by mode,
+// and holds it to be attached (no layout refused) with 99% whole.
 func TestJavaVersions(t *testing.T) {
 	matrix := jdks(t)
 	if os.Getenv("HSJDK") == "" {
@@ -40,34 +36,10 @@ func TestJavaVersions(t *testing.T) {
 			t.Errorf("docs/runtimes.md lists JDK %d as %q, want walked", v, docs[v])
 		}
 	}
-	h := newHarness(t, sampler.Config{Runtimes: runtimes.Config{HotSpot: true}})
-	jar, lib := javaFixtures(t)
-	lines, calls := javapLines(t, jar, "fixture.Chain")
 	for _, j := range matrix {
-		t.Run(j.name, func(t *testing.T) {
-			if got := javaFeature(t, j); got != j.feature {
-				t.Fatalf("java -version says %d, the matrix %d", got, j.feature)
-			}
-			c := chainCheck{want: []string{"hot", "b", "a", "main"}, lines: lines, calls: calls, lib: lib, hotShare: 25}
-			cmd := javaCmd(t, j, jar, lib, nil, "fixture.Chain", "chain", "20")
-			// At least 200 samples: one at a compilation's transition
-			// (JDK 11 once had one of 135) must not cost the 99%.
-			h.sampleJVMAtLeast(t, cmd, 6*time.Second, 4*time.Second, 200, false, func(pid int, samples []sampler.Sample) {
-				// The fixture's JVM itself: the machine-wide count of
-				// refusals also counts other JVMs the sampler meets (a
-				// java -version, another package's tests), half set up
-				// or exiting (CI: "JDK 11 refused (1 failures)" with
-				// the fixture's 389 of 389 samples whole).
-				if h.s.Runtimes().Refused(pid) {
-					t.Errorf("JDK %d refused", j.feature)
-				}
-				p, err := h.norm.Refresh(pid)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.run(t, h, p, samples, false)
-			})
-		})
+		if got := javaFeature(t, j); got != j.feature {
+			t.Errorf("%s: java -version says %d, the matrix %d", j.name, got, j.feature)
+		}
 	}
 }
 
