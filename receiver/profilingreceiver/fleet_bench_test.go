@@ -1,16 +1,20 @@
 package profilingreceiver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -38,7 +42,9 @@ import (
 //	                while the JVM and Python are walked (their frames named
 //	                before the runtimes free what they point at)
 //
-// Run it once (make bench-fleet):
+// PROFSYM_BENCH_VARIANTS=cpu-only,offcpu runs those alone;
+// PROFSYM_BENCH_CPUPROFILE=DIR keeps each run's CPU profile there. Run it
+// once (make bench-fleet):
 //
 //	PROFSYM_BENCH_SECONDS=30 PROFSYM_BENCH_ROUNDS=3 go test -run '^$' -bench FleetMix -benchtime 1x -timeout 30m ./receiver/profilingreceiver
 //
@@ -65,6 +71,11 @@ import (
 //	                 second
 //	us/chosen        offcpu_switch's time over the waits it chose (the
 //	                 cheap runs of every other switch included)
+//
+// Then the agent's CPU split by part, from a CPU profile of this process
+// over the same windows (all rounds of a variant together; see fleetPart),
+// in % of a core: each part's share of the profile's samples times the
+// agent's CPU (the profile has about half of it: see fleetOnce).
 func BenchmarkFleetMix(b *testing.B) {
 	needSampler(b)
 	secs, rounds := benchSetting("PROFSYM_BENCH_SECONDS", 30), benchSetting("PROFSYM_BENCH_ROUNDS", 3)
@@ -78,6 +89,9 @@ func BenchmarkFleetMix(b *testing.B) {
 		<-churn
 	}()
 	variants := []string{"cpu-only", "offcpu-before", "offcpu", "cpu-late-names"}
+	if only := os.Getenv("PROFSYM_BENCH_VARIANTS"); only != "" {
+		variants = strings.Split(only, ",")
+	}
 	res := map[string][]fleetRun{}
 	for range b.N {
 		for range rounds {
@@ -119,6 +133,29 @@ func BenchmarkFleetMix(b *testing.B) {
 		b.ReportMetric(sNs, v+"_switch_ns/run")
 	}
 	fmt.Fprintf(&sum, "  (a) offcpu_switch's time over the waits it chose: every switch's share included\n")
+	fmt.Fprintf(&sum, "agent CPU by part, %% of a core (the agent's CPU by the shares of its CPU profile, all rounds):\n  %-14s", "variant")
+	for _, p := range fleetParts {
+		fmt.Fprintf(&sum, " %9s", p)
+	}
+	fmt.Fprintf(&sum, "\n")
+	for _, v := range variants {
+		var parts map[string]float64
+		var wall float64
+		for _, r := range res[v] {
+			wall += r.wall
+			for p, d := range r.parts {
+				if parts == nil {
+					parts = map[string]float64{}
+				}
+				parts[p] += d
+			}
+		}
+		fmt.Fprintf(&sum, "  %-14s", v)
+		for _, p := range fleetParts {
+			fmt.Fprintf(&sum, " %9.3f", 100*parts[p]/wall)
+		}
+		fmt.Fprintf(&sum, "\n")
+	}
 	fmt.Print("\n" + sum.String() + "\n")
 }
 
@@ -128,6 +165,8 @@ func BenchmarkFleetMix(b *testing.B) {
 const fleetChurn = `^(unwind-chain-pie?|c[0-9]+|sleep|cp|rm)$`
 
 type fleetRun struct {
+	wall                         float64            // s measured
+	parts                        map[string]float64 // CPU s by fleetPart
 	agentCPU, rss                float64
 	aggRuns, aggNs, aggPct       float64
 	swRuns, swNs, swPct, chosen  float64
@@ -224,13 +263,37 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	st0, _ := rcv.sampler.Stats()
 	aRun0, aCnt0, _ := rcv.sampler.ProgramStats()
 	sRun0, sCnt0, _ := rcv.sampler.OffCPUProgramStats()
+	var prof bytes.Buffer
+	if err := pprof.StartCPUProfile(&prof); err != nil {
+		b.Fatal(err)
+	}
 	cpu0, wall0 := testfixture.ProcessCPU(), time.Now()
 	time.Sleep(time.Duration(secs) * time.Second)
 	cpu, wall := testfixture.ProcessCPU()-cpu0, time.Since(wall0).Seconds()
+	pprof.StopCPUProfile()
+	if dir := os.Getenv("PROFSYM_BENCH_CPUPROFILE"); dir != "" {
+		f := filepath.Join(dir, fmt.Sprintf("fleet-%s-%d.pprof", v, time.Now().Unix()))
+		if err := os.WriteFile(f, prof.Bytes(), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 	aRun1, aCnt1, _ := rcv.sampler.ProgramStats()
 	sRun1, sCnt1, _ := rcv.sampler.OffCPUProgramStats()
 	st1, _ := rcv.sampler.Stats()
-	r := fleetRun{agentCPU: 100 * cpu.Seconds() / wall, rss: float64(testfixture.StatusBytes("VmRSS")) / (1 << 20)}
+	r := fleetRun{agentCPU: 100 * cpu.Seconds() / wall, rss: float64(testfixture.StatusBytes("VmRSS")) / (1 << 20), wall: wall, parts: fleetSplit(b, &prof)}
+	// The profile's shares, of the CPU getrusage counted: its samples come
+	// from per-thread CPU timers, checked at the kernel's ticks, which a
+	// thread running in short bursts often misses (half the agent's CPU
+	// in this mix).
+	var profiled float64
+	for _, d := range r.parts {
+		profiled += d
+	}
+	for p, d := range r.parts {
+		if profiled > 0 {
+			r.parts[p] = d / profiled * cpu.Seconds()
+		}
+	}
 	if empty != nil && e0 != nil {
 		if e1, err := empty.Stats(); err == nil && e1.RunCount > e0.RunCount {
 			n := e1.RunCount - e0.RunCount
@@ -253,4 +316,70 @@ func fleetOnce(b *testing.B, v string, secs int, pids []int) fleetRun {
 	b.Logf("%s: agent %.2f%%, profile_agg %.0f/s %.0f ns, offcpu_switch %.0f/s %.0f ns, chosen %.2f%% (load %s)",
 		v, r.agentCPU, r.aggRuns, r.aggNs, r.swRuns, r.swNs, r.chosen, loadAvg())
 	return r
+}
+
+// fleetParts are the parts of the agent's CPU BenchmarkFleetMix reports, in
+// the order printed.
+var fleetParts = []string{"drain", "snapshots", "unwind", "runtimes", "offcpu", "report", "kernel", "gc", "other"}
+
+// fleetPart names the part of the agent a CPU profile sample was spent in:
+// the first frame from the leaf whose package (or, within profbuild, file)
+// is one of them, so that an allocation or a syscall counts for who made
+// it; GC workers, and assists, count as gc.
+//
+//	drain      the sampler: ring and map reads, stack copies (host/sampler)
+//	snapshots  process snapshots and ELF reads (host/normalize, elfx)
+//	unwind     unwind tables: building and loading (host/unwind/...)
+//	runtimes   runtime frames named, walkers attached (host/runtimes/...)
+//	offcpu     off-CPU weighting (host/offcpu, profbuild/offcpu.go)
+//	report     the profiles built, pdata (otlp/..., collector/pdata)
+//	kernel     kallsyms (symbolize/kernel)
+//	gc         the Go GC's workers and assists
+//	other      the rest: the scheduler, timers, the collector
+func fleetPart(s *profile.Sample) string {
+	for _, loc := range s.Location {
+		for _, ln := range loc.Line { // the innermost first
+			if ln.Function == nil {
+				continue
+			}
+			fn, file := ln.Function.Name, ln.Function.Filename
+			switch {
+			case strings.HasPrefix(fn, "runtime.gcBgMarkWorker"), strings.HasPrefix(fn, "runtime.gcAssist"),
+				strings.HasPrefix(fn, "runtime.bgsweep"), strings.HasPrefix(fn, "runtime.bgscavenge"):
+				return "gc"
+			case strings.Contains(file, "/profbuild/offcpu.go"), strings.Contains(fn, "/internal/host/offcpu."):
+				return "offcpu"
+			case strings.Contains(fn, "/internal/host/sampler."):
+				return "drain"
+			case strings.Contains(fn, "/internal/host/normalize."), strings.Contains(fn, "/internal/elfx"):
+				return "snapshots"
+			case strings.Contains(fn, "/internal/host/unwind"):
+				return "unwind"
+			case strings.Contains(fn, "/internal/host/runtimes"):
+				return "runtimes"
+			case strings.Contains(fn, "/internal/symbolize/kernel."):
+				return "kernel"
+			case strings.Contains(fn, "/internal/otlp/"), strings.Contains(fn, "collector/pdata/"):
+				return "report"
+			}
+		}
+	}
+	return "other"
+}
+
+// fleetSplit sums a CPU profile's samples by fleetPart, in CPU seconds.
+func fleetSplit(b *testing.B, buf *bytes.Buffer) map[string]float64 {
+	p, err := profile.Parse(buf)
+	if err != nil {
+		b.Fatalf("the agent's CPU profile: %v", err)
+	}
+	i := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "cpu" })
+	if i < 0 {
+		b.Fatalf("the agent's CPU profile has no cpu values: %v", p.SampleType)
+	}
+	out := map[string]float64{}
+	for _, s := range p.Sample {
+		out[fleetPart(s)] += time.Duration(s.Value[i]).Seconds()
+	}
+	return out
 }

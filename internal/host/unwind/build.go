@@ -238,6 +238,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 	m.mu.Unlock() // f.building stays set while the rows are written
 
 	werr := m.writeRows(sp, &enc.rows)
+	index := rowIndex(&enc.rows)
 	base, fallbacks := enc.base, enc.fallbacks
 	enc.rows.release()
 	if n >= freeAfterRows {
@@ -261,7 +262,7 @@ func (m *Manager) install(f *file, enc encoded, buildErr error, took time.Durati
 		return
 	}
 	m.stats.Builds++
-	f.rows, f.base = sp, base
+	f.rows, f.base, f.rowIndex = sp, base, index
 	f.state = stateReady
 	m.publish(f)
 	if len(m.copies) > 0 {

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cilium/ebpf"
 
 	"github.com/profsym/profsym/bpf"
@@ -484,9 +486,88 @@ func (w *copyWalk) step() (reason uint32, done bool, waiting *file) {
 	return 0, false, nil
 }
 
-// findRow is find_row: the last row of f with pc <= off, read from the
-// rows map (a few lookups per frame, for a few samples per process).
+// rowIndexStride rows make a block of the index (2 KiB): a file's index
+// costs 0.2% of its rows' bytes, a lookup one block's read.
+const rowIndexStride = 256
+
+// rowIndex is the pc of every rowIndexStride-th row of rows.
+func rowIndex(rows *rowBuf) []uint32 {
+	out := make([]uint32, 0, (rows.len()+rowIndexStride-1)/rowIndexStride)
+	for i := 0; i < rows.len(); i += rowIndexStride {
+		out = append(out, rows.at(i).Pc)
+	}
+	return out
+}
+
+// findRow is find_row: the last row of f with pc <= off. The index gives
+// the block that holds it (see rowBlock); without an index, a map lookup
+// per step of a binary search. Called with m.mu held.
 func (m *Manager) findRow(f *file, off uint32) (bpf.ProfileUnwindRow, bool) {
+	if len(f.rowIndex) == 0 || uint64(len(f.rowIndex)) != (uint64(f.rows.n)+rowIndexStride-1)/rowIndexStride {
+		return m.findRowByLookups(f, off)
+	}
+	b := sort.Search(len(f.rowIndex), func(i int) bool { return f.rowIndex[i] > off })
+	if b == 0 {
+		return bpf.ProfileUnwindRow{}, false // before the first row
+	}
+	rows, ok := m.rowBlock(f, uint32(b-1))
+	if !ok {
+		return m.findRowByLookups(f, off)
+	}
+	// The block's first row is <= off (the index says so): the last such.
+	i := sort.Search(len(rows), func(i int) bool { return rows[i].Pc > off }) - 1
+	if i < 0 {
+		return bpf.ProfileUnwindRow{}, false
+	}
+	return rows[i], true
+}
+
+// blockKey names block b of a file's rows.
+type blockKey struct {
+	f *file
+	b uint32
+}
+
+// maxRowBlocks bounds the blocks kept (2 KiB each): the copies of one
+// drain walk the same few files (the binary, libc), block after block.
+const maxRowBlocks = 256
+
+// rowBlock reads block b of f's rows: from the blocks kept, or from the
+// mmapable rows map, mapping its page or two and unmapping them at once
+// (the rows stay out of the agent's RSS; an unmap per frame, with its
+// TLB flush, cost as much as the map lookups it replaced). Called with
+// m.mu held.
+func (m *Manager) rowBlock(f *file, b uint32) ([]bpf.ProfileUnwindRow, bool) {
+	k := blockKey{f, b}
+	if rows, ok := m.blocks[k]; ok {
+		return rows, true
+	}
+	first := uint64(f.rows.off) + uint64(b)*rowIndexStride
+	n := min(uint64(rowIndexStride), uint64(f.rows.off)+uint64(f.rows.n)-first)
+	page := uint64(unix.Getpagesize())
+	lo, hi := first*RowBytes, (first+n)*RowBytes
+	start := lo &^ (page - 1)
+	mem, err := unix.Mmap(m.maps.Rows.FD(), int64(start), int((hi-start+page-1)&^(page-1)), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, false
+	}
+	rows := make([]bpf.ProfileUnwindRow, n)
+	for i := range rows {
+		rows[i] = getRow(mem[lo-start+uint64(i)*RowBytes:])
+	}
+	_ = unix.Munmap(mem)
+	if len(m.blocks) >= maxRowBlocks {
+		clear(m.blocks)
+	}
+	if m.blocks == nil {
+		m.blocks = map[blockKey][]bpf.ProfileUnwindRow{}
+	}
+	m.blocks[k] = rows
+	return rows, true
+}
+
+// findRowByLookups is findRow by a map lookup per step of the search.
+func (m *Manager) findRowByLookups(f *file, off uint32) (bpf.ProfileUnwindRow, bool) {
 	var r bpf.ProfileUnwindRow
 	lo, hi := f.rows.off, f.rows.off+f.rows.n
 	for lo < hi {

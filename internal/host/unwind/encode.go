@@ -317,6 +317,14 @@ func (b *rowBuf) release() {
 }
 
 // putRows writes rows in the kernel's layout.
+// getRow reads back a row putRows wrote.
+func getRow(b []byte) bpf.ProfileUnwindRow {
+	return bpf.ProfileUnwindRow{
+		Pc: binary.NativeEndian.Uint32(b), CfaOff: binary.NativeEndian.Uint16(b[4:]),
+		Info: b[6], FpOff: int8(b[7]),
+	}
+}
+
 func putRows(dst []byte, rows []bpf.ProfileUnwindRow) {
 	for i, r := range rows {
 		b := dst[i*RowBytes : i*RowBytes+RowBytes]

@@ -69,6 +69,10 @@ type file struct {
 	state    uint32
 	rows     span
 	base     uint64        // ELF address of row 0
+	// rowIndex is the pc of every rowIndexStride-th row: a stack copy's
+	// walk finds a row by it and one block of rows read from the map,
+	// not by a map lookup per step of a binary search.
+	rowIndex []uint32
 	lru      *list.Element // in Manager.idle while refs == 0 and the table holds rows
 	noRoom   bool
 	queued   bool
@@ -131,6 +135,8 @@ type Manager struct {
 	dead   map[int]*proc
 	// copyWalks counts host walks of copies, retries included (tests).
 	copyWalks int
+	// blocks are the blocks of rows copy walks read lately (rowBlock).
+	blocks map[blockKey][]bpf.ProfileUnwindRow
 }
 
 func (m *Manager) procValue(pid int, sp span) bpf.ProfileUnwindProc {
@@ -544,7 +550,12 @@ func (m *Manager) retire(f *file) {
 		delete(m.bySlot, f.slot)
 	}
 	m.rows.release(f.rows)
-	f.rows = span{}
+	f.rows, f.rowIndex = span{}, nil
+	for k := range m.blocks {
+		if k.f == f {
+			delete(m.blocks, k) // its rows go to another file
+		}
+	}
 	if f.slot != noRoomSlot {
 		_ = m.maps.Tables.Put(f.slot, bpf.ProfileUnwindTable{State: stateNone})
 		m.slots.release(span{f.slot, 1})

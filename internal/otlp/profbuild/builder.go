@@ -254,7 +254,9 @@ func (b *Builder) HandleEvent(ev sampler.Event) {
 // load takes a snapshot of a targeted process and hands it to the unwinder
 // and the runtimes.
 func (b *Builder) load(pid int) {
-	b.syncExec(pid)
+	if b.norm.Cached(pid) != nil {
+		b.syncExec(pid) // the image it replaces may hold samples not placed yet
+	}
 	p, err := b.norm.Refresh(pid)
 	if err != nil {
 		b.log.Debug("process snapshot failed", zap.Int("pid", pid), zap.Error(err))
@@ -399,7 +401,7 @@ func (b *Builder) targeted(pid int) bool {
 	if ok {
 		return m
 	}
-	info, ok := readProcInfo(b.opt.ProcRoot, pid)
+	info, ok := f.readProcInfo(b.opt.ProcRoot, pid)
 	if afterMatchRead != nil {
 		afterMatchRead(pid)
 	}

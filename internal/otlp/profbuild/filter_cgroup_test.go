@@ -136,3 +136,36 @@ func TestTargetedRacesExec(t *testing.T) {
 		t.Error("after its exec into app: the launcher's decision stands")
 	}
 }
+
+// A filter reads what its targets look at: a process name needs comm and
+// the executable, not the cgroup file (the costliest of the three to read,
+// for every new thread off-CPU asks about); a cgroup target needs it.
+func TestProcInfoReadsWhatTargetsUse(t *testing.T) {
+	proc := t.TempDir()
+	dir := filepath.Join(proc, "42")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "comm"), []byte("app\n"), 0o644)
+	os.Symlink("/usr/bin/app", filepath.Join(dir, "exe"))
+	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/system.slice/app.service\n"), 0o644)
+	byName, _ := CompileTarget(nil, "^app$", "")
+	byCgroup, _ := CompileTarget(nil, "", "/system.slice/app.service")
+	for _, c := range []struct {
+		f    *Filter
+		want ProcInfo
+	}{
+		{&Filter{Targets: []Target{byName}}, ProcInfo{PID: 42, Comm: "app", Exe: "/usr/bin/app"}},
+		{&Filter{Targets: []Target{byCgroup}}, ProcInfo{PID: 42, Comm: "app", Cgroup: "/system.slice/app.service"}},
+		{&Filter{Targets: []Target{byName, byCgroup}}, ProcInfo{PID: 42, Comm: "app", Exe: "/usr/bin/app", Cgroup: "/system.slice/app.service"}},
+	} {
+		got, ok := c.f.readProcInfo(proc, 42)
+		if !ok || got != c.want {
+			t.Errorf("read %+v (%v), want %+v", got, ok, c.want)
+		}
+		if !c.f.MatchPID(proc, 42) {
+			t.Errorf("%+v: pid 42 not matched", c.want)
+		}
+	}
+	if _, ok := (&Filter{Targets: []Target{byName}}).readProcInfo(proc, 43); ok {
+		t.Error("a process that is not there was read")
+	}
+}
