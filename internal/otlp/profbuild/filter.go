@@ -177,9 +177,8 @@ func containsInt(s []int, v int) bool {
 // readProcInfo reads the few small /proc files f's targets look at, far
 // cheaper than a full snapshot of the process's mappings and files: comm
 // always (it also says the process is there), the executable for a
-// process name, the cgroup for a cgroup or pods. Off-CPU asks for every
-// new thread of the host that waits: the cgroup file alone cost 80% of
-// those reads in the fleet mix, whose targets name processes.
+// process name, the cgroup for a cgroup or pods. Off-CPU asks twice for
+// every new process of the host that waits (offcpuState.answer).
 func (f *Filter) readProcInfo(procRoot string, pid int) (ProcInfo, bool) {
 	var exe, cgroup bool
 	for _, t := range f.Targets {

@@ -139,7 +139,7 @@ func TestTargetedRacesExec(t *testing.T) {
 
 // A filter reads what its targets look at: a process name needs comm and
 // the executable, not the cgroup file (the costliest of the three to read,
-// for every new thread off-CPU asks about); a cgroup target needs it.
+// for every new process off-CPU asks about); a cgroup target needs it.
 func TestProcInfoReadsWhatTargetsUse(t *testing.T) {
 	proc := t.TempDir()
 	dir := filepath.Join(proc, "42")
