@@ -53,10 +53,13 @@ type Sampler struct {
 	eventsClosed bool
 	wg           sync.WaitGroup
 
-	mu      sync.Mutex // serializes Start, Drain and Close
-	started bool
-	closed  bool
-	active  uint32 // kernel aggregation: buffer the program writes
+	mu sync.Mutex // serializes Start, Drain and Close
+	// mapsMu orders ExecTime's map reads before the maps are closed.
+	mapsMu     sync.RWMutex
+	mapsClosed bool
+	started    bool
+	closed     bool
+	active     uint32 // kernel aggregation: buffer the program writes
 
 	paths          kernelPaths        // code paths chosen for this kernel
 	perfIoctl      bool               // programs attached by PERF_EVENT_IOC_SET_BPF, not links
@@ -516,10 +519,13 @@ func (s *Sampler) Runtimes() *runtimes.Set { return s.runtimes }
 // for a process the sampler had sampled before: the BPF side records it
 // at the exec itself, so it holds when the exec's event was lost or is
 // still queued (profbuild.Options.ExecTimes).
+//
+// Not under s.mu: the receiver handles events on the events reader's
+// goroutine, which Close waits for holding s.mu.
 func (s *Sampler) ExecTime(pid int) (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.mapsMu.RLock()
+	defer s.mapsMu.RUnlock()
+	if s.mapsClosed {
 		return 0, false
 	}
 	var at uint64
@@ -694,6 +700,9 @@ func (s *Sampler) release() error {
 		close(s.events) // readers are joined: no more sends
 		s.eventsClosed = true
 	}
+	s.mapsMu.Lock()
+	s.mapsClosed = true
+	s.mapsMu.Unlock()
 	errs = append(errs, s.releaseOffCPU(), s.objs.close())
 	return errors.Join(errs...)
 }
