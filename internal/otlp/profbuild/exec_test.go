@@ -1,14 +1,11 @@
 package profbuild
 
 import (
-	"bufio"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,25 +24,11 @@ func (f fakeExecs) ExecTime(pid int) (int64, bool) {
 // textPC is an address in pid's executable mapping of file.
 func textPC(t *testing.T, pid int, file string) uint64 {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		t.Fatal(err)
+	start, _, ok := findMapping(t, pid, func(perms, path string) bool { return perms == "r-xp" && path == file })
+	if !ok {
+		t.Fatalf("pid %d maps no text of %s", pid, file)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) == 6 && fs[1] == "r-xp" && fs[5] == file {
-			lo, _, _ := strings.Cut(fs[0], "-")
-			a, err := strconv.ParseUint(lo, 16, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return a + 16
-		}
-	}
-	t.Fatalf("pid %d maps no text of %s", pid, file)
-	return 0
+	return start + 16
 }
 
 // The samples a process took before an exec, drained after it, when the

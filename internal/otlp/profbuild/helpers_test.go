@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +218,29 @@ func realPath(t testing.TB, p string) string {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// findMapping gives the first mapping of pid's /proc/PID/maps whose
+// permissions and path match.
+func findMapping(t testing.TB, pid int, match func(perms, path string) bool) (start, end uint64, ok bool) {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 6 && match(fields[1], fields[5]) {
+			lo, hi, _ := strings.Cut(fields[0], "-")
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("/proc/%d/maps: %q", pid, sc.Text())
+			}
+			return start, end, true
+		}
+	}
+	return 0, 0, false
 }

@@ -1,14 +1,12 @@
 package profbuild
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,23 +20,12 @@ import (
 // vdsoMapping finds pid's [vdso] in /proc/PID/maps.
 func vdsoMapping(t testing.TB, pid int) *normalize.Mapping {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		t.Fatal(err)
+	start, end, ok := findMapping(t, pid, func(_, path string) bool { return path == "[vdso]" })
+	if !ok {
+		testfixture.SkipOrFail(t, "pid %d maps no [vdso]", pid)
+		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 6 && fields[5] == "[vdso]" {
-			lo, hi, _ := strings.Cut(fields[0], "-")
-			start, _ := strconv.ParseUint(lo, 16, 64)
-			end, _ := strconv.ParseUint(hi, 16, 64)
-			return &normalize.Mapping{Start: start, End: end, Path: "[vdso]"}
-		}
-	}
-	testfixture.SkipOrFail(t, "pid %d maps no [vdso]", pid)
-	return nil
+	return &normalize.Mapping{Start: start, End: end, Path: "[vdso]"}
 }
 
 // vdsoBytes reads pid's vdso image as the builder does.
