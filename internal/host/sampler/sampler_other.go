@@ -41,6 +41,9 @@ func (*Sampler) Unwinder() *unwind.Manager { return nil }
 // Runtimes is nil: no walker, no runtimes.
 func (*Sampler) Runtimes() *runtimes.Set { return nil }
 
+// ExecTime knows no exec: nothing records them.
+func (*Sampler) ExecTime(int) (int64, bool) { return 0, false }
+
 // ThreadContextStats is zero: no walker reads a thread context.
 func (*Sampler) ThreadContextStats() threadctx.Stats { return threadctx.Stats{} }
 
