@@ -328,7 +328,8 @@ func decodeWalked(u *bpf.ProfileUserStack) userStack {
 			w.pcs = append(w.pcs, RuntimeMark|uint64(len(w.runtime)))
 			w.runtime = append(w.runtime, runtimes.Frame{
 				Kind: uint8(word >> bpf.ProfileStackWordBitsRT_KIND_SHIFT & rtKindMask),
-				Ptr:  word & rtPtrMask, Aux: u.Pcs[i+1]})
+				Ptr:  word & rtPtrMask, Aux: u.Pcs[i+1],
+			})
 			i++
 		default:
 			w.pcs = append(w.pcs, word)
@@ -447,11 +448,26 @@ func (a *rbAggregator) swap() Batch {
 	return b
 }
 
+// beforeSampleRead, set by tests, runs before each read of the samples
+// ring: it can hold the reader back.
+var beforeSampleRead func()
+
 func (s *Sampler) readSamples() {
 	defer s.wg.Done()
 	var rec ringbuf.Record
 	for {
+		if beforeSampleRead != nil {
+			beforeSampleRead()
+		}
 		if err := s.samplesRd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrFlushed) {
+				// Every record written before Drain's Flush is in agg.
+				select {
+				case s.samplesFlushed <- struct{}{}:
+				default:
+				}
+				continue
+			}
 			if !errors.Is(err, os.ErrClosed) {
 				s.log.Error("reading samples", zap.Error(err))
 			}
