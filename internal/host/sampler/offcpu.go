@@ -255,12 +255,20 @@ func (s *Sampler) offCPUEvent(ev *Event) bool {
 	if ev.Kind != ProcessNew && ev.Kind != ProcessExec && ev.Kind != offCPUAsk {
 		return true
 	}
+	if ev.Kind == offCPUAsk {
+		// Asked again from here on, before the answer lands: a switch
+		// that finds no answer while this ask is still marked asks
+		// nothing, and a thread that then stops (or sleeps for good)
+		// had no answer ever (CI: TestOffCPURetake's stopped fixture,
+		// filter bits 0 after 10 s, its last switch after an exec had
+		// cleared the answer and before the mark was taken off). A
+		// second ask costs one more answer.
+		_ = s.objs.OffcpuAsked.Delete(ev.Pid)
+	}
 	bits := o.answer(ev.Pid)
 	if ev.Kind != offCPUAsk {
 		return true
 	}
-	// Asked again after an exit, exec or eviction, not before.
-	_ = s.objs.OffcpuAsked.Delete(ev.Pid)
 	if bits != 3 {
 		return false
 	}
