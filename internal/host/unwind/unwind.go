@@ -62,13 +62,13 @@ const eagerCost = 1 << 20
 const noRoomSlot = 0
 
 type file struct {
-	id       normalize.FileID
-	path     string
-	slot     uint32
-	refs     int
-	state    uint32
-	rows     span
-	base     uint64        // ELF address of row 0
+	id    normalize.FileID
+	path  string
+	slot  uint32
+	refs  int
+	state uint32
+	rows  span
+	base  uint64 // ELF address of row 0
 	// rowIndex is the pc of every rowIndexStride-th row: a stack copy's
 	// walk finds a row by it and one block of rows read from the map,
 	// not by a map lookup per step of a binary search.
