@@ -113,6 +113,9 @@ struct cpython_proc {
 	__u16 code_size;    /* bytes of a code object to read: <= CPY_CODE_READ */
 	__s16 ts_tss;       /* thread pointer + ts_tss: the thread's PyThreadState
 			     * (see above); 0: none found */
+	__u16 tp_self;      /* thread pointer - pthread_self(), which is what a
+			     * thread state's thread_id holds: 0 on x86-64,
+			     * sizeof(struct pthread) on arm64's glibc */
 };
 
 struct cpython_counters {
@@ -163,23 +166,16 @@ struct {
 #define CPY_STARTED 1
 #define CPY_INLINE 2 /* up to 3.10: further eval frames go to cpython_inline */
 
-/* x86-64: pthread_self() is the thread pointer, fsbase (glibc and musl).
- * arm64 would read thread.uw.tp_value and add glibc's TCB offset. */
-struct thread_struct___cpython {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
-
-struct task_struct___cpython {
-	struct thread_struct___cpython thread;
-} __attribute__((preserve_access_index));
-
+/* The thread pointer: fsbase on x86-64, where pthread_self() is the
+ * thread pointer itself (glibc and musl); tpidr_el0 on arm64, where glibc
+ * keeps struct pthread just below it (cpython_proc.tp_self). */
 static __always_inline __u64 cpython_thread_pointer(void)
 {
-#if defined(__TARGET_ARCH_x86)
-	struct task_struct___cpython *t = (void *)bpf_get_current_task();
-	return BPF_CORE_READ(t, thread.fsbase);
+	struct task_struct *t = (void *)bpf_get_current_task();
+#if defined(__TARGET_ARCH_arm64)
+	return BPF_CORE_READ(t, thread.uw.tp_value);
 #else
-	return 0; /* not yet: no thread state is found, the stack says runtime */
+	return BPF_CORE_READ(t, thread.fsbase);
 #endif
 }
 
@@ -196,20 +192,21 @@ static __always_inline int cpy_read(void *dst, __u32 size, __u64 addr)
 /* The PyThreadState of the sampled thread, 0 when none is found. */
 static __always_inline __u64 cpython_tstate(struct cpython_proc *p, struct unwind_state *s)
 {
-	__u64 tp = cpython_thread_pointer(), ts = 0, interp = 0, id;
+	__u64 tp = cpython_thread_pointer(), ts = 0, interp = 0, id, self;
 	__u64 *cached = bpf_map_lookup_elem(&cpython_threads, &s->tid);
 
 	if (tp == 0)
 		return 0;
+	self = tp - p->tp_self; /* pthread_self(): thread_id's value */
 	if (p->ts_tss) {
 		if (!cpy_read(&ts, sizeof(ts), tp + (__s64)p->ts_tss) && ts != 0 &&
-		    !cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == tp)
+		    !cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == self)
 			return ts;
 		ts = 0;
 	}
 	if (cached) {
 		ts = *cached;
-		if (!cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == tp)
+		if (!cpy_read(&id, sizeof(id), ts + p->ts_thread_id) && id == self)
 			return ts;
 		bpf_map_delete_elem(&cpython_threads, &s->tid);
 		ts = 0;
@@ -227,7 +224,7 @@ static __always_inline __u64 cpython_tstate(struct cpython_proc *p, struct unwin
 		}
 		if (cpy_read(&id, sizeof(id), ts + p->ts_thread_id))
 			return 0;
-		if (id == tp) {
+		if (id == self) {
 			bpf_map_update_elem(&cpython_threads, &s->tid, &ts, BPF_ANY);
 			return ts;
 		}

@@ -108,7 +108,7 @@ type ProfileCpythonProc struct {
 	CoFirstlineno uint16
 	CodeSize      uint16
 	TsTss         int16
-	_             [2]byte
+	TpSelf        uint16
 }
 
 type ProfileFrameKind uint32

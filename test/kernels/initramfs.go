@@ -154,6 +154,8 @@ type image struct {
 	busybox  string            // static busybox for arch
 	tests    map[string]string // name in /tests -> host test binary
 	fixtures string            // host directory laid out for testfixture.EnvPrebuilt
+	python   string            // host root of the Python the CPython tests run (/python), or ""
+	src      string            // the repository, whose testdata/src those tests read (/src)
 	script   string            // /init
 }
 
@@ -192,6 +194,12 @@ func (im *image) write(out string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if im.python != "" {
+		if err := c.addTree("python", im.python); err != nil {
+			return err
+		}
+		c.copyFile("src/runtimes/python/chain.py", filepath.Join(im.src, "testdata/src/runtimes/python/chain.py"), 0o644)
 	}
 	interp, libs, err := sharedLibs(elfs, libDirs[im.arch])
 	if err != nil {

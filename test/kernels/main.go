@@ -35,6 +35,10 @@ type target struct {
 	who   string // who runs this kernel
 }
 
+// pythonArches are the architectures whose VM runs the CPython tests: the
+// host's own make test runs them on x86-64.
+var pythonArches = []string{"arm64"}
+
 var matrix = []target{
 	{"5.10", "amd64", "bullseye", "Debian 11, Amazon Linux 2 (5.10)"},
 	{"6.1", "amd64", "bookworm", "Debian 12, Amazon Linux 2023"},
@@ -47,6 +51,9 @@ var matrix = []target{
 // need no kernel and run on the host).
 const (
 	samplerRun = "."
+	// The CPython walker's chains, where pythonArches says (Debian's
+	// python3.11 of that architecture, unpacked into the image).
+	cpythonRun = "^TestPythonChains$"
 	unwindRun  = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
 )
 
@@ -57,9 +64,9 @@ type config struct {
 	mem              string
 	// What runs in the VM: -test.run patterns ("" runs none of that
 	// binary) and -test.count, to chase a rare failure on one kernel.
-	samplerRun, unwindRun string
-	count                 int
-	tcgThreads            string
+	samplerRun, unwindRun, cpythonRun string
+	count                             int
+	tcgThreads                        string
 }
 
 func main() {
@@ -72,6 +79,7 @@ func main() {
 	flag.StringVar(&cfg.mem, "mem", "2G", "VM memory")
 	flag.StringVar(&cfg.samplerRun, "sampler-run", samplerRun, "-test.run of the sampler's tests in the VM (empty: none)")
 	flag.StringVar(&cfg.unwindRun, "unwind-run", unwindRun, "-test.run of the unwinder's tests in the VM (empty: none)")
+	flag.StringVar(&cfg.cpythonRun, "cpython-run", cpythonRun, "-test.run of the CPython walker's tests in the VMs of "+strings.Join(pythonArches, ",")+" (empty: none)")
 	flag.IntVar(&cfg.count, "count", 1, "-test.count in the VM")
 	flag.StringVar(&cfg.tcgThreads, "tcg-threads", "single", "TCG's vCPU threads, single or multi (multi: faster, but see docs/kernels.md)")
 	flag.Parse()
@@ -169,6 +177,7 @@ func fatal(err error) {
 type built struct {
 	initrd    string
 	skipped   []string // tests left out, and why
+	python    bool     // the image runs the CPython tests
 	buildTime time.Duration
 }
 
@@ -212,8 +221,8 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 		return nil, fmt.Errorf("building fixtures: %w", err)
 	}
 	bb := "/usr/bin/busybox"
+	var err error
 	if arch != runtime.GOARCH {
-		var err error
 		if bb, err = busyboxFor(a, cfg.cache, arch); err != nil {
 			return nil, err
 		}
@@ -224,7 +233,19 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 	if cfg.kvm {
 		scale = 1
 	}
-	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, script: initScript(cfg, b.skipped, scale)}
+	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, src: cfg.root}
+	if cfg.cpythonRun != "" && slices.Contains(pythonArches, arch) {
+		out := filepath.Join(dir, "cpython.test")
+		if err := runCmd(cfg.root, env, "go", "test", "-c", "-o", out, "./internal/host/runtimes/cpython"); err != nil {
+			return nil, err
+		}
+		tests["cpython.test"] = out
+		if im.python, err = pythonRoot(a, cfg.cache, arch, bb); err != nil {
+			return nil, fmt.Errorf("python for %s: %w", arch, err)
+		}
+	}
+	b.python = im.python != ""
+	im.script = initScript(cfg, b.skipped, scale, b.python)
 	return b, im.write(b.initrd)
 }
 
@@ -267,7 +288,7 @@ func rustCross(a *apt, cache, arch string) (string, string, error) {
 }
 
 // initScript runs the tests and reports between @@ markers on the console.
-func initScript(cfg *config, skipped []string, timeScale int) string {
+func initScript(cfg *config, skipped []string, timeScale int, python bool) string {
 	skip := ""
 	for _, s := range skipped {
 		t, _, _ := strings.Cut(s, ":")
@@ -290,6 +311,12 @@ code=$?
 echo "@@ EXIT %[1]s $code"
 `, name, cmd, pattern, extra)
 	}
+	pyEnv, pyRun := "", ""
+	if python {
+		// cpython.Interpreters takes this root instead of its chroots.
+		pyEnv = "export PROFSYM_PYTHON_ROOT=/python PROFSYM_PYTHON=/usr/bin/python" + pythonVersion + " PROFSYM_TESTDATA_SRC=/src\n"
+		pyRun = run("cpython", cfg.cpythonRun, "")
+	}
 	return `#!/bin/busybox sh
 set -o pipefail
 /bin/busybox --install -s /bin
@@ -300,9 +327,9 @@ mount -t tmpfs tmp /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 export CI=true PROFSYM_FIXTURES_PREBUILT=/fixtures PATH=/bin HOME=/tmp TMPDIR=/tmp PROFSYM_TEST_TIME_SCALE=` + fmt.Sprint(timeScale) + `
-cd /tmp
+` + pyEnv + `cd /tmp
 echo "@@ KERNEL $(uname -r) $(uname -m) $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s"
-` + run("sampler", cfg.samplerRun, "") + run("unwind", cfg.unwindRun, skipArg) + `echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
+` + run("sampler", cfg.samplerRun, "") + run("unwind", cfg.unwindRun, skipArg) + pyRun + `echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
 poweroff -f
 `
 }

@@ -14,6 +14,9 @@ type addrs struct {
 	// tss is where a thread's PyThreadState is from its thread pointer
 	// (findTSS); 0: not found, the walker searches the thread lists.
 	tss int64
+	// tpSelf is the thread pointer less pthread_self(), the value of a
+	// thread state's thread_id (threadSelf).
+	tpSelf uint64
 }
 
 func (fi *fileInfo) addrs(bias uint64) addrs {
@@ -175,7 +178,7 @@ func checkLive(m memory, l *layout, a addrs) error {
 			return err
 		}
 		// pthread_self(): a user address, 0 while the thread is created.
-		if id >= 1<<47 || id != 0 && id < 1<<16 {
+		if id >= userTop || id != 0 && id < 1<<16 {
 			return fmt.Errorf("thread state %#x: thread id %#x is no thread pointer: %w", ts, id, errLayout)
 		}
 		threads = append(threads, ts)
@@ -277,13 +280,13 @@ const (
 // thread's own thread state: the value of its pthread key (autoTLSkey in
 // 3.6, autoTSSkey from 3.7), which glibc keeps in struct pthread for a key
 // below 32, or a thread-local (3.15's _Py_tss_gilstate), the same offset in
-// every thread. The thread pointer is pthread_self(), the thread state's
-// thread_id (x86-64, glibc and musl alike). It returns the offset at which
+// every thread. The thread pointer is the thread state's thread_id
+// (pthread_self()) plus a.tpSelf. It returns the offset at which
 // the most of the listed threads (up to tssThreads, the first
 // interpreter's) find their own thread state (a thread being started has
 // its id before its key's value), preferring struct pthread's among equals
 // (a key's value stays while the thread waits; 3.12+'s _Py_tss_tstate,
-// below, is NULL then), then the nearest below; 0 when there is none (musl
+// in the static TLS blocks, is NULL then), then the nearest; 0 when there is none (musl
 // keeps keys elsewhere; a large key is in a second-level block): the
 // walker then searches the lists. The walker checks the thread id of what
 // it finds on every use, so a wrong offset costs a search, never a wrong
@@ -304,14 +307,14 @@ func findTSS(m memory, l *layout, a addrs) int64 {
 		if err != nil {
 			return 0
 		}
-		if id > tssBelow && id < 1<<47 {
+		if tp := id + a.tpSelf; tp > tssBelow && tp < userTop {
 			search := func(from, to int64, step int64) {
 				for off := from; off != to; off += step {
 					start := off
 					if step < 0 {
 						start = off - tssChunk
 					}
-					if m.Read(uint64(int64(id)+start), buf) != nil {
+					if m.Read(uint64(int64(tp)+start), buf) != nil {
 						return
 					}
 					for i := 0; i+8 <= len(buf); i += 8 {
@@ -329,13 +332,26 @@ func findTSS(m memory, l *layout, a addrs) int64 {
 			return 0
 		}
 	}
+	// Among equals: struct pthread's (above the thread pointer on x86-64,
+	// below it on arm64), then the nearest.
+	inPthread := func(o int64) bool {
+		if a.tpSelf == 0 {
+			return o > 0
+		}
+		return o < 0 && o >= -int64(a.tpSelf)
+	}
+	dist := func(o int64) int64 { return max(o, -o) }
 	best := int64(0)
 	for o, n := range votes {
 		switch {
 		case best == 0 || n > votes[best]:
 			best = o
 		case n < votes[best]:
-		case o > 0 && (best < 0 || o < best), o < 0 && best < 0 && o > best:
+		case inPthread(o) != inPthread(best):
+			if inPthread(o) {
+				best = o
+			}
+		case dist(o) < dist(best):
 			best = o
 		}
 	}

@@ -1,6 +1,8 @@
 package cpython
 
 import (
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -27,7 +29,13 @@ func coldRange(f *elfx.File, lo, hi uint64) (start, end uint64, ok bool, err err
 	if err != nil {
 		return 0, 0, false, err
 	}
-	targets := externalJumps(code, lo, hi)
+	var targets []uint64
+	switch f.Machine {
+	case elf.EM_X86_64:
+		targets = externalJumps(code, lo, hi)
+	case elf.EM_AARCH64:
+		targets = externalBranchesARM64(code, lo, hi)
+	}
 	if len(targets) == 0 {
 		return 0, 0, false, nil
 	}
@@ -73,6 +81,31 @@ func externalJumps(code []byte, lo, hi uint64) []uint64 {
 		}
 		t := pc + uint64(int64(rel))
 		if t < lo || t >= hi {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// externalBranchesARM64 is externalJumps for arm64 code: the targets of
+// B, B.cond, CBZ/CBNZ and TBZ/TBNZ (not BL) that leave [lo, hi).
+// Instructions are 4 bytes, their offsets relative to their own address.
+func externalBranchesARM64(code []byte, lo, hi uint64) []uint64 {
+	var out []uint64
+	for off := 0; off+4 <= len(code); off += 4 {
+		in := binary.LittleEndian.Uint32(code[off:])
+		var rel int64
+		switch {
+		case in&0xfc000000 == 0x14000000: // B imm26
+			rel = int64(int32(in<<6)>>6) * 4
+		case in&0xff000010 == 0x54000000, in&0x7e000000 == 0x34000000: // B.cond, CBZ/CBNZ: imm19
+			rel = int64(int32(in<<8)>>13) * 4
+		case in&0x7e000000 == 0x36000000: // TBZ/TBNZ imm14
+			rel = int64(int32(in<<13)>>18) * 4
+		default:
+			continue
+		}
+		if t := lo + uint64(off) + uint64(rel); t < lo || t >= hi {
 			out = append(out, t)
 		}
 	}

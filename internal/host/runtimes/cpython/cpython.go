@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -60,6 +59,7 @@ type Runtime struct {
 	opt   Options
 	log   *zap.Logger
 	files *lru.Cache[normalize.FileID, *fileInfo]
+	selfs *lru.Cache[normalize.FileID, uint64] // threadSelf per glibc file
 	codes *lru.Cache[codeKey, *codeInfo]
 	mems  *runtimes.MemFiles
 
@@ -108,6 +108,7 @@ func New(opt Options) *Runtime {
 	opt.Config.SetDefaults()
 	r := &Runtime{opt: opt, log: opt.Logger, procs: map[int]*proc{}}
 	r.files = lru.New[normalize.FileID, *fileInfo](0, maxFiles, nil, nil)
+	r.selfs = lru.New[normalize.FileID, uint64](0, maxFiles, nil, nil)
 	r.codes = lru.New[codeKey, *codeInfo](maxCodeBytes, opt.Config.MaxNames, (*codeInfo).cost, nil)
 	r.mems = runtimes.NewMemFiles(r.opt.ProcRoot, maxOpenMems)
 	return r
@@ -125,11 +126,6 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	if !ok {
 		r.Forget(p.PID)
 		return nil, false, nil
-	}
-	if runtime.GOARCH != "amd64" {
-		// The walker finds a thread's state by its thread pointer, read
-		// as x86-64 keeps it (bpf/cpython.h).
-		return nil, true, fmt.Errorf("python on %s: not walked yet: %w", runtime.GOARCH, errLayout)
 	}
 	b, ok := bias(c.m)
 	if !ok {
@@ -182,7 +178,7 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		// something else until then.
 		if err = runtimes.Loaded(r.opt.ProcRoot, p.PID, c.m); err != nil {
 			err = fmt.Errorf("%w: %w", errNotReady, err)
-		} else {
+		} else if a.tpSelf, err = r.threadSelf(filepath.Join(r.opt.ProcRoot, strconv.Itoa(p.PID)), p, c.m); err == nil {
 			err = r.probe(p.PID, &lay, &a)
 		}
 	}
@@ -283,7 +279,8 @@ func (l *layout) bpf(a addrs) bpf.ProfileCpythonProc {
 		F_instr: uint16(l.fInstr), F_entry: uint16(l.fEntry), EntryVal: uint16(l.entryVal),
 		FrameSize: uint16(l.frameSize()), CoCode: uint16(l.coCode), CoFilename: uint16(l.coFilename),
 		CoName: uint16(l.coName), CoFirstlineno: uint16(l.coFirstline), CodeSize: uint16(l.codeSize()),
-		TsTss: int16(a.tss), // within [-tssBelow, tssAbove)
+		TsTss:  int16(a.tss),     // within [-tssBelow, tssAbove)
+		TpSelf: uint16(a.tpSelf), // < maxTPSelf
 	}
 	if l.cframe {
 		p.Flags |= uint32(bpf.ProfileCpythonFlagsCPY_CFRAME)

@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -61,19 +63,39 @@ func (i Interpreter) Code(root string) (host, mapped string) {
 	return testfixture.ChrootFile(root, mapped), mapped
 }
 
+// EnvPythonRoot and EnvPython replace the matrix with one interpreter: a
+// root file system holding it (run in it as in a chroot) and its path there.
+const (
+	EnvPythonRoot = "PROFSYM_PYTHON_ROOT"
+	EnvPython     = "PROFSYM_PYTHON"
+)
+
 var pyenvVersion = regexp.MustCompile(`^3\.(\d+)\.\d+$`)
 
 // Interpreters lists the matrix.
 func Interpreters() []Interpreter {
+	if root := os.Getenv(EnvPythonRoot); root != "" {
+		// One interpreter, in a root prepared for it (test/kernels' VMs).
+		py := os.Getenv(EnvPython)
+		minor, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(py), "python3."))
+		return []Interpreter{{
+			Name: "3." + strconv.Itoa(minor) + "-" + runtime.GOARCH, Minor: minor, Python: py,
+			root: func(testing.TB) string { return root },
+		}}
+	}
 	var out []Interpreter
 	for _, c := range testfixture.RuntimeChroots {
 		minor, _ := strconv.Atoi(c.Python[2:])
 		out = append(out, Interpreter{Name: c.Python, Minor: minor, Python: "/usr/bin/python" + c.Python, root: c.Root})
 	}
-	out = append(out, Interpreter{Name: "3.14", Minor: 14, Python: "/usr/bin/python3.14",
-		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.14", "sid") }})
-	out = append(out, Interpreter{Name: "3.15", Minor: 15, Python: "/usr/bin/python3.15",
-		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.15", "sid") }})
+	out = append(out, Interpreter{
+		Name: "3.14", Minor: 14, Python: "/usr/bin/python3.14",
+		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.14", "sid") },
+	})
+	out = append(out, Interpreter{
+		Name: "3.15", Minor: 15, Python: "/usr/bin/python3.15",
+		root: func(t testing.TB) string { return testfixture.InterpreterChroot(t, "python3.15", "sid") },
+	})
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {
 		home, _ := os.UserHomeDir()
@@ -90,8 +112,10 @@ func Interpreters() []Interpreter {
 			continue
 		}
 		dir := filepath.Join(root, "versions", d.Name())
-		i := Interpreter{Name: "3." + m[1] + "-pyenv", Minor: minor,
-			Python: filepath.Join(dir, "bin", "python3."+m[1])}
+		i := Interpreter{
+			Name: "3." + m[1] + "-pyenv", Minor: minor,
+			Python: filepath.Join(dir, "bin", "python3."+m[1]),
+		}
 		for _, abi := range []string{"", "m"} { // 3.7 and older: libpython3.7m
 			if lib := filepath.Join(dir, "lib", "libpython3."+m[1]+abi+".so.1.0"); fileExists(lib) {
 				i.Lib = lib

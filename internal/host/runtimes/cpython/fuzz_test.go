@@ -178,3 +178,38 @@ func TestFindTSS(t *testing.T) {
 		t.Fatalf("findTSS = %#x with no thread state anywhere, want 0", got)
 	}
 }
+
+// On arm64 a thread state's thread_id (pthread_self()) is tpSelf below the
+// thread pointer, struct pthread lies between the two and the static TLS
+// blocks above: offsets are from the thread pointer, and struct pthread's
+// still comes first among equals.
+func TestFindTSSBelowThreadPointer(t *testing.T) {
+	l, err := staticLayout(11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interp, ts1, ts2, tp1, tp2, self = 0x100, 0x200, 0x300, 0x2000, 0x3000, 0x740
+	b := make([]byte, 0x3800)
+	put := func(off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
+	put(l.interpHead, fuzzBase+interp)
+	put(interp+l.threadsHead, fuzzBase+ts1)
+	put(ts1+l.tsNext, fuzzBase+ts2)
+	put(ts1+l.tsThreadID, fuzzBase+tp1-self)
+	put(ts2+l.tsThreadID, fuzzBase+tp2-self)
+	for _, c := range [][2]uint64{{tp1, ts1}, {tp2, ts2}} {
+		put(c[0]-self+0x110, fuzzBase+c[1]) // the key's value, in struct pthread
+		put(c[0]+0x30, fuzzBase+c[1])       // a thread-local, above
+	}
+	m := &fakeMem{base: fuzzBase, b: b}
+	a := addrs{runtime: fuzzBase, tpSelf: self}
+	if got := findTSS(m, &l, a); got != 0x110-self {
+		t.Fatalf("findTSS = %#x, want %#x (struct pthread's, preferred)", got, 0x110-self)
+	}
+	put(tp2-self+0x110, 0)
+	if got := findTSS(m, &l, a); got != 0x30 {
+		t.Fatalf("findTSS = %#x, want 0x30 (the thread-local)", got)
+	}
+	if got := findTSS(m, &l, addrs{runtime: fuzzBase}); got == 0x30 {
+		t.Fatal("findTSS found the thread-local with the thread pointer taken for pthread_self()")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -113,10 +114,14 @@ func openFile(procDir string, c candidate) (*elfx.File, error) {
 	return nil, fmt.Errorf("opening %s: %w", c.m.Path, err)
 }
 
+// hostMachine is the ELF machine of the interpreters walked on each
+// architecture: the walker reads the sampled thread's own registers.
+var hostMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
 // inspect reads an interpreter's symbols, version, eval loop and layout.
 func inspect(f *elfx.File, c candidate) *fileInfo {
 	fi := &fileInfo{minor: c.minor}
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+	if f.Machine != hostMachine[runtime.GOARCH] || f.Class != elf.ELFCLASS64 {
 		fi.err = fmt.Errorf("%s on %s: %w", c.m.Path, f.Machine, errUnsupported)
 		return fi
 	}
