@@ -167,6 +167,7 @@ static __always_inline bool arch_sample_regs(struct bpf_perf_event_data *ctx, st
 	s->fp = ctx->regs.regs[29];
 	s->regs[1] = ctx->regs.regs[30]; /* the link register */
 	s->go_g = ctx->regs.regs[28];    /* Go's g, in Go code (golabels.h) */
+	s->rt_reg = ctx->regs.regs[22];  /* HotSpot's bytecode pointer (hotspot.h) */
 	return true;
 }
 

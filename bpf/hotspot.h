@@ -125,16 +125,21 @@ struct {
 #define HS_NAME_VTABLE 0x62617476  /* "vtable chunks" (vtable and itable stubs) */
 #define HS_NAME_INTERP 0x65746e49  /* "Interpreter" */
 
-/* What is x86-64's: the interpreter keeps the bytecode pointer in r13
- * while it runs (templateInterpreterGenerator_x86.cpp), the frame layouts
- * and prologue heuristics below, a ret is c3. On arm64 (x22, the return
- * address in lr for frameless code, C2's breadcrumbs) the walker is not
- * written yet: it marks a JVM's stacks runtime, and userspace refuses to
- * attach one. */
-#if defined(__TARGET_ARCH_x86)
+/* What differs between the architectures: where the interpreter keeps the
+ * bytecode pointer while it runs (x86-64 r13, arm64 x22: the
+ * templateInterpreterGenerator of each), what a ret is, and where a frame
+ * not set up keeps its return address (on the stack on x86-64, in the link
+ * register on arm64). The frame layouts match: a compiled frame's size
+ * covers the saved frame pointer and return address at its top, an
+ * interpreted or stub frame links through [fp, ra] at its frame pointer. */
 #define HS_WALKS 1
-#define HS_RET_INSN 0xc3
 
+static __always_inline int hs_in_code(struct hotspot_proc *p, __u64 pc)
+{
+	return pc >= p->code_lo && pc < p->code_hi;
+}
+
+#if defined(__TARGET_ARCH_x86)
 /* The live bytecode pointer saved on kernel entry. */
 static __always_inline __u64 hs_entry_bcp(struct unwind_state *s)
 {
@@ -142,12 +147,68 @@ static __always_inline __u64 hs_entry_bcp(struct unwind_state *s)
 
 	return BPF_CORE_READ(regs, r13);
 }
-#else
-#define HS_WALKS 0
-#define HS_RET_INSN 0xc3
 
+static __always_inline int hs_at_ret(__u64 pc)
+{
+	__u8 insn = 0;
+
+	return !bpf_probe_read_user(&insn, 1, (void *)pc) && insn == 0xc3;
+}
+
+/* The caller of the innermost frame of a blob whose frame is not (or no
+ * longer) set up: the return address is at SP, or at SP+8 above the saved
+ * rbp. Returns 0 when neither is a code cache address. */
+static __always_inline int hs_bare_return(struct hotspot_proc *p, struct unwind_state *s)
+{
+	__u64 w[2];
+
+	if (bpf_probe_read_user(w, sizeof(w), (void *)s->sp))
+		return 1;
+	if (hs_in_code(p, w[0])) {
+		s->pc = w[0];
+		s->sp += 8;
+		return 0;
+	}
+	if (hs_in_code(p, w[1])) {
+		s->fp = w[0];
+		s->pc = w[1];
+		s->sp += 16;
+		return 0;
+	}
+	return 1;
+}
+#else
 static __always_inline __u64 hs_entry_bcp(struct unwind_state *s)
 {
+	struct pt_regs *regs = (struct pt_regs *)s->entry_regs;
+
+	return BPF_CORE_READ(regs, regs[22]);
+}
+
+static __always_inline int hs_at_ret(__u64 pc)
+{
+	__u32 insn = 0;
+
+	return !bpf_probe_read_user(&insn, sizeof(insn), (void *)pc) && insn == 0xd65f03c0; /* ret x30 */
+}
+
+/* The caller of the innermost frame of a blob whose frame is not (or no
+ * longer) set up: the return address is still in the link register, known
+ * only for the sample's own frame. SP and FP are the caller's already. */
+static __always_inline int hs_bare_return(struct hotspot_proc *p, struct unwind_state *s)
+{
+	__u64 lr;
+
+	if (s->regs_valid == REGS_USER)
+		lr = s->regs[1];
+	else if (s->regs_valid == REGS_ENTRY)
+		lr = arch_entry_reg(s, 1);
+	else
+		return 1;
+	lr = arch_strip_ra(lr);
+	if (!hs_in_code(p, lr))
+		return 1;
+	s->pc = lr;
 	return 0;
 }
 #endif
@@ -159,11 +220,6 @@ static __always_inline void hs_error(__u32 e)
 
 	if (c)
 		c[e & (HS_ERR_SLOTS - 1)]++;
-}
-
-static __always_inline int hs_in_code(struct hotspot_proc *p, __u64 pc)
-{
-	return pc >= p->code_lo && pc < p->code_hi;
 }
 
 static __always_inline __u64 hs_field(struct hotspot_blob *b, __u32 off)
@@ -202,29 +258,6 @@ static __always_inline __u64 hs_find_blob(struct hotspot_proc *p, __u64 pc)
 		seg -= tag;
 	}
 	return 0;
-}
-
-/* The caller of the innermost frame of a blob whose frame is not (or no
- * longer) set up: the return address is at SP, or at SP+8 above the saved
- * rbp. Returns 0 when neither is a code cache address. */
-static __always_inline int hs_bare_return(struct hotspot_proc *p, struct unwind_state *s)
-{
-	__u64 w[2];
-
-	if (bpf_probe_read_user(w, sizeof(w), (void *)s->sp))
-		return 1;
-	if (hs_in_code(p, w[0])) {
-		s->pc = w[0];
-		s->sp += 8;
-		return 0;
-	}
-	if (hs_in_code(p, w[1])) {
-		s->fp = w[0];
-		s->pc = w[1];
-		s->sp += 16;
-		return 0;
-	}
-	return 1;
 }
 
 /* Steps a frame that keeps rbp: the return address above the saved rbp.
@@ -318,14 +351,22 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 	if (s->pc_exact && pc < code + complete)
 		return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 	cfa = s->sp + fsize;
+#if defined(__TARGET_ARCH_arm64)
+	/* A call from C2 code into the VM's C code leaves a breadcrumb below
+	 * the frame first (aarch64.ad: zr and the return address, for
+	 * JavaFrameAnchor::capture_last_Java_pc): the frame is 16 bytes up. */
+	if (!s->pc_exact && !bpf_probe_read_user(w, sizeof(w), (void *)s->sp) && w[0] == 0 &&
+	    arch_strip_ra(w[1]) == s->pc)
+		cfa += 16;
+#endif
 	if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)))
 		return HS_STUCK;
 	if (!hs_in_code(p, w[1]) && s->pc_exact) {
 		/* Past the epilogue's pops, at the ret; or below the frame
-		 * by a few pushed words. */
-		__u8 insn = 0;
-		if (!bpf_probe_read_user(&insn, 1, (void *)pc) && insn == HS_RET_INSN)
+		 * by a few pushed words (x86-64). */
+		if (hs_at_ret(pc))
 			return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
+#if defined(__TARGET_ARCH_x86)
 		for (int i = 1; i <= HS_RA_SLOTS; i++) {
 			if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16 + 8 * i)))
 				return HS_STUCK;
@@ -334,6 +375,11 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 				break;
 			}
 		}
+#else
+		/* Between the epilogue's add to SP and the ret (the safepoint
+		 * poll): the frame is gone, the return address is in lr. */
+		return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
+#endif
 	}
 	if (!hs_in_code(p, w[1]))
 		return HS_STUCK;

@@ -168,7 +168,8 @@ struct unwind_state {
 	__u32 sp_unknown; /* an FP step left SP unknown (arch.h): no SP rules */
 	__u64 regs[CFA_REGS]; /* REGS_USER: by register code; regs[0] unused */
 	__u64 rt_reg;         /* REGS_USER: a register a runtime walker reads in the
-			       * innermost frame (x86-64 r13: HotSpot's bytecode pointer) */
+			       * innermost frame (HotSpot's bytecode pointer: x86-64
+			       * r13, arm64 x22) */
 	__u64 entry_regs;     /* REGS_ENTRY: the task's pt_regs (kernel address) */
 	__u64 go_g;           /* arm64: x28 where the sample left user mode (Go's g; golabels.h) */
 	__u32 origin;         /* enum sample_origin: what finish_walk records */
@@ -539,9 +540,18 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		goto signal;
 	}
 	code = r->info >> ROW_REG_SHIFT;
-	/* After an FP step that could not tell SP, only FP rules apply. */
-	if (s->sp_unknown && rule != CFA_FP)
-		return expected_fp_step(s);
+	if (s->sp_unknown && rule != CFA_FP) {
+		/* After an FP step that could not tell SP (arm64: the frame
+		 * record can sit anywhere in a frame), only FP rules apply; but
+		 * a row that saved FP at cfa + fp_off * 8 had FP point there
+		 * (the frame record), which gives the CFA exactly: a frame
+		 * past the vDSO (frame pointers only) keeps its SP for the
+		 * runtime walkers and SP rules below it. */
+		if (rule != CFA_SP || code || !(r->info & ROW_FP_SAVED))
+			return expected_fp_step(s);
+		cfa = s->fp - (__s64)r->fp_off * 8;
+		goto have_cfa;
+	}
 	switch (rule) {
 	case CFA_SP:
 	case CFA_FP:
@@ -577,6 +587,7 @@ static __always_inline int unwind_frame(struct unwind_state *s, struct stats *st
 		}
 		cfa = arch_entry_reg(s, code) + r->cfa_off;
 	}
+have_cfa:
 	/* A table row that leads nowhere: the mapping may be stale (munmap and
 	 * a new file at the same address); have the maps reread. CFA == SP is
 	 * a frame that has not moved SP and keeps its RA in a register. */

@@ -155,6 +155,8 @@ type image struct {
 	tests    map[string]string // name in /tests -> host test binary
 	fixtures string            // host directory laid out for testfixture.EnvPrebuilt
 	python   string            // host root of the Python the CPython tests run (/python), or ""
+	java     string            // host root of the JDK the HotSpot tests run (/jdk), or ""
+	javaFix  string            // their Java fixtures (/javafix)
 	src      string            // the repository, whose testdata/src those tests read (/src)
 	script   string            // /init
 }
@@ -200,6 +202,14 @@ func (im *image) write(out string) error {
 			return err
 		}
 		c.copyFile("src/runtimes/python/chain.py", filepath.Join(im.src, "testdata/src/runtimes/python/chain.py"), 0o644)
+	}
+	if im.java != "" {
+		if err := c.addTree("jdk", im.java); err != nil {
+			return err
+		}
+		if err := c.addTree("javafix", im.javaFix); err != nil {
+			return err
+		}
 	}
 	interp, libs, err := sharedLibs(elfs, libDirs[im.arch])
 	if err != nil {

@@ -54,6 +54,10 @@ const (
 	// The CPython walker's chains, where pythonArches says (Debian's
 	// python3.11 of that architecture, unpacked into the image).
 	cpythonRun = "^TestPythonChains$"
+	// The HotSpot walker's chains there too (trixie's OpenJDK 21):
+	// interpreted, C1, and C2 with its inlining pinned (the plain C2
+	// mode, which reaches the same code less surely, costs 30 s more).
+	hotspotRun = "^TestJavaChains$/^jdk21-arm64$/^(interpreted|c1|c2-pinned)$"
 	unwindRun  = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
 )
 
@@ -64,9 +68,9 @@ type config struct {
 	mem              string
 	// What runs in the VM: -test.run patterns ("" runs none of that
 	// binary) and -test.count, to chase a rare failure on one kernel.
-	samplerRun, unwindRun, cpythonRun string
-	count                             int
-	tcgThreads                        string
+	samplerRun, unwindRun, cpythonRun, hotspotRun string
+	count                                         int
+	tcgThreads                                    string
 }
 
 func main() {
@@ -76,10 +80,11 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "_build/test-kernels.md", "where to write the results table")
 	flag.BoolVar(&cfg.kvm, "kvm", false, "use KVM instead of TCG")
 	flag.DurationVar(&cfg.timeout, "timeout", 12*time.Minute, "limit per VM (boot and tests)")
-	flag.StringVar(&cfg.mem, "mem", "2G", "VM memory")
+	flag.StringVar(&cfg.mem, "mem", "3G", "VM memory (the arm64 image holds a JDK and a Python)")
 	flag.StringVar(&cfg.samplerRun, "sampler-run", samplerRun, "-test.run of the sampler's tests in the VM (empty: none)")
 	flag.StringVar(&cfg.unwindRun, "unwind-run", unwindRun, "-test.run of the unwinder's tests in the VM (empty: none)")
 	flag.StringVar(&cfg.cpythonRun, "cpython-run", cpythonRun, "-test.run of the CPython walker's tests in the VMs of "+strings.Join(pythonArches, ",")+" (empty: none)")
+	flag.StringVar(&cfg.hotspotRun, "hotspot-run", hotspotRun, "-test.run of the HotSpot walker's tests in the VMs of "+strings.Join(pythonArches, ",")+" (empty: none)")
 	flag.IntVar(&cfg.count, "count", 1, "-test.count in the VM")
 	flag.StringVar(&cfg.tcgThreads, "tcg-threads", "single", "TCG's vCPU threads, single or multi (multi: faster, but see docs/kernels.md)")
 	flag.Parse()
@@ -178,6 +183,7 @@ type built struct {
 	initrd    string
 	skipped   []string // tests left out, and why
 	python    bool     // the image runs the CPython tests
+	java      bool     // and the HotSpot tests
 	buildTime time.Duration
 }
 
@@ -244,8 +250,22 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 			return nil, fmt.Errorf("python for %s: %w", arch, err)
 		}
 	}
-	b.python = im.python != ""
-	im.script = initScript(cfg, b.skipped, scale, b.python)
+	if cfg.hotspotRun != "" && slices.Contains(pythonArches, arch) {
+		out := filepath.Join(dir, "hotspot.test")
+		if err := runCmd(cfg.root, env, "go", "test", "-c", "-o", out, "./internal/host/runtimes/hotspot"); err != nil {
+			return nil, err
+		}
+		tests["hotspot.test"] = out
+		if im.java, err = javaRoot(a, cfg.cache, arch, bb); err != nil {
+			return nil, fmt.Errorf("java for %s: %w", arch, err)
+		}
+		im.javaFix = filepath.Join(dir, "javafix")
+		if err := javaFixtures(cfg.root, im.javaFix); err != nil {
+			return nil, fmt.Errorf("java fixtures: %w", err)
+		}
+	}
+	b.python, b.java = im.python != "", im.java != ""
+	im.script = initScript(cfg, b.skipped, scale, b.python, b.java, arch)
 	return b, im.write(b.initrd)
 }
 
@@ -288,7 +308,7 @@ func rustCross(a *apt, cache, arch string) (string, string, error) {
 }
 
 // initScript runs the tests and reports between @@ markers on the console.
-func initScript(cfg *config, skipped []string, timeScale int, python bool) string {
+func initScript(cfg *config, skipped []string, timeScale int, python, java bool, arch string) string {
 	skip := ""
 	for _, s := range skipped {
 		t, _, _ := strings.Cut(s, ":")
@@ -306,6 +326,12 @@ func initScript(cfg *config, skipped []string, timeScale int, python bool) strin
 			return ""
 		}
 		cmd := fmt.Sprintf("/tests/%s.test -test.v -test.count=%d -test.timeout 10m", name, max(cfg.count, 1))
+		if name == "hotspot" {
+			// The JVM's own start-up and JIT run 3-5 times slower
+			// here than the host's, not the 10-30 of the agent's table
+			// builds the other tests wait for.
+			cmd = fmt.Sprintf("PROFSYM_TEST_TIME_SCALE=%d %s", min(timeScale, 4), cmd)
+		}
 		return fmt.Sprintf(`%[2]s -test.run '%[3]s'%[4]s 2>&1
 code=$?
 echo "@@ EXIT %[1]s $code"
@@ -316,6 +342,10 @@ echo "@@ EXIT %[1]s $code"
 		// cpython.Interpreters takes this root instead of its chroots.
 		pyEnv = "export PROFSYM_PYTHON_ROOT=/python PROFSYM_PYTHON=/usr/bin/python" + pythonVersion + " PROFSYM_TESTDATA_SRC=/src\n"
 		pyRun = run("cpython", cfg.cpythonRun, "")
+	}
+	if java {
+		pyEnv += "export " + javaEnv(arch) + "\n"
+		pyRun += run("hotspot", cfg.hotspotRun, "")
 	}
 	return `#!/bin/busybox sh
 set -o pipefail

@@ -33,24 +33,30 @@ var pythonPrune = map[string]bool{
 	"config-3.11-x86_64-linux-gnu": true, "distutils": true, "unittest": true,
 }
 
-// pythonRoot unpacks the packages into one root file system (cached), with
-// the static busybox as its /bin/sh and mount: what testfixture's
-// ChrootCommand runs in it before the interpreter.
+// pythonRoot unpacks the Python packages into one root file system.
 func pythonRoot(a *apt, cache, arch, busybox string) (string, error) {
+	return unpackRoot(a, cache, arch, pythonSuite, "python", pythonPackages, busybox)
+}
+
+// unpackRoot unpacks the packages of suite into one root file system
+// (cached under cache/name-arch-suite), with the static busybox as its
+// /bin/sh and mount: what testfixture's ChrootCommand runs in it before
+// the runtime.
+func unpackRoot(a *apt, cache, arch, suite, name string, pkgs []string, busybox string) (string, error) {
 	var vers []string
-	for _, p := range pythonPackages {
-		v, err := a.candidate(p+":"+arch, pythonSuite)
+	for _, p := range pkgs {
+		v, err := a.candidate(p+":"+arch, suite)
 		if err != nil {
 			return "", err
 		}
 		vers = append(vers, p+"="+v)
 	}
-	root := filepath.Join(cache, "python-"+arch+"-"+pythonSuite, hashOf(strings.Join(vers, ",")))
+	root := filepath.Join(cache, name+"-"+arch+"-"+suite, hashOf(strings.Join(vers, ",")))
 	if _, err := os.Stat(filepath.Join(root, ".done")); err == nil {
 		return root, nil
 	}
 	_ = os.RemoveAll(root)
-	for i, p := range pythonPackages {
+	for i, p := range pkgs {
 		_, ver, _ := strings.Cut(vers[i], "=")
 		dir := filepath.Join(cache, "pkgs", p+"-"+arch+"-"+ver)
 		if err := a.download(p+":"+arch+"="+ver, dir); err != nil {
@@ -58,6 +64,12 @@ func pythonRoot(a *apt, cache, arch, busybox string) (string, error) {
 		}
 		if err := mergeTree(dir, root); err != nil {
 			return "", fmt.Errorf("unpacking %s: %w", p, err)
+		}
+	}
+	// A merged /usr (trixie on): the loader is /lib/ld-linux-*.so.1.
+	if _, err := os.Lstat(filepath.Join(root, "lib")); os.IsNotExist(err) {
+		if err := os.Symlink("usr/lib", filepath.Join(root, "lib")); err != nil {
+			return "", err
 		}
 	}
 	bin := filepath.Join(root, "bin")
@@ -85,7 +97,7 @@ func pythonRoot(a *apt, cache, arch, busybox string) (string, error) {
 }
 
 // mergeTree copies the files and symlinks of src into dst, leaving out
-// documentation and pythonPrune's folders.
+// documentation and pythonPrune's folders (none of which a JDK has).
 func mergeTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

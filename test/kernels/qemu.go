@@ -99,6 +99,9 @@ func boot(cfg *config, t target, kernel string, b *built, logf func(string, ...a
 	if b.python {
 		r.binaries++
 	}
+	if b.java {
+		r.binaries++
+	}
 	r.log = filepath.Join(cfg.cache, "console-"+t.name+".log")
 	bin, args := qemuArgs(cfg, t.arch, kernel, b.initrd)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)

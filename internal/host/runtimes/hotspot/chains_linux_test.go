@@ -12,8 +12,19 @@ import (
 
 	"github.com/profsym/profsym/internal/host/normalize"
 	"github.com/profsym/profsym/internal/host/runtimes"
+	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/sampler"
 )
+
+// timeScale stretches a fixture's clocks where the JVM runs emulated:
+// test/kernels' VMs set PROFSYM_TEST_TIME_SCALE (JIT compilation and start-up
+// are 10-30 times slower there).
+func timeScale() int {
+	if n, err := strconv.Atoi(os.Getenv("PROFSYM_TEST_TIME_SCALE")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
 
 // fixtureSeconds is how long a Chain run lasts: warm-up, sampling and
 // slack for a loaded machine.
@@ -56,6 +67,9 @@ func TestJavaChains(t *testing.T) {
 			if only := os.Getenv("HSMODE"); only != "" && only != m.name {
 				continue // a developer's shortcut, as HSJDK
 			}
+			if m.jni && lib == "" {
+				continue // prebuiltJDK's fixtures have no JNI library
+			}
 			t.Run(j.name+"/"+m.name, func(t *testing.T) {
 				arg := "chain"
 				want := []string{"hot", "b", "a", "main"}
@@ -72,8 +86,10 @@ func TestJavaChains(t *testing.T) {
 				if c.pinned || slices.Contains(m.jvm, "-Xint") {
 					c.hotShare = 90
 				}
-				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, fixtureSeconds)
-				h.sampleJVMAtLeast(t, cmd, m.warm, 5*time.Second, 300, false, func(pid int, samples []sampler.Sample) {
+				scale := timeScale()
+				secs, _ := strconv.Atoi(fixtureSeconds)
+				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, strconv.Itoa(secs*scale))
+				h.sampleJVMAtLeast(t, cmd, m.warm*time.Duration(scale), 5*time.Second*time.Duration(scale), 300, false, func(pid int, samples []sampler.Sample) {
 					// The fixture's JVM itself: the machine-wide count of
 					// refusals also counts other JVMs the sampler meets (a
 					// java -version, another package's tests), half set up
@@ -286,6 +302,12 @@ func describe(fs []frameOf) string {
 		}
 		if f.inlined {
 			b.WriteString("(inl)")
+		}
+		switch f.kind {
+		case hotspot.KindInterpreted:
+			b.WriteString("[int]")
+		case hotspot.KindCompiled:
+			b.WriteString("[comp]")
 		}
 	}
 	return b.String()

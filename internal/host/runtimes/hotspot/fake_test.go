@@ -93,7 +93,9 @@ func (a *arena) alloc(n int) uint64 {
 
 func (a *arena) put(addr uint64, b []byte) { copy(a.m.b[addr-a.m.base:], b) }
 func (a *arena) u64(addr, v uint64)        { binary.LittleEndian.PutUint64(a.m.b[addr-a.m.base:], v) }
+
 func (a *arena) u32(addr uint64, v uint32) { binary.LittleEndian.PutUint32(a.m.b[addr-a.m.base:], v) }
+
 func (a *arena) u16(addr uint64, v uint16) { binary.LittleEndian.PutUint16(a.m.b[addr-a.m.base:], v) }
 
 func (a *arena) cstring(s string) uint64 {
@@ -140,7 +142,8 @@ func lineTable(x byte, pairs ...[2]int) []byte {
 // jdk17 is the layout of Debian's OpenJDK 17.0.21 (its tables), for
 // tests that build JVM structures by hand.
 func jdk17() *layout {
-	return &layout{version: 17,
+	return &layout{
+		version: 17, arch: "amd64",
 		blobName: 96, blobSize: 12, blobCodeBegin: 32, blobCodeEnd: 40, blobHeader: 104,
 		blobFrameComplete: 20, blobFrameSize: 28, nmSize: 352, completeWidth: 4, blobDataOffset: 24,
 		nmCompileID: 304, nmOrigPCOffset: 300, nmDeoptHandler: 128,
@@ -150,7 +153,8 @@ func jdk17() *layout {
 		methodConst: 8, constMethodSize: 48, cmCodeSize: 32, cmConstants: 8, cmNameIndex: 34, cmSigIndex: 36,
 		cmFlags: 28, cmHasLineTable: 1, cpHolder: 24, cpSize: 72, cpLength: 60, cpSourceFile: 54, klassName: 24,
 		symLength: 4, symBody: 6,
-		ifSenderSP: -1, ifMethod: -3, ifBCP: -8, stubs: map[string]uint64{}}
+		ifSenderSP: -1, ifMethod: -3, ifBCP: -8, stubs: map[string]uint64{},
+	}
 }
 
 // fakeJVM builds Java structures in an arena with the JDK 17 layout, or

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,6 +47,9 @@ var hostJDKs = []jdk{{name: "jdk25-temurin", feature: 25, java: "/usr/lib/jvm/te
 // 8, 26 and 27 (sid). Building a chroot takes minutes the first time.
 func jdks(t *testing.T) []jdk {
 	t.Helper()
+	if j, ok := prebuiltJDK(); ok {
+		return []jdk{j}
+	}
 	testfixture.NeedTool(t, "java", "javac", "jar", "javap", "unshare")
 	// HSJDK=name runs one JDK of the matrix (a developer's shortcut).
 	only := os.Getenv("HSJDK")
@@ -94,11 +98,35 @@ var (
 	sidJDKPackages = []string{"openjdk-8-jre-headless", "openjdk-25-jre-headless", "openjdk-26-jre-headless", "openjdk-27-jre-headless"}
 )
 
+// A JDK and fixtures prepared for a machine without a JDK to build with
+// (test/kernels' VMs): the root the JDK runs in (as a chroot), its java
+// there and its feature release, and a folder with the fixtures' jar and
+// javap's listing of each class (javap-CLASS.txt). JNI fixtures are not
+// in it: the modes that need them are left out (jniFixture).
+const (
+	EnvJavaRoot     = "PROFSYM_JAVA_ROOT"
+	EnvJava         = "PROFSYM_JAVA"
+	EnvJavaFeature  = "PROFSYM_JAVA_FEATURE"
+	EnvJavaFixtures = "PROFSYM_JAVA_FIXTURES"
+)
+
+func prebuiltJDK() (jdk, bool) {
+	root := os.Getenv(EnvJavaRoot)
+	if root == "" {
+		return jdk{}, false
+	}
+	feature, _ := strconv.Atoi(os.Getenv(EnvJavaFeature))
+	return jdk{name: fmt.Sprintf("jdk%d-%s", feature, runtime.GOARCH), feature: feature, root: root, java: os.Getenv(EnvJava)}, true
+}
+
 // javaFixtures compiles the fixtures once (javac --release 8, so every
 // JDK runs them) into a jar, and builds libchain.so against the host
 // JDK's jni.h.
 func javaFixtures(t testing.TB) (jar, lib string) {
 	t.Helper()
+	if dir := os.Getenv(EnvJavaFixtures); dir != "" {
+		return filepath.Join(dir, "fixture.jar"), ""
+	}
 	javac := testfixture.NeedTool(t, "javac")
 	jarTool := testfixture.NeedTool(t, "jar")
 	dir := testfixture.Src(t, "runtimes/java/fixture")
@@ -135,10 +163,21 @@ func javaCmd(t testing.TB, j jdk, jar, lib string, jvmArgs []string, class strin
 	t.Helper()
 	cp, libDir := jar, filepath.Dir(lib)
 	if j.root != "" {
-		in := testfixture.ChrootCopy(t, j.root, jar, lib)
-		cp, libDir = in[0], filepath.Dir(in[1])
+		files := []string{jar}
+		if lib != "" {
+			files = append(files, lib)
+		}
+		in := testfixture.ChrootCopy(t, j.root, files...)
+		cp = in[0]
+		if lib != "" {
+			libDir = filepath.Dir(in[1])
+		}
 	}
-	argv := append([]string{"-Djava.library.path=" + libDir, "-cp", cp}, jvmArgs...)
+	argv := []string{"-cp", cp}
+	if lib != "" {
+		argv = append(argv, "-Djava.library.path="+libDir)
+	}
+	argv = append(argv, jvmArgs...)
 	argv = append(argv, class)
 	argv = append(argv, args...)
 	java := "java"
@@ -300,6 +339,7 @@ type frameOf struct {
 	name    string // method, stub name, or the native frame's file base name
 	line    uint32
 	native  uint64 // a native frame's PC
+	kind    uint8  // a runtime frame's: hotspot.KindInterpreted, ...
 	err     error
 }
 
@@ -329,7 +369,7 @@ func (h *harness) frames(p *normalize.Process, s sampler.Sample) []frameOf {
 		}
 		stub := rf.Kind == hotspot.KindStub
 		for i, f := range sym.Frames {
-			out = append(out, frameOf{java: !stub, inlined: i < len(sym.Frames)-1, name: f.Name, line: f.Line})
+			out = append(out, frameOf{java: !stub, inlined: i < len(sym.Frames)-1, name: f.Name, line: f.Line, kind: rf.Kind})
 		}
 	}
 	return out
@@ -339,7 +379,16 @@ func (h *harness) frames(p *normalize.Process, s sampler.Sample) []frameOf {
 // of each static call it makes ("a->b": the line of a's call to b).
 func javapLines(t testing.TB, jar, class string) (lines map[string][]uint32, calls map[string]uint32) {
 	t.Helper()
-	out := testfixture.Run(t, testfixture.NeedTool(t, "javap"), "-c", "-l", "-cp", jar, class)
+	var out string
+	if dir := os.Getenv(EnvJavaFixtures); dir != "" {
+		b, err := os.ReadFile(filepath.Join(dir, "javap-"+class+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = string(b)
+	} else {
+		out = testfixture.Run(t, testfixture.NeedTool(t, "javap"), "-c", "-l", "-cp", jar, class)
+	}
 	lines, calls = map[string][]uint32{}, map[string]uint32{}
 	method := regexp.MustCompile(`^  \S.* (\w+)\(.*\);$`)
 	invoke := regexp.MustCompile(`^\s+(\d+): invokestatic .*// Method (\w+):`)

@@ -245,9 +245,9 @@ func (r *Runtime) broken(p *normalize.Process, pr *proc) [][2]uint64 {
 }
 
 func (r *Runtime) attach(p *normalize.Process, m *normalize.Mapping, pr *proc) error {
-	if runtime.GOARCH != "amd64" {
-		// The walker's frame layouts are x86-64's (bpf/hotspot.h).
-		return layoutErr("HotSpot is walked on x86-64 only, not %s", runtime.GOARCH)
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		// The walker knows x86-64's and arm64's frames (bpf/hotspot.h).
+		return layoutErr("HotSpot is walked on x86-64 and arm64, not %s", runtime.GOARCH)
 	}
 	bias, ok := loadBias(m)
 	if !ok {

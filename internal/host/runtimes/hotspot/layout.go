@@ -1,6 +1,7 @@
 package hotspot
 
 import (
+	"runtime"
 	"strings"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -27,7 +28,8 @@ const (
 // offsets of fields in bytes, sizes of types, and the link-time addresses
 // (ELF virtual addresses, load bias not added) of statics.
 type layout struct {
-	version int // feature release (8, 11, 17, 21, 25)
+	version int    // feature release (8, 11, 17, 21, 25)
+	arch    string // GOARCH of the JVM (the host's): its frames' layout
 
 	// CodeBlob and its subclasses (BPF and host). With codeOffsets (8,
 	// 23+) the code's bounds and the deopt handler are int offsets from
@@ -102,7 +104,7 @@ const (
 // segments. loads are libjvm's PT_LOAD segments; bias its load bias.
 func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout, error) {
 	b := builder{t: t, loads: loads, bias: bias}
-	l := &layout{stubs: map[string]uint64{}}
+	l := &layout{stubs: map[string]uint64{}, arch: runtime.GOARCH}
 	// JDK_Version::_current starts with the feature release (8 for
 	// 1.8) up to 21; Abstract_VM_Version's is HotSpot's own (25 on JDK 8).
 	var major uint64
@@ -224,22 +226,33 @@ func newLayout(t *tables, loads []elfx.Segment, bias uint64, r reader) (*layout,
 	l.sqLimit = b.off("StubQueue", "_buffer_limit")
 	l.callStubRet = b.static("StubRoutines::_call_stub_return_address")
 
-	// x86-64: the last SP slot is exported; Method*, then mirror, mdp,
-	// cache, locals, bcp follow below it (frame_x86.hpp, JDK 9+). JDK 8
-	// exports no slot and has no mirror: its frame_x86.hpp's are used.
+	// The last SP slot is exported; Method* follows below it, then
+	// x86-64's mirror, mdp, cache, locals and bcp (frame_x86.hpp, JDK 9+),
+	// arm64's mdp, a slot (padding up to JDK 20, the extended SP from 21),
+	// mirror, cache, locals and bcp (frame_aarch64.hpp, JDK 17 and 21+).
+	// JDK 8 exports no slot and has no mirror: on x86-64 its
+	// frame_x86.hpp's are used.
+	// arm64's vmStructs export none of the slots: frame_aarch64.hpp's are
+	// used, for the releases whose header was read (17, 21 to 26).
 	last := int64(-2)
 	l.ifSenderSP = -1
-	if l.version > 8 || b.hasConstant("frame::interpreter_frame_last_sp_offset") {
+	if l.arch != "arm64" && (l.version > 8 || b.hasConstant("frame::interpreter_frame_last_sp_offset")) {
 		l.ifSenderSP = b.constant("frame::interpreter_frame_sender_sp_offset")
 		last = b.constant("frame::interpreter_frame_last_sp_offset")
 	}
 	l.ifMethod = last - 1
-	l.ifBCP = l.ifMethod - 5
-	if l.version == 8 {
+	switch {
+	case l.arch == "arm64" && l.version < 17:
+		b.fail("JDK %d on arm64: its interpreter frame's slots are not known (17 and later are)", l.version)
+	case l.arch == "arm64":
+		l.ifBCP = l.ifMethod - 6
+	case l.version == 8:
 		l.ifBCP = l.ifMethod - 4
+	default:
+		l.ifBCP = l.ifMethod - 5
 	}
 	if b.err == nil && (l.ifSenderSP != -1 || last != -2) {
-		b.fail("interpreter frame slots %d, %d (x86-64 has -1, -2)", l.ifSenderSP, last)
+		b.fail("interpreter frame slots %d, %d (x86-64 and arm64 have -1, -2)", l.ifSenderSP, last)
 	}
 
 	for k, f := range t.fields {
