@@ -35,9 +35,9 @@ type target struct {
 	who   string // who runs this kernel
 }
 
-// pythonArches are the architectures whose VM runs the CPython tests: the
-// host's own make test runs them on x86-64.
-var pythonArches = []string{"arm64"}
+// runtimeArches are the architectures whose VM runs the CPython and HotSpot
+// tests: the host's own make test runs them on x86-64.
+var runtimeArches = []string{"arm64"}
 
 var matrix = []target{
 	{"5.10", "amd64", "bullseye", "Debian 11, Amazon Linux 2 (5.10)"},
@@ -51,7 +51,7 @@ var matrix = []target{
 // need no kernel and run on the host).
 const (
 	samplerRun = "."
-	// The CPython walker's chains, where pythonArches says (Debian's
+	// The CPython walker's chains, where runtimeArches says (Debian's
 	// python3.11 of that architecture, unpacked into the image).
 	cpythonRun = "^TestPythonChains$"
 	// The HotSpot walker's chains there too (trixie's OpenJDK 21):
@@ -83,8 +83,8 @@ func main() {
 	flag.StringVar(&cfg.mem, "mem", "3G", "VM memory (the arm64 image holds a JDK and a Python)")
 	flag.StringVar(&cfg.samplerRun, "sampler-run", samplerRun, "-test.run of the sampler's tests in the VM (empty: none)")
 	flag.StringVar(&cfg.unwindRun, "unwind-run", unwindRun, "-test.run of the unwinder's tests in the VM (empty: none)")
-	flag.StringVar(&cfg.cpythonRun, "cpython-run", cpythonRun, "-test.run of the CPython walker's tests in the VMs of "+strings.Join(pythonArches, ",")+" (empty: none)")
-	flag.StringVar(&cfg.hotspotRun, "hotspot-run", hotspotRun, "-test.run of the HotSpot walker's tests in the VMs of "+strings.Join(pythonArches, ",")+" (empty: none)")
+	flag.StringVar(&cfg.cpythonRun, "cpython-run", cpythonRun, "-test.run of the CPython walker's tests in the VMs of "+strings.Join(runtimeArches, ",")+" (empty: none)")
+	flag.StringVar(&cfg.hotspotRun, "hotspot-run", hotspotRun, "-test.run of the HotSpot walker's tests in the VMs of "+strings.Join(runtimeArches, ",")+" (empty: none)")
 	flag.IntVar(&cfg.count, "count", 1, "-test.count in the VM")
 	flag.StringVar(&cfg.tcgThreads, "tcg-threads", "single", "TCG's vCPU threads, single or multi (multi: faster, but see docs/kernels.md)")
 	flag.Parse()
@@ -240,22 +240,27 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 		scale = 1
 	}
 	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, src: cfg.root}
-	if cfg.cpythonRun != "" && slices.Contains(pythonArches, arch) {
-		out := filepath.Join(dir, "cpython.test")
-		if err := runCmd(cfg.root, env, "go", "test", "-c", "-o", out, "./internal/host/runtimes/cpython"); err != nil {
+	// testBinary compiles a package's tests for arch into the image.
+	testBinary := func(name, pkg string) error {
+		out := filepath.Join(dir, name+".test")
+		if err := runCmd(cfg.root, env, "go", "test", "-c", "-o", out, pkg); err != nil {
+			return err
+		}
+		tests[name+".test"] = out
+		return nil
+	}
+	if cfg.cpythonRun != "" && slices.Contains(runtimeArches, arch) {
+		if err := testBinary("cpython", "./internal/host/runtimes/cpython"); err != nil {
 			return nil, err
 		}
-		tests["cpython.test"] = out
 		if im.python, err = pythonRoot(a, cfg.cache, arch, bb); err != nil {
 			return nil, fmt.Errorf("python for %s: %w", arch, err)
 		}
 	}
-	if cfg.hotspotRun != "" && slices.Contains(pythonArches, arch) {
-		out := filepath.Join(dir, "hotspot.test")
-		if err := runCmd(cfg.root, env, "go", "test", "-c", "-o", out, "./internal/host/runtimes/hotspot"); err != nil {
+	if cfg.hotspotRun != "" && slices.Contains(runtimeArches, arch) {
+		if err := testBinary("hotspot", "./internal/host/runtimes/hotspot"); err != nil {
 			return nil, err
 		}
-		tests["hotspot.test"] = out
 		if im.java, err = javaRoot(a, cfg.cache, arch, bb); err != nil {
 			return nil, fmt.Errorf("java for %s: %w", arch, err)
 		}
