@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/profsym/profsym/bpf"
+	"github.com/profsym/profsym/internal/host/runtimes"
 )
 
 // addrs are an interpreter's objects in one process.
@@ -178,7 +179,7 @@ func checkLive(m memory, l *layout, a addrs) error {
 			return err
 		}
 		// pthread_self(): a user address, 0 while the thread is created.
-		if id >= userTop || id != 0 && id < 1<<16 {
+		if id >= runtimes.UserTop || id != 0 && id < 1<<16 {
 			return fmt.Errorf("thread state %#x: thread id %#x is no thread pointer: %w", ts, id, errLayout)
 		}
 		threads = append(threads, ts)
@@ -307,7 +308,7 @@ func findTSS(m memory, l *layout, a addrs) int64 {
 		if err != nil {
 			return 0
 		}
-		if tp := id + a.tpSelf; tp > tssBelow && tp < userTop {
+		if tp := id + a.tpSelf; tp > tssBelow && tp < runtimes.UserTop {
 			search := func(from, to int64, step int64) {
 				for off := from; off != to; off += step {
 					start := off

@@ -17,10 +17,6 @@ import (
 // libthread_db (nptl_db): a uint32 in .rodata, exported in .dynsym.
 const symSizeofPthread = "_thread_db_sizeof_pthread"
 
-// userTop is where user addresses end: 47 bits on x86-64 (4-level
-// paging; 5-level hands out more only to a process that asks), 48 on arm64.
-var userTop = map[string]uint64{"amd64": 1 << 47, "arm64": 1 << 48}[runtime.GOARCH]
-
 // maxTPSelf bounds what threadSelf accepts (1,856 bytes in bookworm's arm64
 // glibc 2.36); the walker takes it as a uint16.
 const maxTPSelf = 1 << 14

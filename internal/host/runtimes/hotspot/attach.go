@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strconv"
 
 	"github.com/profsym/profsym/bpf"
@@ -126,7 +125,7 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 			return v, errors.Join(err, errNotReady)
 		}
 		ptrs = binary.LittleEndian.AppendUint64(nil, h)
-		lo, hi = 0, userTop
+		lo, hi = 0, runtimes.UserTop
 	} else {
 		var err error
 		if lo, err = mem.U64(l.ccLow + bias); err != nil {
@@ -138,7 +137,7 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 		if lo == 0 || hi == 0 {
 			return v, errNotReady
 		}
-		if lo >= hi || hi-lo > maxCodeCache || lo%pageSize != 0 || hi > userTop {
+		if lo >= hi || hi-lo > maxCodeCache || lo%pageSize != 0 || hi > runtimes.UserTop {
 			return v, layoutErr("code cache [%#x, %#x)", lo, hi)
 		}
 		heaps, err := mem.U64(l.ccHeaps + bias)
@@ -186,7 +185,7 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 		}
 		if l.ccHeap != 0 {
 			lo, hi = memLo, memHi
-			if lo%pageSize != 0 || hi-lo > maxCodeCache || hi > userTop {
+			if lo%pageSize != 0 || hi-lo > maxCodeCache || hi > runtimes.UserTop {
 				return v, layoutErr("code cache [%#x, %#x)", lo, hi)
 			}
 		}
@@ -249,7 +248,3 @@ func (pr *proc) codeCache() (bpf.ProfileHotspotProc, error) {
 // maxCodeCache bounds the code cache (ReservedCodeCacheSize is at most
 // 2 GB).
 const maxCodeCache = 2 << 30
-
-// userTop is where user addresses end: 47 bits on x86-64 (4-level paging;
-// 5-level hands out more only to a process that asks), 48 on arm64.
-var userTop = map[string]uint64{"amd64": 1 << 47, "arm64": 1 << 48}[runtime.GOARCH]
