@@ -99,12 +99,14 @@ bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
 # The sampler's and the unwinder's tests on Debian's kernels in qemu: 5.10,
-# 6.1, 6.12 and arm64 6.1 (test/kernels; docs/kernels.md). Kernels and
-# images are cached in $$PROFSYM_KERNEL_CACHE (default ~/.cache/profsym/kernels);
-# KERNELS=5.10,6.1 runs a subset. About 15 minutes under TCG on 2 cores.
-test-kernels:
+# 6.1, 6.12 and arm64 6.1 (test/kernels; docs/kernels.md), and on arm64 the
+# runtimes' tests and the end-to-end runtime tests of the arm64 binaries
+# make image builds. Kernels and images are cached in $$PROFSYM_KERNEL_CACHE
+# (default ~/.cache/profsym/kernels); KERNELS=5.10,6.1 runs a subset. About
+# 18 minutes under TCG on 2 cores.
+test-kernels: $(IMAGE_DIR)/arm64/otelcol-profsym $(IMAGE_DIR)/arm64/profsym
 	@mkdir -p $(BIN)
-	$(GO) run ./test/kernels $(if $(KERNELS),-only $(KERNELS)) -out $(BIN)/test-kernels.md
+	$(GO) run ./test/kernels $(if $(KERNELS),-only $(KERNELS)) -built $(IMAGE_DIR) -out $(BIN)/test-kernels.md
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
 # per-address cost and peak RSS over >=10,000 addresses of Go's compile

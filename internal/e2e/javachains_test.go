@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -49,6 +50,10 @@ var sidJDKPackages = []string{"openjdk-8-jre-headless", "openjdk-25-jre-headless
 // chroots are built (debootstrap), as there.
 func javaJDKs(t *testing.T) []javaJDK {
 	t.Helper()
+	if j, ok := testfixture.VMJDK(); ok {
+		// The one prepared for a VM (test/kernels: Debian's arm64 21).
+		return []javaJDK{{name: fmt.Sprintf("jdk%d-%s", j.Feature, runtime.GOARCH), java: j.Java, root: j.Root, feature: j.Feature}}
+	}
 	testfixture.NeedTool(t, "java", "javac")
 	var out []javaJDK
 	// The host's default java: 17 on the build machine, as in jdks there.
@@ -109,6 +114,9 @@ var javaModes = []struct {
 // the class directory.
 func javaClasses(t *testing.T) string {
 	t.Helper()
+	if j, ok := testfixture.VMJDK(); ok {
+		return filepath.Join(j.Fixtures, "jchain") // compiled by test/kernels
+	}
 	javac := testfixture.NeedTool(t, "javac")
 	src := testfixture.Src(t, "e2e/"+javaFile)
 	b, err := os.ReadFile(src)

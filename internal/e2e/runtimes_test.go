@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -48,6 +49,10 @@ type pyInterp struct {
 // and 3.15. At least one 3.11 is required.
 func pyInterps(t *testing.T) []pyInterp {
 	t.Helper()
+	if p, ok := testfixture.VMPython(); ok {
+		// The one prepared for a VM (test/kernels: Debian's arm64 3.11).
+		return []pyInterp{{name: fmt.Sprintf("3.%d-%s", p.Minor, runtime.GOARCH), python: p.Python, root: p.Root}}
+	}
 	var out []pyInterp
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {

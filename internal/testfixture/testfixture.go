@@ -55,22 +55,19 @@ func NeedTool(t testing.TB, names ...string) string {
 	return ""
 }
 
-// Root returns the repository root (the folder holding go.mod).
+// Root returns the repository root (the folder holding go.mod), or the
+// folder EnvRepo names.
 func Root(t testing.TB) string {
 	t.Helper()
+	if d := os.Getenv(EnvRepo); d != "" {
+		return d
+	}
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// EnvSrc names a folder that stands for testdata/src where the repository
-// is not (test/kernels' VMs carry the files their tests read).
-const EnvSrc = "PROFSYM_TESTDATA_SRC"
-
 // Src returns the path of a file under testdata/src.
 func Src(t testing.TB, name string) string {
-	if d := os.Getenv(EnvSrc); d != "" {
-		return filepath.Join(d, name)
-	}
 	return filepath.Join(Root(t), "testdata", "src", name)
 }
 

@@ -7,9 +7,11 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -157,8 +159,11 @@ type image struct {
 	python   string            // host root of the Python the CPython tests run (/python), or ""
 	java     string            // host root of the JDK the HotSpot tests run (/jdk), or ""
 	javaFix  string            // their Java fixtures (/javafix)
-	src      string            // the repository, whose testdata/src those tests read (/src)
-	script   string            // /init
+	// repo: files of the repository the runtime tests read, by their path
+	// in it (testdata/src/..., config/default.yaml, _build/profsym), put
+	// under /repo (testfixture.EnvRepo).
+	repo   map[string]string
+	script string // /init
 }
 
 // write builds the initramfs at out.
@@ -201,7 +206,9 @@ func (im *image) write(out string) error {
 		if err := c.addTree("python", im.python); err != nil {
 			return err
 		}
-		c.copyFile("src/runtimes/python/chain.py", filepath.Join(im.src, "testdata/src/runtimes/python/chain.py"), 0o644)
+	}
+	for _, rel := range slices.Sorted(maps.Keys(im.repo)) {
+		c.copyFile(path.Join("repo", rel), im.repo[rel], 0o755)
 	}
 	if im.java != "" {
 		if err := c.addTree("jdk", im.java); err != nil {

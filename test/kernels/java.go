@@ -35,7 +35,8 @@ func javaBin(arch string) string {
 // javaFixtures compiles the HotSpot tests' Java fixtures with the host's
 // JDK (--release 8: any JDK runs them) into dir: fixture.jar and javap's
 // listing of fixture.Chain, which the tests read their lines from
-// (internal/host/runtimes/hotspot, EnvJavaFixtures).
+// (internal/host/runtimes/hotspot), and the end-to-end tests' JChain
+// classes in jchain/ (testfixture.VMJDK).
 func javaFixtures(root, dir string) error {
 	src := filepath.Join(root, "testdata/src/runtimes/java/fixture")
 	srcs, _ := filepath.Glob(filepath.Join(src, "*.java"))
@@ -58,7 +59,11 @@ func javaFixtures(root, dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "javap-fixture.Chain.txt"), out, 0o644); err != nil {
 		return err
 	}
-	return os.RemoveAll(classes)
+	if err := os.RemoveAll(classes); err != nil {
+		return err
+	}
+	// The end-to-end tests' JChain, as classes (internal/e2e, javaClasses).
+	return runCmd(root, os.Environ(), "javac", "--release", "8", "-d", filepath.Join(dir, "jchain"), filepath.Join(root, "testdata/src/e2e/JChain.java"))
 }
 
 // javaEnv is what the VM's init script exports for the HotSpot tests.

@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -52,13 +53,20 @@ var matrix = []target{
 const (
 	samplerRun = "."
 	// The CPython walker's chains, where runtimeArches says (Debian's
-	// python3.11 of that architecture, unpacked into the image).
-	cpythonRun = "^TestPythonChains$"
+	// python3.11 of that architecture, unpacked into the image), and the
+	// processes that forge its structures.
+	cpythonRun = "^(TestPythonChains|TestForgedInterpreter)$"
 	// The HotSpot walker's chains there too (trixie's OpenJDK 21):
-	// interpreted, C1, and C2 with its inlining pinned (the plain C2
-	// mode, which reaches the same code less surely, costs 30 s more).
-	hotspotRun = "^TestJavaChains$/^jdk21-arm64$/^(interpreted|c1|c2-pinned)$"
-	unwindRun  = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
+	// interpreted, C1, and C2 with its inlining pinned, not the plain C2
+	// mode (hotspotSkip), which reaches the same code less surely and
+	// costs 30 s more; and the process forging a JVM's tables.
+	hotspotRun  = "^(TestJavaChains|TestHostileProcess)$"
+	hotspotSkip = "^TestJavaChains$/./^c2$"
+	// The shipped binaries there too, as a user runs them (internal/e2e):
+	// otelcol-profsym and profsym record naming that Python's and that
+	// JDK's frames.
+	e2eRun    = "^(TestCollectorPythonChains|TestRecordPythonChains|TestCollectorJavaChains|TestRecordJavaChains)$"
+	unwindRun = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
 )
 
 type config struct {
@@ -68,9 +76,14 @@ type config struct {
 	mem              string
 	// What runs in the VM: -test.run patterns ("" runs none of that
 	// binary) and -test.count, to chase a rare failure on one kernel.
-	samplerRun, unwindRun, cpythonRun, hotspotRun string
-	count                                         int
-	tcgThreads                                    string
+	samplerRun, unwindRun, cpythonRun, hotspotRun, e2eRun string
+	count                                                 int
+	// built holds the distribution's binaries per architecture
+	// (ARCH/otelcol-profsym, ARCH/profsym: make image's), which the
+	// end-to-end tests run.
+	built      string
+	tcgThreads string
+	jobs       int
 }
 
 func main() {
@@ -85,8 +98,11 @@ func main() {
 	flag.StringVar(&cfg.unwindRun, "unwind-run", unwindRun, "-test.run of the unwinder's tests in the VM (empty: none)")
 	flag.StringVar(&cfg.cpythonRun, "cpython-run", cpythonRun, "-test.run of the CPython walker's tests in the VMs of "+strings.Join(runtimeArches, ",")+" (empty: none)")
 	flag.StringVar(&cfg.hotspotRun, "hotspot-run", hotspotRun, "-test.run of the HotSpot walker's tests in the VMs of "+strings.Join(runtimeArches, ",")+" (empty: none)")
+	flag.StringVar(&cfg.e2eRun, "e2e-run", e2eRun, "-test.run of the end-to-end tests (the built binaries) in the VMs of "+strings.Join(runtimeArches, ",")+" (empty: none)")
+	flag.StringVar(&cfg.built, "built", "_build/image", "the distribution's binaries, ARCH/otelcol-profsym and ARCH/profsym (make image builds them)")
 	flag.IntVar(&cfg.count, "count", 1, "-test.count in the VM")
 	flag.StringVar(&cfg.tcgThreads, "tcg-threads", "single", "TCG's vCPU threads, single or multi (multi: faster, but see docs/kernels.md)")
+	flag.IntVar(&cfg.jobs, "jobs", 1, "VMs run at once (each keeps a host CPU busy; on the 2-CPU machines here two at once emulate 2-3 times slower and time-bound tests fail: docs/kernels.md)")
 	flag.Parse()
 	log := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "test-kernels: "+format+"\n", args...)
@@ -116,33 +132,35 @@ func main() {
 		log("%v (going on with the cache)", err)
 	}
 	start := time.Now()
+	// Every image and kernel first: a build beside a running VM would
+	// take its CPU (the VMs' tests measure time and sample counts).
 	images := map[string]*built{}
-	var results []*result
-	failed := false
-	for _, t := range run {
-		b := images[t.arch]
-		if b == nil {
+	kernels := make([]string, len(run))
+	pkgs := make([]string, len(run))
+	for i, t := range run {
+		if images[t.arch] == nil {
 			t0 := time.Now()
-			if b, err = build(&cfg, a, t.arch, log); err != nil {
+			b, err := build(&cfg, a, t.arch, log)
+			if err != nil {
 				fatal(fmt.Errorf("%s image: %w", t.arch, err))
 			}
 			b.buildTime = time.Since(t0)
 			images[t.arch] = b
 			log("%s image built in %v: %s", t.arch, b.buildTime.Round(time.Second), b.initrd)
 		}
-		kernel, pkg, err := fetchKernel(a, cfg.cache, t.arch, t.suite, log)
-		if err != nil {
+		if kernels[i], pkgs[i], err = fetchKernel(a, cfg.cache, t.arch, t.suite, log); err != nil {
 			fatal(fmt.Errorf("kernel %s: %w", t.name, err))
 		}
-		log("booting %s (%s)", t.name, pkg)
-		r := boot(&cfg, t, kernel, b, log)
-		r.pkg = pkg
-		results = append(results, r)
-		if !r.ok() {
-			failed = true
-		}
-		log("%s: %s", t.name, r.summary())
 	}
+	results := runVMs(&cfg, run, func(i int) *result {
+		t := run[i]
+		log("booting %s (%s)", t.name, pkgs[i])
+		r := boot(&cfg, t, kernels[i], images[t.arch], log)
+		r.pkg = pkgs[i]
+		log("%s: %s", t.name, r.summary())
+		return r
+	})
+	failed := slices.ContainsFunc(results, func(r *result) bool { return !r.ok() })
 	report := renderReport(results, images, time.Since(start))
 	fmt.Print(report)
 	if cfg.out != "" {
@@ -153,6 +171,44 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// runVMs runs one(i) for each target, cfg.jobs at a time, longest first
+// (the VMs of runtimeArches carry the runtimes' tests: minutes more than
+// the others), and returns the results in the matrix's order.
+func runVMs(cfg *config, run []target, one func(int) *result) []*result {
+	order := make([]int, len(run))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ra, rb := slices.Contains(runtimeArches, run[a].arch), slices.Contains(runtimeArches, run[b].arch)
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		}
+		return 0
+	})
+	results := make([]*result, len(run))
+	next := make(chan int, len(order))
+	for _, i := range order {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range max(cfg.jobs, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = one(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return results
 }
 
 func names() string {
@@ -182,8 +238,7 @@ func fatal(err error) {
 type built struct {
 	initrd    string
 	skipped   []string // tests left out, and why
-	python    bool     // the image runs the CPython tests
-	java      bool     // and the HotSpot tests
+	binaries  int      // test binaries the init script runs
 	buildTime time.Duration
 }
 
@@ -220,6 +275,13 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 		}
 	}
 	args := []string{"test", "-count=1", "-run", "^TestFixturesBuild$", "./internal/host/sampler", "./internal/host/unwind"}
+	// The processes forging a runtime's structures.
+	if cfg.cpythonRun != "" && slices.Contains(runtimeArches, arch) {
+		args = append(args, "./internal/host/runtimes/cpython")
+	}
+	if cfg.hotspotRun != "" && slices.Contains(runtimeArches, arch) {
+		args = append(args, "./internal/host/runtimes/hotspot")
+	}
 	if skip != "" {
 		args = append(args, "-skip", skip)
 	}
@@ -239,7 +301,7 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 	if cfg.kvm {
 		scale = 1
 	}
-	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, src: cfg.root}
+	im := &image{arch: arch, busybox: bb, tests: tests, fixtures: fix, repo: map[string]string{}}
 	// testBinary compiles a package's tests for arch into the image.
 	testBinary := func(name, pkg string) error {
 		out := filepath.Join(dir, name+".test")
@@ -249,18 +311,36 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 		tests[name+".test"] = out
 		return nil
 	}
-	if cfg.cpythonRun != "" && slices.Contains(runtimeArches, arch) {
-		if err := testBinary("cpython", "./internal/host/runtimes/cpython"); err != nil {
+	runs := []vmRun{{name: "sampler", pattern: cfg.samplerRun}, {name: "unwind", pattern: cfg.unwindRun, skip: skipPattern(b.skipped)}}
+	if slices.Contains(runtimeArches, arch) {
+		runs = append(runs, vmRun{name: "cpython", pattern: cfg.cpythonRun}, vmRun{name: "hotspot", pattern: cfg.hotspotRun, skip: hotspotSkip}, vmRun{name: "e2e", pattern: cfg.e2eRun})
+	}
+	runs = slices.DeleteFunc(runs, func(r vmRun) bool { return r.pattern == "" })
+	runsOf := func(names ...string) bool {
+		return slices.ContainsFunc(runs, func(r vmRun) bool { return slices.Contains(names, r.name) })
+	}
+	for _, r := range runs {
+		switch r.name {
+		case "cpython":
+			err = testBinary(r.name, "./internal/host/runtimes/cpython")
+		case "hotspot":
+			err = testBinary(r.name, "./internal/host/runtimes/hotspot")
+		case "e2e":
+			err = testBinary(r.name, "./internal/e2e")
+		}
+		if err != nil {
 			return nil, err
 		}
+	}
+	if runsOf("cpython", "e2e") {
 		if im.python, err = pythonRoot(a, cfg.cache, arch, bb); err != nil {
 			return nil, fmt.Errorf("python for %s: %w", arch, err)
 		}
-	}
-	if cfg.hotspotRun != "" && slices.Contains(runtimeArches, arch) {
-		if err := testBinary("hotspot", "./internal/host/runtimes/hotspot"); err != nil {
-			return nil, err
+		for _, f := range []string{"runtimes/python/chain.py", "e2e/pychain.py"} {
+			im.repo["testdata/src/"+f] = filepath.Join(cfg.root, "testdata/src", f)
 		}
+	}
+	if runsOf("hotspot", "e2e") {
 		if im.java, err = javaRoot(a, cfg.cache, arch, bb); err != nil {
 			return nil, fmt.Errorf("java for %s: %w", arch, err)
 		}
@@ -268,10 +348,42 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 		if err := javaFixtures(cfg.root, im.javaFix); err != nil {
 			return nil, fmt.Errorf("java fixtures: %w", err)
 		}
+		im.repo["testdata/src/e2e/JChain.java"] = filepath.Join(cfg.root, "testdata/src/e2e/JChain.java")
 	}
-	b.python, b.java = im.python != "", im.java != ""
-	im.script = initScript(cfg, b.skipped, scale, b.python, b.java, arch)
+	if runsOf("e2e") {
+		// The binaries users run, as make image built them for arch.
+		built := cfg.built
+		if !filepath.IsAbs(built) {
+			built = filepath.Join(cfg.root, built)
+		}
+		for _, n := range []string{"otelcol-profsym", "profsym"} {
+			p := filepath.Join(built, arch, n)
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("the end-to-end tests run %s: %w (make image builds it; -e2e-run '' runs none)", p, err)
+			}
+			im.repo["_build/"+n] = p
+		}
+		im.repo["config/default.yaml"] = filepath.Join(cfg.root, "config/default.yaml")
+	}
+	b.binaries = len(runs)
+	im.script = initScript(cfg, runs, scale, im.python != "", im.java != "", arch)
 	return b, im.write(b.initrd)
+}
+
+// vmRun is one test binary the VM runs: its -test.run and -test.skip.
+type vmRun struct {
+	name, pattern, skip string
+}
+
+// skipPattern is the -test.skip of what the image cannot run ("Test/sub:
+// why" each).
+func skipPattern(skipped []string) string {
+	skip := ""
+	for _, s := range skipped {
+		t, _, _ := strings.Cut(s, ":")
+		skip = t
+	}
+	return skip
 }
 
 func runCmd(dir string, env []string, name string, args ...string) error {
@@ -313,44 +425,31 @@ func rustCross(a *apt, cache, arch string) (string, string, error) {
 }
 
 // initScript runs the tests and reports between @@ markers on the console.
-func initScript(cfg *config, skipped []string, timeScale int, python, java bool, arch string) string {
-	skip := ""
-	for _, s := range skipped {
-		t, _, _ := strings.Cut(s, ":")
-		skip = t
-	}
-	skipArg := ""
-	if skip != "" {
-		skipArg = fmt.Sprintf(" -test.skip '%s'", skip)
-	}
+func initScript(cfg *config, runs []vmRun, timeScale int, python, java bool, arch string) string {
 	// No retries: a test that fails once under the emulator is a bug in
 	// the walk or in the test (its clocks scale with
 	// PROFSYM_TEST_TIME_SCALE), and a second run would hide it.
-	run := func(name, pattern, extra string) string {
-		if pattern == "" {
-			return ""
+	script := ""
+	for _, r := range runs {
+		cmd := fmt.Sprintf("/tests/%s.test -test.v -test.count=%d -test.timeout 10m -test.run '%s'", r.name, max(cfg.count, 1), r.pattern)
+		if r.skip != "" {
+			cmd += fmt.Sprintf(" -test.skip '%s'", r.skip)
 		}
-		cmd := fmt.Sprintf("/tests/%s.test -test.v -test.count=%d -test.timeout 10m", name, max(cfg.count, 1))
-		if name == "hotspot" {
+		if r.name == "hotspot" {
 			// The JVM's own start-up and JIT run 3-5 times slower
 			// here than the host's, not the 10-30 of the agent's table
 			// builds the other tests wait for.
 			cmd = fmt.Sprintf("PROFSYM_TEST_TIME_SCALE=%d %s", min(timeScale, 4), cmd)
 		}
-		return fmt.Sprintf(`%[2]s -test.run '%[3]s'%[4]s 2>&1
-code=$?
-echo "@@ EXIT %[1]s $code"
-`, name, cmd, pattern, extra)
+		script += fmt.Sprintf("%s 2>&1\ncode=$?\necho \"@@ EXIT %s $code\"\n", cmd, r.name)
 	}
-	pyEnv, pyRun := "", ""
+	env := "PROFSYM_REPO=/repo"
 	if python {
-		// cpython.Interpreters takes this root instead of its chroots.
-		pyEnv = "export PROFSYM_PYTHON_ROOT=/python PROFSYM_PYTHON=/usr/bin/python" + pythonVersion + " PROFSYM_TESTDATA_SRC=/src\n"
-		pyRun = run("cpython", cfg.cpythonRun, "")
+		// The tests take this Python instead of their chroots'.
+		env += " PROFSYM_PYTHON_ROOT=/python PROFSYM_PYTHON=/usr/bin/python" + pythonVersion
 	}
 	if java {
-		pyEnv += "export " + javaEnv(arch) + "\n"
-		pyRun += run("hotspot", cfg.hotspotRun, "")
+		env += " " + javaEnv(arch)
 	}
 	return `#!/bin/busybox sh
 set -o pipefail
@@ -361,10 +460,13 @@ mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
+# The collector's health endpoint and the tests' free ports are on loopback.
+ifconfig lo 127.0.0.1 up
 export CI=true PROFSYM_FIXTURES_PREBUILT=/fixtures PATH=/bin HOME=/tmp TMPDIR=/tmp PROFSYM_TEST_TIME_SCALE=` + fmt.Sprint(timeScale) + `
-` + pyEnv + `cd /tmp
+export ` + env + `
+cd /tmp
 echo "@@ KERNEL $(uname -r) $(uname -m) $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s"
-` + run("sampler", cfg.samplerRun, "") + run("unwind", cfg.unwindRun, skipArg) + pyRun + `echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
+` + script + `echo "@@ DONE up $(cut -d' ' -f1 /proc/uptime) s"
 poweroff -f
 `
 }

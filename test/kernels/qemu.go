@@ -90,18 +90,7 @@ var (
 
 // boot runs one VM to its end and reads what the tests said.
 func boot(cfg *config, t target, kernel string, b *built, logf func(string, ...any)) *result {
-	r := &result{target: t, exits: map[string]int{}, whole: map[string]string{}}
-	for _, run := range []string{cfg.samplerRun, cfg.unwindRun} {
-		if run != "" {
-			r.binaries++
-		}
-	}
-	if b.python {
-		r.binaries++
-	}
-	if b.java {
-		r.binaries++
-	}
+	r := &result{target: t, exits: map[string]int{}, whole: map[string]string{}, binaries: b.binaries}
 	r.log = filepath.Join(cfg.cache, "console-"+t.name+".log")
 	bin, args := qemuArgs(cfg, t.arch, kernel, b.initrd)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/internal/elfx"
@@ -63,24 +62,15 @@ func (i Interpreter) Code(root string) (host, mapped string) {
 	return testfixture.ChrootFile(root, mapped), mapped
 }
 
-// EnvPythonRoot and EnvPython replace the matrix with one interpreter: a
-// root file system holding it (run in it as in a chroot) and its path there.
-const (
-	EnvPythonRoot = "PROFSYM_PYTHON_ROOT"
-	EnvPython     = "PROFSYM_PYTHON"
-)
-
 var pyenvVersion = regexp.MustCompile(`^3\.(\d+)\.\d+$`)
 
 // Interpreters lists the matrix.
 func Interpreters() []Interpreter {
-	if root := os.Getenv(EnvPythonRoot); root != "" {
+	if p, ok := testfixture.VMPython(); ok {
 		// One interpreter, in a root prepared for it (test/kernels' VMs).
-		py := os.Getenv(EnvPython)
-		minor, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(py), "python3."))
 		return []Interpreter{{
-			Name: "3." + strconv.Itoa(minor) + "-" + runtime.GOARCH, Minor: minor, Python: py,
-			root: func(testing.TB) string { return root },
+			Name: "3." + strconv.Itoa(p.Minor) + "-" + runtime.GOARCH, Minor: p.Minor, Python: p.Python,
+			root: func(testing.TB) string { return p.Root },
 		}}
 	}
 	var out []Interpreter

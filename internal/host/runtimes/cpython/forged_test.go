@@ -12,6 +12,28 @@ import (
 	"github.com/profsym/profsym/internal/testfixture"
 )
 
+// The forging processes: 3.11's layout, and the same saying 3.99.
+var (
+	forgedPython    = forgedSpec("forged-python")
+	forgedPython399 = forgedSpec("forged-python-399", "-DVERSION=0x036300f0")
+)
+
+func forgedSpec(name string, args ...string) testfixture.Spec {
+	return testfixture.Spec{
+		Name: name, Lang: "c", Sources: []string{"runtimes/python/forged.c"},
+		Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread"}, args...),
+	}
+}
+
+// TestFixturesBuild builds the package's native fixtures: test/kernels
+// runs it to export them, built for the VM's architecture
+// (testfixture.EnvExport), into the image.
+func TestFixturesBuild(t *testing.T) {
+	for _, s := range []testfixture.Spec{forgedPython, forgedPython399} {
+		t.Run(s.Name, func(t *testing.T) { testfixture.Build(t, s) })
+	}
+}
+
 // TestForgedInterpreter runs processes that forge CPython's state
 // (forged.c, installed as python3.11): a forged version, a thread list
 // that loops, a wild frame pointer, frame chains that turn into loops
@@ -19,9 +41,8 @@ import (
 // Each keeps its native frames and says runtime; names stay within
 // max_name_length; the agent carries on.
 func TestForgedInterpreter(t *testing.T) {
-	install := func(name string, args ...string) string {
-		bin := testfixture.Build(t, testfixture.Spec{Name: name, Lang: "c", Sources: []string{"runtimes/python/forged.c"},
-			Args: append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread"}, args...)})
+	install := func(spec testfixture.Spec) string {
+		bin := testfixture.Build(t, spec)
 		py := filepath.Join(t.TempDir(), "python3.11")
 		b, err := os.ReadFile(bin)
 		if err != nil {
@@ -32,8 +53,8 @@ func TestForgedInterpreter(t *testing.T) {
 		}
 		return py
 	}
-	py := install("forged-python")
-	py399 := install("forged-python-399", "-DVERSION=0x036300f0")
+	py := install(forgedPython)
+	py399 := install(forgedPython399)
 	h := newHarness(t)
 	for _, mode := range []string{"version", "threads", "wild", "late-loop", "deep-loop"} {
 		t.Run(mode, func(t *testing.T) {

@@ -98,25 +98,16 @@ var (
 	sidJDKPackages = []string{"openjdk-8-jre-headless", "openjdk-25-jre-headless", "openjdk-26-jre-headless", "openjdk-27-jre-headless"}
 )
 
-// A JDK and fixtures prepared for a machine without a JDK to build with
-// (test/kernels' VMs): the root the JDK runs in (as a chroot), its java
-// there and its feature release, and a folder with the fixtures' jar and
-// javap's listing of each class (javap-CLASS.txt). JNI fixtures are not
-// in it: the modes that need them are left out (jniFixture).
-const (
-	EnvJavaRoot     = "PROFSYM_JAVA_ROOT"
-	EnvJava         = "PROFSYM_JAVA"
-	EnvJavaFeature  = "PROFSYM_JAVA_FEATURE"
-	EnvJavaFixtures = "PROFSYM_JAVA_FIXTURES"
-)
-
+// prebuiltJDK is the JDK prepared for a machine without a JDK to build
+// with (test/kernels' VMs; testfixture.VMJDK), run in its root as in a
+// chroot. Its fixtures have no JNI library: the modes that need one are
+// left out.
 func prebuiltJDK() (jdk, bool) {
-	root := os.Getenv(EnvJavaRoot)
-	if root == "" {
+	j, ok := testfixture.VMJDK()
+	if !ok {
 		return jdk{}, false
 	}
-	feature, _ := strconv.Atoi(os.Getenv(EnvJavaFeature))
-	return jdk{name: fmt.Sprintf("jdk%d-%s", feature, runtime.GOARCH), feature: feature, root: root, java: os.Getenv(EnvJava)}, true
+	return jdk{name: fmt.Sprintf("jdk%d-%s", j.Feature, runtime.GOARCH), feature: j.Feature, root: j.Root, java: j.Java}, true
 }
 
 // javaFixtures compiles the fixtures once (javac --release 8, so every
@@ -124,8 +115,8 @@ func prebuiltJDK() (jdk, bool) {
 // JDK's jni.h.
 func javaFixtures(t testing.TB) (jar, lib string) {
 	t.Helper()
-	if dir := os.Getenv(EnvJavaFixtures); dir != "" {
-		return filepath.Join(dir, "fixture.jar"), ""
+	if j, ok := testfixture.VMJDK(); ok {
+		return filepath.Join(j.Fixtures, "fixture.jar"), ""
 	}
 	javac := testfixture.NeedTool(t, "javac")
 	jarTool := testfixture.NeedTool(t, "jar")
@@ -380,8 +371,8 @@ func (h *harness) frames(p *normalize.Process, s sampler.Sample) []frameOf {
 func javapLines(t testing.TB, jar, class string) (lines map[string][]uint32, calls map[string]uint32) {
 	t.Helper()
 	var out string
-	if dir := os.Getenv(EnvJavaFixtures); dir != "" {
-		b, err := os.ReadFile(filepath.Join(dir, "javap-"+class+".txt"))
+	if j, ok := testfixture.VMJDK(); ok {
+		b, err := os.ReadFile(filepath.Join(j.Fixtures, "javap-"+class+".txt"))
 		if err != nil {
 			t.Fatal(err)
 		}
