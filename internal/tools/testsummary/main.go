@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
 )
 
 // event is one line of go test -json (see go doc test2json); build events
@@ -27,9 +29,17 @@ type event struct {
 	ImportPath string
 	Test       string
 	Output     string
+	Elapsed    float64
 }
 
 type skip struct{ pkg, test, reason string }
+
+// timed is a top-level test and its seconds: the slowest are listed, so a
+// CI run says where its minutes went.
+type timed struct {
+	pkg, test string
+	secs      float64
+}
 
 type summary struct {
 	out     io.Writer
@@ -37,6 +47,7 @@ type summary struct {
 	skips   []skip
 	ran     map[string]int // top-level tests run per package
 	skipped map[string]int // top-level tests skipped per package
+	times   []timed
 	failed  bool
 }
 
@@ -68,6 +79,9 @@ func (s *summary) line(raw string) {
 	case e.Action == "run" && !strings.Contains(e.Test, "/"):
 		s.ran[e.Package]++
 	case e.Action == "pass" || e.Action == "fail" || e.Action == "skip":
+		if !strings.Contains(e.Test, "/") {
+			s.times = append(s.times, timed{e.Package, e.Test, e.Elapsed})
+		}
 		lines := s.logs[key]
 		delete(s.logs, key)
 		switch e.Action {
@@ -100,7 +114,17 @@ func reason(lines []string) string {
 	return strings.Join(r, " / ")
 }
 
+// slowest is how many of the slowest top-level tests report lists.
+const slowest = 12
+
 func (s *summary) report() {
+	slices.SortStableFunc(s.times, func(a, b timed) int { return cmp.Compare(b.secs, a.secs) })
+	if len(s.times) > 0 {
+		fmt.Fprintln(s.out, "\nslowest tests:")
+		for _, t := range s.times[:min(slowest, len(s.times))] {
+			fmt.Fprintf(s.out, "  %7.1fs %s %s\n", t.secs, t.pkg, t.test)
+		}
+	}
 	if len(s.skips) == 0 {
 		fmt.Fprintln(s.out, "\nskipped: none")
 		return
@@ -136,6 +160,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -152,6 +177,7 @@ func main() {
 	}
 	err = cmd.Wait()
 	s.report()
+	fmt.Printf("testsummary: %v of wall time\n", time.Since(start).Round(time.Second))
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
