@@ -131,7 +131,9 @@ struct {
  * not set up keeps its return address (on the stack on x86-64, in the link
  * register on arm64). The frame layouts match: a compiled frame's size
  * covers the saved frame pointer and return address at its top, an
- * interpreted or stub frame links through [fp, ra] at its frame pointer. */
+ * interpreted or stub frame links through [fp, ra] at its frame pointer.
+ * Every return address read from a frame goes through arch_strip_ra: with
+ * -XX:UseBranchProtection (arm64) the JVM signs the ones it saves. */
 #define HS_WALKS 1
 
 static __always_inline int hs_in_code(struct hotspot_proc *p, __u64 pc)
@@ -271,6 +273,7 @@ static __always_inline int hs_fp_step(struct hotspot_proc *p, struct unwind_stat
 		return 1;
 	if (bpf_probe_read_user(rec, sizeof(rec), (void *)s->fp))
 		return 1;
+	rec[1] = arch_strip_ra(rec[1]);
 	if (!any_ra && !hs_in_code(p, rec[1]))
 		return 1;
 	s->sp = s->fp + 16;
@@ -319,7 +322,7 @@ static __always_inline int hs_interpreted(struct hotspot_proc *p, struct unwind_
 		bci = bcp - start;
 	if (push_runtime_frame(s, FRAME_HS_INTERPRETED, method, bci | (((cm >> 3) & 0xffffffffull) << 32)))
 		return HS_FULL;
-	s->pc = rec[1];
+	s->pc = arch_strip_ra(rec[1]);
 	s->fp = rec[0];
 	s->sp = sender_sp;
 	return HS_NEXT;
@@ -361,6 +364,7 @@ static __always_inline int hs_compiled(struct hotspot_proc *p, struct unwind_sta
 #endif
 	if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)))
 		return HS_STUCK;
+	w[1] = arch_strip_ra(w[1]);
 	if (!hs_in_code(p, w[1]) && s->pc_exact) {
 		/* Past the epilogue's pops, at the ret; or below the frame
 		 * by a few pushed words (x86-64). */
@@ -405,7 +409,10 @@ static __always_inline int hs_stub(struct hotspot_proc *p, struct unwind_state *
 		if (interrupted && s->pc < code + complete)
 			return hs_bare_return(p, s) ? HS_STUCK : HS_NEXT;
 		cfa = s->sp + fsize;
-		if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)) || !hs_in_code(p, w[1]))
+		if (bpf_probe_read_user(w, sizeof(w), (void *)(cfa - 16)))
+			return HS_STUCK;
+		w[1] = arch_strip_ra(w[1]);
+		if (!hs_in_code(p, w[1]))
 			return HS_STUCK;
 		s->fp = w[0];
 		s->pc = w[1];

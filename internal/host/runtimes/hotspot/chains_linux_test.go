@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/profsym/profsym/internal/host/runtimes"
 	"github.com/profsym/profsym/internal/host/runtimes/hotspot"
 	"github.com/profsym/profsym/internal/host/sampler"
+	"github.com/profsym/profsym/internal/testfixture"
 )
 
 // timeScale stretches a fixture's clocks where the JVM runs emulated:
@@ -62,6 +64,16 @@ func TestJavaChains(t *testing.T) {
 		{name: "jni", jni: true, warm: 6 * time.Second},
 		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
 	}
+	if runtime.GOARCH == "arm64" {
+		// The JVM signs the return addresses it saves (PAC, on CPUs
+		// with it: hasPAC), interpreted and compiled frames alike.
+		modes = append(modes, struct {
+			name string
+			jvm  []string
+			jni  bool
+			warm time.Duration
+		}{name: "c1-pac", jvm: []string{"-XX:TieredStopAtLevel=1", "-XX:UseBranchProtection=standard"}, warm: 3 * time.Second})
+	}
 	for _, j := range jdks(t) {
 		for _, m := range modes {
 			if only := os.Getenv("HSMODE"); only != "" && only != m.name {
@@ -71,6 +83,9 @@ func TestJavaChains(t *testing.T) {
 				continue // prebuiltJDK's fixtures have no JNI library
 			}
 			t.Run(j.name+"/"+m.name, func(t *testing.T) {
+				if slices.Contains(m.jvm, "-XX:UseBranchProtection=standard") && !hasPAC(t) {
+					testfixture.SkipOrFail(t, "the CPU has no pointer authentication (paca in /proc/cpuinfo): nothing is signed")
+				}
 				arg := "chain"
 				want := []string{"hot", "b", "a", "main"}
 				if m.jni {
@@ -440,4 +455,14 @@ func newerJDK(t *testing.T) string {
 	// Not SkipOrFail: no such JDK exists yet, so CI cannot have one.
 	t.Skip("no JDK newer than 27 under /usr/lib/jvm: every installed JDK is walked")
 	return ""
+}
+
+// hasPAC says whether the CPU authenticates pointers with an address key
+// (the arm64 VM's -cpu max,pauth-impdef=on does).
+func hasPAC(t *testing.T) bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(strings.Fields(string(b)), "paca")
 }
