@@ -52,6 +52,9 @@ func TestJFRIntakeGateway(t *testing.T) {
 		fmt.Sprintf("PROFSYM_JFR_LISTEN=127.0.0.1:%d", jfrPort),
 		"PROFSYM_OUTPUT=" + out,
 		"PROFSYM_DEBUGINFOD_CACHE=" + filepath.Join(work, "cache"),
+		// The gateway's symbol store (its symbol indexes), else ./out in
+		// the package's folder.
+		"PROFSYM_SYMBOLS_DIR=" + filepath.Join(work, "symbols"),
 		"PROFSYM_LOCAL_ROOT=/nonexistent", // names must come from debuginfod, not this host's files
 		"DEBUGINFOD_URLS=" + srv.URL,
 	}
