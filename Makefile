@@ -225,6 +225,18 @@ bench-jfr:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench BenchmarkConvertJFR100MB -benchtime 1x -timeout 30m ./cmd/profsym/ | tee $(BIN)/bench-jfr.txt
 
+# profsym beside the upstream OpenTelemetry eBPF profiler on the same Java
+# (every JDK, -Xint and C2) and Python fixture processes: each fixture's
+# whole-named-chain share in each one's output (upstream's through an OTLP
+# sink collector). UPSTREAM=/path/to/ebpf-profiler names upstream's binary;
+# JAVAE2E=jdk17,... picks JDKs. Needs root; not in `bench` nor CI: the
+# figures go to notes.
+.PHONY: bench-runtimes
+bench-runtimes: otelcol
+	@mkdir -p $(BIN)
+	@test -n "$(UPSTREAM)" || { echo 'set UPSTREAM=/path/to/ebpf-profiler'; exit 2; }
+	PROFSYM_UPSTREAM=$(abspath $(UPSTREAM)) $(GO) test -count=1 -run '^TestBenchRuntimesVsUpstream$$' -v -timeout 30m ./internal/e2e/ | tee $(BIN)/bench-runtimes.log
+
 # A short run of every go test -fuzz target. Minimizing a new crasher or
 # input can run far past -fuzztime, so it is off: a crasher is saved as is.
 fuzz:
