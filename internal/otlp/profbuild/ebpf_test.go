@@ -122,13 +122,20 @@ func TestExitedProcessKeepsFrames(t *testing.T) {
 	v := view{pd: r.Profiles, dict: r.Profiles.Dictionary()}
 	id := gnuBuildID(t, realPath(t, bin))
 	var withID int64
+	noFrames := map[any]int64{}
 	for _, s := range v.samples(t, pid) {
+		if len(s.locs) == 0 {
+			// Taken as the process exits, its memory going (SIGTERM):
+			// no user frame, a stop reason saying why (as in checkHot).
+			noFrames[s.attrs[pframe.AttrUnwindStop]] += s.count
+			continue
+		}
 		if _, a := v.mapping(s.locs[0]); a[pframe.AttrBuildIDGNU] == id {
 			withID += s.count
 		}
 	}
 	if withID == 0 {
-		t.Fatalf("exited pid %d: no frame carries the fixture's build id %s", pid, id)
+		t.Fatalf("exited pid %d: no frame carries the fixture's build id %s (samples without user frames by stop reason: %v)", pid, id, noFrames)
 	}
 	for _, rp := range r.Profiles.ResourceProfiles().All() {
 		a := rp.Resource().Attributes()
