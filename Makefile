@@ -104,9 +104,10 @@ bench: bench-symbolize bench-processor bench-sampler bench-offcpu bench-cgselect
 # make image builds. Kernels and images are cached in $$PROFSYM_KERNEL_CACHE
 # (default ~/.cache/profsym/kernels); KERNELS=5.10,6.1 runs a subset. About
 # 18 minutes under TCG on 2 cores.
-test-kernels: $(IMAGE_DIR)/arm64/otelcol-profsym $(IMAGE_DIR)/arm64/profsym
+# (Prerequisites expand as the rule is read: IMAGE_DIR is set further down.)
+test-kernels: $(BIN)/image/arm64/otelcol-profsym $(BIN)/image/arm64/profsym
 	@mkdir -p $(BIN)
-	$(GO) run ./test/kernels $(if $(KERNELS),-only $(KERNELS)) -built $(IMAGE_DIR) -out $(BIN)/test-kernels.md
+	$(GO) run ./test/kernels $(if $(KERNELS),-only $(KERNELS)) -built $(BIN)/image -out $(BIN)/test-kernels.md
 
 # Side by side with llvm-symbolizer-19: cold process wall time, warm
 # per-address cost and peak RSS over >=10,000 addresses of Go's compile
