@@ -56,7 +56,7 @@ const (
 	// python3.11 of that architecture, unpacked into the image), and the
 	// processes that forge its structures.
 	// (TestForgedInterpreter passes here but is left out until its
-	// threads mode's start-up sample is explained: 1 of 5 VM runs.)
+	// threads mode's start-up sample is explained: 1 of 2 VM runs.)
 	cpythonRun = "^TestPythonChains$"
 	// The HotSpot walker's chains there too (trixie's OpenJDK 21):
 	// interpreted, C1, and C2 with its inlining pinned, not the plain C2
