@@ -59,13 +59,13 @@ const (
 	// threads mode's start-up sample is explained: 1 of 2 VM runs.)
 	cpythonRun = "^TestPythonChains$"
 	// The HotSpot walker's chains there too (trixie's OpenJDK 21):
-	// interpreted, C1, and C2 with its inlining pinned, not the plain C2
-	// mode (hotspotSkip), which reaches the same code less surely and
-	// costs 30 s more; and the process forging a JVM's tables.
+	// interpreted, C1, C2, C2 with its inlining pinned, and C1 with
+	// return addresses signed. Each compiled mode samples once the JIT
+	// has compiled what it is about (hotspot's jitWatch), so emulation
+	// costs them seconds, not a warm-up sized for the slowest run.
 	// TestHostileProcess is left out until its endless mode's refusal,
 	// not counted in time once here, is explained (-hotspot-run runs it).
-	hotspotRun  = "^TestJavaChains$"
-	hotspotSkip = "^TestJavaChains$/./^c2$"
+	hotspotRun = "^TestJavaChains$"
 	// The shipped binaries there too, as a user runs them (internal/e2e):
 	// otelcol-profsym and profsym record naming that Python's and that
 	// JDK's frames.
@@ -317,7 +317,7 @@ func build(cfg *config, a *apt, arch string, logf func(string, ...any)) (*built,
 	}
 	runs := []vmRun{{name: "sampler", pattern: cfg.samplerRun}, {name: "unwind", pattern: cfg.unwindRun, skip: skipPattern(b.skipped)}}
 	if slices.Contains(runtimeArches, arch) {
-		runs = append(runs, vmRun{name: "cpython", pattern: cfg.cpythonRun}, vmRun{name: "hotspot", pattern: cfg.hotspotRun, skip: hotspotSkip}, vmRun{name: "e2e", pattern: cfg.e2eRun})
+		runs = append(runs, vmRun{name: "cpython", pattern: cfg.cpythonRun}, vmRun{name: "hotspot", pattern: cfg.hotspotRun}, vmRun{name: "e2e", pattern: cfg.e2eRun})
 	}
 	runs = slices.DeleteFunc(runs, func(r vmRun) bool { return r.pattern == "" })
 	runsOf := func(names ...string) bool {

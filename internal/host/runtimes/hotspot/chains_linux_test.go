@@ -42,37 +42,38 @@ func TestJavaChains(t *testing.T) {
 	h := newHarness(t, sampler.Config{Runtimes: runtimes.Config{HotSpot: true}})
 	jar, lib := javaFixtures(t)
 	lines, calls := javapLines(t, jar, "fixture.Chain")
-	modes := []struct {
+	// The compiled modes sample once the JIT has compiled what they are
+	// about (jit), within warm at most; the interpreted ones after warm.
+	type mode struct {
 		name string
 		jvm  []string
 		jni  bool
 		warm time.Duration
-	}{
+		jit  []compiled
+	}
+	c1 := []compiled{{method: "fixture.Chain::hot", level: 1}, {method: "fixture.Chain::b", level: 1}, {method: "fixture.Chain::a", level: 1}}
+	modes := []mode{
 		{name: "interpreted", jvm: []string{"-Xint"}, warm: 2 * time.Second},
-		{name: "c1", jvm: []string{"-XX:TieredStopAtLevel=1"}, warm: 3 * time.Second},
-		{name: "c2", warm: 6 * time.Second},
+		{name: "c1", jvm: []string{"-XX:TieredStopAtLevel=1"}, warm: 10 * time.Second, jit: c1},
+		// C2's a, with b and hot inlined into it.
+		{name: "c2", warm: 15 * time.Second, jit: []compiled{{method: "fixture.Chain::a", level: 4}}},
 		// C2 alone with the inlining pinned: hot compiled on its own,
 		// b inlined into a, so every compiled sample from hot has one
-		// known shape. a reaches C2's threshold later than hot (JDK 8
-		// under load: 16% of the samples after 6 s still had it
-		// interpreted): a longer warm-up.
+		// known shape.
 		{name: "c2-pinned", jvm: []string{
 			"-XX:-TieredCompilation", "-XX:CompileCommand=quiet",
 			"-XX:CompileCommand=dontinline,fixture.Chain::hot", "-XX:CompileCommand=inline,fixture.Chain::b",
 			"-XX:CompileCommand=dontinline,fixture.Chain::a",
-		}, warm: 10 * time.Second},
-		{name: "jni", jni: true, warm: 6 * time.Second},
+		}, warm: 20 * time.Second, jit: []compiled{{method: "fixture.Chain::hot"}, {method: "fixture.Chain::a"}}},
+		// Through JNI a is called 50 times a second, too rarely for C2;
+		// hot's loop is replaced on the stack by C2's code at once.
+		{name: "jni", jni: true, warm: 15 * time.Second, jit: []compiled{{method: "fixture.Chain::hot", level: 4, osr: true}}},
 		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
 	}
 	if runtime.GOARCH == "arm64" {
 		// The JVM signs the return addresses it saves (PAC, on CPUs
 		// with it: hasPAC), interpreted and compiled frames alike.
-		modes = append(modes, struct {
-			name string
-			jvm  []string
-			jni  bool
-			warm time.Duration
-		}{name: "c1-pac", jvm: []string{"-XX:TieredStopAtLevel=1", "-XX:UseBranchProtection=standard"}, warm: 3 * time.Second})
+		modes = append(modes, mode{name: "c1-pac", jvm: []string{"-XX:TieredStopAtLevel=1", "-XX:UseBranchProtection=standard"}, warm: 10 * time.Second, jit: c1})
 	}
 	for _, j := range jdks(t) {
 		for _, m := range modes {
@@ -103,8 +104,13 @@ func TestJavaChains(t *testing.T) {
 				}
 				scale := timeScale()
 				secs, _ := strconv.Atoi(fixtureSeconds)
-				cmd := javaCmd(t, j, jar, lib, m.jvm, "fixture.Chain", arg, strconv.Itoa(secs*scale))
-				h.sampleJVMAtLeast(t, cmd, m.warm*time.Duration(scale), 5*time.Second*time.Duration(scale), 300, false, func(pid int, samples []sampler.Sample) {
+				warm := warmup{d: m.warm * time.Duration(scale)}
+				jvm := m.jvm
+				if m.jit != nil {
+					jvm, warm.jit = watchJIT(jvm, m.jit)
+				}
+				cmd := javaCmd(t, j, jar, lib, jvm, "fixture.Chain", arg, strconv.Itoa(secs*scale))
+				h.sampleJVMAfter(t, cmd, warm, 5*time.Second*time.Duration(scale), 300, false, func(pid int, samples []sampler.Sample) {
 					// The fixture's JVM itself: the machine-wide count of
 					// refusals also counts other JVMs the sampler meets (a
 					// java -version, another package's tests), half set up
@@ -201,8 +207,8 @@ func (c chainCheck) run(t *testing.T, h *harness, p *normalize.Process, samples 
 	if full*100 < all*c.hotShare {
 		t.Errorf("%d of %d samples start at hot, want %d%%: the fixture spends its time there", full, all, c.hotShare)
 	}
-	// C2 compiles a within the warm-up: samples of the interpreted a
-	// before it are few.
+	// The window starts once C2 has compiled a: samples of the
+	// interpreted a are of calls that began before.
 	if c.pinned && shaped*100 < full*95 {
 		t.Errorf("%d of %d samples from hot have hot compiled on its own and b inlined into a", shaped, full)
 	}

@@ -268,9 +268,32 @@ func (h *harness) sampleJVM(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, 
 
 func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, atLeast uint64, wait bool, f func(pid int, samples []sampler.Sample)) {
 	t.Helper()
+	h.sampleJVMAfter(t, cmd, warmup{d: warm}, d, atLeast, wait, f)
+}
+
+// warmup is what a JVM is given before its window: a time or, with jit,
+// until the JIT has compiled what the mode is about (failing after d),
+// then jitSettle.
+type warmup struct {
+	d   time.Duration
+	jit *jitWatch
+}
+
+// jitSettle follows the last compile waited for: callers still running
+// the code it replaced return to the new code (each call of fixture.Chain's
+// a lasts under a millisecond), and the drain before the window empties
+// the rings of what came before.
+const jitSettle = 500 * time.Millisecond
+
+func (h *harness) sampleJVMAfter(t testing.TB, cmd *exec.Cmd, warm warmup, d time.Duration, atLeast uint64, wait bool, f func(pid int, samples []sampler.Sample)) {
+	t.Helper()
+	if warm.jit != nil {
+		warm.jit.attach(t, cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	started := time.Now()
 	pid := cmd.Process.Pid
 	defer func() {
 		if !wait {
@@ -286,12 +309,22 @@ func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Dur
 			h.s.Runtimes().Attach(p)
 		}
 	}
-	if h.snapshotEarly > 0 && h.snapshotEarly < warm {
+	if h.snapshotEarly > 0 && h.snapshotEarly < warm.d {
 		time.Sleep(h.snapshotEarly)
 		snapshot()
-		warm -= h.snapshotEarly
+		warm.d -= h.snapshotEarly
 	}
-	time.Sleep(warm)
+	if warm.jit == nil {
+		time.Sleep(warm.d)
+	} else {
+		select {
+		case <-warm.jit.ready:
+			t.Logf("compiled as asked %v after the start", time.Since(started).Round(time.Millisecond))
+			time.Sleep(jitSettle)
+		case <-time.After(warm.d):
+			t.Fatalf("the JIT had not compiled %v after %v; the fixture's compiles: %s", warm.jit.want, warm.d, warm.jit.compiles())
+		}
+	}
 	for range h.snapshotsAfterWarm {
 		snapshot()
 	}

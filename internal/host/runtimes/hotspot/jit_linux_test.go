@@ -1,0 +1,136 @@
+package hotspot_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// compiled is a method whose compile a test waits for before it samples:
+// the state the mode is about (C1's or C2's code, the inlining asked),
+// reached when the JIT says so, not after a guessed warm-up that a loaded
+// machine outlasts (JDK 8's C2 had not compiled a 6 s into a CI run).
+type compiled struct {
+	method string // as -XX:+PrintCompilation names it: fixture.Chain::a
+	// level is the tier, 1 to 4; 0 where the JVM runs C2 alone
+	// (-XX:-TieredCompilation), which prints no tier.
+	level int
+	osr   bool // an on-stack replacement of a loop counts too
+}
+
+func (c compiled) String() string {
+	s := fmt.Sprintf("%s at tier %d", c.method, c.level)
+	if c.osr {
+		s += " (or OSR)"
+	}
+	return s
+}
+
+// jitWatch reads a JVM's -XX:+PrintCompilation output and closes ready
+// once each wanted method has been compiled as asked.
+type jitWatch struct {
+	ready chan struct{}
+	want  []compiled
+	mu    sync.Mutex
+	seen  []string // the fixture's compiles so far, for a failure's message
+}
+
+// watchJIT adds -XX:+PrintCompilation to jvmArgs and returns them with the
+// watch; start it on the command with attach.
+func watchJIT(jvmArgs []string, want []compiled) ([]string, *jitWatch) {
+	return append(jvmArgs[:len(jvmArgs):len(jvmArgs)], "-XX:+PrintCompilation"), &jitWatch{ready: make(chan struct{}), want: want}
+}
+
+// attach takes cmd's stdout, before cmd starts. Lines that are not
+// compiles go on to the test's stderr, as javaCmd sends them; the compiles
+// of the JVM's own methods (hundreds) are dropped. The reader ends when
+// the JVM's Wait closes the pipe.
+func (w *jitWatch) attach(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Stdout = nil
+	r, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.read(r)
+}
+
+func (w *jitWatch) read(r io.Reader) {
+	done := make([]bool, len(w.want))
+	left := len(w.want)
+	if left == 0 {
+		close(w.ready)
+	}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		method, level, osr, ok := parseCompile(line)
+		if !ok {
+			fmt.Fprintln(os.Stderr, line)
+			continue
+		}
+		if !strings.HasPrefix(method, "fixture.") {
+			continue
+		}
+		w.mu.Lock()
+		w.seen = append(w.seen, strings.Join(strings.Fields(line), " "))
+		w.mu.Unlock()
+		if strings.Contains(line, "made not entrant") || strings.Contains(line, "made zombie") {
+			continue
+		}
+		for i, c := range w.want {
+			if !done[i] && method == c.method && level == c.level && (!osr || c.osr) {
+				done[i] = true
+				if left--; left == 0 {
+					close(w.ready)
+				}
+			}
+		}
+	}
+}
+
+// compiles lists the fixture's compiles seen so far.
+func (w *jitWatch) compiles() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.seen, "; ")
+}
+
+// parseCompile reads one line of -XX:+PrintCompilation, the same from JDK 8
+// to 27: milliseconds, compile id, flag characters (% for OSR), the tier
+// where tiered compilation is on (- for none), then the method, as in
+//
+//	26    8 %     4       fixture.Chain::hot @ 5 (37 bytes)
+//	1140    7             fixture.Chain::a (22 bytes)   made not entrant
+func parseCompile(line string) (method string, level int, osr, ok bool) {
+	f := strings.Fields(line)
+	at := -1
+	for i, s := range f {
+		if strings.Contains(s, "::") {
+			at = i
+			break
+		}
+	}
+	if at < 2 {
+		return "", 0, false, false
+	}
+	for _, s := range f[:2] {
+		if strings.TrimLeft(s, "0123456789") != "" {
+			return "", 0, false, false
+		}
+	}
+	for _, s := range f[2:at] {
+		switch {
+		case strings.ContainsRune(s, '%'): // with s, !, b or n beside it at times
+			osr = true
+		case len(s) == 1 && s[0] >= '1' && s[0] <= '4':
+			level = int(s[0] - '0')
+		}
+	}
+	return f[at], level, osr, true
+}
