@@ -134,3 +134,27 @@ func parseCompile(line string) (method string, level int, osr, ok bool) {
 	}
 	return f[at], level, osr, true
 }
+
+func TestParseCompile(t *testing.T) {
+	for _, c := range []struct {
+		line   string
+		method string
+		level  int
+		osr    bool
+		ok     bool
+	}{
+		{"     26    8 %     4       fixture.Chain::hot @ 5 (37 bytes)", "fixture.Chain::hot", 4, true, true},
+		{"    913   15       4       fixture.Chain::a (22 bytes)", "fixture.Chain::a", 4, false, true},
+		{"   1140    7             fixture.Chain::a (22 bytes)", "fixture.Chain::a", 0, false, true},
+		{"     25    2 %           fixture.Chain::hot @ 5 (37 bytes)   made not entrant", "fixture.Chain::hot", 0, true, true},
+		{"    300   41 %s!b  3       java.lang.Object::wait @ 2 (12 bytes)", "java.lang.Object::wait", 3, true, true},
+		{"    301   42  s    -       java.lang.Object::notify (native)", "java.lang.Object::notify", 0, false, true},
+		{"go 1700000000", "", 0, false, false},
+		{"Exception in thread main: fixture.Chain::hot", "", 0, false, false},
+	} {
+		method, level, osr, ok := parseCompile(c.line)
+		if method != c.method || level != c.level || osr != c.osr || ok != c.ok {
+			t.Errorf("%q: %q tier %d osr %v ok %v, want %q %d %v %v", c.line, method, level, osr, ok, c.method, c.level, c.osr, c.ok)
+		}
+	}
+}
