@@ -205,6 +205,7 @@ type sampleView struct {
 	py       []pyFrame
 	evalLeft int // native frames still in the eval loop (should be replaced)
 	native   int
+	leafFile string // the innermost native frame's file, base name
 }
 
 func samplesOf(t testing.TB, r profbuild.Report, pid int, binName string, eval [][2]uint64) []sampleView {
@@ -244,6 +245,9 @@ func samplesOf(t testing.TB, r profbuild.Report, pid int, binName string, eval [
 							native++
 							sv.native++
 							m := dict.MappingTable().At(int(l.MappingIndex()))
+							if sv.native == 1 {
+								sv.leafFile = path.Base(str(m.FilenameStrindex()))
+							}
 							if path.Base(str(m.FilenameStrindex())) == binName && inRanges(eval, l.Address()) {
 								sv.evalLeft++
 							}

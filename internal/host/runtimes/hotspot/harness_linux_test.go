@@ -194,8 +194,9 @@ type harness struct {
 	norm *normalize.Normalizer
 	done chan struct{}
 	// snapshotEarly, when set, takes a snapshot of the process that long
-	// after it starts; snapshotsAfterWarm are taken after the warm-up, as
-	// changes of its mappings (or the walker's asking) would.
+	// after it starts; snapshotsAfterWarm are taken after the warm-up,
+	// AttachRetryGap apart, as the walker's asking (at most once a second)
+	// would.
 	snapshotEarly      time.Duration
 	snapshotsAfterWarm int
 }
@@ -319,13 +320,16 @@ func (h *harness) sampleJVMAfter(t testing.TB, cmd *exec.Cmd, warm warmup, d tim
 	} else {
 		select {
 		case <-warm.jit.ready:
-			t.Logf("compiled as asked %v after the start", time.Since(started).Round(time.Millisecond))
+			t.Logf("ready (%v) %v after the start", warm.jit, time.Since(started).Round(time.Millisecond))
 			time.Sleep(jitSettle)
 		case <-time.After(warm.d):
-			t.Fatalf("the JIT had not compiled %v after %v; the fixture's compiles: %s", warm.jit.want, warm.d, warm.jit.compiles())
+			t.Fatalf("not ready after %v: waiting for %v; the fixture's compiles: %s", warm.d, warm.jit, warm.jit.compiles())
 		}
 	}
-	for range h.snapshotsAfterWarm {
+	for i := range h.snapshotsAfterWarm {
+		if i > 0 {
+			time.Sleep(hotspot.AttachRetryGap) // failures closer count once
+		}
 		snapshot()
 	}
 	if _, err := h.s.Drain(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -64,6 +65,7 @@ type Runtime struct {
 	procRoot string
 	openMem  func(pid int) (memory, error)
 	loaded   func(pid int, m *normalize.Mapping) error // runtimes.Loaded; forged memory has no maps
+	now      func() time.Time                          // attachRetryGap's clock; tests move it
 
 	// attachMu serializes Attach and Forget, the two writers of a proc's
 	// attach state (its fields above ready). Name never takes it: an
@@ -117,8 +119,10 @@ type proc struct {
 	err  error // why it cannot be walked (permanent)
 	// failed counts attach failures: a JVM read while it starts (its
 	// tables not yet relocated, its code heaps not yet made) can look
-	// inconsistent, so only the attachTries-th failure is final.
-	failed int
+	// inconsistent, so only the attachTries-th failure is final. Those
+	// within attachRetryGap of the last one counted count once.
+	failed     int
+	lastFailed time.Time
 
 	ranges                      [][2]uint64
 	codeLo, codeHi, callStubRet uint64
@@ -148,6 +152,7 @@ func New(cfg runtimes.Config, procMap ProcMap, errs Counters, log *zap.Logger) *
 		methods: lru.New[methodKey](cacheBytes, cfg.MaxNames, (*methodInfo).cost, nil),
 		names:   lru.NewKeyed(cacheBytes, cfg.MaxNames, symCost, nil),
 	}
+	r.now = time.Now
 	r.openMem = func(pid int) (memory, error) { return runtimes.OpenMem(r.procRoot, pid) }
 	r.loaded = func(pid int, m *normalize.Mapping) error { return runtimes.Loaded(r.procRoot, pid, m) }
 	return r
@@ -215,7 +220,11 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 		// walker asks for (at most once a second) while it runs in this
 		// code; attachTries failures are final, and a final verdict on
 		// the layout is the file's.
-		if pr.failed++; pr.failed < attachTries {
+		if now := r.now(); pr.failed == 0 || now.Sub(pr.lastFailed) >= attachRetryGap {
+			pr.failed++
+			pr.lastFailed = now
+		}
+		if pr.failed < attachTries {
 			r.log.Debug("HotSpot attach failed, will retry", zap.Int("pid", p.PID), zap.Int("failures", pr.failed), zap.Error(err))
 			return fallbackRanges(p, pr), true, nil
 		}
@@ -231,6 +240,15 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 // attachTries is how many attach failures make a JVM one that cannot be
 // walked.
 const attachTries = 3
+
+// attachRetryGap spaces the failures attachTries counts. A starting JVM
+// brings snapshots in bursts (its first sample, each library it opens:
+// the remaps), which could spend the budget within one moment of its
+// start-up; the emulated arm64 VM's slow start-up took three in the 0.8 s
+// TestHostileProcess's walker-late keeps its tables unset. The walker asks
+// for a snapshot at most once a second while it runs in the JVM's code, so
+// a JVM that stays unusable is still refused, 2 s after its first failure.
+const attachRetryGap = time.Second
 
 // broken hands the code of a JVM that cannot be walked to the walker with
 // an entry that says so: its stacks say runtime, and the walker asks for

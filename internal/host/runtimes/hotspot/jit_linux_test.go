@@ -32,12 +32,30 @@ func (c compiled) String() string {
 }
 
 // jitWatch reads a JVM's -XX:+PrintCompilation output and closes ready
-// once each wanted method has been compiled as asked.
+// once each wanted method has been compiled as asked, or, for a program
+// that says when it is set up (TestHostileProcess's), once it wrote line.
 type jitWatch struct {
 	ready chan struct{}
 	want  []compiled
+	line  string
 	mu    sync.Mutex
 	seen  []string // the fixture's compiles so far, for a failure's message
+}
+
+func (w *jitWatch) String() string {
+	var parts []string
+	for _, c := range w.want {
+		parts = append(parts, c.String())
+	}
+	if w.line != "" {
+		parts = append(parts, fmt.Sprintf("a line %q", w.line))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// watchLine waits for a line of the program's stdout.
+func watchLine(line string) *jitWatch {
+	return &jitWatch{ready: make(chan struct{}), line: line}
 }
 
 // watchJIT adds -XX:+PrintCompilation to jvmArgs and returns them with the
@@ -63,12 +81,23 @@ func (w *jitWatch) attach(t testing.TB, cmd *exec.Cmd) {
 func (w *jitWatch) read(r io.Reader) {
 	done := make([]bool, len(w.want))
 	left := len(w.want)
+	lineLeft := w.line != ""
+	if lineLeft {
+		left++
+	}
 	if left == 0 {
 		close(w.ready)
 	}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
+		if lineLeft && line == w.line {
+			lineLeft = false
+			if left--; left == 0 {
+				close(w.ready)
+			}
+			continue
+		}
 		method, level, osr, ok := parseCompile(line)
 		if !ok {
 			fmt.Fprintln(os.Stderr, line)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/profsym/profsym/internal/elfx"
 	"github.com/profsym/profsym/internal/filever"
@@ -140,4 +141,33 @@ func TestAttachWhileNaming(t *testing.T) {
 		}
 	}()
 	wg.Wait()
+}
+
+// Attach failures within attachRetryGap of the last one counted count
+// once: a burst of snapshots at a JVM's start leaves it to be retried;
+// spaced ones refuse it at the attachTries-th.
+func TestAttachFailuresSpaced(t *testing.T) {
+	r, p := startingJVM(t, newFakeJVM())
+	r.layouts[layoutKeyOf(&p.Mappings[0])] = layoutEntry{err: layoutErr("forged")}
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	for i := range 2 * attachTries {
+		if _, _, err := r.Attach(p); err != nil {
+			t.Fatalf("attach %d of a burst: %v, want a retry", i, err)
+		}
+	}
+	for i := 1; i < attachTries-1; i++ {
+		now = now.Add(attachRetryGap)
+		if _, _, err := r.Attach(p); err != nil {
+			t.Fatalf("spaced attach %d: %v, want a retry", i, err)
+		}
+	}
+	now = now.Add(attachRetryGap - time.Millisecond)
+	if _, _, err := r.Attach(p); err != nil {
+		t.Fatalf("an attach within the gap: %v, want a retry", err)
+	}
+	now = now.Add(time.Millisecond)
+	if _, _, err := r.Attach(p); !errors.Is(err, errLayout) {
+		t.Fatalf("attach %d, spaced: %v, want the layout refused", attachTries, err)
+	}
 }
