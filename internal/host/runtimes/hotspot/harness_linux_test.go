@@ -278,6 +278,9 @@ func (h *harness) sampleJVMAtLeast(t testing.TB, cmd *exec.Cmd, warm, d time.Dur
 type warmup struct {
 	d   time.Duration
 	jit *jitWatch
+	// begin, when set, runs as the window begins (a fixture's measured
+	// work starts).
+	begin func()
 }
 
 // jitSettle follows the last compile waited for: callers still running
@@ -291,7 +294,11 @@ func (h *harness) sampleJVMAfter(t testing.TB, cmd *exec.Cmd, warm warmup, d tim
 	if warm.jit != nil {
 		warm.jit.attach(t, cmd)
 	}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if warm.jit != nil {
+		warm.jit.started()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()
@@ -331,6 +338,9 @@ func (h *harness) sampleJVMAfter(t testing.TB, cmd *exec.Cmd, warm warmup, d tim
 			time.Sleep(hotspot.AttachRetryGap) // failures closer count once
 		}
 		snapshot()
+	}
+	if warm.begin != nil {
+		warm.begin()
 	}
 	if _, err := h.s.Drain(); err != nil {
 		t.Fatal(err)

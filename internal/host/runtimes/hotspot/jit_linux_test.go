@@ -2,6 +2,7 @@ package hotspot_test
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -34,12 +35,21 @@ func (c compiled) String() string {
 // jitWatch reads a JVM's -XX:+PrintCompilation output and closes ready
 // once each wanted method has been compiled as asked, or, for a program
 // that says when it is set up (TestHostileProcess's), once it wrote line.
+// The program's other output goes to out (the test's stderr when nil),
+// all of it once done is closed.
 type jitWatch struct {
 	ready chan struct{}
 	want  []compiled
 	line  string
-	mu    sync.Mutex
-	seen  []string // the fixture's compiles so far, for a failure's message
+	out   io.Writer
+	// stderr: the watch reads the program's stderr, where
+	// -XX:+DisplayVMOutputToStderr sends the JIT's lines (on stdout they
+	// were written into the middle of the program's own lines).
+	stderr bool
+	done   chan struct{}
+	wr     *os.File // the pipe's write end until the program has its own
+	mu     sync.Mutex
+	seen   []string // the fixture's compiles so far, for a failure's message
 }
 
 func (w *jitWatch) String() string {
@@ -61,22 +71,39 @@ func watchLine(line string) *jitWatch {
 // watchJIT adds -XX:+PrintCompilation to jvmArgs and returns them with the
 // watch; start it on the command with attach.
 func watchJIT(jvmArgs []string, want []compiled) ([]string, *jitWatch) {
-	return append(jvmArgs[:len(jvmArgs):len(jvmArgs)], "-XX:+PrintCompilation"), &jitWatch{ready: make(chan struct{}), want: want}
+	return append(jvmArgs[:len(jvmArgs):len(jvmArgs)], "-XX:+PrintCompilation", "-XX:+DisplayVMOutputToStderr"),
+		&jitWatch{ready: make(chan struct{}), want: want, stderr: true}
 }
 
-// attach takes cmd's stdout, before cmd starts. Lines that are not
-// compiles go on to the test's stderr, as javaCmd sends them; the compiles
-// of the JVM's own methods (hundreds) are dropped. The reader ends when
-// the JVM's Wait closes the pipe.
+// attach takes cmd's stdout (stderr for the JIT's lines), before cmd
+// starts; started must follow the start. Lines that are not compiles go on to out; the compiles of the
+// JVM's own methods (hundreds) are dropped. A pipe of our own, not
+// StdoutPipe: Wait would close that before the last lines were read.
 func (w *jitWatch) attach(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
-	cmd.Stdout = nil
-	r, err := cmd.StdoutPipe()
+	r, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	go w.read(r)
+	if w.stderr {
+		cmd.Stderr = wr
+	} else {
+		cmd.Stdout = wr
+	}
+	w.wr, w.done = wr, make(chan struct{})
+	go func() {
+		defer close(w.done)
+		defer r.Close()
+		w.read(r)
+	}()
 }
+
+// started closes our copy of the write end: the reader ends when the
+// program does (or now, if it did not start).
+func (w *jitWatch) started() { _ = w.wr.Close() }
+
+// wait waits until the program's output is all read.
+func (w *jitWatch) wait() { <-w.done }
 
 func (w *jitWatch) read(r io.Reader) {
 	done := make([]bool, len(w.want))
@@ -100,7 +127,7 @@ func (w *jitWatch) read(r io.Reader) {
 		}
 		method, level, osr, ok := parseCompile(line)
 		if !ok {
-			fmt.Fprintln(os.Stderr, line)
+			fmt.Fprintln(cmp.Or[io.Writer](w.out, os.Stderr), line)
 			continue
 		}
 		if !strings.HasPrefix(method, "fixture.") {

@@ -2,6 +2,7 @@ package hotspot_test
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -81,18 +82,48 @@ func TestMethodShares(t *testing.T) {
 					jfc = testfixture.ChrootCopy(t, j.root, settings)[0]
 				}
 				jvm := []string{"-XX:StartFlightRecording=filename=" + rec + ",settings=" + jfc}
+				// The window starts once C2 has compiled what it is
+				// about: each method on its own, or, inlined, the
+				// method they are inlined into (4.3 s in here, where a
+				// fixed 4 s was waited before).
+				want := []compiled{{method: "fixture.Mix::timedRound", level: 4}}
 				if !inline {
 					jvm = append(jvm, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,fixture.Mix::m*")
+					want = nil
+					for i := 1; i <= 12; i++ {
+						want = append(want, compiled{method: fmt.Sprintf("fixture.Mix::m%02d", i), level: 4})
+					}
 				}
-				cmd := javaCmd(t, j, jar, lib, jvm,
-					"fixture.Mix", strconv.Itoa(int((window+warm)/time.Second)+3), "2", strconv.Itoa(int(warm/time.Second)))
+				// The fixture counts its methods' CPU time from when
+				// the go file exists to when the stop file does: the
+				// window's bounds.
+				inside := filepath.Join("/tmp/profsym-fixtures", "mix-"+j.name)
+				goFile, stopFile := inside+".go", inside+".stop"
+				for _, f := range []string{goFile, stopFile} {
+					if err := os.Remove(testfixture.ChrootFile(j.root, f)); err != nil && !os.IsNotExist(err) {
+						t.Fatal(err)
+					}
+				}
+				touch := func(f string) {
+					if err := os.WriteFile(testfixture.ChrootFile(j.root, f), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				warm := warmup{d: 30 * time.Second, begin: func() { touch(goFile) }}
+				jvm, warm.jit = watchJIT(jvm, want)
+				cmd := javaCmd(t, j, jar, lib, jvm, "fixture.Mix", "120", "2", goFile, stopFile)
 				var stdout strings.Builder
 				cmd.Stdout = &stdout
 				ours := map[string]float64{}
 				var from, to time.Time
-				h.sampleJVM(t, cmd, warm, window, true, func(pid int, samples []sampler.Sample) {
+				h.sampleJVMAfter(t, cmd, warm, window, 0, true, func(pid int, samples []sampler.Sample) {
 					to = time.Now()
 					from = to.Add(-window)
+					// After the naming, which reads the running JVM's
+					// memory; the fixture's count runs that much past the
+					// window (the shares hold still: 0.2-0.4 points from
+					// the clock in or out of it).
+					defer touch(stopFile)
 					p, err := h.norm.Refresh(pid)
 					if err != nil {
 						t.Fatal(err)
@@ -115,6 +146,10 @@ func TestMethodShares(t *testing.T) {
 						}
 					}
 				})
+				warm.jit.wait()
+				if os.Getenv("HSDEBUG") != "" {
+					t.Logf("compiles: %s", warm.jit.compiles())
+				}
 				theirs := jfrTops(t, host, from, to)
 				truth := mixTimes(t, stdout.String())
 				compareTruth(t, ours, truth)
@@ -138,10 +173,7 @@ func TestMethodShares(t *testing.T) {
 }
 
 // The sampling window, after the JIT compilers are done.
-const (
-	warm   = 4 * time.Second
-	window = 20 * time.Second
-)
+const window = 20 * time.Second
 
 // jfcExecutionSample records jdk.ExecutionSample alone, every millisecond
 // (JDKs sample less often than asked when the machine is busy).
