@@ -3,6 +3,8 @@
 package unwind_test
 
 import (
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -38,8 +40,23 @@ func TestExitMarksProcess(t *testing.T) {
 		h.mu.Unlock()
 	}
 	h.mu.Unlock()
-	pid, samples := h.run(t, bin, "0.5")
-	if len(samples) == 0 {
+	// The process ends once the agent tracks it, not after a set time: in
+	// the emulated arm64 VM a fixture of 0.5 s once ended before its first
+	// snapshot was loaded, and its exit found no entry to mark.
+	cmd := exec.Command(bin, "60")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	tracked := waitUntil(30*time.Second, func() bool { return u.Tracked(pid) })
+	_ = cmd.Process.Signal(unix.SIGTERM)
+	_ = cmd.Wait() // ended by the signal
+	if !tracked {
+		t.Fatalf("pid %d not tracked after 30 s", pid)
+	}
+	time.Sleep(50 * time.Millisecond) // let the exit event through
+	if samples := h.drain(t, pid); len(samples) == 0 {
 		t.Fatal("no samples")
 	}
 	var m mark
