@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -32,39 +31,31 @@ func pprofVersion(t *testing.T) string {
 	return ""
 }
 
-var pprofOnce struct {
-	sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
 // pprofCLI builds the real pprof command (not `go tool pprof`, which reads
 // DWARF itself and never runs llvm-symbolizer) at the version in go.mod, in
 // a scratch module so this module's go.mod and go.sum stay as they are.
+// Built once into the fixtures' cache: a temporary directory per run was
+// never removed (16 MB a run, 28 of them on this machine).
 func pprofCLI(t *testing.T) string {
 	t.Helper()
 	gotool := testfixture.NeedTool(t, "go")
-	pprofOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "profsym-pprof-")
-		if err != nil {
-			pprofOnce.err = err
-			return
+	version := pprofVersion(t)
+	return testfixture.Cached(t, "pprof-"+version, "pprof", func(tmp string) {
+		mod := "module pprofcli\n\ngo 1.26\n\nrequire github.com/google/pprof " + version + "\n"
+		if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(mod), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		mod := "module pprofcli\n\ngo 1.26\n\nrequire github.com/google/pprof " + pprofVersion(t) + "\n"
-		os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644)
 		if sum, err := os.ReadFile(filepath.Join(testfixture.Root(t), "go.sum")); err == nil {
-			os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+			if err := os.WriteFile(filepath.Join(tmp, "go.sum"), sum, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		pprofOnce.path = filepath.Join(dir, "pprof")
-		cmd := exec.Command(gotool, "build", "-mod=mod", "-o", pprofOnce.path, "github.com/google/pprof")
-		cmd.Dir = dir
-		pprofOnce.out, pprofOnce.err = cmd.CombinedOutput()
+		cmd := exec.Command(gotool, "build", "-mod=mod", "-o", filepath.Join(tmp, "pprof"), "github.com/google/pprof")
+		cmd.Dir = tmp
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building pprof: %v\n%s", err, out)
+		}
 	})
-	if pprofOnce.err != nil {
-		t.Fatalf("building pprof: %v\n%s", pprofOnce.err, pprofOnce.out)
-	}
-	return pprofOnce.path
 }
 
 // unsymbolized writes a CPU profile of bin with one sample per address and
