@@ -2,7 +2,6 @@ package hotspot_test
 
 import (
 	"bufio"
-	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -35,13 +34,12 @@ func (c compiled) String() string {
 // jitWatch reads a JVM's -XX:+PrintCompilation output and closes ready
 // once each wanted method has been compiled as asked, or, for a program
 // that says when it is set up (TestHostileProcess's), once it wrote line.
-// The program's other output goes to out (the test's stderr when nil),
-// all of it once done is closed.
+// The program's other lines go to the test's stderr; done is closed once
+// all are read.
 type jitWatch struct {
 	ready chan struct{}
 	want  []compiled
 	line  string
-	out   io.Writer
 	// stderr: the watch reads the program's stderr, where
 	// -XX:+DisplayVMOutputToStderr sends the JIT's lines (on stdout they
 	// were written into the middle of the program's own lines).
@@ -76,9 +74,9 @@ func watchJIT(jvmArgs []string, want []compiled) ([]string, *jitWatch) {
 }
 
 // attach takes cmd's stdout (stderr for the JIT's lines), before cmd
-// starts; started must follow the start. Lines that are not compiles go on to out; the compiles of the
-// JVM's own methods (hundreds) are dropped. A pipe of our own, not
-// StdoutPipe: Wait would close that before the last lines were read.
+// starts; started must follow the start. The compiles of the JVM's own
+// methods (hundreds) are dropped. A pipe of our own, not StdoutPipe: Wait
+// would close that before the last lines were read.
 func (w *jitWatch) attach(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
 	r, wr, err := os.Pipe()
@@ -127,7 +125,7 @@ func (w *jitWatch) read(r io.Reader) {
 		}
 		method, level, osr, ok := parseCompile(line)
 		if !ok {
-			fmt.Fprintln(cmp.Or[io.Writer](w.out, os.Stderr), line)
+			fmt.Fprintln(os.Stderr, line)
 			continue
 		}
 		if !strings.HasPrefix(method, "fixture.") {
