@@ -192,3 +192,71 @@ func FuzzParseCgroup(f *testing.F) {
 		}
 	})
 }
+
+// A process in the proc mount's PID namespace, where the agent is (its
+// own status has one NSpid; their ns/pid links are the same), has no other
+// pid: status is not read. One in another namespace gets its innermost pid
+// from status; so does one whose link cannot be read, and any process when
+// the agent is not in the mount's namespace.
+func TestVPIDFromNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		root, own string // ns/pid links of the agent and of the process ("": none)
+		nspid     string // the agent's status's NSpid
+		want      int
+	}{
+		{"same namespace", "pid:[4026531836]", "pid:[4026531836]", "77", 0},
+		{"own namespace", "pid:[4026531836]", "pid:[4026532301]", "77", 12},
+		{"no link", "pid:[4026531836]", "", "77", 12},
+		{"no agent link", "", "pid:[4026531836]", "77", 12},
+		{"agent in a child namespace", "pid:[4026531836]", "pid:[4026531836]", "77\t3", 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for pid, link := range map[string]string{"self": tc.root, "4242": tc.own} {
+				if err := os.MkdirAll(filepath.Join(root, pid, "ns"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if link != "" {
+					if err := os.Symlink(link, filepath.Join(root, pid, "ns", "pid")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := os.WriteFile(filepath.Join(root, "self", "status"), []byte("Name:\tagent\nNSpid:\t"+tc.nspid+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The status a process in a child namespace has; a process
+			// in the mount's would have one NSpid field, so 12 here
+			// says that status was read.
+			for name, content := range map[string]string{"maps": "", "comm": "busy\n", "status": "Name:\tbusy\nPid:\t4242\nNSpid:\t4242\t12\n"} {
+				if err := os.WriteFile(filepath.Join(root, "4242", name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := New(Options{ProcRoot: root}).Process(4242)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.VPID != tc.want {
+				t.Errorf("VPID %d, want %d", p.VPID, tc.want)
+			}
+		})
+	}
+}
+
+// On this host, the test's own process and a child share pid 1's
+// namespace: no vpid.
+func TestVPIDOfThisHost(t *testing.T) {
+	p, err := New(Options{}).Process(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		want = ReadNSpid(string(st))
+	}
+	if p.VPID != want {
+		t.Errorf("VPID %d, status says %d", p.VPID, want)
+	}
+}
