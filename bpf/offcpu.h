@@ -78,15 +78,20 @@ static __always_inline int offcpu_targeted(__u32 tgid)
 }
 
 /* A process exits or execs: its filter bits are cleared. An answer read
- * before and written after this would stand for the new image: userspace
- * reads the process again after writing (sampler's answer). */
+ * before and written after this would stand for the new image: the
+ * count in offcpu_forgets moves first, and userspace, which reads it
+ * around its answer, answers again (sampler's answer). */
 static __always_inline void offcpu_forget(__u32 tgid)
 {
-	__u32 i = tgid >> 5;
+	__u32 i = tgid >> 5, slot = tgid & (OFFCPU_FORGET_SLOTS - 1);
+	__u32 *n;
 	__u64 *w, b;
 
 	if (!offcpu_select)
 		return;
+	n = bpf_map_lookup_elem(&offcpu_forgets, &slot);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 	w = bpf_map_lookup_elem(&offcpu_procs, &i);
 	if (!w)
 		return;

@@ -35,6 +35,7 @@ enum offcpu_limits {
 	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
 	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
 	OFFCPU_GAP = 8,         /* a thread with at most this many short waits between long ones has them all */
+	OFFCPU_FORGET_SLOTS = 16384, /* offcpu_forgets entries, a power of two */
 };
 
 /* offcpu_key.flags */
@@ -213,6 +214,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } offcpu_procs SEC(".maps");
+
+/* offcpu_forget's calls, counted in slot tgid % OFFCPU_FORGET_SLOTS before
+ * it clears the process's bits. Userspace reads the count before it reads
+ * a process and after it writes the answer: when it moved, an exec or exit
+ * may have come between, and it answers again (sampler's answer); another
+ * pid of the same slot costs only that. Mapped, like offcpu_procs: no
+ * syscall to read it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* OFFCPU_FORGET_SLOTS with offcpu_select */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_forgets SEC(".maps");
 
 /* tgids the off-CPU filter has been asked about (PROC_OFFCPU) and not yet
  * answered; LRU: an evicted one is asked about again. */

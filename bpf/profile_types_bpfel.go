@@ -241,13 +241,14 @@ type ProfileOffcpuKey struct {
 type ProfileOffcpuLimits uint32
 
 const (
-	ProfileOffcpuLimitsOFFCPU_ONE       ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_SLOTS     ProfileOffcpuLimits = 65536
-	ProfileOffcpuLimitsOFFCPU_KFRAMES   ProfileOffcpuLimits = 64
-	ProfileOffcpuLimitsOFFCPU_SKIP_MAX  ProfileOffcpuLimits = 8
-	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT ProfileOffcpuLimits = 47
-	ProfileOffcpuLimitsOFFCPU_LEVELS    ProfileOffcpuLimits = 32
-	ProfileOffcpuLimitsOFFCPU_GAP       ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_ONE          ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_SLOTS        ProfileOffcpuLimits = 65536
+	ProfileOffcpuLimitsOFFCPU_KFRAMES      ProfileOffcpuLimits = 64
+	ProfileOffcpuLimitsOFFCPU_SKIP_MAX     ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT    ProfileOffcpuLimits = 47
+	ProfileOffcpuLimitsOFFCPU_LEVELS       ProfileOffcpuLimits = 32
+	ProfileOffcpuLimitsOFFCPU_GAP          ProfileOffcpuLimits = 8
+	ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS ProfileOffcpuLimits = 16384
 )
 
 type ProfileOffcpuScratch struct {
@@ -915,6 +916,7 @@ const (
 	ProfileMapOffcpuAsked            = "offcpu_asked"
 	ProfileMapOffcpuCounts0          = "offcpu_counts0"
 	ProfileMapOffcpuCounts1          = "offcpu_counts1"
+	ProfileMapOffcpuForgets          = "offcpu_forgets"
 	ProfileMapOffcpuKstacks0         = "offcpu_kstacks0"
 	ProfileMapOffcpuKstacks1         = "offcpu_kstacks1"
 	ProfileMapOffcpuKstore           = "offcpu_kstore"
@@ -1142,6 +1144,7 @@ type ProfileMapSpecs struct {
 	OffcpuAsked      *ebpf.MapSpec `ebpf:"offcpu_asked"`
 	OffcpuCounts0    *ebpf.MapSpec `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.MapSpec `ebpf:"offcpu_counts1"`
+	OffcpuForgets    *ebpf.MapSpec `ebpf:"offcpu_forgets"`
 	OffcpuKstacks0   *ebpf.MapSpec `ebpf:"offcpu_kstacks0"`
 	OffcpuKstacks1   *ebpf.MapSpec `ebpf:"offcpu_kstacks1"`
 	OffcpuKstore     *ebpf.MapSpec `ebpf:"offcpu_kstore"`
@@ -1305,6 +1308,7 @@ type ProfileMaps struct {
 	OffcpuAsked      *ebpf.Map `ebpf:"offcpu_asked"`
 	OffcpuCounts0    *ebpf.Map `ebpf:"offcpu_counts0"`
 	OffcpuCounts1    *ebpf.Map `ebpf:"offcpu_counts1"`
+	OffcpuForgets    *ebpf.Map `ebpf:"offcpu_forgets"`
 	OffcpuKstacks0   *ebpf.Map `ebpf:"offcpu_kstacks0"`
 	OffcpuKstacks1   *ebpf.Map `ebpf:"offcpu_kstacks1"`
 	OffcpuKstore     *ebpf.Map `ebpf:"offcpu_kstore"`
@@ -1366,6 +1370,7 @@ func (m *ProfileMaps) Close() error {
 		m.OffcpuAsked,
 		m.OffcpuCounts0,
 		m.OffcpuCounts1,
+		m.OffcpuForgets,
 		m.OffcpuKstacks0,
 		m.OffcpuKstacks1,
 		m.OffcpuKstore,

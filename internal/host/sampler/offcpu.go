@@ -42,6 +42,7 @@ type offcpuObjs struct {
 	OffcpuProcs      *ebpf.Map      `ebpf:"offcpu_procs"`
 	OffcpuSlots      *ebpf.Map      `ebpf:"offcpu_slots"`
 	OffcpuAsked      *ebpf.Map      `ebpf:"offcpu_asked"`
+	OffcpuForgets    *ebpf.Map      `ebpf:"offcpu_forgets"`
 	OffcpuGen        *ebpf.Variable `ebpf:"offcpu_gen"`
 }
 
@@ -55,6 +56,7 @@ func (o *offcpuObjs) close() []error {
 	for _, m := range []*ebpf.Map{
 		o.OffcpuProgs, o.OffcpuStatsMap, o.OffcpuWaits, o.OffcpuUstore, o.OffcpuKstore, o.OffcpuCounts0,
 		o.OffcpuCounts1, o.OffcpuKstacks0, o.OffcpuKstacks1, o.OffcpuProcs, o.OffcpuSlots, o.OffcpuAsked,
+		o.OffcpuForgets,
 	} {
 		if m != nil {
 			errs = append(errs, m.Close())
@@ -130,6 +132,7 @@ type offcpuState struct {
 	lostRd  uint64     // rows whose stacks the drain could not read
 	cursor  int        // where the next check of old waits starts
 	procs   []byte     // offcpu_procs, mapped; nil without Select
+	forgets []byte     // offcpu_forgets, mapped; nil without Select
 	started bool
 }
 
@@ -154,6 +157,7 @@ func (s *Sampler) offCPUSpec(spec *ebpf.CollectionSpec) error {
 		bpf.ProfileMapOffcpuWaits: 1, bpf.ProfileMapOffcpuUstore: 1, bpf.ProfileMapOffcpuKstore: 1, bpf.ProfileMapOffcpuSlots: 1,
 		bpf.ProfileMapOffcpuCounts0: 1, bpf.ProfileMapOffcpuCounts1: 1,
 		bpf.ProfileMapOffcpuKstacks0: 1, bpf.ProfileMapOffcpuKstacks1: 1, bpf.ProfileMapOffcpuProcs: 1,
+		bpf.ProfileMapOffcpuForgets: 1,
 	}
 	if c.Enabled {
 		sizes[bpf.ProfileMapOffcpuWaits] = uint32(c.MaxWaits)
@@ -168,6 +172,7 @@ func (s *Sampler) offCPUSpec(spec *ebpf.CollectionSpec) error {
 		}
 		if c.Select != nil {
 			sizes[bpf.ProfileMapOffcpuProcs] = procWords
+			sizes[bpf.ProfileMapOffcpuForgets] = uint32(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)
 		}
 	}
 	for name, n := range sizes {
@@ -287,32 +292,45 @@ func (s *Sampler) offCPUEvent(ev *Event) bool {
 // reused) in between, the kernel clears the bits first and the answer for
 // the old image would stand for the new one, for good (issue 31: a fixture
 // exec'd by its parent was left out of off-CPU profiles, in one CI run).
-// So Select is applied again after the write: an exec after that second
-// read clears the bits after the write, and if the two answers agree the
-// bits are right whichever image the first read saw. A process gone by
-// then gets no answer, so that the next one with its pid is asked.
+// The kernel counts each clearing in offcpu_forgets before it clears:
+// when the count of pid's slot is the same after the write as before the
+// read, no exec or exit came between, and an exec after that clears the
+// bits after the write. When it moved, Select is applied again. (Before,
+// Select was applied a second time after every write and the two answers
+// compared: two reads of /proc per answer, a sixth of the agent's CPU in
+// issue 32's mix, where most new processes fork, wait and exec.) A
+// process gone by then gets no answer, so that the next one with its pid
+// is asked.
 func (o *offcpuState) answer(pid uint32) uint64 {
 	bits := uint64(0)
-	selected := o.cfg.Select(int(pid))
 	for range 3 {
+		before := o.forgetCount(pid)
 		bits = 1
-		if selected {
+		if o.cfg.Select(int(pid)) {
 			bits = 3
 		}
 		o.setProcBits(pid, bits)
-		again := o.cfg.Select(int(pid))
 		if !threadAlive(pid) {
 			bits = 0
 			break
 		}
-		if again == selected {
+		if o.forgetCount(pid) == before {
 			return bits
 		}
-		selected = again
-		bits = 0 // a name that keeps changing: asked again on its next wait
+		bits = 0 // forgotten that often meanwhile: asked again on its next wait
 	}
 	o.setProcBits(pid, bits)
 	return bits
+}
+
+// forgetCount reads pid's slot of offcpu_forgets (always 0 when it is not
+// mapped: tests that build an offcpuState of their own).
+func (o *offcpuState) forgetCount(pid uint32) uint32 {
+	i := int(pid&(uint32(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)-1)) * 4
+	if i+4 > len(o.forgets) {
+		return 0
+	}
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&o.forgets[i]))) //nolint:gosec // the map's memory, page-aligned: its words are aligned
 }
 
 // RetakeOffCPUAnswers makes each process Select answered no for ask again
@@ -378,27 +396,42 @@ func (o *offcpuState) setProcBits(pid uint32, bits uint64) {
 	}
 }
 
-// releaseOffCPU unmaps offcpu_procs (Close).
+// releaseOffCPU unmaps offcpu_procs and offcpu_forgets (Close).
 func (s *Sampler) releaseOffCPU() error {
-	if s.offcpu == nil || s.offcpu.procs == nil {
+	if s.offcpu == nil {
 		return nil
 	}
-	err := unix.Munmap(s.offcpu.procs)
-	s.offcpu.procs = nil
-	return err
+	var errs []error
+	for _, m := range []*[]byte{&s.offcpu.procs, &s.offcpu.forgets} {
+		if *m != nil {
+			errs = append(errs, unix.Munmap(*m))
+			*m = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// mapProcs maps offcpu_procs for setProcBits.
+// mapProcs maps offcpu_procs for setProcBits and offcpu_forgets for
+// forgetCount.
 func (s *Sampler) mapProcs() error {
 	if s.offcpu == nil || s.offcpu.cfg.Select == nil {
 		return nil
 	}
-	size := (procWords*8 + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
-	mem, err := unix.Mmap(s.objs.OffcpuProcs.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("sampler: mapping the off-CPU process filter: %w", err)
+	page := os.Getpagesize()
+	for _, m := range []struct {
+		mem  *[]byte
+		mp   *ebpf.Map
+		size int
+	}{
+		{&s.offcpu.procs, s.objs.OffcpuProcs, procWords * 8},
+		{&s.offcpu.forgets, s.objs.OffcpuForgets, int(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS) * 4},
+	} {
+		mem, err := unix.Mmap(m.mp.FD(), 0, (m.size+page-1)&^(page-1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("sampler: mapping the off-CPU process filter: %w", err)
+		}
+		*m.mem = mem
 	}
-	s.offcpu.procs = mem
 	return nil
 }
 

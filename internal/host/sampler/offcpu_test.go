@@ -499,3 +499,48 @@ func TestOffCPUPreemptedDecay(t *testing.T) {
 		t.Errorf("estimated %v runnable, the kernel measured %v (tolerance %v)", time.Duration(est), time.Duration(want), time.Duration(tol))
 	}
 }
+
+// answer reads the process once when nothing clears its bits meanwhile,
+// and again each time the kernel's forget count of its slot moves between
+// the read and the write (an exec or exit, or another pid of the slot),
+// the last answer standing; three moves in a row leave it undecided.
+func TestAnswerReadsAgainOnlyAfterAForget(t *testing.T) {
+	pid := uint32(os.Getpid())
+	for _, tc := range []struct {
+		name    string
+		forgets int // the first calls of Select that see a forget
+		yesFrom int // Select says yes from this call on (1-based)
+		calls   int // Select's calls
+		want    uint64
+	}{
+		{"quiet", 0, 1, 1, 3},
+		{"quiet, not targeted", 0, 9, 1, 1},
+		{"exec during the first read", 1, 2, 2, 3},
+		{"exec to a process left out", 1, 9, 2, 1},
+		{"forgotten at every read", 3, 1, 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			words := make([]uint64, procWords)
+			counts := make([]uint32, bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)
+			calls := 0
+			o := &offcpuState{
+				procs:   unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8),   //nolint:gosec // the words' own bytes
+				forgets: unsafe.Slice((*byte)(unsafe.Pointer(&counts[0])), len(counts)*4), //nolint:gosec // likewise
+				cfg: offcpu.Config{Select: func(p int) bool {
+					calls++
+					if calls <= tc.forgets {
+						// What offcpu_forget does at an exec: count, then clear.
+						counts[p%len(counts)]++
+						words[p/32] &^= 3 << (p % 32 * 2)
+					}
+					return calls >= tc.yesFrom
+				}},
+			}
+			got := o.answer(pid)
+			bits := words[pid/32] >> (pid % 32 * 2) & 3
+			if got != tc.want || bits != tc.want || calls != tc.calls {
+				t.Errorf("answered %b, bits %b, %d reads; want %b after %d", got, bits, calls, tc.want, tc.calls)
+			}
+		})
+	}
+}
