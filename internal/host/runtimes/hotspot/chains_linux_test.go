@@ -43,7 +43,9 @@ func TestJavaChains(t *testing.T) {
 	jar, lib := javaFixtures(t)
 	lines, calls := javapLines(t, jar, "fixture.Chain")
 	// The compiled modes sample once the JIT has compiled what they are
-	// about (jit), within warm at most; the interpreted ones after warm.
+	// about (jit), the interpreted ones once the fixture says it is in
+	// its loop (a JVM's start-up is 0.3 s here, seconds in the emulated
+	// arm64 VM); within warm at most.
 	type mode struct {
 		name string
 		jvm  []string
@@ -53,7 +55,7 @@ func TestJavaChains(t *testing.T) {
 	}
 	c1 := []compiled{{method: "fixture.Chain::hot", level: 1}, {method: "fixture.Chain::b", level: 1}, {method: "fixture.Chain::a", level: 1}}
 	modes := []mode{
-		{name: "interpreted", jvm: []string{"-Xint"}, warm: 2 * time.Second},
+		{name: "interpreted", jvm: []string{"-Xint"}, warm: 10 * time.Second},
 		{name: "c1", jvm: []string{"-XX:TieredStopAtLevel=1"}, warm: 10 * time.Second, jit: c1},
 		// C2's a, with b and hot inlined into it.
 		{name: "c2", warm: 15 * time.Second, jit: []compiled{{method: "fixture.Chain::a", level: 4}}},
@@ -68,7 +70,7 @@ func TestJavaChains(t *testing.T) {
 		// Through JNI a is called 50 times a second, too rarely for C2;
 		// hot's loop is replaced on the stack by C2's code at once.
 		{name: "jni", jni: true, warm: 15 * time.Second, jit: []compiled{{method: "fixture.Chain::hot", level: 4, osr: true}}},
-		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 2 * time.Second},
+		{name: "jni-interpreted", jvm: []string{"-Xint"}, jni: true, warm: 10 * time.Second},
 	}
 	if runtime.GOARCH == "arm64" {
 		// The JVM signs the return addresses it saves (PAC, on CPUs
@@ -108,6 +110,8 @@ func TestJavaChains(t *testing.T) {
 				jvm := m.jvm
 				if m.jit != nil {
 					jvm, warm.jit = watchJIT(jvm, m.jit)
+				} else {
+					warm.jit = watchLine("ready")
 				}
 				cmd := javaCmd(t, j, jar, lib, jvm, "fixture.Chain", arg, strconv.Itoa(secs*scale))
 				h.sampleJVMAfter(t, cmd, warm, 5*time.Second*time.Duration(scale), 300, false, func(pid int, samples []sampler.Sample) {
