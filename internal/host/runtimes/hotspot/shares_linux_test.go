@@ -30,10 +30,13 @@ import (
 // recording (jdk.ExecutionSample every millisecond) of the same seconds
 // is reported beside it, as a peer.
 func TestMethodShares(t *testing.T) {
-	// Both sides sample as often as they can, so that the shares are
+	// Both sides sample about every millisecond, so that the shares are
 	// known to within a point (sampling noise alone puts two estimates of
-	// a 20% share from 1,000 samples each 1.8 points apart).
-	h := newHarness(t, sampler.Config{SampleRate: 499, Runtimes: runtimes.Config{HotSpot: true}})
+	// a 20% share from 1,000 samples each 1.8 points apart) in a window
+	// of 10 s: the bounds follow the samples (compareTruth), and the
+	// fixture's two threads keep both of CI's CPUs busy for the window
+	// (at 499 Hz it took 20 s for as many samples).
+	h := newHarness(t, sampler.Config{SampleRate: 997, Runtimes: runtimes.Config{HotSpot: true}})
 	jar, lib := javaFixtures(t)
 	settings := filepath.Join(t.TempDir(), "sample.jfc")
 	if err := os.WriteFile(settings, []byte(jfcExecutionSample), 0o644); err != nil {
@@ -173,7 +176,7 @@ func TestMethodShares(t *testing.T) {
 }
 
 // The sampling window, after the JIT compilers are done.
-const window = 20 * time.Second
+const window = 10 * time.Second
 
 // jfcExecutionSample records jdk.ExecutionSample alone, every millisecond
 // (JDKs sample less often than asked when the machine is busy).
