@@ -59,7 +59,7 @@ func TestForgedInterpreter(t *testing.T) {
 	}
 	py := install(forgedPython)
 	py399 := install(forgedPython399)
-	h := newHarness(t)
+	h := newHarness(t, 99)
 	for _, mode := range []string{"version", "threads", "wild", "late-loop", "deep-loop"} {
 		t.Run(mode, func(t *testing.T) {
 			bin := py

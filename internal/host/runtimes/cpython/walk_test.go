@@ -37,19 +37,20 @@ type harness struct {
 	start time.Time
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness samples at hz.
+func newHarness(t *testing.T, hz int) *harness {
 	t.Helper()
 	testfixture.Short(t, "eBPF")
 	if err := sampler.CheckPrerequisites(); err != nil {
 		testfixture.SkipOrFail(t, "%v", err)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
-	s, err := sampler.New(sampler.Config{SampleRate: 99, Logger: log, Runtimes: runtimes.Config{CPython: true}})
+	s, err := sampler.New(sampler.Config{SampleRate: hz, Logger: log, Runtimes: runtimes.Config{CPython: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{s: s, start: time.Now()}
-	h.b = profbuild.New(profbuild.Options{SampleRate: 99, Unwinder: s.Unwinder(), Runtimes: s.Runtimes()})
+	h.b = profbuild.New(profbuild.Options{SampleRate: hz, Unwinder: s.Unwinder(), Runtimes: s.Runtimes()})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -286,8 +287,11 @@ func inRanges(rs [][2]uint64, a uint64) bool {
 // of the eval loop's native frames, and native frames between a callback
 // and its caller where C calls back into Python.
 func TestPythonChains(t *testing.T) {
-	h := newHarness(t)
-	const seconds = 2
+	// About 200 samples a case: 199 Hz over a second of the fixture's
+	// CPU (99 Hz over two until stop 45: as many samples, twice the CPU
+	// of 96 cases).
+	const hz, seconds = 199, 1
+	h := newHarness(t, hz)
 	for _, v := range cpython.Interpreters() {
 		t.Run(v.Name, func(t *testing.T) {
 			root := v.Root(t)
@@ -313,7 +317,7 @@ func TestPythonChains(t *testing.T) {
 					t.Logf("pid %d: %v of CPU, %d samples, %d (%.2f%%) whole chains (%d in the callee's caller, %d with a freed code object unnamed); stops %v; other %v; failures %v; set %+v; walker %s",
 						f.pid, cpu.Round(time.Millisecond), c.total, c.whole, 100*float64(c.whole)/float64(max(c.total, 1)),
 						c.inC, c.freed, c.stops, top(c.bad, 5), r.Failures, h.s.Runtimes().Stats(), walkerStats(t))
-					if float64(c.total) < 0.5*99*cpu.Seconds() || c.total < 20 {
+					if float64(c.total) < 0.5*hz*cpu.Seconds() || c.total < 20 {
 						t.Fatalf("only %d samples for %v of CPU", c.total, cpu)
 					}
 					// dynamic makes and frees code objects all the time;
