@@ -311,30 +311,38 @@ static uint64_t heaps[1];
 
 #define PUT64(buf, off, v) (*(uint64_t *)((uint8_t *)(buf) + (off)) = (uint64_t)(v))
 #define PUT32(buf, off, v) (*(uint32_t *)((uint8_t *)(buf) + (off)) = (uint32_t)(v))
+/* The JVM's major version, set last (a release store): until then the
+ * tables read as no JDK at all, a failure the agent retries. Set first, a
+ * snapshot in the middle of forge read the honest tables, whose layout is
+ * then the file's for good, and the mode's forgery was never read (the
+ * arm64 VM: wild, once, not refused). */
+#define PUBLISH() __atomic_store_n((uint32_t *)&statics[6], 17, __ATOMIC_RELEASE)
 
 void forge(const char *mode, uintptr_t lo, uintptr_t hi)
 {
 	size_t segs = (hi - lo) >> 6;
 	uint8_t *segmap;
 
-	PUT32(&statics[6], 0, 17);
 	if (!strcmp(mode, "cyclic")) {
 		/* The table pointer points at itself, every type names itself. */
 		gHotSpotVMStructs = (struct vs *)&gHotSpotVMStructs;
 		for (struct vt *t = types; t->type; t++)
 			t->type = (const char *)t;
+		PUBLISH();
 		return;
 	}
 	if (!strcmp(mode, "endless")) {
 		memset(endless, 'A', sizeof(endless));
 		for (struct vs *s = structs; s->type; s++)
 			s->type = endless;
+		PUBLISH();
 		return;
 	}
 	if (!strcmp(mode, "wild")) {
 		gHotSpotVMTypes = (struct vt *)0x10000;
 		for (struct vs *s = structs; s->type; s++)
 			s->offset = (uint64_t)-8;
+		PUBLISH();
 		return;
 	}
 	/* walker, walker-zero: a JVM that passes every check, whose code
@@ -355,4 +363,5 @@ void forge(const char *mode, uintptr_t lo, uintptr_t hi)
 	PUT64(queue, 8, lo);
 	PUT32(queue, 20, 16);
 	statics[30] = lo + 8;
+	PUBLISH();
 }
