@@ -84,8 +84,7 @@ static __always_inline int offcpu_targeted(__u32 tgid)
 static __always_inline void offcpu_forget(__u32 tgid)
 {
 	__u32 i = tgid >> 5, slot = tgid & (OFFCPU_FORGET_SLOTS - 1);
-	__u32 *n;
-	__u64 *w, b;
+	__u64 *w, *n, b;
 
 	if (!offcpu_select)
 		return;

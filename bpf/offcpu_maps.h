@@ -35,7 +35,7 @@ enum offcpu_limits {
 	OFFCPU_MAX_SHIFT = 47,  /* waits are capped at 2^47 ns (39 h) */
 	OFFCPU_LEVELS = 32,     /* short waits since a long one that change the probability */
 	OFFCPU_GAP = 8,         /* a thread with at most this many short waits between long ones has them all */
-	OFFCPU_FORGET_SLOTS = 16384, /* offcpu_forgets entries, a power of two */
+	OFFCPU_FORGET_SLOTS = 8192, /* offcpu_forgets entries, a power of two */
 };
 
 /* offcpu_key.flags */
@@ -226,7 +226,7 @@ struct {
 	__uint(max_entries, 1); /* OFFCPU_FORGET_SLOTS with offcpu_select */
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, __u64); /* an array's values are 8 bytes apart whatever their size */
 } offcpu_forgets SEC(".maps");
 
 /* tgids the off-CPU filter has been asked about (PROC_OFFCPU) and not yet

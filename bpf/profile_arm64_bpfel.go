@@ -248,7 +248,7 @@ const (
 	ProfileOffcpuLimitsOFFCPU_MAX_SHIFT    ProfileOffcpuLimits = 47
 	ProfileOffcpuLimitsOFFCPU_LEVELS       ProfileOffcpuLimits = 32
 	ProfileOffcpuLimitsOFFCPU_GAP          ProfileOffcpuLimits = 8
-	ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS ProfileOffcpuLimits = 16384
+	ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS ProfileOffcpuLimits = 8192
 )
 
 type ProfileOffcpuScratch struct {

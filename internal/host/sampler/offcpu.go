@@ -323,14 +323,14 @@ func (o *offcpuState) answer(pid uint32) uint64 {
 	return bits
 }
 
-// forgetCount reads pid's slot of offcpu_forgets (always 0 when it is not
-// mapped: tests that build an offcpuState of their own).
-func (o *offcpuState) forgetCount(pid uint32) uint32 {
-	i := int(pid&(uint32(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)-1)) * 4
-	if i+4 > len(o.forgets) {
+// forgetCount reads pid's slot of offcpu_forgets, a word (always 0 when it
+// is not mapped: tests that build an offcpuState of their own).
+func (o *offcpuState) forgetCount(pid uint32) uint64 {
+	i := int(pid&(uint32(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)-1)) * 8
+	if i+8 > len(o.forgets) {
 		return 0
 	}
-	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&o.forgets[i]))) //nolint:gosec // the map's memory, page-aligned: its words are aligned
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&o.forgets[i]))) //nolint:gosec // the map's memory, page-aligned: its words are aligned
 }
 
 // RetakeOffCPUAnswers makes each process Select answered no for ask again
@@ -424,7 +424,7 @@ func (s *Sampler) mapProcs() error {
 		size int
 	}{
 		{&s.offcpu.procs, s.objs.OffcpuProcs, procWords * 8},
-		{&s.offcpu.forgets, s.objs.OffcpuForgets, int(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS) * 4},
+		{&s.offcpu.forgets, s.objs.OffcpuForgets, int(bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS) * 8},
 	} {
 		mem, err := unix.Mmap(m.mp.FD(), 0, (m.size+page-1)&^(page-1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {

@@ -261,16 +261,20 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 	defer w.Close()
 	var once sync.Once
 	raced := make(chan bool, 1)
+	var forgets [2]uint64 // the pid's forget count before and after the exec
 	selects, isExecer := byComm(comm), byComm(execerComm)
-	s := newSampler(t, Config{
+	var s *Sampler
+	s = newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
 		OffCPU: offcpu.Config{Enabled: true, Select: func(pid int) bool {
 			ok := selects(pid)
 			if isExecer(pid) {
 				// Its first answer: it execs before the answer lands.
 				once.Do(func() {
+					forgets[0] = s.offcpu.forgetCount(uint32(pid))
 					io.WriteString(w, "go\n")
 					raced <- waitFor(10*time.Second, func() bool { return selects(pid) })
+					forgets[1] = s.offcpu.forgetCount(uint32(pid))
 				})
 			}
 			return ok
@@ -287,6 +291,12 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 	case ok := <-raced:
 		if !ok {
 			t.Fatal("the process did not exec the fixture in 10 s")
+		}
+		// The exec's clearing is counted where the host reads it
+		// (offcpu_forgets' layout: a word a slot), which is what makes
+		// the answer read again.
+		if forgets[1] <= forgets[0] {
+			t.Fatalf("forget count of the pid's slot %d before the exec, %d after: the kernel's count is not where the host reads", forgets[0], forgets[1])
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("its wait in read did not ask about it in 10 s")
@@ -521,11 +531,11 @@ func TestAnswerReadsAgainOnlyAfterAForget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			words := make([]uint64, procWords)
-			counts := make([]uint32, bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)
+			counts := make([]uint64, bpf.ProfileOffcpuLimitsOFFCPU_FORGET_SLOTS)
 			calls := 0
 			o := &offcpuState{
 				procs:   unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8),   //nolint:gosec // the words' own bytes
-				forgets: unsafe.Slice((*byte)(unsafe.Pointer(&counts[0])), len(counts)*4), //nolint:gosec // likewise
+				forgets: unsafe.Slice((*byte)(unsafe.Pointer(&counts[0])), len(counts)*8), //nolint:gosec // likewise
 				cfg: offcpu.Config{Select: func(p int) bool {
 					calls++
 					if calls <= tc.forgets {
