@@ -261,25 +261,28 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 	defer w.Close()
 	var once sync.Once
 	raced := make(chan bool, 1)
-	var forgets [2]uint64 // the pid's forget count before and after the exec
+	var forgets [2]uint64 // the pid's forget count before and after the exec, sent with raced
 	selects, isExecer := byComm(comm), byComm(execerComm)
-	var s *Sampler
-	s = newSampler(t, Config{
+	var sp atomic.Pointer[Sampler] // set before the process starts
+	s := newSampler(t, Config{
 		SampleRate: 99, KernelStacks: true,
 		OffCPU: offcpu.Config{Enabled: true, Select: func(pid int) bool {
 			ok := selects(pid)
 			if isExecer(pid) {
 				// Its first answer: it execs before the answer lands.
 				once.Do(func() {
-					forgets[0] = s.offcpu.forgetCount(uint32(pid))
+					o := sp.Load().offcpu
+					forgets[0] = o.forgetCount(uint32(pid))
 					io.WriteString(w, "go\n")
-					raced <- waitFor(10*time.Second, func() bool { return selects(pid) })
-					forgets[1] = s.offcpu.forgetCount(uint32(pid))
+					execd := waitFor(10*time.Second, func() bool { return selects(pid) })
+					forgets[1] = o.forgetCount(uint32(pid))
+					raced <- execd
 				})
 			}
 			return ok
 		}},
 	})
+	sp.Store(s)
 	cmd := exec.Command(execer, "exec", bin, "sleep", "1")
 	var out bytes.Buffer
 	cmd.Stdin, cmd.Stdout = r, &out
