@@ -20,7 +20,7 @@ import (
 // (user and system: reading /proc costs mostly the kernel's formatting)
 // per snapshot:
 //
-//	go test -run '^$' -bench Snapshot -benchtime 2000x ./internal/host/normalize
+//	go test -run '^$' -bench Snapshot -benchtime 3000x ./internal/host/normalize
 func BenchmarkSnapshot(b *testing.B) {
 	sleep := testfixture.NeedTool(b, "sleep")
 	cmd := exec.Command(sleep, "600")
