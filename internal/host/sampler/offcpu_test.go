@@ -274,8 +274,15 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 					o := sp.Load().offcpu
 					forgets[0] = o.forgetCount(uint32(pid))
 					io.WriteString(w, "go\n")
-					execd := waitFor(10*time.Second, func() bool { return selects(pid) })
-					forgets[1] = o.forgetCount(uint32(pid))
+					// The new name shows before the exec's
+					// tracepoint runs (begin_new_exec sets comm,
+					// handle_exec comes after the binary is
+					// loaded): wait for both, or a slow machine
+					// reads the count in between.
+					execd := waitFor(10*time.Second, func() bool {
+						forgets[1] = o.forgetCount(uint32(pid))
+						return selects(pid) && forgets[1] > forgets[0]
+					})
 					raced <- execd
 				})
 			}
@@ -292,14 +299,12 @@ func TestOffCPUAnswerRacesExec(t *testing.T) {
 	defer cmd.Process.Kill()
 	select {
 	case ok := <-raced:
-		if !ok {
-			t.Fatal("the process did not exec the fixture in 10 s")
-		}
 		// The exec's clearing is counted where the host reads it
 		// (offcpu_forgets' layout: a word a slot), which is what makes
 		// the answer read again.
-		if forgets[1] <= forgets[0] {
-			t.Fatalf("forget count of the pid's slot %d before the exec, %d after: the kernel's count is not where the host reads", forgets[0], forgets[1])
+		if !ok {
+			t.Fatalf("in 10 s, the process did not exec the fixture (selected %v) or the forget count of its slot did not move (%d before the exec, %d after: the kernel's count is not where the host reads)",
+				selects(cmd.Process.Pid), forgets[0], forgets[1])
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("its wait in read did not ask about it in 10 s")
