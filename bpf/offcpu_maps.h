@@ -177,8 +177,8 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
-	__type(key, __u64);
-	__type(value, struct user_stack);
+	__uint(key_size, sizeof(__u64));
+	__uint(value_size, sizeof(struct user_stack)); /* as ustacks0/1's */
 } offcpu_ustore SEC(".maps");
 
 struct {

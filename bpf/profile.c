@@ -292,6 +292,10 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 #include "threadctx.h"
 #include "unwind.h"
 
+/* Set by the loader: words of a user stack the walker keeps, at most
+ * MAX_USER_FRAMES; the ustacks maps' values hold that many. */
+volatile const __u32 max_user_words = MAX_USER_FRAMES;
+
 /* Anchors for bpf2go's -type (see above). */
 struct unwind_row *unused_unwind_row __attribute__((unused));
 struct unwind_table *unused_unwind_table __attribute__((unused));

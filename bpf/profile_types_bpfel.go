@@ -637,7 +637,7 @@ type ProfileStackCopy struct {
 	Comm    [16]int8
 	Fpcs    [32]uint64
 	Kpcs    [127]uint64
-	Upcs    [128]uint64
+	Upcs    [256]uint64
 	Stack   [20480]uint8
 }
 
@@ -709,8 +709,8 @@ type ProfileTctxProc struct {
 type ProfileUnwindLimits uint32
 
 const (
-	ProfileUnwindLimitsMAX_USER_FRAMES       ProfileUnwindLimits = 128
-	ProfileUnwindLimitsFRAMES_PER_PROG       ProfileUnwindLimits = 6
+	ProfileUnwindLimitsMAX_USER_FRAMES       ProfileUnwindLimits = 256
+	ProfileUnwindLimitsFRAMES_PER_PROG       ProfileUnwindLimits = 8
 	ProfileUnwindLimitsROW_SEARCH_STEPS      ProfileUnwindLimits = 22
 	ProfileUnwindLimitsMAP_SEARCH_STEPS      ProfileUnwindLimits = 10
 	ProfileUnwindLimitsMAX_TAIL_CALLS        ProfileUnwindLimits = 30
@@ -807,7 +807,7 @@ type ProfileUserStack struct {
 	_      structs.HostLayout
 	Len    uint32
 	Reason uint32
-	Pcs    [128]uint64
+	Pcs    [256]uint64
 }
 
 type ProfileV8Bufs struct {
@@ -986,6 +986,7 @@ const (
 	ProfileVarKernelStacks           = "kernel_stacks"
 	ProfileVarKernelThreadSize       = "kernel_thread_size"
 	ProfileVarMaxDepth               = "max_depth"
+	ProfileVarMaxUserWords           = "max_user_words"
 	ProfileVarOffcpuFloor            = "offcpu_floor"
 	ProfileVarOffcpuFloorD           = "offcpu_floor_d"
 	ProfileVarOffcpuFloorR           = "offcpu_floor_r"
@@ -1199,6 +1200,7 @@ type ProfileVariableSpecs struct {
 	KernelStacks           *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.VariableSpec `ebpf:"kernel_thread_size"`
 	MaxDepth               *ebpf.VariableSpec `ebpf:"max_depth"`
+	MaxUserWords           *ebpf.VariableSpec `ebpf:"max_user_words"`
 	OffcpuFloor            *ebpf.VariableSpec `ebpf:"offcpu_floor"`
 	OffcpuFloorD           *ebpf.VariableSpec `ebpf:"offcpu_floor_d"`
 	OffcpuFloorR           *ebpf.VariableSpec `ebpf:"offcpu_floor_r"`
@@ -1426,6 +1428,7 @@ type ProfileVariables struct {
 	KernelStacks           *ebpf.Variable `ebpf:"kernel_stacks"`
 	KernelThreadSize       *ebpf.Variable `ebpf:"kernel_thread_size"`
 	MaxDepth               *ebpf.Variable `ebpf:"max_depth"`
+	MaxUserWords           *ebpf.Variable `ebpf:"max_user_words"`
 	OffcpuFloor            *ebpf.Variable `ebpf:"offcpu_floor"`
 	OffcpuFloorD           *ebpf.Variable `ebpf:"offcpu_floor_d"`
 	OffcpuFloorR           *ebpf.Variable `ebpf:"offcpu_floor_r"`

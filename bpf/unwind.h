@@ -27,8 +27,11 @@
 
 /* Limits of the walk (an enum: bpf2go exports them to Go). */
 enum unwind_limits {
-	MAX_USER_FRAMES = 128,  /* words of a walked stack; a power of two: indexes are masked */
-	FRAMES_PER_PROG = 6,    /* frames per program; 22 tail calls reach 128 */
+	/* Words a walked stack can hold (a native frame one, a runtime frame
+	 * two); a power of two: indexes are masked. The loader keeps walks to
+	 * max_user_words of them and sizes the stack maps' values to that. */
+	MAX_USER_FRAMES = 256,
+	FRAMES_PER_PROG = 8,    /* frames per program: 30 tail calls reach 240 */
 	ROW_SEARCH_STEPS = 22,  /* tables of up to 2^22-1 rows (libLLVM: 0.8M) */
 	MAP_SEARCH_STEPS = 10,  /* up to 1023 executable mappings per process */
 	MAX_TAIL_CALLS = 30,    /* the kernel allows 33 */
@@ -142,7 +145,8 @@ struct unwind_proc {
 	__u64 exit_start;
 };
 
-/* A walked stack, the value of the ustacks maps. */
+/* A walked stack, the value of the ustacks maps: those hold its first
+ * 8 + 8 * max_user_words bytes (the loader sets their value size). */
 struct user_stack {
 	__u32 len;
 	__u32 reason; /* enum stop_reason */
@@ -262,11 +266,13 @@ struct {
 	__type(value, struct unwind_state);
 } unwind_scratch SEC(".maps");
 
+/* Values are struct user_stack cut after max_user_words words: sized by
+ * the loader, so no BTF type (its size would have to match). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct user_stack);
+	__uint(key_size, sizeof(__u64));
+	__uint(value_size, sizeof(struct user_stack));
 } ustacks0 SEC(".maps"), ustacks1 SEC(".maps");
 
 struct {

@@ -285,7 +285,8 @@ static __always_inline int copy_stack(void *ctx, struct unwind_state *s, struct 
 	c->pc_exact = s->pc_exact;
 	c->size = got;
 	copy_fp_fallback(s, c);
-	__builtin_memcpy(c->upcs, s->stack.pcs, sizeof(c->upcs));
+	/* 2 KiB: past what clang inlines as a memcpy. */
+	bpf_probe_read_kernel(c->upcs, sizeof(c->upcs), s->stack.pcs);
 	bpf_get_current_comm(c->comm, sizeof(c->comm));
 	c->kbytes = 0;
 	if (kernel_stacks) {
@@ -336,7 +337,7 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	s->hash = 0xcbf29ce484222325ull;
 	s->tail_calls = 0;
 	s->remapped = 0;
-	s->max_frames = max_depth;
+	s->max_frames = max_user_words;
 	s->stack.len = 0;
 	s->stack.reason = STOP_OK;
 	s->sp_unknown = 0;

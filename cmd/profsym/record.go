@@ -72,6 +72,7 @@ type recordOpts struct {
 	format       string
 	kernel       bool
 	unwinding    unwind.Mode
+	stackWords   int
 	interpreters bool
 	goLabels     bool
 	threadCtx    bool
@@ -100,6 +101,7 @@ func parseRecord(args []string, stderr io.Writer) (*recordOpts, error) {
 	fs.BoolVar(&o.threadCtx, "thread-context", false, "link samples to the span their thread publishes in otel_thread_ctx_v1 (OpenTelemetry thread context, OTEP 4947; experimental; needs -unwinding auto)")
 	fs.BoolVar(&o.interpreters, "interpreters", true, "follow and name Java (HotSpot), Python (CPython), Perl, PHP, Ruby and JavaScript (Node.js V8) frames in user stacks (needs -unwinding auto)")
 	unwinding := fs.String("unwinding", "auto", "user stacks: auto (unwind tables from .eh_frame/.debug_frame/Go pcsp, frame pointers elsewhere) or frame_pointers")
+	fs.IntVar(&o.stackWords, "max-stack-words", unwind.DefaultMaxStackWords, fmt.Sprintf("words of a walked user stack, up to %d: a native frame takes one, a Python, Java, ... frame two", unwind.MaxStackWords))
 	fs.BoolVar(&o.offCPU.Enabled, "off-cpu", false, "also record where threads wait off CPU, and for how long (an off_cpu profile; --pid and --comm select whose)")
 	fs.Float64Var(&o.offCPU.Probability, "off-cpu-probability", offcpu.DefaultProbability, "the least chance a wait has of being recorded (each counts its length divided by its chance)")
 	fs.DurationVar(&o.offCPU.MinWait, "off-cpu-min-wait", 0, "leave out waits shorter than this")
@@ -217,7 +219,7 @@ func runRecord(args []string, _ io.Reader, _, stderr io.Writer) int {
 func record(ctx context.Context, o *recordOpts, stderr io.Writer) (profbuild.Report, error) {
 	s, err := sampler.New(sampler.Config{
 		SampleRate: o.rate, KernelStacks: o.kernel, OffCPU: o.offCPU,
-		Unwinding: unwind.Config{Mode: o.unwinding},
+		Unwinding: unwind.Config{Mode: o.unwinding, MaxStackWords: o.stackWords},
 		Runtimes: runtimes.Config{
 			HotSpot: o.interpreters, CPython: o.interpreters, Perl: o.interpreters, PHP: o.interpreters, Ruby: o.interpreters, V8: o.interpreters,
 			GoLabels: o.goLabels, MaxLabels: runtimes.DefaultMaxLabels, MaxLabelBytes: runtimes.DefaultMaxLabelBytes,

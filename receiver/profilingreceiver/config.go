@@ -27,7 +27,8 @@ const (
 type Config struct {
 	// SampleRate is the sampling frequency per CPU, in Hz.
 	SampleRate int `mapstructure:"sample_rate"`
-	// MaxStackDepth caps user and kernel stacks (at most 127).
+	// MaxStackDepth caps kernel stacks and frame-pointer user stacks (at
+	// most 127); unwinding.max_stack_words caps walked ones.
 	MaxStackDepth int `mapstructure:"max_stack_depth"`
 	// ReportInterval is how often aggregated samples are emitted.
 	ReportInterval time.Duration `mapstructure:"report_interval"`
@@ -155,6 +156,10 @@ type UnwindingConfig struct {
 	// process's tables are not loaded yet, walked on the host once they
 	// are; 0 turns copies off (x86-64 only).
 	StackCopyBytes int `mapstructure:"stack_copy_bytes"`
+	// MaxStackWords bounds a walked user stack: a native frame takes one
+	// word, a runtime's frame (Python, Java, ...) two. max_stack_depth
+	// bounds kernel stacks and frame-pointer ones.
+	MaxStackWords int `mapstructure:"max_stack_words"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -245,7 +250,7 @@ func (u UnwindingConfig) sampler() (unwind.Config, error) {
 	}
 	c := unwind.Config{
 		Mode: mode, MaxTableBytes: u.MaxTableBytes, MaxMappings: u.MaxMappings, MaxProcesses: u.MaxProcesses,
-		StackCopyBytes: u.StackCopyBytes,
+		StackCopyBytes: u.StackCopyBytes, MaxStackWords: u.MaxStackWords,
 	}
 	if u.StackCopyBytes == 0 {
 		c.StackCopyBytes = -1 // off (the Manager's zero is its default)
@@ -295,6 +300,7 @@ func createDefaultConfig() *Config {
 			MaxMappings:    unwind.DefaultMaxMappings,
 			MaxProcesses:   unwind.DefaultMaxProcesses,
 			StackCopyBytes: unwind.DefaultStackCopyBytes,
+			MaxStackWords:  unwind.DefaultMaxStackWords,
 		},
 		Interpreters: InterpretersConfig{
 			HotSpot:        true,

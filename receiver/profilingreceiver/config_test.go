@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		{Cgroup: "/system.slice/", ProcessName: "nginx"},
 	}
 	custom.Selection = SelectionConfig{MaxCgroups: 64, RescanInterval: 5 * time.Second}
-	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048, StackCopyBytes: 4096}
+	custom.Unwinding = UnwindingConfig{Mode: "frame_pointers", MaxTableBytes: 16 << 20, MaxMappings: 8192, MaxProcesses: 2048, StackCopyBytes: 4096, MaxStackWords: 256}
 	custom.OffCPU = OffCPUConfig{
 		Enabled: true, Probability: 0.01, UninterruptibleProbability: 0.25, PreemptedProbability: 0.5, MinWait: time.Millisecond, MaxWaits: 4096, MaxStacks: 1024,
 		Targets: []TargetConfig{{ProcessName: "^java$"}}, Wall: true,
@@ -114,6 +114,8 @@ func TestValidate(t *testing.T) {
 		{"name_interval", func(c *Config) { c.Interpreters.NameInterval = time.Millisecond }, "interpreters.name_interval"},
 		{"unwinding mode", func(c *Config) { c.Unwinding.Mode = "dwarf" }, "unwinding mode"},
 		{"table bytes", func(c *Config) { c.Unwinding.MaxTableBytes = 1000 }, "max_table_bytes"},
+		{"stack words", func(c *Config) { c.Unwinding.MaxStackWords = 257 }, "max_stack_words"},
+		{"few stack words", func(c *Config) { c.Unwinding.MaxStackWords = 8 }, "max_stack_words"},
 		{"mappings", func(c *Config) { c.Unwinding.MaxMappings = 10 }, "max_mappings"},
 		{"off_cpu probability", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 0 }, "probability"},
 		{"off_cpu probability high", func(c *Config) { c.OffCPU.Enabled, c.OffCPU.Probability = true, 1.5 }, "probability"},

@@ -130,10 +130,7 @@ func (s *Sampler) walkedCopies(b *Batch) {
 		n := copy(u.Pcs[:], w.Words)
 		u.Len, u.Reason = uint32(n), w.Reason
 		us := decodeWalked(&u)
-		stop := us.stop
-		if len(us.pcs) > s.cfg.MaxStackDepth {
-			us.pcs, stop = us.pcs[:s.cfg.MaxStackDepth], StopDepth
-		}
+		stop := us.stop // the Manager keeps to MaxStackWords
 		ks := c.Kernel
 		if len(ks) > s.cfg.MaxStackDepth {
 			ks = ks[:s.cfg.MaxStackDepth]

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -47,5 +48,38 @@ func TestDecodeWalked(t *testing.T) {
 	u.Len = 2
 	if w := decodeWalked(&u); len(w.runtime) != 0 || len(w.pcs) != 1 {
 		t.Errorf("cut stack: %+v", w)
+	}
+}
+
+// TestReadUserStack: a value of the ustacks maps is struct user_stack cut
+// after the configured words (unwinding.max_stack_words); it reads back
+// as the stack the walker wrote, and the words it cannot hold are zero.
+// A stack of 256 words, the most the walker holds, keeps its exact marks
+// (indexed by a byte).
+func TestReadUserStack(t *testing.T) {
+	for _, words := range []int{16, 128, 256} {
+		b := make([]byte, 8+8*words)
+		binary.NativeEndian.PutUint32(b, uint32(words))
+		binary.NativeEndian.PutUint32(b[4:], uint32(StopDepth))
+		for i := range words {
+			w := uint64(0x400000 + i)
+			if i == words-1 {
+				w |= pcExact
+			}
+			binary.NativeEndian.PutUint64(b[8+8*i:], w)
+		}
+		u := bpf.ProfileUserStack{Len: 99}
+		u.Pcs[len(u.Pcs)-1] = 1 // left from an earlier, longer value
+		readUserStack(b, &u)
+		if int(u.Len) != words || StopReason(u.Reason) != StopDepth {
+			t.Errorf("%d words: len %d, reason %d", words, u.Len, u.Reason)
+		}
+		if words < len(u.Pcs) && u.Pcs[len(u.Pcs)-1] != 0 {
+			t.Errorf("%d words: a word past the value kept %#x", words, u.Pcs[len(u.Pcs)-1])
+		}
+		w := decodeWalked(&u)
+		if len(w.pcs) != words || w.pcs[words-1] != uint64(0x400000+words-1) || !slices.Equal(w.exact, []uint8{uint8(words - 1)}) {
+			t.Errorf("%d words: %d pcs, last %#x, exact %v", words, len(w.pcs), w.pcs[len(w.pcs)-1], w.exact)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func (s *Sampler) drainKernel() (Batch, error) {
 		depth: s.cfg.MaxStackDepth, walking: s.cfg.walking(),
 	}
 	if d.walking {
-		d.ustacks = s.objs.ustacks(old)
+		d.ustacks, d.ustackBytes = s.objs.ustacks(old), s.cfg.userStackBytes()
 	}
 	if s.offcpu != nil {
 		d.offcpu = s.offCPUDrain(old)
@@ -98,6 +98,7 @@ type mapOps interface {
 type drain struct {
 	counts, stacks, ustacks mapOps // ustacks nil unless walking
 	depth                   int
+	ustackBytes             int // the size of ustacks' values
 	walking                 bool
 	offcpu                  *offcpuDrain // nil unless off-CPU samples are on
 
@@ -195,14 +196,18 @@ func (d *drain) run() Batch {
 	keys, vals := d.readCounts()
 
 	walked := map[uint64]userStack{}
-	var ubuf bpf.ProfileUserStack
+	var (
+		raw  = make([]byte, d.ustackBytes)
+		ubuf bpf.ProfileUserStack
+	)
 	lookupWalked := func(h uint64) (userStack, error) {
 		if w, ok := walked[h]; ok {
 			return w, nil
 		}
-		if err := d.ustacks.Lookup(h, &ubuf); err != nil {
+		if err := d.ustacks.Lookup(h, raw); err != nil {
 			return userStack{}, fmt.Errorf("sampler: user stack %x: %w", h, err)
 		}
+		readUserStack(raw, &ubuf)
 		w := decodeWalked(&ubuf)
 		walked[h] = w
 		return w, nil
@@ -261,7 +266,9 @@ func (d *drain) run() Batch {
 			TraceID: k.TraceId, SpanID: k.SpanId,
 			UserPCs: us, UserExact: exact, Runtime: rt, KernelPCs: ks, Count: v.Count,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
-			Truncated: len(us) >= d.depth || len(ks) == d.depth || stop == StopDepth,
+			// A walked stack says so (StopDepth: max_stack_words
+			// reached); one of frame pointers fills the stack map.
+			Truncated: k.Ustack != -2 && len(us) >= d.depth || len(ks) == d.depth || stop == StopDepth,
 			Stop:      stop,
 		}
 		if smp.Truncated {
@@ -308,6 +315,18 @@ const (
 	rtKindMask = 1<<bpf.ProfileStackWordBitsRT_KIND_BITS - 1
 	rtPtrMask  = 1<<bpf.ProfileStackWordBitsRT_KIND_SHIFT - 1
 )
+
+// readUserStack reads a value of the ustacks maps, struct user_stack cut
+// after the configured words (userStackBytes), into u.
+func readUserStack(b []byte, u *bpf.ProfileUserStack) {
+	ne := binary.NativeEndian
+	u.Len, u.Reason = ne.Uint32(b), ne.Uint32(b[4:])
+	n := min(len(u.Pcs), (len(b)-8)/8)
+	for i := range n {
+		u.Pcs[i] = ne.Uint64(b[8+8*i:])
+	}
+	clear(u.Pcs[n:])
+}
 
 // decodeWalked turns the walker's words into a userStack: native PCs
 // (marked exact where they are no return address) and runtime frames,

@@ -80,7 +80,7 @@ func (d *drain) offCPURows(out []Sample, walked func(uint64) (userStack, error),
 			Pid:      k.Pid, Tid: k.Tid, CPU: k.Cpu, Comm: commString(v.Comm),
 			UserPCs: w.pcs, UserExact: w.exact, Runtime: w.runtime, KernelPCs: ks, Count: v.Waits, GoLabels: k.Labels,
 			FirstNs: int64(v.FirstNs) + off, LastNs: int64(v.LastNs) + off,
-			Truncated: len(w.pcs) >= d.depth || stop == StopDepth, Stop: stop,
+			Truncated: stop == StopDepth, Stop: stop, // the walker says so (max_stack_words)
 		})
 	}
 	for h := range kernel {
@@ -117,7 +117,7 @@ func (s *Sampler) carryOffCPU(old uint32) {
 		gone       []uint32
 		check      int
 		carryFails uint64
-		ubuf       bpf.ProfileUserStack
+		ubuf       = make([]byte, s.cfg.userStackBytes())
 		kbuf       bpf.ProfileKernelStack
 	)
 	used[0], used[1] = map[uint64]struct{}{}, map[uint64]struct{}{}

@@ -298,6 +298,10 @@ func (c *Config) setDefaults() error {
 	return c.Unwinding.Validate()
 }
 
+// userStackBytes is the size of a walked stack in the maps that hold them:
+// struct user_stack's length and reason, and MaxStackWords words.
+func (c *Config) userStackBytes() int { return 8 + 8*c.Unwinding.MaxStackWords }
+
 // walking reports whether user stacks are walked with unwind tables.
 func (c *Config) walking() bool {
 	return c.Mode == ModeKernelAggregation && c.Unwinding.Mode == unwind.ModeAuto
@@ -461,6 +465,14 @@ func (s *Sampler) load() error {
 			n = 1
 		}
 		spec.Maps[name].MaxEntries = n
+	}
+	// The walker keeps MaxStackWords words of a stack, and the maps that
+	// hold walked stacks keep that much of each.
+	if err := spec.Variables[bpf.ProfileVarMaxUserWords].Set(uint32(s.cfg.Unwinding.MaxStackWords)); err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	for _, name := range []string{bpf.ProfileMapUstacks0, bpf.ProfileMapUstacks1, bpf.ProfileMapOffcpuUstore} {
+		spec.Maps[name].ValueSize = uint32(s.cfg.userStackBytes())
 	}
 	ncpu := runtime.NumCPU()
 	if cpus, err := onlineCPUs(); err == nil {

@@ -53,6 +53,12 @@ const (
 	DefaultStackCopyBytes = 8192
 	// MaxStackCopyBytes is what the BPF side can copy (STACK_COPY_MAX).
 	MaxStackCopyBytes = int(bpf.ProfileUnwindLimitsSTACK_COPY_MAX)
+	// DefaultMaxStackWords keeps the walked-stack maps at 1 KiB a stack:
+	// 128 native frames, or about 55 Python or Java frames.
+	DefaultMaxStackWords = 128
+	// MaxStackWords is what the BPF side can hold (MAX_USER_FRAMES).
+	MaxStackWords = int(bpf.ProfileUnwindLimitsMAX_USER_FRAMES)
+	minStackWords = 16
 )
 
 // Config bounds the kernel memory of the tables. Every map is allocated in
@@ -75,6 +81,11 @@ type Config struct {
 	// copies off (such samples are walked with frame pointers and marked
 	// not_ready). Only those samples pay for it. x86-64 only.
 	StackCopyBytes int
+	// MaxStackWords bounds a walked user stack, in words: a native frame
+	// takes one, a runtime's frame (Python, Java, ...) two. Each entry of
+	// the walked-stack maps takes 8 bytes a word. Zero means
+	// DefaultMaxStackWords.
+	MaxStackWords int
 	// ProcRoot is "/proc" unless testing.
 	ProcRoot string
 	Logger   *zap.Logger
@@ -96,6 +107,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.StackCopyBytes == 0 {
 		c.StackCopyBytes = DefaultStackCopyBytes
+	}
+	if c.MaxStackWords == 0 {
+		c.MaxStackWords = DefaultMaxStackWords
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
@@ -125,6 +139,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StackCopyBytes > MaxStackCopyBytes || c.StackCopyBytes > 0 && c.StackCopyBytes < 64 {
 		errs = append(errs, fmt.Errorf("stack_copy_bytes must be negative (off) or between 64 and %d, got %d", MaxStackCopyBytes, c.StackCopyBytes))
+	}
+	if c.MaxStackWords < minStackWords || c.MaxStackWords > MaxStackWords {
+		errs = append(errs, fmt.Errorf("max_stack_words must be between %d and %d, got %d", minStackWords, MaxStackWords, c.MaxStackWords))
 	}
 	return errors.Join(errs...)
 }

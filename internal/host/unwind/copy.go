@@ -41,7 +41,7 @@ type StackCopy struct {
 // search, 32 times over, was most of the copy program's verification);
 // with the process known (pr) they end here at the first PC in none of
 // its mappings, where the walk without copies ends (untrusted_fp_step).
-func unwalked(c *StackCopy, pr *proc) WalkedCopy {
+func unwalked(c *StackCopy, pr *proc, maxWords int) WalkedCopy {
 	fp := c.FPCallers
 	if pr != nil {
 		for i, pc := range fp {
@@ -118,7 +118,6 @@ const (
 	stopTruncated = uint32(bpf.ProfileStopReasonSTOP_STACK_COPY_TRUNCATED)
 	stopExec      = uint32(bpf.ProfileStopReasonSTOP_EXEC)
 
-	maxWords  = int(bpf.ProfileUnwindLimitsMAX_USER_FRAMES)
 	rtPtrMask = uint64(1)<<bpf.ProfileStackWordBitsRT_KIND_SHIFT - 1
 )
 
@@ -136,7 +135,7 @@ func (m *Manager) AddCopy(c *StackCopy) {
 		// No room to wait: the sample as far as the BPF side walked it.
 		m.stats.CopiesExpired++
 		c.Stack = nil
-		m.walked = append(m.walked, unwalked(c, m.procs[int(c.Pid)]))
+		m.walked = append(m.walked, unwalked(c, m.procs[int(c.Pid)], m.cfg.MaxStackWords))
 		return
 	}
 	p := &pendingCopy{c: c, added: time.Now()}
@@ -193,7 +192,7 @@ func (m *Manager) tryCopy(p *pendingCopy, now time.Time) bool {
 			return true
 		}
 		m.stats.CopiesExpired++
-		m.walked = append(m.walked, unwalked(p.c, nil))
+		m.walked = append(m.walked, unwalked(p.c, nil, m.cfg.MaxStackWords))
 		return false
 	}
 	if !expired && m.stillWaits(p) {
@@ -210,7 +209,7 @@ func (m *Manager) tryCopy(p *pendingCopy, now time.Time) bool {
 		return true
 	case waiting != nil:
 		m.stats.CopiesExpired++
-		w = unwalked(p.c, p.pr)
+		w = unwalked(p.c, p.pr, m.cfg.MaxStackWords)
 	default:
 		m.stats.CopiesWalked++
 	}
@@ -300,7 +299,7 @@ func (w *copyWalk) read(addr uint64) (uint64, bool) {
 func (m *Manager) walkCopy(pr *proc, c *StackCopy) (WalkedCopy, *file) {
 	w := &copyWalk{
 		m: m, pr: pr, c: c, pc: c.PC, sp: c.SP, fp: c.FP, exact: c.PCExact,
-		words: append(make([]uint64, 0, maxWords), c.Walked...),
+		words: append(make([]uint64, 0, m.cfg.MaxStackWords), c.Walked...),
 	}
 	out := WalkedCopy{Copy: c}
 	for {
@@ -321,7 +320,7 @@ func (m *Manager) walkCopy(pr *proc, c *StackCopy) (WalkedCopy, *file) {
 			out.Words, out.Reason = w.words, stopBadFrame
 			return out, nil
 		}
-		if len(w.words) >= maxWords {
+		if len(w.words) >= m.cfg.MaxStackWords {
 			out.Words, out.Reason = w.words, stopDepth
 			return out, nil
 		}
@@ -630,7 +629,7 @@ func (m *Manager) Ignore(pid int) {
 	for _, p := range m.copies {
 		if int(p.c.Pid) == pid && p.pr == nil {
 			m.stats.CopiesExpired++
-			m.walked = append(m.walked, unwalked(p.c, nil))
+			m.walked = append(m.walked, unwalked(p.c, nil, m.cfg.MaxStackWords))
 			continue
 		}
 		kept = append(kept, p)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -179,6 +180,7 @@ var (
 	dlopenSpec = cSpec("unwind-dlopen", []string{"unwind/dlopen.c"}, "-ldl")
 	chainFP    = cSpec("unwind-chain-fp", []string{"unwind/chain.c"}, "-fno-omit-frame-pointer")
 	goHot      = testfixture.Spec{Name: "sampler-gohot", Lang: "go", Sources: []string{"sampler/gohot"}}
+	recurse    = cSpec("unwind-recurse", []string{"unwind/recurse.c"})
 )
 
 // x86Only are the fixtures of x86-64 assembly (OpenSSL's CFA rules).
@@ -186,7 +188,7 @@ var x86Only = []testfixture.Spec{cfaReg, cfaRegSys, cfaDeref}
 
 var allSpecs = []testfixture.Spec{
 	chainPIE, chainNoPIE, chainCC, chainRust, qsortSpec, signalSpec,
-	cfaReg, cfaRegSys, cfaDeref, chainLib, dlopenSpec, chainFP, goHot,
+	cfaReg, cfaRegSys, cfaDeref, chainLib, dlopenSpec, chainFP, goHot, recurse,
 }
 
 func TestFixturesBuild(t *testing.T) {
@@ -496,4 +498,44 @@ func checkExactAfterSignal(t *testing.T, p *normalize.Process, syms *symbols, sa
 		t.Error("no whole stack through the signal handler")
 	}
 	t.Logf("%d of %d stacks through the handler mark the interrupted PC", marked, through)
+}
+
+// TestMaxStackWords runs a recursion 40 calls deep under a walk that keeps
+// 16 words (unwinding.max_stack_words at its least) and under the default
+// 128: there every sample in the recursion ends depth_limit with 16
+// frames, the innermost, and is counted truncated; here each reaches main.
+// The first samples, copied and walked on the host, keep to the same limit.
+func TestMaxStackWords(t *testing.T) {
+	bin := testfixture.Build(t, recurse)
+	syms := loadSymbols(t, bin)
+	for _, words := range []int{16, unwind.DefaultMaxStackWords} {
+		t.Run(strconv.Itoa(words), func(t *testing.T) {
+			h := newHarness(t, sampler.Config{Unwinding: unwind.Config{MaxStackWords: words}})
+			pid, samples := h.run(t, bin, "40", "1")
+			p := h.norm.Cached(pid)
+			if p == nil {
+				t.Fatalf("no snapshot of pid %d", pid)
+			}
+			var n, cut, whole uint64
+			for _, s := range samples {
+				names := syms.names(p, s.UserPCs)
+				if len(names) == 0 || names[0] != "down" && names[0] != "cpu" {
+					continue // not yet in the recursion, or in clock_gettime
+				}
+				n += s.Count
+				switch {
+				case words < 40 && s.Stop == sampler.StopDepth && s.Truncated && len(s.UserPCs) == words && names[words-1] == "down":
+					cut += s.Count
+				case words > 40 && s.Stop == sampler.StopOK && slices.Contains(names, "main"):
+					whole += s.Count
+				default:
+					t.Errorf("%d words: stop %v, truncated %v, %d frames: %v", words, s.Stop, s.Truncated, len(names), names)
+				}
+			}
+			t.Logf("%d words: %d samples in the recursion, %d cut at the limit, %d whole", words, n, cut, whole)
+			if n < 50 {
+				t.Fatalf("%d samples in the recursion", n)
+			}
+		})
+	}
 }

@@ -209,7 +209,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverProfilingStacksTruncated, err = builder.meter.Int64Counter(
 		"otelcol_receiver_profiling_stacks_truncated",
-		metric.WithDescription("CPU samples whose stack reached max_stack_depth and may be cut short. [Development]"),
+		metric.WithDescription("CPU samples whose stack reached max_stack_depth (kernel, frame pointers) or unwinding.max_stack_words (walked) and may be cut short. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

@@ -341,7 +341,7 @@ func AssertEqualReceiverProfilingSelectionVerdicts(t *testing.T, tt *componentte
 func AssertEqualReceiverProfilingStacksTruncated(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_profiling_stacks_truncated",
-		Description: "CPU samples whose stack reached max_stack_depth and may be cut short. [Development]",
+		Description: "CPU samples whose stack reached max_stack_depth (kernel, frame pointers) or unwinding.max_stack_words (walked) and may be cut short. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

@@ -9,7 +9,7 @@
 # MODE chain:   top -> mid -> leaf
 #      sorted:  top -> mid -> sorted(key=key)    (C calls back into Python)
 #      ctypes:  top -> mid -> libc qsort(cmp)    (a ctypes callback)
-#      deep:    top -> mid -> rec x 40 -> leaf
+#      deep:    top -> mid -> rec x 50 -> leaf
 #      threads: three threads each run top -> mid -> leaf, started at the
 #               first run and working until killed (the main thread waits)
 #      dynamic: top -> mid -> dyn_N, a function compiled afresh every 10 ms
@@ -85,7 +85,7 @@ def mid(mode, deadline):
     if mode in ("chain", "threads"):
         return leaf(deadline)  # L:mid-chain L:mid-threads
     if mode == "deep":
-        return rec(40, deadline)  # L:mid-deep
+        return rec(50, deadline)  # L:mid-deep
     if mode == "dynamic":
         return dynamic(deadline)  # L:mid-dynamic
     if mode == "sorted":
