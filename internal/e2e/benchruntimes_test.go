@@ -105,7 +105,7 @@ func TestBenchRuntimesVsUpstream(t *testing.T) {
 		c := benchCheck{
 			keep:  func(s sampleOf) bool { return s.thread == javaMainComm },
 			off:   func(f []userFrame) bool { return javaOffChain(f, jm) },
-			whole: func(_ *pyRun, f []userFrame) (bool, string) { return javaWhole(f, jm) },
+			whole: func(r *pyRun, f []userFrame) (bool, string) { return javaWhole(f, r.depth, jm) },
 		}
 		if up {
 			c.prep = upstreamJava
@@ -113,7 +113,7 @@ func TestBenchRuntimesVsUpstream(t *testing.T) {
 		return c
 	}
 	pyCheck := func(bool) benchCheck {
-		return benchCheck{whole: func(r *pyRun, f []userFrame) (bool, string) { return pyWhole(f, r.script, pm) }}
+		return benchCheck{whole: func(r *pyRun, f []userFrame) (bool, string) { return pyWhole(f, r.script, r.depth, pm) }}
 	}
 	var rows []benchRow
 	var warmNotes []string

@@ -5,10 +5,11 @@ import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 
 // Java fixture of the end-to-end runtime test (internal/e2e/runtimes_test.go):
-// the built binaries must name main -> outer -> middle -> hotLoop. Compiled
-// with javac --release 8 so that every JDK of the matrix runs it.
+// the built binaries must name main -> outer -> middle -> hotLoop, or with
+// DEPTH main -> outer -> DEPTH x deep -> middle -> hotLoop. Compiled with
+// javac --release 8 so that every JDK of the matrix runs it.
 //
-//   java -cp DIR e2e.JChain SECONDS GOFILE
+//   java -cp DIR e2e.JChain SECONDS GOFILE [DEPTH]
 //
 // 1. warm: warm() runs the chain (outer, at least 20000 times) until GOFILE
 //    exists (at most 60 s): past C2's threshold of 10000 calls, so that
@@ -22,14 +23,15 @@ import java.lang.management.ThreadMXBean;
 // 3. prints "done NS" and sleeps until killed.
 //
 // The test counts the main thread's samples stamped from "go" to "done":
-// their Java frames must be exactly hotLoop, middle, outer, main, leaf
-// first, on the lines marked "// L:NAME". The CPU clock is read in main,
+// their Java frames must be exactly hotLoop, middle, (DEPTH deep,) outer,
+// main, leaf first, on the lines marked "// L:NAME". The CPU clock is read in main,
 // after each call, and the calls are made to last 200 ms at least: with
 // calls of 2 ms, 1% of the samples were in main and the clock's methods
 // on the host, and with calls of 50 ms 1% in the emulated arm64 VM, where
 // main runs interpreted and the clock's JNI path costs 0.5 ms.
 public class JChain {
     static volatile long sink;
+    static int depth;
 
     static long hotLoop(long n) {
         long s = 0; // L:hotLoop
@@ -44,8 +46,15 @@ public class JChain {
         return r + 1;
     }
 
+    static long deep(int d, long n) {
+        if (d > 1) {
+            return deep(d - 1, n) + 1; // L:deep
+        }
+        return middle(n) + 1; // L:deep
+    }
+
     static long outer(long n) {
-        long r = middle(n); // L:outer
+        long r = depth > 0 ? deep(depth, n) : middle(n); // L:outer
         return r * 3;
     }
 
@@ -60,6 +69,7 @@ public class JChain {
 
     public static void main(String[] args) throws Exception {
         double seconds = Double.parseDouble(args[0]);
+        depth = args.length > 2 ? Integer.parseInt(args[2]) : 0;
         warm(new File(args[1]), System.nanoTime() + 60_000_000_000L);
         ThreadMXBean mx = ManagementFactory.getThreadMXBean();
         // The first println and the first CPU clock read load, link and

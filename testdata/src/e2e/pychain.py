@@ -1,7 +1,8 @@
 # Python fixture of the end-to-end runtime test (internal/e2e/runtimes_test.go):
-# the built binaries must name <module> -> top -> mid -> leaf.
+# the built binaries must name <module> -> top -> mid -> leaf, or with DEPTH
+# <module> -> top -> mid -> DEPTH x rec -> leaf.
 #
-#   python3 pychain.py SECONDS GOFILE [THREADS]
+#   python3 pychain.py SECONDS GOFILE [THREADS [DEPTH]]
 #
 # 0. starts THREADS idle threads (default 0), blocked for good: the main
 #    thread, the one that works, is then the last of the interpreter's
@@ -17,8 +18,8 @@
 # 3. prints "done NS" and sleeps until killed (no samples after the work).
 #
 # The test counts the samples stamped at or after "go": each of them must
-# have exactly leaf, mid, top, <module> as its Python frames, leaf first,
-# on the lines marked "# L:NAME".
+# have exactly leaf, (DEPTH rec,) mid, top, <module> as its Python frames,
+# leaf first, on the lines marked "# L:NAME".
 import os
 import sys
 import threading
@@ -45,24 +46,33 @@ def leaf(deadline):
             return x  # L:leaf
 
 
-def mid(deadline):
+def rec(n, deadline):
+    if n > 1:
+        return rec(n - 1, deadline)  # L:rec
+    return leaf(deadline)  # L:rec
+
+
+def mid(deadline, depth):
+    if depth:
+        return rec(depth, deadline)  # L:mid
     return leaf(deadline)  # L:mid
 
 
-def top(deadline):
-    return mid(deadline)  # L:top
+def top(deadline, depth):
+    return mid(deadline, depth)  # L:top
 
 
 # 3.6 has no time_ns.
 time_ns = getattr(time, "time_ns", None) or (lambda: int(time.time() * 1e9))
 seconds, gofile = float(sys.argv[1]), sys.argv[2]
+depth = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 idle = threading.Event()
 for _ in range(int(sys.argv[3]) if len(sys.argv) > 3 else 0):
     threading.Thread(target=idle.wait, daemon=True).start()
 warm(gofile, time.monotonic() + 60)
 time.sleep(0.2)
 print("go", time_ns(), flush=True)
-top(time.process_time() + seconds)  # L:<module>
+top(time.process_time() + seconds, depth)  # L:<module>
 print("done", time_ns(), flush=True)
 while True:
     time.sleep(3600)
