@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,7 +123,7 @@ func TestBenchRuntimesVsUpstream(t *testing.T) {
 		{kind: "Python", typ: "cpython", warm: "warm", check: pyCheck},
 	} {
 		if p.kind == "Java" {
-			p.runs = startJavas(t)
+			p.runs = startJavas(t, strconv.Itoa(pyChainSeconds))
 		} else {
 			var runs []*pyRun
 			for _, it := range pyInterps(t) {

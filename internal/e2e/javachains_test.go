@@ -143,12 +143,12 @@ func javaClasses(t *testing.T) string {
 
 // startJava starts JChain under j in mode; it warms until start is called.
 // It is a pyRun: the same go/done protocol.
-func startJava(t *testing.T, j javaJDK, m javaMode, classes string) *pyRun {
+func startJava(t *testing.T, j javaJDK, m javaMode, classes, seconds string) *pyRun {
 	t.Helper()
 	r := &pyRun{it: pyInterp{name: j.name + "/" + m.name}, lines: make(chan string, 16), depth: m.depth}
 	args := append([]string{"-Xmx64m", "-cp"}, "CP")
 	args = append(args, m.jvm...)
-	args = append(args, javaClass, strconv.Itoa(pyChainSeconds), "GOFILE", strconv.Itoa(m.depth))
+	args = append(args, javaClass, seconds, "GOFILE", strconv.Itoa(m.depth))
 	gofile := len(args) - 2
 	if j.root == "" {
 		r.gofile = filepath.Join(t.TempDir(), "go")
@@ -173,15 +173,16 @@ func startJava(t *testing.T, j javaJDK, m javaMode, classes string) *pyRun {
 	return r
 }
 
-// startJavas starts JChain on every JDK in every mode, all at once.
-func startJavas(t *testing.T) []*pyRun {
+// startJavas starts JChain on every JDK in every mode, all at once, each
+// for seconds of the main thread's CPU.
+func startJavas(t *testing.T, seconds string) []*pyRun {
 	t.Helper()
 	jdks := javaJDKs(t)
 	classes := javaClasses(t)
 	var runs []*pyRun
 	for _, j := range jdks {
 		for _, m := range javaModes {
-			runs = append(runs, startJava(t, j, m, classes))
+			runs = append(runs, startJava(t, j, m, classes, seconds))
 		}
 	}
 	return runs
@@ -255,8 +256,8 @@ func checkJava(t *testing.T, path string, runs []*pyRun) {
 // frame in a whole stack.
 func TestCollectorJavaChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
-	c, out := startDefaultCollector(t, bin, "yaml:receivers::profiling::unwinding::max_stack_words: "+pyStackWords)
-	runs := startJavas(t)
+	c, out := startDefaultCollector(t, bin, "yaml:receivers::profiling::unwinding::max_stack_words: "+pyStackWords, matrixConfig)
+	runs := startJavas(t, matrixSeconds)
 
 	// A dozen JVMs start on a loaded machine: 90 s for all of them to be
 	// named warm.
@@ -304,10 +305,10 @@ func TestCollectorJavaChains(t *testing.T) {
 // the JVMs started before it, as TestRecordPythonChains.
 func TestRecordJavaChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
-	runs := startJavas(t)
+	runs := startJavas(t, matrixSeconds)
 	out := filepath.Join(t.TempDir(), "rec.json")
 	// 8 s of warm-up walked: the JVMs are attached and past warm()'s
 	// 20000 calls (compiled) meanwhile.
-	recordWhile(t, bin, out, runs, 2*time.Second, 8*time.Second, "--max-stack-words", pyStackWords)
+	recordWhile(t, bin, out, runs, 2*time.Second, 8*time.Second, append([]string{"--max-stack-words", pyStackWords}, matrixFlags...)...)
 	checkJava(t, out, runs)
 }

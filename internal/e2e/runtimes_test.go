@@ -34,6 +34,21 @@ const (
 	pyWholeShare   = 0.99
 )
 
+// The Python and Java matrices (24 and 28 fixtures at once) sample at
+// matrixHz over matrixSeconds of each fixture's CPU: as many samples as
+// 99 Hz over pyChainSeconds, for half the CPU (their tests were the
+// longest of the end-to-end pass once the deep cases came).
+const (
+	matrixHz      = 199
+	matrixSeconds = "1.5"
+)
+
+// matrixConfig and matrixFlags set the collector's and record's rate to it.
+var (
+	matrixConfig = "yaml:receivers::profiling::sample_rate: " + strconv.Itoa(matrixHz)
+	matrixFlags  = []string{"--sample-rate", strconv.Itoa(matrixHz)}
+)
+
 // pyChain is what every measured sample must hold, leaf first.
 var pyChain = []string{"leaf", "mid", "top", "<module>"}
 
@@ -132,20 +147,23 @@ type pyRun struct {
 // main thread, the list's last, is found the way CPython itself finds it.
 const pyIdleThreads = 200
 
-// startPy starts pychain.py under it, with pyIdleThreads idle threads;
-// it warms until go is called.
-func startPy(t *testing.T, it pyInterp) *pyRun { return startPyWith(t, it, pyIdleThreads, 0) }
+// startPy starts pychain.py under it, with pyIdleThreads idle threads,
+// for pyChainSeconds of work; it warms until go is called.
+func startPy(t *testing.T, it pyInterp) *pyRun {
+	return startPyWith(t, it, strconv.Itoa(pyChainSeconds), pyIdleThreads, 0)
+}
 
-// startPyWith starts pychain.py under it with threads idle threads and
-// depth rec frames (the run is named it.name/deep then).
-func startPyWith(t *testing.T, it pyInterp, threads, depth int) *pyRun {
+// startPyWith starts pychain.py under it for seconds of work, with
+// threads idle threads and depth rec frames (the run is named
+// it.name/deep then).
+func startPyWith(t *testing.T, it pyInterp, seconds string, threads, depth int) *pyRun {
 	t.Helper()
 	src := testfixture.Src(t, "e2e/pychain.py")
 	if depth > 0 {
 		it.name += "/deep"
 	}
 	r := &pyRun{it: it, lines: make(chan string, 16), depth: depth}
-	args := []string{strconv.Itoa(pyChainSeconds), "", strconv.Itoa(threads), strconv.Itoa(depth)}
+	args := []string{seconds, "", strconv.Itoa(threads), strconv.Itoa(depth)}
 	if it.root == "" {
 		dir := t.TempDir()
 		r.script, r.gofile = src, filepath.Join(dir, "go")
@@ -162,12 +180,12 @@ func startPyWith(t *testing.T, it pyInterp, threads, depth int) *pyRun {
 }
 
 // startPys starts, for each interpreter, the chain fixture and the deep
-// one.
+// one, each for matrixSeconds of work.
 func startPys(t *testing.T, interps []pyInterp) []*pyRun {
 	t.Helper()
 	var runs []*pyRun
 	for _, it := range interps {
-		runs = append(runs, startPy(t, it), startPyWith(t, it, 0, pyDepth))
+		runs = append(runs, startPyWith(t, it, matrixSeconds, pyIdleThreads, 0), startPyWith(t, it, matrixSeconds, 0, pyDepth))
 	}
 	return runs
 }
@@ -437,7 +455,7 @@ func TestCollectorPythonChains(t *testing.T) {
 		"PROFSYM_REPORT_INTERVAL=1s",
 	}
 	c := startCollector(t, bin, "collector", env, filepath.Join(root, "config", "default.yaml"),
-		"yaml:receivers::profiling::unwinding::max_stack_words: "+pyStackWords)
+		"yaml:receivers::profiling::unwinding::max_stack_words: "+pyStackWords, matrixConfig)
 	runs := startPys(t, interps)
 
 	// Warm-up: the work starts once the output names the fixture's warm
@@ -496,7 +514,7 @@ func TestRecordPythonChains(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "rec.json")
 	// It says when its sampler runs (loading it took 5 s under a load
 	// average of 23 on 2 cores); 3 s of warm-up walked from there.
-	recordWhile(t, bin, out, runs, time.Second, 3*time.Second, "--max-stack-words", pyStackWords)
+	recordWhile(t, bin, out, runs, time.Second, 3*time.Second, append([]string{"--max-stack-words", pyStackWords}, matrixFlags...)...)
 	checkPy(t, out, runs)
 }
 
