@@ -98,15 +98,15 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // javaModes pin how the chain runs, so that its frames are known: every
 // method interpreted, or every method of the chain compiled by C2 on its
 // own (not inlined; -Xbatch: compiled when warm() crosses the threshold,
-// before "go"); each with the plain chain and with pyDepth deep frames
+// before "go"); each with the plain chain and with deepFrames frames of deep
 // between outer and middle (issue 26's 50-deep recursion).
-var javaModes = func() (modes []javaMode) {
+var javaModes = func() []javaMode {
 	xint := []string{"-Xint"}
 	c2 := []string{
 		"-XX:-TieredCompilation", "-Xbatch", "-XX:CompileCommand=quiet",
 		"-XX:CompileCommand=dontinline," + javaClass + "::*",
 	}
-	return []javaMode{{"xint", xint, 0}, {"c2", c2, 0}, {"xint-deep", xint, pyDepth}, {"c2-deep", c2, pyDepth}}
+	return []javaMode{{"xint", xint, 0}, {"c2", c2, 0}, {"xint-deep", xint, deepFrames}, {"c2-deep", c2, deepFrames}}
 }()
 
 // javaMode is one way JChain runs.

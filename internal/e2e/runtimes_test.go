@@ -52,14 +52,14 @@ var (
 // pyChain is what every measured sample must hold, leaf first.
 var pyChain = []string{"leaf", "mid", "top", "<module>"}
 
-// pyDepth is the recursion of each interpreter's second fixture (issue
-// 26's 50-deep case): leaf, 50 rec, mid, top, <module>. Its 55 Python
+// deepFrames is the recursion of each deep fixture (issue 26's 50-deep
+// case), Python's and Java's: leaf, 50 rec, mid, top, <module>. Its 55 Python
 // frames take 110 words, and up to 3.10 each call has the interpreter's C
 // frames between two Python frames (165 to 220 words in all): the
 // binaries run with unwinding.max_stack_words at its largest, 256.
-const pyDepth = 50
+const deepFrames = 50
 
-// pyStackWords is the max_stack_words of the runs with pyDepth.
+// pyStackWords is the max_stack_words of the runs with deepFrames.
 var pyStackWords = strconv.Itoa(unwind.MaxStackWords)
 
 // pyChainOf is the chain of a fixture with depth rec frames, leaf first.
@@ -185,7 +185,7 @@ func startPys(t *testing.T, interps []pyInterp) []*pyRun {
 	t.Helper()
 	var runs []*pyRun
 	for _, it := range interps {
-		runs = append(runs, startPyWith(t, it, matrixSeconds, pyIdleThreads, 0), startPyWith(t, it, matrixSeconds, 0, pyDepth))
+		runs = append(runs, startPyWith(t, it, matrixSeconds, pyIdleThreads, 0), startPyWith(t, it, matrixSeconds, 0, deepFrames))
 	}
 	return runs
 }
