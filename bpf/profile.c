@@ -268,9 +268,15 @@ static __always_inline bool emit_event(struct stats *st, __u32 pid, __u32 kind, 
 	return true;
 }
 
+#include "compat.h"
+#include "golabels.h"
+#include "threadctx.h"
+#include "unwind.h"
+
 static __always_inline void announce(struct stats *st, __u32 tgid)
 {
 	__u8 one = 1;
+	__u64 *gone;
 
 	if (bpf_map_lookup_elem(&seen, &tgid))
 		return;
@@ -283,14 +289,18 @@ static __always_inline void announce(struct stats *st, __u32 tgid)
 	/* NOEXIST: when two CPUs race on a new tgid only one announces it. */
 	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))
 		return;
+	/* Tables marked exited with another start time are a dead process's
+	 * whose exit userspace has not handled yet, or never will (a lost
+	 * event): this is a new process on its pid, which must not walk with
+	 * them nor, once userspace loads its own, be refused for the mark. */
+	gone = bpf_map_lookup_elem(&unwind_exits, &tgid);
+	if (gone && *gone != BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), group_leader, start_time)) {
+		bpf_map_delete_elem(&unwind_procs, &tgid);
+		bpf_map_delete_elem(&unwind_exits, &tgid);
+	}
 	if (!emit_event(st, tgid, PROC_NEW, 1))
 		bpf_map_delete_elem(&seen, &tgid); /* retry on the next sample */
 }
-
-#include "compat.h"
-#include "golabels.h"
-#include "threadctx.h"
-#include "unwind.h"
 
 /* Set by the loader: words of a user stack the walker keeps, at most
  * MAX_USER_FRAMES; the ustacks maps' values hold that many. */
@@ -482,20 +492,25 @@ SEC("tp_btf/sched_process_exit")
 int handle_exit(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
-	struct unwind_proc *up;
+	__u64 start;
 	__u32 tgid;
+	int sampled;
 
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
-	/* Kept for the rest of do_exit (its user stack may still be there, see
-	 * unwind_proc.exit_start); userspace deletes it on PROC_EXIT. */
-	up = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (up)
-		up->exit_start = BPF_CORE_READ(p, group_leader, start_time);
 	bpf_map_delete_elem(&go_procs, &tgid);
 	offcpu_forget(tgid);
-	if (bpf_map_delete_elem(&seen, &tgid)) /* never sampled */
+	sampled = bpf_map_delete_elem(&seen, &tgid) == 0;
+	/* Its tables are kept for the rest of do_exit (its user stack may
+	 * still be there, see unwind_exits) and marked; userspace deletes both
+	 * on PROC_EXIT. A sampled process is marked even with no tables yet:
+	 * userspace may be loading them. */
+	if (sampled || bpf_map_lookup_elem(&unwind_procs, &tgid)) {
+		start = BPF_CORE_READ(p, group_leader, start_time);
+		bpf_map_update_elem(&unwind_exits, &tgid, &start, BPF_ANY);
+	}
+	if (!sampled)
 		return 0;
 	emit_event(get_stats(), tgid, PROC_EXIT, BPF_CORE_READ(p, mm) != 0);
 	return 0;

@@ -742,7 +742,6 @@ type ProfileUnwindProc struct {
 		Lo uint64
 		Hi uint64
 	}
-	ExitStart uint64
 }
 
 type ProfileUnwindRow struct {
@@ -946,6 +945,7 @@ const (
 	ProfileMapStacks1                = "stacks1"
 	ProfileMapStatsMap               = "stats_map"
 	ProfileMapTctxProcs              = "tctx_procs"
+	ProfileMapUnwindExits            = "unwind_exits"
 	ProfileMapUnwindMappings         = "unwind_mappings"
 	ProfileMapUnwindProcs            = "unwind_procs"
 	ProfileMapUnwindProgs            = "unwind_progs"
@@ -1175,6 +1175,7 @@ type ProfileMapSpecs struct {
 	Stacks1          *ebpf.MapSpec `ebpf:"stacks1"`
 	StatsMap         *ebpf.MapSpec `ebpf:"stats_map"`
 	TctxProcs        *ebpf.MapSpec `ebpf:"tctx_procs"`
+	UnwindExits      *ebpf.MapSpec `ebpf:"unwind_exits"`
 	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindProgs      *ebpf.MapSpec `ebpf:"unwind_progs"`
@@ -1340,6 +1341,7 @@ type ProfileMaps struct {
 	Stacks1          *ebpf.Map `ebpf:"stacks1"`
 	StatsMap         *ebpf.Map `ebpf:"stats_map"`
 	TctxProcs        *ebpf.Map `ebpf:"tctx_procs"`
+	UnwindExits      *ebpf.Map `ebpf:"unwind_exits"`
 	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindProgs      *ebpf.Map `ebpf:"unwind_progs"`
@@ -1402,6 +1404,7 @@ func (m *ProfileMaps) Close() error {
 		m.Stacks1,
 		m.StatsMap,
 		m.TctxProcs,
+		m.UnwindExits,
 		m.UnwindMappings,
 		m.UnwindProcs,
 		m.UnwindProgs,

@@ -137,12 +137,6 @@ struct unwind_proc {
 	__u32 rt_kind;  /* enum runtime_kind (runtime.h) */
 	__u32 rt_pad;
 	struct rt_range rt[RT_RANGES]; /* code the runtime's walker takes */
-	/* Set by handle_exit to the exiting process's start_time (its group
-	 * leader's); 0 while it runs. From 6.16 the exit tracepoint comes
-	 * before exit_mm(), and samples in between still have the user stack:
-	 * they walk with the process's tables until userspace forgets it. A
-	 * reused pid (another start_time) never sees them. */
-	__u64 exit_start;
 };
 
 /* A walked stack, the value of the ustacks maps: those hold its first
@@ -222,6 +216,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
+
+/* tgid -> the start_time (its group leader's) of a process that exited and
+ * that userspace has not forgotten yet, set by handle_exit. From 6.16 the
+ * exit tracepoint comes before exit_mm(), and samples in between still have
+ * the user stack: they walk with the process's tables until userspace
+ * forgets it, and a reused pid (another start_time) never sees them. A map
+ * of its own, not a field of unwind_proc: userspace rewrites that entry
+ * whole (a table load in flight when the process exits), which would clear
+ * the mark. Sized like unwind_procs at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_exits SEC(".maps");
 
 /* Sizes below are placeholders; the loader sets them from the config. */
 struct {

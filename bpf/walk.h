@@ -374,8 +374,12 @@ static __always_inline int start_walk(void *ctx, struct stats *st, __u32 tgid, _
 	if (s->pc == 0)
 		return finish_walk(s, st);
 	p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (p && p->exit_start && p->exit_start != BPF_CORE_READ(current_task(), group_leader, start_time))
-		p = NULL; /* an exited process's tables, and the pid reused */
+	if (p) {
+		__u64 *gone = bpf_map_lookup_elem(&unwind_exits, &tgid);
+
+		if (gone && *gone != BPF_CORE_READ(current_task(), group_leader, start_time))
+			p = NULL; /* an exited process's tables, and the pid reused */
+	}
 	s->have_proc = p != NULL;
 	s->map_first = p ? p->first : 0;
 	s->map_count = p ? p->count : 0;

@@ -111,6 +111,7 @@ type aggObjs struct {
 	UnwindStep     *ebpf.Program `ebpf:"unwind_step"`
 	UnwindProgs    *ebpf.Map     `ebpf:"unwind_progs"`
 	UnwindProcs    *ebpf.Map     `ebpf:"unwind_procs"`
+	UnwindExits    *ebpf.Map     `ebpf:"unwind_exits"`
 	UnwindMappings *ebpf.Map     `ebpf:"unwind_mappings"`
 	UnwindTables   *ebpf.Map     `ebpf:"unwind_tables"`
 	UnwindRows     *ebpf.Map     `ebpf:"unwind_rows"`
@@ -243,7 +244,7 @@ func (o *objects) close() error {
 	for _, m := range []*ebpf.Map{
 		o.StatsMap, o.Events, o.Seen, o.Counts0, o.Counts1,
 		o.Stacks0, o.Stacks1, o.Barrier, o.BarrierInner, o.Samples, o.Scratch,
-		o.UnwindProgs, o.UnwindProcs, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
+		o.UnwindProgs, o.UnwindProcs, o.UnwindExits, o.UnwindMappings, o.UnwindTables, o.UnwindRows, o.UnwindScratch,
 		o.Ustacks0, o.Ustacks1, o.StackCopies, o.CopyScratch, o.CpythonProcs, o.CpythonThreads, o.CpythonScratch, o.CpythonStats,
 		o.HotspotProcs, o.HotspotErrors, o.HotspotScratch, o.SelectedCgroups, o.PerlProcs, o.PerlScratch, o.PerlStats, o.PhpProcs, o.PhpScratch, o.PhpStats, o.RubyProcs, o.RubyScratch, o.RubyStats, o.V8Procs, o.V8Scratch, o.V8Stats, o.GoProcs, o.TctxProcs, o.ExecTimes,
 	} {
@@ -351,7 +352,7 @@ func New(cfg Config) (s *Sampler, err error) {
 			}
 		}
 		s.unwinder, err = unwind.New(cfg.Unwinding, unwind.Maps{
-			Procs: s.objs.UnwindProcs, Mappings: s.objs.UnwindMappings,
+			Procs: s.objs.UnwindProcs, Exits: s.objs.UnwindExits, Mappings: s.objs.UnwindMappings,
 			Tables: s.objs.UnwindTables, Rows: s.objs.UnwindRows, Sync: s.sync, Seen: s.objs.Seen, ExecTimes: s.objs.ExecTimes,
 		})
 		if err != nil {
@@ -440,8 +441,9 @@ func (s *Sampler) load() error {
 	// walker they shrink to one entry.
 	u := s.cfg.Unwinding
 	sizes := map[string]uint32{
-		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
-		bpf.ProfileMapUnwindTables: uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
+		bpf.ProfileMapUnwindProcs: uint32(u.MaxProcesses), bpf.ProfileMapUnwindExits: uint32(u.MaxProcesses),
+		bpf.ProfileMapUnwindMappings: uint32(u.MaxMappings),
+		bpf.ProfileMapUnwindTables:   uint32(u.MaxTables), bpf.ProfileMapUnwindRows: u.Rows(),
 		bpf.ProfileMapUstacks0: uint32(s.cfg.StackMapEntries), bpf.ProfileMapUstacks1: uint32(s.cfg.StackMapEntries),
 	}
 	// Go labels: read only where the walker runs; the map stays

@@ -33,7 +33,10 @@ import (
 // the call (an RCU grace period).
 type Maps struct {
 	Procs, Mappings, Tables, Rows *ebpf.Map
-	Sync                          func() error
+	// Exits marks the processes that exited and are not forgotten yet
+	// (bpf/unwind.h unwind_exits). Optional.
+	Exits *ebpf.Map
+	Sync  func() error
 	// Seen holds per process, besides that it was announced, its stack
 	// copies so far (bpf/unwind.h not_ready_step); Ignore spends them.
 	// Optional.
@@ -360,11 +363,13 @@ func (m *Manager) Forget(pid int) {
 	delete(m.runtimes, pid)
 	pr := m.procs[pid]
 	if pr == nil {
+		m.deleteExit(pid) // marked though never loaded (bpf/profile.c handle_exit)
 		return
 	}
 	m.tryCopies(pid, time.Time{}) // binds its copies that came before its mappings
 	delete(m.procs, pid)
 	_ = m.maps.Procs.Delete(uint32(pid))
+	m.deleteExit(pid)
 	m.mapSlot.release(pr.maps)
 	m.retireProc(pid, pr)
 }
@@ -697,11 +702,23 @@ func (m *Manager) anyAlive(f *file) bool {
 }
 
 // runsImage reports whether the BPF side says pid still runs the image it
-// was loaded with: exec drops its entry, exit marks it (exit_start) until
+// was loaded with: exec drops its entry, exit marks it (unwind_exits) until
 // Forget drops it.
 func (m *Manager) runsImage(pid int) bool {
 	var v bpf.ProfileUnwindProc
-	return m.maps.Procs.Lookup(uint32(pid), &v) == nil && v.ExitStart == 0
+	return m.maps.Procs.Lookup(uint32(pid), &v) == nil && !m.exited(pid)
+}
+
+// exited reports whether the exit tracepoint marked pid.
+func (m *Manager) exited(pid int) bool {
+	var start uint64
+	return m.maps.Exits != nil && m.maps.Exits.Lookup(uint32(pid), &start) == nil
+}
+
+func (m *Manager) deleteExit(pid int) {
+	if m.maps.Exits != nil {
+		_ = m.maps.Exits.Delete(uint32(pid))
+	}
 }
 
 // setLazy leaves f unbuilt until a sample or a new process asks for it.
