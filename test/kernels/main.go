@@ -71,7 +71,7 @@ const (
 	// otelcol-profsym and profsym record naming that Python's and that
 	// JDK's frames.
 	e2eRun    = "^(TestCollectorPythonChains|TestRecordPythonChains|TestCollectorJavaChains|TestRecordJavaChains)$"
-	unwindRun = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestFramePointersMode)$"
+	unwindRun = "^(TestFixturesBuild|TestWholeChains|TestGoReachesMain|TestDlopenAfterStart|TestExecReplacesTables|TestExitForgetsProcess|TestExitMarksProcess|TestReusedPidDropsDeadTables|TestFramePointersMode)$"
 )
 
 type config struct {

@@ -120,5 +120,5 @@ func TestReusedPidDropsDeadTables(t *testing.T) {
 	if p == nil {
 		t.Fatalf("no snapshot of pid %d", pid)
 	}
-	checkWhole(t, "after the plant", evaluate(p, loadSymbols(t, bin), cChain, samples))
+	checkWhole(t, "reused-pid", evaluate(p, loadSymbols(t, bin), cChain, samples))
 }
