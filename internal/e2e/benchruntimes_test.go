@@ -106,7 +106,7 @@ func TestBenchRuntimesVsUpstream(t *testing.T) {
 		c := benchCheck{
 			keep:  func(s sampleOf) bool { return s.thread == javaMainComm },
 			off:   func(f []userFrame) bool { return javaOffChain(f, jm) },
-			whole: func(r *pyRun, f []userFrame) (bool, string) { return javaWhole(f, r.depth, jm) },
+			whole: func(r *pyRun, f []userFrame) (bool, string) { return javaWhole(f, r.depth, r.virtual, jm) },
 		}
 		if up {
 			c.prep = upstreamJava
@@ -123,7 +123,7 @@ func TestBenchRuntimesVsUpstream(t *testing.T) {
 		{kind: "Python", typ: "cpython", warm: "warm", check: pyCheck},
 	} {
 		if p.kind == "Java" {
-			p.runs = startJavas(t, strconv.Itoa(pyChainSeconds))
+			p.runs = startJavas(t, strconv.Itoa(pyChainSeconds), false) // it counts main threads
 		} else {
 			var runs []*pyRun
 			for _, it := range pyInterps(t) {

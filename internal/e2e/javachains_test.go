@@ -99,14 +99,21 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // method interpreted, or every method of the chain compiled by C2 on its
 // own (not inlined; -Xbatch: compiled when warm() crosses the threshold,
 // before "go"); each with the plain chain and with deepFrames frames of deep
-// between outer and middle (issue 26's 50-deep recursion).
+// between outer and middle (issue 26's 50-deep recursion); and, from JDK
+// 21, the C2-pinned chain on a virtual thread (issue 26).
 var javaModes = func() []javaMode {
 	xint := []string{"-Xint"}
 	c2 := []string{
 		"-XX:-TieredCompilation", "-Xbatch", "-XX:CompileCommand=quiet",
 		"-XX:CompileCommand=dontinline," + javaClass + "::*",
 	}
-	return []javaMode{{"xint", xint, 0}, {"c2", c2, 0}, {"xint-deep", xint, deepFrames}, {"c2-deep", c2, deepFrames}}
+	return []javaMode{
+		{"xint", xint, 0, false},
+		{"c2", c2, 0, false},
+		{"xint-deep", xint, deepFrames, false},
+		{"c2-deep", c2, deepFrames, false},
+		{"c2-virtual", c2, 0, true},
+	}
 }()
 
 // javaMode is one way JChain runs.
@@ -114,6 +121,24 @@ type javaMode struct {
 	name  string
 	jvm   []string
 	depth int // deep frames between outer and middle
+	// virtual: the measured work runs on a virtual thread (JDK 21+),
+	// walked on its carrier (issue 26).
+	virtual bool
+}
+
+// virtualFrom is the first JDK with virtual threads.
+const virtualFrom = 21
+
+// javaCarriers reads the carrier thread id each virtual run prints after
+// "done" (its name is no help: ForkJoinPool-1-worker-1 is "ForkJoinPool-1-"
+// to the kernel up to JDK 25, "ForkJoi..rker-1" from 26).
+func javaCarriers(t *testing.T, runs []*pyRun) {
+	t.Helper()
+	for _, r := range runs {
+		if r.virtual {
+			r.carrier = r.expect(t, "carrier", 10*time.Second)
+		}
+	}
 }
 
 // javaChainOf is the chain of a fixture with depth deep frames, leaf first.
@@ -145,11 +170,14 @@ func javaClasses(t *testing.T) string {
 // It is a pyRun: the same go/done protocol.
 func startJava(t *testing.T, j javaJDK, m javaMode, classes, seconds string) *pyRun {
 	t.Helper()
-	r := &pyRun{it: pyInterp{name: j.name + "/" + m.name}, lines: make(chan string, 16), depth: m.depth}
+	r := &pyRun{it: pyInterp{name: j.name + "/" + m.name}, lines: make(chan string, 16), depth: m.depth, virtual: m.virtual}
 	args := append([]string{"-Xmx64m", "-cp"}, "CP")
 	args = append(args, m.jvm...)
 	args = append(args, javaClass, seconds, "GOFILE", strconv.Itoa(m.depth))
 	gofile := len(args) - 2
+	if m.virtual {
+		args = append(args, "virtual")
+	}
 	if j.root == "" {
 		r.gofile = filepath.Join(t.TempDir(), "go")
 		args[2], args[gofile] = filepath.Clean(classes), r.gofile
@@ -173,36 +201,58 @@ func startJava(t *testing.T, j javaJDK, m javaMode, classes, seconds string) *py
 	return r
 }
 
-// startJavas starts JChain on every JDK in every mode, all at once, each
-// for seconds of the main thread's CPU.
-func startJavas(t *testing.T, seconds string) []*pyRun {
+// startJavas starts JChain on every JDK in every mode (the virtual ones if
+// virtual, where the JDK has them), all at once, each for seconds of the
+// main thread's CPU.
+func startJavas(t *testing.T, seconds string, virtual bool) []*pyRun {
 	t.Helper()
 	jdks := javaJDKs(t)
 	classes := javaClasses(t)
 	var runs []*pyRun
 	for _, j := range jdks {
 		for _, m := range javaModes {
+			if m.virtual && (!virtual || j.feature < virtualFrom) {
+				continue
+			}
 			runs = append(runs, startJava(t, j, m, classes, seconds))
 		}
 	}
 	return runs
 }
 
+// javaVirtualChain is a virtual thread's chain: run in place of main.
+var javaVirtualChain = []string{"hotLoop", "middle", "outer", "run"}
+
 // javaMarks reads the lines of JChain.java marked "// L:NAME".
 func javaMarks(t *testing.T) map[string][]int64 {
-	return fixtureMarks(t, javaFile, `// L:([A-Za-z]+)`, javaChainOf(1))
+	return fixtureMarks(t, javaFile, `// L:([A-Za-z]+)`, append(javaChainOf(1), "run"))
 }
+
+// The JDK's frames below a virtual thread's run: one of them mounts it,
+// and the last is its carrier's first.
+const (
+	javaMountFrame   = "java.lang.VirtualThread.run"
+	javaCarrierFrame = "java.util.concurrent.ForkJoinWorkerThread.run"
+)
 
 // javaWhole says whether frames hold the whole chain: their Java frames
 // (type jvm with a source file), leaf first, are exactly javaChainOf(depth), named
 // e2e.JChain.METHOD, in JChain.java, on a marked line of the method.
 // HotSpot stubs (type jvm, no file: the call stub below main) and native
-// frames may lie anywhere; an unnamed jvm frame fails the sample.
-func javaWhole(frames []userFrame, depth int, marks map[string][]int64) (bool, string) {
+// frames may lie anywhere; an unnamed jvm frame fails the sample. On a
+// virtual thread, the chain is javaVirtualChain, followed by the JDK's
+// frames only, through javaMountFrame down to javaCarrierFrame: the walk
+// goes from the virtual thread's frames into its carrier's.
+func javaWhole(frames []userFrame, depth int, virtual bool, marks map[string][]int64) (bool, string) {
 	chain := javaChainOf(depth)
+	if virtual {
+		chain = javaVirtualChain
+	}
 	ok := true
 	var desc []string
 	var n int
+	var mounted bool
+	last := ""
 	for _, f := range frames {
 		if f.typ != "jvm" {
 			continue
@@ -216,12 +266,21 @@ func javaWhole(frames []userFrame, depth int, marks map[string][]int64) (bool, s
 			continue // a stub
 		}
 		desc = append(desc, fmt.Sprintf("%s@%s:%d", f.fn, f.file, f.line))
+		last = f.fn
+		if virtual && n >= len(chain) {
+			// Below the fixture's frames: the JDK's.
+			mounted = mounted || f.fn == javaMountFrame
+			if strings.HasPrefix(f.fn, javaClass+".") || f.file == javaFile {
+				ok = false
+			}
+			continue
+		}
 		if n >= len(chain) || f.fn != javaClass+"."+chain[n] || f.file != javaFile || !slices.Contains(marks[chain[n]], f.line) {
 			ok = false
 		}
 		n++
 	}
-	if n != len(chain) {
+	if n != len(chain) || virtual && (!mounted || last != javaCarrierFrame) {
 		ok = false
 	}
 	leaf := "none"
@@ -241,10 +300,19 @@ func checkJava(t *testing.T, path string, runs []*pyRun) {
 	t.Helper()
 	marks := javaMarks(t)
 	checkChains(t, path, runs, chainCheck{
-		kind: "Java", samples: "main-thread samples",
-		keep:  func(s sampleOf) bool { return s.thread == javaMainComm },
-		whole: func(r *pyRun, s sampleOf) (bool, string) { return javaWhole(s.frames, r.depth, marks) },
+		kind: "Java", samples: "main-thread samples (a virtual thread's carrier's)",
+		keep: func(r *pyRun, s sampleOf) bool {
+			if r.virtual {
+				return uint64(s.tid) == r.carrier
+			}
+			return s.thread == javaMainComm
+		},
+		whole: func(r *pyRun, s sampleOf) (bool, string) { return javaWhole(s.frames, r.depth, r.virtual, marks) },
 		want: func(r *pyRun) string {
+			if r.virtual {
+				return fmt.Sprintf("%s (%s.METHOD, %s, marked lines) <- the JDK's frames through %s to %s", strings.Join(javaVirtualChain, " <- "),
+					javaClass, javaFile, javaMountFrame, javaCarrierFrame)
+			}
 			return fmt.Sprintf("%s (%s.METHOD, %s, marked lines)", strings.Join(javaChainOf(r.depth), " <- "), javaClass, javaFile)
 		},
 	})
@@ -257,7 +325,7 @@ func checkJava(t *testing.T, path string, runs []*pyRun) {
 func TestCollectorJavaChains(t *testing.T) {
 	bin := needBuilt(t, "otelcol-profsym", "otelcol")
 	c, out := startDefaultCollector(t, bin, "yaml:receivers::profiling::unwinding::max_stack_words: "+pyStackWords, matrixConfig)
-	runs := startJavas(t, matrixSeconds)
+	runs := startJavas(t, matrixSeconds, true)
 
 	// A dozen JVMs start on a loaded machine: 90 s for all of them to be
 	// named warm.
@@ -293,6 +361,7 @@ func TestCollectorJavaChains(t *testing.T) {
 	start := time.Now()
 	waitPy(t, runs)
 	t.Logf("measured work of all fixtures: %v", time.Since(start).Round(time.Second))
+	javaCarriers(t, runs)
 	time.Sleep(2500 * time.Millisecond) // the last reports
 	c.stop(t)
 	checkJava(t, out, runs)
@@ -305,10 +374,11 @@ func TestCollectorJavaChains(t *testing.T) {
 // the JVMs started before it, as TestRecordPythonChains.
 func TestRecordJavaChains(t *testing.T) {
 	bin := needBuilt(t, "profsym", "build")
-	runs := startJavas(t, matrixSeconds)
+	runs := startJavas(t, matrixSeconds, true)
 	out := filepath.Join(t.TempDir(), "rec.json")
 	// 8 s of warm-up walked: the JVMs are attached and past warm()'s
 	// 20000 calls (compiled) meanwhile.
 	recordWhile(t, bin, out, runs, 2*time.Second, 8*time.Second, append([]string{"--max-stack-words", pyStackWords}, matrixFlags...)...)
+	javaCarriers(t, runs)
 	checkJava(t, out, runs)
 }

@@ -352,7 +352,7 @@ func checkNodeWorker(t *testing.T, out string, runs []*pyRun) {
 	marks := fixtureMarks(t, "nodechain.js", `// L:([a-z]+)`, nodeChain)
 	checkChains(t, out, runs, chainCheck{
 		kind: "JavaScript", samples: "samples of the worker's thread",
-		keep:  func(s sampleOf) bool { return s.tid == js[s.pid] },
+		keep:  func(_ *pyRun, s sampleOf) bool { return s.tid == js[s.pid] },
 		whole: func(r *pyRun, s sampleOf) (bool, string) { return nodeWhole(s.frames, r.script, marks) },
 		want: func(r *pyRun) string {
 			return fmt.Sprintf("%s with names, file %s and marked lines", strings.Join(nodeChain, " <- "), r.script)

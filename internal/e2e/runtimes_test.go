@@ -139,6 +139,10 @@ type pyRun struct {
 	goNs   uint64 // the measured work's start and end (time.time_ns)
 	doneNs uint64
 	depth  int // rec frames between mid and leaf
+	// virtual: Java's measured work runs on a virtual thread, on the
+	// carrier thread whose id it prints.
+	virtual bool
+	carrier uint64
 }
 
 // pyIdleThreads is how many idle threads the chain fixture starts first
@@ -347,7 +351,7 @@ func checkPy(t *testing.T, path string, runs []*pyRun) {
 type chainCheck struct {
 	kind    string                                    // the frames' runtime, for messages
 	samples string                                    // what is counted, for messages
-	keep    func(s sampleOf) bool                     // the samples counted (nil: all); the rest are logged
+	keep    func(r *pyRun, s sampleOf) bool           // the samples counted (nil: all); the rest are logged
 	whole   func(r *pyRun, s sampleOf) (bool, string) // whether s holds the chain, else what it holds
 	want    func(r *pyRun) string                     // the chain, for the failure message
 }
@@ -367,7 +371,7 @@ func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
 				if s.time < r.goNs || s.time > r.doneNs {
 					return
 				}
-				if c.keep != nil && !c.keep(s) {
+				if c.keep != nil && !c.keep(r, s) {
 					others += s.n
 					return
 				}
