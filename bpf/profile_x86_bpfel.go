@@ -737,7 +737,7 @@ type ProfileUnwindProc struct {
 	RemapNs uint64
 	RtKind  uint32
 	RtPad   uint32
-	Rt      [2]struct {
+	Rt      [4]struct {
 		_  structs.HostLayout
 		Lo uint64
 		Hi uint64
@@ -780,7 +780,7 @@ type ProfileUnwindState struct {
 	RtKind    uint32
 	RtHandled uint32
 	Slot      uint32
-	Rt        [2]struct {
+	Rt        [4]struct {
 		_  structs.HostLayout
 		Lo uint64
 		Hi uint64

@@ -71,7 +71,10 @@ enum frame_kind {
 	FRAME_KINDS = 64,
 };
 
-#define RT_RANGES 2 /* CPython: the eval loop and its .cold part */
+/* CPython: the eval loop and its .cold part; V8: its builtins and up to
+ * three spans of JIT code (isolates' code ranges near the binary, whose
+ * short builtin calls need no copy, and away from it). */
+#define RT_RANGES 4
 
 struct rt_range {
 	__u64 lo, hi; /* process addresses [lo, hi) */

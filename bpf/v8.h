@@ -58,7 +58,8 @@ enum v8_limits {
 	V8_CALLER_WORDS = 4,       /* stack words searched for a frameless builtin's caller */
 };
 
-/* The runtime range (unwind_proc.rt) that is V8's code range. */
+/* The runtime ranges (unwind_proc.rt) from this one on are spans of V8's
+ * JIT code; the one before is the file's own builtins. */
 #define V8_CODE_RANGE 1
 
 /* The embedded builtins and up to seven copies: V8 maps a copy into each
@@ -187,9 +188,20 @@ static __always_inline int v8_in_blob(struct v8_proc *p, __u64 pc)
 	return 0;
 }
 
+/* Whether pc is in one of V8's JIT code spans (its copies of the builtins
+ * included). */
+static __always_inline int v8_in_spans(struct unwind_state *s, __u64 pc)
+{
+	for (int i = V8_CODE_RANGE; i < RT_RANGES; i++) {
+		if (pc >= s->rt[i].lo && pc < s->rt[i].hi)
+			return 1;
+	}
+	return 0;
+}
+
 /* A leaf in a builtin that JIT code called without a frame of its own
  * (Builtins_ModulusSmi_Baseline): the JIT code's return address is one of
- * the first words on the stack; the first in JIT code (V8's code range,
+ * the first words on the stack; the first in JIT code (V8's code spans,
  * not the builtins) is taken, else pc. The host checks it against the
  * function's code. */
 static __always_inline __u64 v8_builtin_caller(struct v8_proc *p, struct unwind_state *s, __u64 pc)
@@ -199,7 +211,7 @@ static __always_inline __u64 v8_builtin_caller(struct v8_proc *p, struct unwind_
 	if (bpf_probe_read_user(w, sizeof(w), (void *)s->sp))
 		return pc;
 	for (int i = 0; i < V8_CALLER_WORDS; i++) {
-		if (w[i] >= s->rt[V8_CODE_RANGE].lo && w[i] < s->rt[V8_CODE_RANGE].hi && !v8_in_blob(p, w[i]))
+		if (v8_in_spans(s, w[i]) && !v8_in_blob(p, w[i]))
 			return w[i] - 1;
 	}
 	return pc;

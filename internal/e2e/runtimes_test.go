@@ -367,6 +367,7 @@ func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
 			var total, whole, others int64
 			stops := map[string]int64{}
 			bad := map[string]int64{}
+			badAt := map[string][]string{} // when (up to 8 of) each one's stacks were first sampled, before "done"
 			eachSampleOf(t, path, map[int64]bool{r.pid: true}, func(s sampleOf) {
 				if s.time < r.goNs || s.time > r.doneNs {
 					return
@@ -381,6 +382,9 @@ func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
 					whole += s.n
 				} else {
 					bad[desc+" stop="+s.stop] += s.n
+					if at := badAt[desc+" stop="+s.stop]; len(at) < 8 {
+						badAt[desc+" stop="+s.stop] = append(at, fmt.Sprintf("%dms", (int64(r.doneNs)-int64(s.time))/1e6))
+					}
 				}
 				if s.stop != "" {
 					stops[s.stop] += s.n
@@ -393,6 +397,10 @@ func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
 			summary = append(summary, fmt.Sprintf("%-18s %4d/%4d %.1f%%", r.it.name, whole, total, 100*share))
 			t.Logf("%s (pid %d): %d of %d %s hold the whole chain (%.1f%%); %d others; stop reasons %v",
 				r.it.name, r.pid, whole, total, c.samples, 100*share, others, stops)
+			for k, at := range badAt {
+				bad[k+" first sampled before done: "+strings.Join(at, " ")] = bad[k]
+				delete(bad, k)
+			}
 			if len(bad) > 0 && share >= pyWholeShare {
 				t.Logf("the others' %s frames (leaf first):\n%s", c.kind, topCounts(bad, 8))
 			}

@@ -1,6 +1,7 @@
 package v8
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/profsym/profsym/bpf"
@@ -47,42 +48,73 @@ func isolateMaps(node *normalize.FileInfo, extra ...normalize.Mapping) *normaliz
 
 // TestCodeRangeIsolates: each isolate's copy of the builtins is given to
 // the walker (interpreted frames are told by a PC in one), and the code
-// span covers every isolate's JIT code, but never another file's code.
+// spans cover every isolate's JIT code, but never another file's code.
 func TestCodeRangeIsolates(t *testing.T) {
 	node := &normalize.FileInfo{ID: normalize.FileID{Ino: 1}, Loads: []elfx.Segment{{Off: 0, Vaddr: 0x400000, Filesz: 0x5300000}}}
 	fi := &fileInfo{blobLo: 0x18c4000, blobHi: 0x18c4000 + 0x192000, blobFileLo: 0x14c4000}
 	own := func(p *normalize.Process) *normalize.Mapping { return &p.Mappings[0] }
 	copyAt := func(a uint64) [2]uint64 { return [2]uint64{a, a + 0x192000} }
 	most := len(bpf.ProfileV8Proc{}.Blob) - 1
-
-	p := isolateMaps(node)
-	copies, cr, left, ok := codeRange(p, own(p), fi, most)
-	want := [][2]uint64{copyAt(0x7ffb4fe40000), copyAt(0x7ffb77e40000), copyAt(0x7ffb97e40000), copyAt(0x7ffbbfe40000), copyAt(0x7ffbe7600000)}
-	if !ok || left != 0 || len(copies) != len(want) || cr != [2]uint64{0x7ffb30003000, 0x7ffbe7792000} {
-		t.Fatalf("five isolates: copies %x, span %x, %d left, ok %v; want copies %x, span 7ffb30003000-7ffbe7792000", copies, cr, left, ok, want)
-	}
-	for i := range want {
-		if copies[i] != want[i] {
-			t.Errorf("copy %d: %x, want %x", i, copies[i], want[i])
+	spans := len(bpf.ProfileUnwindProc{}.Rt) - 1
+	check := func(what string, copies, jit [][2]uint64, left int, wantCopies, wantJIT [][2]uint64, wantLeft int) {
+		t.Helper()
+		if !slices.Equal(copies, wantCopies) || !slices.Equal(jit, wantJIT) || left != wantLeft {
+			t.Errorf("%s: copies %x, spans %x, %d left; want copies %x, spans %x, %d left", what, copies, jit, left, wantCopies, wantJIT, wantLeft)
 		}
 	}
+	all := [][2]uint64{copyAt(0x7ffb4fe40000), copyAt(0x7ffb77e40000), copyAt(0x7ffb97e40000), copyAt(0x7ffbbfe40000), copyAt(0x7ffbe7600000)}
+
+	p := isolateMaps(node)
+	copies, jit, left := codeRange(p, own(p), fi, most, spans)
+	check("five isolates", copies, jit, left, all, [][2]uint64{{0x7ffb30003000, 0x7ffbe7792000}}, 0)
 
 	// A native addon loaded between two isolates' ranges: the span stops
-	// below it, and the isolates above are left (their frames stay native).
+	// below it and another begins above it.
 	addon := normalize.Mapping{
 		Start: 0x7ffb80000000, End: 0x7ffb80010000, Path: "/srv/addon.node",
 		File: &normalize.FileInfo{ID: normalize.FileID{Ino: 3}, Loads: []elfx.Segment{{Off: 0, Vaddr: 0, Filesz: 0x10000}}},
 	}
 	p = isolateMaps(node, addon)
-	copies, cr, left, ok = codeRange(p, own(p), fi, most)
-	if !ok || len(copies) != 2 || left != 3 || cr[0] != 0x7ffb30003000 || cr[1] > addon.Start || cr[1] != 0x7ffb7803f000 {
-		t.Errorf("an addon between isolates: copies %x, span %x, %d left, ok %v; want 2 copies, span 7ffb30003000-7ffb7803f000, 3 left", copies, cr, left, ok)
-	}
+	copies, jit, left = codeRange(p, own(p), fi, most, spans)
+	check("an addon between isolates", copies, jit, left, all,
+		[][2]uint64{{0x7ffb30003000, 0x7ffb7803f000}, {0x7ffb97e40000, 0x7ffbe7792000}}, 0)
+	// With room for one span, the larger cluster is taken and the
+	// isolates below the addon are left (their frames stay native).
+	copies, jit, left = codeRange(p, own(p), fi, most, 1)
+	check("an addon, one span", copies, jit, left, all[2:], [][2]uint64{{0x7ffb97e40000, 0x7ffbe7792000}}, 2)
 
 	// More isolates than the walker's entry holds.
 	p = isolateMaps(node)
-	copies, _, left, _ = codeRange(p, own(p), fi, 2)
+	copies, _, left = codeRange(p, own(p), fi, 2, spans)
 	if len(copies) != 2 || left != 3 {
 		t.Errorf("room for 2: %d copies, %d left", len(copies), left)
 	}
+
+	// Worker isolates whose code ranges V8 placed right above node's heap,
+	// within reach of its own builtins: no copies, and JIT code 120 GB
+	// below the main isolate's (as node 22 ran in TestCollectorNodeWorker:
+	// their leaf frames were left native). They get a span of their own,
+	// ahead of a larger cluster farther away without copies.
+	var near []normalize.Mapping
+	for _, a := range []uint64{0x21843000, 0x41843000, 0x61843000} {
+		near = append(near, normalize.Mapping{Start: a, End: a + 0x3c000, Anonymous: true})
+	}
+	stray := normalize.Mapping{Start: 0x500000000000, End: 0x500001000000, Anonymous: true}
+	p = isolateMaps(node, append(near, stray)...)
+	copies, jit, left = codeRange(p, own(p), fi, most, 2)
+	check("isolates near the binary", copies, jit, left, all,
+		[][2]uint64{{0x21843000, 0x6187f000}, {0x7ffb30003000, 0x7ffbe7792000}}, 1)
+	copies, jit, left = codeRange(p, own(p), fi, most, spans)
+	check("isolates near the binary, room for all", copies, jit, left, all,
+		[][2]uint64{{0x21843000, 0x6187f000}, {0x500000000000, 0x500001000000}, {0x7ffb30003000, 0x7ffbe7792000}}, 0)
+
+	// A V8 that maps no copies (no short builtin calls): its JIT code
+	// alone makes the span.
+	p = &normalize.Process{PID: 1, Mappings: []normalize.Mapping{
+		{Start: 0xb72000, End: 0x25fe000, Offset: 0x772000, Path: "/usr/bin/node", File: node},
+		{Start: 0x3e0000000000, End: 0x3e0000040000, Anonymous: true},
+		{Start: 0x3e0010000000, End: 0x3e0010040000, Anonymous: true},
+	}}
+	copies, jit, left = codeRange(p, own(p), fi, most, spans)
+	check("no copies", copies, jit, left, nil, [][2]uint64{{0x3e0000000000, 0x3e0010040000}}, 0)
 }

@@ -18,10 +18,14 @@ import (
 type fakeMem struct {
 	base uint64
 	b    []byte
+	hole [2]uint64 // unmapped: a read that touches [hole[0], hole[1]) fails
 }
 
 func (m *fakeMem) Read(addr uint64, p []byte) error {
 	if addr < m.base || addr-m.base > uint64(len(m.b)) || uint64(len(p)) > uint64(len(m.b))-(addr-m.base) {
+		return runtimes.ErrBadFrame
+	}
+	if addr < m.hole[1] && addr+uint64(len(p)) > m.hole[0] {
 		return runtimes.ErrBadFrame
 	}
 	copy(p, m.b[addr-m.base:])
@@ -471,6 +475,22 @@ func forgedInlined(t *testing.T, h *heap) {
 	if fc, _ := r.codeAt(start + 200); fc != 0 {
 		t.Errorf("codeAt past the code: %#x", fc)
 	}
+	// Code a few pages into its mapping (a worker's fresh JIT region),
+	// unmapped memory below: the search's chunk reaches below the
+	// mapping, and the code is found from the pages above (before, the
+	// frame kept its function's name without a line).
+	if next := h.next; next >= start-0x4000 {
+		t.Fatalf("forged objects up to %#x, in the hole", next)
+	}
+	h.m.hole = [2]uint64{start - 0x4000, (start - uint64(h.l.istream)) &^ (readStep - 1)}
+	if fc, fs := r.codeAt(start + 20); fc != c || fs != start {
+		t.Errorf("codeAt above a hole: %#x at %#x, want %#x at %#x", fc, fs, c, start)
+	}
+	h.m.hole = [2]uint64{start - 0x4000, start + 0x1000}
+	if fc, _ := r.codeAt(start + 20); fc != 0 {
+		t.Errorf("codeAt in a hole: %#x", fc)
+	}
+	h.m.hole = [2]uint64{}
 }
 
 func TestBaselineOffset(t *testing.T) {

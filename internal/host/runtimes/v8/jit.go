@@ -147,6 +147,7 @@ const (
 	codeAlign     = 64      // kCodeAlignment on x86-64
 	maxCodeScan   = 1 << 20 // bytes searched below a PC for its code's start
 	scanChunk     = 1 << 14
+	readStep      = 1 << 12 // a page: what is mapped is readable in steps of it
 )
 
 // codeAt finds the optimized Code object whose instructions hold pc, by
@@ -160,10 +161,19 @@ func (r *reader) codeAt(pc uint64) (code, start uint64) {
 	top := pc &^ (codeAlign - 1)
 	for scanned := uint64(0); scanned < maxCodeScan && top > scanChunk+hdr; scanned += scanChunk {
 		lo := top - scanChunk
-		if r.m.Read(lo-hdr, buf) != nil {
-			return 0, 0
+		from := lo - hdr // buf holds [from, top)
+		floor := uint64(0)
+		if r.m.Read(from, buf) != nil {
+			// The chunk reaches below the mapping that holds pc: V8
+			// put the code near the start of a JIT region (a worker's
+			// fresh code space). Its pages above are searched, and
+			// nothing below them.
+			floor = r.readAbove(from, top, buf)
+			if floor == 0 {
+				return 0, 0
+			}
 		}
-		for s := top; s > lo; s -= codeAlign {
+		for s := top; s > lo && s-hdr >= floor; s -= codeAlign {
 			off := s - lo // the header's start in buf
 			if !isHeap(binary.LittleEndian.Uint64(buf[off:])) {
 				continue
@@ -189,9 +199,24 @@ func (r *reader) codeAt(pc uint64) (code, start uint64) {
 				return c, s
 			}
 		}
+		if floor > 0 {
+			return 0, 0
+		}
 		top = lo
 	}
 	return 0, 0
+}
+
+// readAbove reads into buf (which holds [from, top)) from the first page
+// above from that is readable up to top, and returns that page; 0 when none
+// is.
+func (r *reader) readAbove(from, top uint64, buf []byte) uint64 {
+	for p := (from + readStep) &^ (readStep - 1); p < top; p += readStep {
+		if r.m.Read(p, buf[p-from:]) == nil {
+			return p
+		}
+	}
+	return 0
 }
 
 // Baseline (Sparkplug) code keeps, instead of source positions, the

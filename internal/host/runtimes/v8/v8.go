@@ -8,11 +8,13 @@
 package v8
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +66,10 @@ const (
 	// most 512 MB for an isolate's code on x86-64 (and keeps its copy of the
 	// builtins there); node 20's isolates' ranges were 640 MB apart.
 	codeRangeSpan = 1 << 30
+	// shortCallReach is how far from V8's own builtins an isolate's code
+	// range may lie and still call them directly (a 32-bit displacement):
+	// such a range holds no copy of them.
+	shortCallReach = 2 << 30
 )
 
 // Runtime walks V8. Safe for concurrent use.
@@ -146,17 +152,16 @@ func (r *Runtime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
 	entry := bpf.ProfileV8Proc{}
 	if fi.err == nil {
 		ranges = append(ranges, [2]uint64{fi.blobLo + bias, fi.blobHi + bias})
-		var cr [2]uint64
+		var jit [][2]uint64
 		var left int
-		copies, cr, left, ok = codeRange(p, m, fi, len(entry.Blob)-1)
-		if ok {
-			ranges = append(ranges, cr)
-		}
+		copies, jit, left = codeRange(p, m, fi, len(entry.Blob)-1, len(bpf.ProfileUnwindProc{}.Rt)-1)
+		ranges = append(ranges, jit...)
 		if left > 0 {
-			// Their isolates' interpreted frames come out as JIT frames
-			// the host cannot name: a limit, said once per attach.
+			// Their isolates' frames stay native (or, interpreted,
+			// come out as JIT frames the host cannot name): a limit,
+			// said at each attach.
 			r.log.Debug("v8: more isolates than the walker takes", zap.Int("pid", p.PID),
-				zap.Int("taken", len(copies)), zap.Int("left", left))
+				zap.Int("copies", len(copies)), zap.Int("spans", len(jit)), zap.Int("left", left))
 		}
 	}
 	err := fi.err
@@ -214,15 +219,19 @@ func loadBias(m *normalize.Mapping) (uint64, bool) {
 	return 0, false
 }
 
-// codeRange is V8's code ranges: the copies of the builtins V8 maps into
-// each isolate's code range (mappings of V8's file at the blob's offset,
-// away from the file's own place; each worker thread runs an isolate of its
-// own, with a code range of its own), at most `most` of them, and one span
-// over them and the anonymous executable mappings near them (JIT code).
-// The span never takes in another file's code, which the V8 walker would
-// be handed, and grows by at most codeRangeSpan at a time. left counts the
-// copies not taken.
-func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo, most int) (copies [][2]uint64, cr [2]uint64, left int, ok bool) {
+// codeRange finds V8's code in p: the copies of the builtins V8 maps into
+// an isolate's code range (mappings of V8's file at the blob's offset, away
+// from the file's own place), at most `most` of them, and at most `spans`
+// spans of JIT code (anonymous executable mappings) around them. Each
+// worker thread runs an isolate with a code range of its own. An isolate
+// whose range V8 placed within reach of the file's own builtins (short
+// builtin calls: node's static build, ranges right above its heap) has no
+// copy, so a span is not only where the copies are: the pieces are grouped
+// into clusters, each grown by at most codeRangeSpan at a time and never
+// over another file's code (which the V8 walker would be handed); clusters
+// holding copies come first, then those near the file's builtins, then the
+// largest. left counts the copies and clusters not taken.
+func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo, most, spans int) (copies, jit [][2]uint64, left int) {
 	bias, _ := loadBias(file)
 	size := fi.blobHi - fi.blobLo
 	// V8 maps whole pages: a range found without symbols may begin with
@@ -235,50 +244,74 @@ func codeRange(p *normalize.Process, file *normalize.Mapping, fi *fileInfo, most
 		b, ok := loadBias(m)
 		return !ok || b != bias // not the file's own text
 	}
-	// noOtherCode says whether [lo, hi) holds no other file's code.
-	noOtherCode := func(lo, hi uint64) bool {
-		for i := range p.Mappings {
-			m := &p.Mappings[i]
-			if m.File != nil && m.Start < hi && m.End > lo && !isCopy(m) {
-				return false
+	type cluster struct {
+		lo, hi uint64
+		copies [][2]uint64
+	}
+	var cls []*cluster
+	// p.Mappings is in address order: a piece joins the cluster before it
+	// unless another file's code came between them.
+	other := false
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		piece := [2]uint64{m.Start, m.End}
+		var cp [][2]uint64
+		switch {
+		case isCopy(m):
+			from := max(fi.blobFileLo, m.Offset)
+			piece[0] = m.Start + from - m.Offset
+			piece[1] = piece[0] + min(fileHi, m.Offset+(m.End-m.Start)) - from
+			cp = [][2]uint64{piece}
+		case m.Anonymous && m.File == nil && (m.Path == "" || strings.HasPrefix(m.Path, "[anon:")):
+		default:
+			other = other || m.File != nil
+			continue
+		}
+		if n := len(cls); n > 0 && !other && piece[0]-cls[n-1].hi <= codeRangeSpan {
+			c := cls[n-1]
+			c.hi = max(c.hi, piece[1])
+			c.copies = append(c.copies, cp...)
+		} else {
+			cls = append(cls, &cluster{lo: piece[0], hi: piece[1], copies: cp})
+		}
+		other = false
+	}
+	blob := [2]uint64{fi.blobLo + bias, fi.blobHi + bias}
+	near := func(c *cluster) bool {
+		return c.hi > blob[0]-min(blob[0], shortCallReach) && c.lo < blob[1]+shortCallReach
+	}
+	rank := func(c *cluster) int {
+		switch {
+		case len(c.copies) > 0:
+			return 0
+		case near(c):
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(cls, func(a, b *cluster) int {
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra - rb
+		}
+		return cmp.Compare(b.hi-b.lo, a.hi-a.lo)
+	})
+	for i, c := range cls {
+		if i >= spans {
+			left += max(1, len(c.copies))
+			continue
+		}
+		for _, cp := range c.copies {
+			if len(copies) == most {
+				left++
+				continue
 			}
+			copies = append(copies, cp)
 		}
-		return true
+		jit = append(jit, [2]uint64{c.lo, c.hi})
 	}
-	var lo, hi uint64
-	grow := func(a, b uint64) bool {
-		if lo == 0 {
-			lo, hi = a, b
-			return true
-		}
-		nlo, nhi := min(lo, a), max(hi, b)
-		if lo-nlo > codeRangeSpan || nhi-hi > codeRangeSpan || !noOtherCode(nlo, lo) || !noOtherCode(hi, nhi) {
-			return false
-		}
-		lo, hi = nlo, nhi
-		return true
-	}
-	for i := range p.Mappings {
-		m := &p.Mappings[i]
-		if !isCopy(m) {
-			continue
-		}
-		from := max(fi.blobFileLo, m.Offset)
-		c := [2]uint64{m.Start + from - m.Offset, 0}
-		c[1] = c[0] + min(fileHi, m.Offset+(m.End-m.Start)) - from
-		if len(copies) == most || !grow(c[0], c[1]) {
-			left++
-			continue
-		}
-		copies = append(copies, c)
-	}
-	for i := range p.Mappings {
-		m := &p.Mappings[i]
-		if m.Anonymous && m.File == nil && (m.Path == "" || strings.HasPrefix(m.Path, "[anon:")) {
-			grow(m.Start, m.End)
-		}
-	}
-	return copies, [2]uint64{lo, hi}, left, lo != 0 && hi > lo
+	slices.SortFunc(copies, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	slices.SortFunc(jit, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	return copies, jit, left
 }
 
 // Forget drops pid.
