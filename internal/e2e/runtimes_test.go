@@ -381,9 +381,10 @@ func checkChains(t *testing.T, path string, runs []*pyRun, c chainCheck) {
 				if ok {
 					whole += s.n
 				} else {
-					bad[desc+" stop="+s.stop] += s.n
-					if at := badAt[desc+" stop="+s.stop]; len(at) < 8 {
-						badAt[desc+" stop="+s.stop] = append(at, fmt.Sprintf("%dms", (int64(r.doneNs)-int64(s.time))/1e6))
+					k := desc + " stop=" + s.stop
+					bad[k] += s.n
+					if len(badAt[k]) < 8 {
+						badAt[k] = append(badAt[k], fmt.Sprintf("%dms", (int64(r.doneNs)-int64(s.time))/1e6))
 					}
 				}
 				if s.stop != "" {
