@@ -163,6 +163,10 @@ func renderReport(rs []*result, images map[string]*built, total time.Duration) s
 	sb.WriteString("| kernel | arch | tests | whole chains (fixture: %) | BPF ns/sample | boot | boot+tests |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		status := fmt.Sprintf("%d passed, %d failed", len(r.passed), len(r.failed))
+		if len(r.failed) > 0 {
+			// Named in the table: CI keeps only the tail of the output.
+			status += ": " + strings.Join(r.failed, " ")
+		}
 		if r.err != nil {
 			status = "error: " + r.err.Error()
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -91,5 +92,59 @@ func TestProcessGoneIsNotRefused(t *testing.T) {
 	broken.Attach(&normalize.Process{PID: 8})
 	if n := broken.Stats().Failed["hotspot"]; n != 1 {
 		t.Errorf("a refused layout counted %d times, want once", n)
+	}
+}
+
+// pathRuntime is found in a process that maps path, and records what
+// the Set asked of it.
+type pathRuntime struct {
+	fakeRuntime
+	path              string
+	attached, forgots *int
+}
+
+func (r pathRuntime) Attach(p *normalize.Process) ([][2]uint64, bool, error) {
+	for _, m := range p.Mappings {
+		if m.Path == r.path {
+			*r.attached++
+			return [][2]uint64{{m.Start, m.End}}, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+func (r pathRuntime) Forget(int) { *r.forgots++ }
+
+// A snapshot read before another one that was attached arrives late (two
+// goroutines take them: the arm64 VM's TestHostileProcess/endless once
+// had a vfork child's snapshot, read before its exec, attached after the
+// JVM's, which started its count of failed attaches again). It changes
+// nothing; a newer one is attached, and Forget clears the order.
+func TestOlderSnapshotIsSkipped(t *testing.T) {
+	var attached, forgots int
+	s := NewSet(zap.NewNop(), nopUnwinder{}, pathRuntime{fakeRuntime{KindHotSpot}, "/jvm/libjvm.so", &attached, &forgots})
+	t0 := time.Now()
+	before := &normalize.Process{PID: 9, ReadAt: t0}
+	jvm := &normalize.Process{PID: 9, ReadAt: t0.Add(time.Millisecond), Mappings: []normalize.Mapping{{Start: 0x1000, End: 0x2000, Path: "/jvm/libjvm.so"}}}
+	s.Attach(jvm)
+	s.Attach(before)
+	if attached != 1 || forgots != 0 {
+		t.Fatalf("after an older snapshot: %d attaches, %d forgets, want 1 and 0", attached, forgots)
+	}
+	if s.Stats().Attached != 1 {
+		t.Errorf("attached %d processes, want 1", s.Stats().Attached)
+	}
+	s.Attach(jvm) // the same snapshot again: not older
+	if attached != 2 {
+		t.Errorf("the same snapshot again: %d attaches, want 2", attached)
+	}
+	s.Forget(9)
+	s.Attach(before) // a new process on the pid: its first snapshot counts
+	if forgots != 1 {
+		t.Errorf("%d forgets, want 1 (Forget's)", forgots)
+	}
+	s.Attach(jvm)
+	if attached != 3 {
+		t.Errorf("after Forget: %d attaches, want 3", attached)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -59,7 +60,13 @@ type Set struct {
 	mu     sync.Mutex
 	procs  map[int]Runtime // which runtime each attached process runs
 	failed map[int]bool    // processes whose failure was logged and counted
-	stats  Stats
+	// read is when the newest snapshot attached of each process was read.
+	// Snapshots taken on two goroutines can arrive out of order; an older
+	// one (a vfork child's before its exec, a JVM's before its dlopen)
+	// would undo what a newer one found: a runtime forgotten, a JVM's
+	// count of failed attaches started again.
+	read  map[int]time.Time
+	stats Stats
 }
 
 // Stats count what a Set did, cumulatively.
@@ -74,7 +81,7 @@ type Stats struct {
 // process runs which.
 func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
 	s := &Set{
-		unw: unw, log: log, procs: map[int]Runtime{}, failed: map[int]bool{},
+		unw: unw, log: log, procs: map[int]Runtime{}, failed: map[int]bool{}, read: map[int]time.Time{},
 		stats: Stats{Failed: map[string]uint64{}, Unnamed: map[string]uint64{}},
 	}
 	for _, r := range rts {
@@ -91,6 +98,19 @@ func NewSet(log *zap.Logger, unw Unwinder, rts ...Runtime) *Set {
 func (s *Set) Attach(p *normalize.Process) {
 	if s == nil || p == nil {
 		return
+	}
+	if !p.ReadAt.IsZero() {
+		s.mu.Lock()
+		last, ok := s.read[p.PID]
+		stale := ok && p.ReadAt.Before(last)
+		if !stale {
+			s.read[p.PID] = p.ReadAt
+		}
+		s.mu.Unlock()
+		if stale {
+			s.log.Debug("older snapshot than the one attached, skipped", zap.Int("pid", p.PID))
+			return
+		}
 	}
 	if s.labels != nil {
 		s.labels.Attach(p)
@@ -171,6 +191,7 @@ func (s *Set) Forget(pid int) {
 	r := s.procs[pid]
 	delete(s.procs, pid)
 	delete(s.failed, pid)
+	delete(s.read, pid)
 	s.mu.Unlock()
 	if r != nil {
 		r.Forget(pid)
