@@ -291,6 +291,12 @@ func (n *Normalizer) file(dir string, m addrmap.Mapping) *FileInfo {
 			if c != candidates[len(candidates)-1] {
 				continue
 			}
+			if fi.HTLHash == "" {
+				// Not readable at all: the process may have exited
+				// between the stat and the open. Cached, that would be
+				// this file's answer for every process mapping it.
+				return fi
+			}
 		}
 		n.files.Add(key, fi)
 		return fi

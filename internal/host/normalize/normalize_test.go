@@ -3,6 +3,7 @@ package normalize
 import (
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"testing"
@@ -66,5 +67,37 @@ func TestGone(t *testing.T) {
 	n := New(Options{ProcRoot: t.TempDir()})
 	if _, err := n.Process(12345); err == nil {
 		t.Fatal("a process without /proc entry must fail")
+	}
+}
+
+// A mapped file that cannot be read at all (here a directory in the
+// file's place; in life a process gone between the stat and the open) is
+// not remembered: its failure would be the file's answer for every
+// process that maps it. A file read and found not to be ELF is.
+func TestUnreadableFileNotCached(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "4242")
+	for _, d := range []string{dir, filepath.Join(dir, "root", "bin", "gone")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "root", "bin", "script"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	maps := "1000-2000 r-xp 00000000 08:01 11 /bin/gone\n3000-4000 r-xp 00000000 08:01 12 /bin/script\n"
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := New(Options{ProcRoot: root})
+	p, err := n.Process(4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Mappings) != 2 || p.Mappings[0].File.Err == nil || p.Mappings[1].File.Err == nil || p.Mappings[1].File.HTLHash == "" {
+		t.Fatalf("mappings %+v", p.Mappings)
+	}
+	if e := n.files.Stats().Entries; e != 1 {
+		t.Errorf("%d files cached, want 1 (the script, read: not ELF)", e)
 	}
 }
