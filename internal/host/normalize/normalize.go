@@ -81,6 +81,20 @@ func (p *Process) Find(addr uint64) *Mapping {
 	return nil
 }
 
+// sameFile is what the snapshot before knew of m's file, when it mapped
+// the same inode at the same place and could read it; else now. A process
+// that is exiting still lists its mappings, but its map_files and root are
+// gone by then: a snapshot taken at that moment (a reread the walker asked
+// for on the way out) must not replace the files its last samples need.
+func (p *Process) sameFile(m addrmap.Mapping, now *FileInfo) *FileInfo {
+	old := p.Find(m.Start)
+	if old == nil || old.Start != m.Start || old.End != m.End || old.Offset != m.Offset || old.Path != m.Path ||
+		old.File == nil || old.File.HTLHash == "" || old.File.ID.Ino != m.Inode {
+		return now
+	}
+	return old.File
+}
+
 // Normalize maps a process address to the ELF virtual address in its file.
 // ok is false for addresses outside file-backed mappings, or when the file's
 // program headers do not cover the offset.
@@ -209,6 +223,9 @@ func (n *Normalizer) read(pid int) (*Process, error) {
 	p.CgroupPath, p.ContainerID, p.PodUID, p.ContainerRuntime = cg.Path, cg.ContainerID, cg.PodUID, cg.Runtime
 	p.VPID = n.vpid(dir)
 
+	n.mu.Lock()
+	prev := n.procs[pid]
+	n.mu.Unlock()
 	add := func(m addrmap.Mapping) error {
 		if m.Perms&addrmap.Exec == 0 {
 			return nil
@@ -216,6 +233,9 @@ func (n *Normalizer) read(pid int) (*Process, error) {
 		pm := Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path}
 		if m.IsFile() {
 			pm.File = n.file(dir, m)
+			if pm.File.HTLHash == "" && prev != nil {
+				pm.File = prev.sameFile(m, pm.File)
+			}
 		} else {
 			pm.Anonymous = !strings.HasPrefix(m.Path, "[v")
 		}

@@ -2,10 +2,12 @@ package normalize
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -99,5 +101,52 @@ func TestUnreadableFileNotCached(t *testing.T) {
 	}
 	if e := n.files.Stats().Entries; e != 1 {
 		t.Errorf("%d files cached, want 1 (the script, read: not ELF)", e)
+	}
+}
+
+// An exiting process still lists its mappings while its files can no
+// longer be opened through it: a snapshot taken then keeps what the one
+// before knew of a file mapped at the same place from the same inode.
+func TestExitingProcessKeepsItsFiles(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "4242")
+	bin := filepath.Join(dir, "root", "bin", "x")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	writeMaps := func(ino uint64) {
+		line := fmt.Sprintf("1000-2000 r-xp 00000000 08:01 %d /bin/x\n", ino)
+		if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeMaps(ino)
+	n := New(Options{ProcRoot: root})
+	p, err := n.Refresh(4242)
+	if err != nil || len(p.Mappings) != 1 || p.Mappings[0].File.HTLHash == "" {
+		t.Fatalf("first snapshot: %+v, %v", p, err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	q, err := n.Refresh(4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Mappings[0].File != p.Mappings[0].File {
+		t.Errorf("the file read before was replaced by %+v", q.Mappings[0].File)
+	}
+	// Another inode at that place is another file: what is known now.
+	writeMaps(ino + 1)
+	if r, err := n.Refresh(4242); err != nil || r.Mappings[0].File.HTLHash != "" {
+		t.Errorf("another inode kept the old file: %+v, %v", r.Mappings[0].File, err)
 	}
 }
