@@ -82,10 +82,9 @@ func (p *Process) Find(addr uint64) *Mapping {
 }
 
 // sameFile is what the snapshot before knew of m's file, when it mapped
-// the same inode at the same place and could read it; else now. A process
-// that is exiting still lists its mappings, but its map_files and root are
-// gone by then: a snapshot taken at that moment (a reread the walker asked
-// for on the way out) must not replace the files its last samples need.
+// the same inode at the same place and could read it; else now. A file
+// that can no longer be opened through /proc while the process still maps
+// it (a process on its way out) must not lose what its last samples need.
 func (p *Process) sameFile(m addrmap.Mapping, now *FileInfo) *FileInfo {
 	old := p.Find(m.Start)
 	if old == nil || old.Start != m.Start || old.End != m.End || old.Offset != m.Offset || old.Path != m.Path ||
